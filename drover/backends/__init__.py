@@ -1,0 +1,6 @@
+"""Backends: where kernels run."""
+
+from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
+from drover.backends.simulated import SimulatedBackend
+
+__all__ = ["AgentBackend", "AgentInfo", "BackendError", "KernelReporter", "SimulatedBackend"]

@@ -1,0 +1,1 @@
+"""The engine: handler ABCs, result classification, apply planning and ticks."""

@@ -1,0 +1,44 @@
+"""Exceptions drover raises for bad input and missing things."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DroverError",
+    "InvalidHandlerError",
+    "InvalidSpecError",
+    "UnknownHandlerError",
+    "UnknownKernelError",
+    "UnknownSessionError",
+]
+
+
+class DroverError(Exception):
+    """Base class of drover's own errors."""
+
+
+class UnknownSessionError(DroverError, LookupError):
+    """No session has the given id."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session with id {session_id!r}")
+        self.session_id = session_id
+
+
+class UnknownKernelError(DroverError, LookupError):
+    """No kernel has the given id."""
+
+    def __init__(self, kernel_id: str) -> None:
+        super().__init__(f"no kernel with id {kernel_id!r}")
+        self.kernel_id = kernel_id
+
+
+class UnknownHandlerError(DroverError, LookupError):
+    """No loaded handler has the given name."""
+
+
+class InvalidSpecError(DroverError, ValueError):
+    """A session or kernel spec is malformed; nothing was written."""
+
+
+class InvalidHandlerError(DroverError, ValueError):
+    """A handler or handler set fails validation at load time."""

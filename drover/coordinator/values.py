@@ -1,0 +1,162 @@
+"""Frozen value types shared by handlers, the coordinator and storage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from drover.coordinator.status import KernelStatus, SchedulingResult, SessionStatus
+
+__all__ = [
+    "HandlerOptions",
+    "HandlerResult",
+    "HistoryRecord",
+    "KernelHistoryRecord",
+    "KernelInfo",
+    "SessionWithKernels",
+    "StatusInfoRule",
+    "StatusTransitions",
+    "TransitionStatus",
+]
+
+
+def _str_list(value: Any) -> list[str]:
+    return [str(v) for v in value]
+
+
+def _str_map(value: Mapping[str, str] | None) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+@attrs.frozen
+class TransitionStatus:
+    """Target statuses for one outcome. ``None`` on a side keeps that side's status."""
+
+    session: SessionStatus | None = None
+    kernel: KernelStatus | None = None
+
+
+@attrs.frozen
+class StatusTransitions:
+    """A lifecycle handler's transitions per outcome. ``None`` keeps both statuses."""
+
+    success: TransitionStatus | None = None
+    need_retry: TransitionStatus | None = None
+    expired: TransitionStatus | None = None
+    give_up: TransitionStatus | None = None
+
+    def for_result(self, result: SchedulingResult) -> TransitionStatus | None:
+        """Return the transition declared for ``result`` (SKIPPED never transitions)."""
+        return {
+            SchedulingResult.SUCCESS: self.success,
+            SchedulingResult.NEED_RETRY: self.need_retry,
+            SchedulingResult.EXPIRED: self.expired,
+            SchedulingResult.GIVE_UP: self.give_up,
+        }.get(result)
+
+
+@attrs.frozen
+class HandlerResult:
+    """What a handler says about the sessions it was given.
+
+    ``successes``, ``failures`` and ``skipped`` hold session ids. ``messages``
+    and ``error_codes`` map a session id to the reason, which the coordinator
+    copies into the history row.
+    """
+
+    successes: list[str] = attrs.field(factory=list, converter=_str_list)
+    failures: list[str] = attrs.field(factory=list, converter=_str_list)
+    skipped: list[str] = attrs.field(factory=list, converter=_str_list)
+    messages: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+    error_codes: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+
+
+@attrs.frozen
+class HandlerOptions:
+    """How the coordinator judges a handler's outcomes.
+
+    ``max_retries``: consecutive failures allowed before GIVE_UP (``None``: no limit).
+    ``timeout``: seconds a session may stay in a status this handler owns before
+    EXPIRED (``None``: never). ``batch_size``: sessions fetched per tick.
+    """
+
+    max_retries: int | None = 5
+    timeout: float | None = None
+    batch_size: int = 1000
+
+
+@attrs.frozen
+class StatusInfoRule:
+    """How a promotion handler sets ``status_info`` on the sessions it promotes.
+
+    The first ``(kernel_statuses, text)`` pair for which any kernel of the
+    session is in ``kernel_statuses`` wins; otherwise ``default`` is used.
+    """
+
+    default: str | None = None
+    if_any_kernel: tuple[tuple[frozenset[KernelStatus], str], ...] = ()
+
+
+@attrs.frozen
+class KernelInfo:
+    """One kernel as a handler sees it."""
+
+    id: str
+    session_id: str
+    status: KernelStatus
+    status_changed_at: datetime
+    agent_id: str | None
+    spec: dict[str, Any]
+    exit_code: int | None = None
+    status_info: str | None = None
+
+
+@attrs.frozen
+class SessionWithKernels:
+    """One session with all of its kernels, as a handler sees it."""
+
+    id: str
+    name: str
+    status: SessionStatus
+    status_changed_at: datetime
+    try_count: int
+    priority: int
+    created_at: datetime
+    spec: dict[str, Any]
+    status_info: str | None
+    result: str | None
+    kernels: tuple[KernelInfo, ...] = ()
+
+
+@attrs.frozen
+class HistoryRecord:
+    """One row of ``scheduling_history``."""
+
+    id: int
+    session_id: str
+    handler: str
+    result: SchedulingResult
+    from_status: SessionStatus
+    to_status: SessionStatus
+    error_code: str | None
+    message: str | None
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@attrs.frozen
+class KernelHistoryRecord:
+    """One row of ``kernel_history``: a single kernel status change."""
+
+    id: int
+    kernel_id: str
+    session_id: str
+    source: str
+    from_status: KernelStatus
+    to_status: KernelStatus
+    message: str | None
+    created_at: datetime

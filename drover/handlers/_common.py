@@ -1,0 +1,53 @@
+"""Helpers shared by the built-in lifecycle handlers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from drover.backends.base import BackendError
+from drover.coordinator.values import HandlerResult, SessionWithKernels
+
+__all__ = ["CONCURRENCY", "run_per_session"]
+
+#: Backend calls in flight at once within one tick.
+CONCURRENCY = 64
+
+
+async def run_per_session(
+    targets: Sequence[SessionWithKernels],
+    operation: Callable[[SessionWithKernels], Awaitable[None]],
+    *,
+    skip: Callable[[SessionWithKernels], bool] = lambda _s: False,
+) -> HandlerResult:
+    """Call ``operation`` for each target (bounded concurrency) and report per session.
+
+    Targets for which ``skip`` is true are left unmentioned, so the coordinator
+    only judges their timeout. A :class:`BackendError` (or any exception) from
+    one session fails that session only.
+    """
+    semaphore = asyncio.Semaphore(CONCURRENCY)
+    successes: list[str] = []
+    failures: list[str] = []
+    messages: dict[str, str] = {}
+    codes: dict[str, str] = {}
+
+    async def one(session: SessionWithKernels) -> None:
+        async with semaphore:
+            try:
+                await operation(session)
+            except BackendError as error:
+                failures.append(session.id)
+                messages[session.id] = str(error)
+                codes[session.id] = "backend-error"
+            except Exception as error:
+                failures.append(session.id)
+                messages[session.id] = f"{type(error).__name__}: {error}"
+                codes[session.id] = "backend-exception"
+            else:
+                successes.append(session.id)
+
+    await asyncio.gather(*(one(s) for s in targets if not skip(s)))
+    return HandlerResult(
+        successes=successes, failures=failures, messages=messages, error_codes=codes
+    )

@@ -1,0 +1,151 @@
+"""``schedule-sessions``: a resource-fitting scheduler for PENDING sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from drover.backends.base import AgentBackend
+from drover.coordinator.interfaces import LifecycleHandler
+from drover.coordinator.status import KernelStatus, SessionStatus
+from drover.coordinator.values import (
+    HandlerOptions,
+    HandlerResult,
+    SessionWithKernels,
+    StatusTransitions,
+    TransitionStatus,
+)
+from drover.plugins.markers import hookimpl
+from drover.plugins.registry import HandlerRegistry
+from drover.storage.repository import Repository
+
+__all__ = ["INSUFFICIENT_RESOURCES", "ScheduleSessions", "drover_register_handlers"]
+
+#: Error code of the SKIPPED row of a session that does not fit.
+INSUFFICIENT_RESOURCES = "insufficient-resources"
+
+
+def _fmt(amounts: Mapping[str, float], slots: Sequence[str]) -> str:
+    return " ".join(f"{slot}={amounts.get(slot, 0.0):g}" for slot in slots)
+
+
+class ScheduleSessions(LifecycleHandler):
+    """Place PENDING sessions' kernels on agents with enough free capacity.
+
+    Sessions are placed in fetch order (priority, then age), each kernel on the
+    agent with the most free ``cpu`` that fits it. A session that does not fit
+    is SKIPPED with a message naming what it needs and what is free; later,
+    smaller sessions may still be placed (backfilling).
+    """
+
+    def __init__(self, backend: AgentBackend, repository: Repository) -> None:
+        self.backend = backend
+        self.repository = repository
+
+    @classmethod
+    def name(cls) -> str:
+        """``schedule-sessions``."""
+        return "schedule-sessions"
+
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        """PENDING."""
+        return frozenset({SessionStatus.PENDING})
+
+    @property
+    def target_kernel_statuses(self) -> list[KernelStatus] | None:
+        """PENDING."""
+        return [KernelStatus.PENDING]
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """SCHEDULED on success; CANCELLED on expiry or give-up."""
+        return StatusTransitions(
+            success=TransitionStatus(SessionStatus.SCHEDULED, KernelStatus.SCHEDULED),
+            need_retry=None,
+            expired=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+            give_up=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+        )
+
+    @classmethod
+    def default_options(cls) -> HandlerOptions:
+        """No timeout: a session waits for capacity as long as it takes."""
+        return HandlerOptions(max_retries=5, timeout=None)
+
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+        """Fit sessions onto agents; record placements; skip what does not fit."""
+        agents = list(self.backend.agents())
+        slots = sorted({slot for agent in agents for slot in agent.capacity} | {"cpu", "mem"})
+        used = await self.repository.agent_usage(slots)
+        free = {
+            a.id: {s: float(a.capacity.get(s, 0.0)) - used.get(a.id, {}).get(s, 0.0) for s in slots}
+            for a in agents
+        }
+        capacity = {a.id: {s: float(a.capacity.get(s, 0.0)) for s in slots} for a in agents}
+        placements: dict[str, str] = {}
+        successes: list[str] = []
+        skipped: list[str] = []
+        messages: dict[str, str] = {}
+        codes: dict[str, str] = {}
+        for session in targets:
+            tentative: dict[str, str] = {}
+            reserved = {agent: dict(amounts) for agent, amounts in free.items()}
+            pending = [k for k in session.kernels if k.status == KernelStatus.PENDING]
+            problem: str | None = None
+            for index, kernel in enumerate(pending, start=1):
+                need = {s: _request(kernel.spec, s) for s in slots}
+                fitting = [
+                    agent
+                    for agent in sorted(reserved)
+                    if all(reserved[agent][s] >= need[s] for s in slots)
+                ]
+                if not fitting:
+                    problem = self._explain(index, len(pending), need, reserved, capacity, slots)
+                    break
+                chosen = max(fitting, key=lambda a: (reserved[a].get("cpu", 0.0), a))
+                for s in slots:
+                    reserved[chosen][s] -= need[s]
+                tentative[kernel.id] = chosen
+            if problem is None:
+                free = reserved
+                placements.update(tentative)
+                successes.append(session.id)
+            else:
+                skipped.append(session.id)
+                messages[session.id] = problem
+                codes[session.id] = INSUFFICIENT_RESOURCES
+        await self.repository.assign_agents(placements)
+        return HandlerResult(
+            successes=successes, skipped=skipped, messages=messages, error_codes=codes
+        )
+
+    @staticmethod
+    def _explain(
+        index: int,
+        total: int,
+        need: Mapping[str, float],
+        free: Mapping[str, Mapping[str, float]],
+        capacity: Mapping[str, Mapping[str, float]],
+        slots: Sequence[str],
+    ) -> str:
+        wanted = _fmt(need, slots)
+        if not free:
+            return f"insufficient resources: kernel {index}/{total} needs {wanted}; no agents"
+        best = max(sorted(free), key=lambda a: (free[a].get("cpu", 0.0), a))
+        text = (
+            f"insufficient resources: kernel {index}/{total} needs {wanted}, "
+            f"the largest free agent {best} has {_fmt(free[best], slots)}"
+        )
+        if not any(all(capacity[a][s] >= need[s] for s in slots) for a in capacity):
+            text += " (no agent is that large even when idle)"
+        return text
+
+
+def _request(spec: Mapping[str, object], slot: str) -> float:
+    value = spec.get(slot, 0)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+@hookimpl
+def drover_register_handlers(register: HandlerRegistry) -> None:
+    """Register ``schedule-sessions``."""
+    register(ScheduleSessions(register.context.backend, register.context.repository))

@@ -1,0 +1,94 @@
+"""Load-time checks of each handler and of the handler set. Errors name plugin and handler."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from drover.coordinator.errors import InvalidHandlerError
+from drover.coordinator.interfaces import LifecycleHandler, SessionPromotionHandler, is_kebab_case
+from drover.coordinator.options import validate_options
+from drover.coordinator.status import KernelMatchType, KernelStatus, SessionStatus
+from drover.coordinator.values import StatusTransitions, TransitionStatus
+from drover.plugins.registry import RegisteredHandler
+
+__all__ = ["validate_handlers"]
+
+
+def _check_members(values: Iterable[object], enum: type, what: str, where: str) -> None:
+    for value in values:
+        if not isinstance(value, enum):
+            raise InvalidHandlerError(
+                f"{where}: {what} contains {value!r}, which is not a {enum.__name__}"
+            )
+
+
+def _check_transition(value: object, field: str, where: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, TransitionStatus):
+        raise InvalidHandlerError(
+            f"{where}: status_transitions().{field} is {value!r}, not a TransitionStatus or None"
+        )
+    if value.session is not None and not isinstance(value.session, SessionStatus):
+        raise InvalidHandlerError(
+            f"{where}: status_transitions().{field}.session is {value.session!r}, "
+            "not a SessionStatus"
+        )
+    if value.kernel is not None and not isinstance(value.kernel, KernelStatus):
+        raise InvalidHandlerError(
+            f"{where}: status_transitions().{field}.kernel is {value.kernel!r}, not a KernelStatus"
+        )
+
+
+def _validate_one(entry: RegisteredHandler) -> str:
+    handler = entry.handler
+    name = type(handler).name()
+    where = f"handler {name!r} of plugin {entry.plugin!r}"
+    if not isinstance(name, str) or not is_kebab_case(name):
+        raise InvalidHandlerError(f"{where}: name() must return a kebab-case string")
+    targets = handler.target_session_statuses
+    if not isinstance(targets, frozenset):
+        raise InvalidHandlerError(f"{where}: target_session_statuses must be a frozenset")
+    _check_members(targets, SessionStatus, "target_session_statuses", where)
+    if not targets:
+        raise InvalidHandlerError(f"{where}: target_session_statuses is empty")
+    validate_options(type(handler).default_options(), where=f"{where}: default_options()")
+    if isinstance(handler, LifecycleHandler):
+        kernel_targets = handler.target_kernel_statuses
+        if kernel_targets is not None:
+            _check_members(kernel_targets, KernelStatus, "target_kernel_statuses", where)
+        transitions = type(handler).status_transitions()
+        if not isinstance(transitions, StatusTransitions):
+            raise InvalidHandlerError(
+                f"{where}: status_transitions() must return StatusTransitions"
+            )
+        for field in ("success", "need_retry", "expired", "give_up"):
+            _check_transition(getattr(transitions, field), field, where)
+    else:
+        assert isinstance(handler, SessionPromotionHandler)
+        _check_members(handler.check_kernel_statuses, KernelStatus, "check_kernel_statuses", where)
+        if not isinstance(handler.match_type, KernelMatchType):
+            raise InvalidHandlerError(f"{where}: match_type must be a KernelMatchType")
+        success = type(handler).success_session_status()
+        if not isinstance(success, SessionStatus):
+            raise InvalidHandlerError(
+                f"{where}: success_session_status() returned {success!r}, not a SessionStatus"
+            )
+        if success in targets:
+            raise InvalidHandlerError(
+                f"{where}: success_session_status() {success} is one of its own target statuses"
+            )
+    return name
+
+
+def validate_handlers(entries: Sequence[RegisteredHandler]) -> None:
+    """Raise InvalidHandlerError for the first invalid handler or duplicate name."""
+    seen: dict[str, RegisteredHandler] = {}
+    for entry in entries:
+        name = _validate_one(entry)
+        if name in seen:
+            raise InvalidHandlerError(
+                f"duplicate handler name {name!r}: registered by plugin {seen[name].plugin!r} "
+                f"and by plugin {entry.plugin!r}"
+            )
+        seen[name] = entry

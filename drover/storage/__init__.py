@@ -1,0 +1,16 @@
+"""Storage: schema, migrations, engine and the repository (SQLAlchemy Core)."""
+
+from drover.storage.engine import DEFAULT_DATABASE_URL, create_engine
+from drover.storage.migrate import current_revision, head_revision, upgrade
+from drover.storage.repository import KernelReport, Repository, TerminationOutcome
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "KernelReport",
+    "Repository",
+    "TerminationOutcome",
+    "create_engine",
+    "current_revision",
+    "head_revision",
+    "upgrade",
+]

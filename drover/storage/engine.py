@@ -1,0 +1,76 @@
+"""Async engine creation: SQLite pragmas, BEGIN IMMEDIATE for writes, PostgreSQL search_path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "create_engine", "is_sqlite"]
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./drover.db"
+
+#: Execution option that makes the SQLite ``begin`` event emit ``BEGIN IMMEDIATE``.
+WRITE_OPTION = "drover_write"
+
+_SQLITE_PRAGMAS = (
+    "PRAGMA journal_mode=WAL",
+    # Debian's build defaults WAL to synchronous=FULL; NORMAL is durable across
+    # application crashes and only risks the last commits on power loss.
+    "PRAGMA synchronous=NORMAL",
+    "PRAGMA cache_size=-131072",
+    "PRAGMA busy_timeout=5000",
+    "PRAGMA foreign_keys=ON",
+)
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    """Tell whether ``engine`` talks to SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+def create_engine(url: str, *, schema: str | None = None, echo: bool = False) -> AsyncEngine:
+    """Create the async engine drover uses for ``url``.
+
+    On SQLite this sets WAL and the other pragmas on every connection and makes
+    write transactions ``BEGIN IMMEDIATE`` (so writers queue on the busy timeout
+    instead of failing on lock upgrade). On PostgreSQL, ``schema`` sets the
+    connection's ``search_path``.
+    """
+    parsed = make_url(url)
+    kwargs: dict[str, Any] = {"echo": echo}
+    if parsed.get_backend_name() == "sqlite":
+        kwargs["connect_args"] = {"timeout": 30}
+    elif parsed.get_backend_name() == "postgresql":
+        connect_args: dict[str, Any] = {}
+        if schema:
+            connect_args["server_settings"] = {"search_path": schema}
+        kwargs["connect_args"] = connect_args
+        kwargs["pool_pre_ping"] = True
+    engine = create_async_engine(parsed, **kwargs)
+    if engine.dialect.name == "sqlite":
+        _install_sqlite_hooks(engine)
+    return engine
+
+
+def _install_sqlite_hooks(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin event, not pysqlite, decide how transactions start.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            for pragma in _SQLITE_PRAGMAS:
+                cursor.execute(pragma)
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        if conn.get_execution_options().get(WRITE_OPTION):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")

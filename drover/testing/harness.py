@@ -1,0 +1,187 @@
+"""``CoordinatorHarness``: drive handlers tick by tick against a real database."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from drover.backends.base import AgentBackend
+from drover.backends.simulated import SimulatedBackend
+from drover.coordinator.clock import ManualClock
+from drover.coordinator.engine import Coordinator, TickReport
+from drover.coordinator.interfaces import Handler
+from drover.coordinator.status import KernelStatus, SessionStatus
+from drover.coordinator.values import (
+    HandlerOptions,
+    HistoryRecord,
+    KernelHistoryRecord,
+    SessionWithKernels,
+)
+from drover.plugins.manager import collect_handlers, make_plugin_manager
+from drover.plugins.registry import RegisteredHandler, RuntimeContext
+from drover.storage.engine import create_engine
+from drover.storage.migrate import upgrade
+from drover.storage.repository import Repository, TerminationOutcome
+
+__all__ = ["CoordinatorHarness"]
+
+
+class CoordinatorHarness:
+    """An async context manager with a migrated database, loaded handlers and a manual clock.
+
+    ``database_url=None`` uses a temporary SQLite file, removed on exit.
+    ``plugins`` are objects (or modules) with ``@hookimpl`` functions. The
+    backend defaults to a :class:`SimulatedBackend` with instant kernels that
+    run until destroyed; its queued progress is delivered before every tick.
+    ``database_schema`` selects a PostgreSQL schema (``search_path``).
+    """
+
+    def __init__(
+        self,
+        plugins: Sequence[object] = (),
+        include_builtin_handlers: bool = True,
+        handler_options: Mapping[str, HandlerOptions | Mapping[str, Any]] | None = None,
+        database_url: str | None = None,
+        *,
+        backend: AgentBackend | None = None,
+        database_schema: str | None = None,
+    ) -> None:
+        self._plugins = list(plugins)
+        self._include_builtins = include_builtin_handlers
+        self._handler_options = dict(handler_options or {})
+        self._database_url = database_url
+        self._schema = database_schema
+        self._tmpdir: str | None = None
+        self._engine: AsyncEngine | None = None
+        self.clock = ManualClock()
+        self.backend: Any = backend if backend is not None else SimulatedBackend()
+        self.handlers: dict[str, Handler] = {}
+        self.registered: list[RegisteredHandler] = []
+        self._repository: Repository | None = None
+        self._coordinator: Coordinator | None = None
+
+    async def __aenter__(self) -> CoordinatorHarness:
+        url = self._database_url
+        if url is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="drover-harness-")
+            url = f"sqlite+aiosqlite:///{self._tmpdir}/drover.db"
+        self._engine = create_engine(url, schema=self._schema)
+        try:
+            await upgrade(self._engine)
+            self._repository = Repository(self._engine, clock=self.clock)
+            if isinstance(self.backend, SimulatedBackend):
+                self.backend.bind(self._repository, self.clock)
+            pm = make_plugin_manager(plugins=self._plugins, include_builtins=self._include_builtins)
+            context = RuntimeContext(self._repository, self.backend, self.clock)
+            self.handlers, self.registered = collect_handlers(pm, context)
+            self._coordinator = Coordinator(
+                self._repository, self.handlers, options=self._handler_options, clock=self.clock
+            )
+        except BaseException:
+            await self._close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    @property
+    def repository(self) -> Repository:
+        """The repository on the harness's database."""
+        if self._repository is None:
+            raise RuntimeError("use the harness as `async with CoordinatorHarness(...) as h`")
+        return self._repository
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """The coordinator running the loaded handlers."""
+        if self._coordinator is None:
+            raise RuntimeError("use the harness as `async with CoordinatorHarness(...) as h`")
+        return self._coordinator
+
+    async def create_session(
+        self,
+        kernels: Sequence[Mapping[str, Any]] = ({"cpu": 1, "mem": 1024},),
+        priority: int = 0,
+        status: SessionStatus = SessionStatus.PENDING,
+        name: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Create a session; each kernel dict is its spec, with an optional ``"status"``."""
+        return await self.repository.create_session(
+            kernels=kernels, name=name, priority=priority, status=status, spec=spec
+        )
+
+    async def deliver(self) -> int:
+        """Deliver the simulated backend's progress that is due by the clock."""
+        if isinstance(self.backend, SimulatedBackend):
+            return await self.backend.deliver_due()
+        return 0
+
+    async def tick(self, name: str) -> TickReport:
+        """Deliver due backend progress, then run exactly one tick of handler ``name``."""
+        await self.deliver()
+        return await self.coordinator.tick(name)
+
+    async def run_until_settled(self, *, max_rounds: int = 100) -> int:
+        """Tick every handler in turn until a whole round changes nothing; return the rounds.
+
+        Raises RuntimeError if the sessions are still moving after ``max_rounds``.
+        """
+        for rounds in range(1, max_rounds + 1):
+            moved = await self.deliver()
+            for name in self.handlers:
+                report = await self.coordinator.tick(name)
+                moved += sum(report.moved_to.values()) + report.kernel_changes
+            if moved == 0:
+                return rounds
+        raise RuntimeError(f"sessions still moving after {max_rounds} rounds")
+
+    async def session(self, session_id: str) -> SessionWithKernels:
+        """Read one session with its kernels."""
+        return await self.repository.get_session(session_id)
+
+    async def history(self, session_id: str) -> list[HistoryRecord]:
+        """The session's scheduling history, oldest first."""
+        return await self.repository.history(session_id)
+
+    async def kernel_history(self, kernel_id: str) -> list[KernelHistoryRecord]:
+        """The kernel's history, oldest first."""
+        return await self.repository.kernel_history(kernel_id=kernel_id)
+
+    async def set_kernel_status(
+        self,
+        kernel_id: str,
+        status: KernelStatus,
+        *,
+        expected: Sequence[KernelStatus] | None = None,
+        exit_code: int | None = None,
+        message: str | None = None,
+    ) -> bool:
+        """Report a kernel status as a backend would; return whether it applied."""
+        return await self.repository.report_kernel_status(
+            kernel_id, status, expected=expected, exit_code=exit_code, message=message
+        )
+
+    async def request_termination(self, session_id: str) -> TerminationOutcome:
+        """Ask for a session to end, as the API or CLI would."""
+        (outcome,) = await self.repository.request_termination([session_id])
+        return outcome
