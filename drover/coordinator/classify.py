@@ -30,7 +30,10 @@ def expired(session: SessionWithKernels, options: HandlerOptions, now: float) ->
     """Whether ``session`` has held its status longer than ``options.timeout``."""
     if options.timeout is None:
         return False
-    return now - session.status_changed_at.timestamp() > options.timeout
+    # Whole microseconds: the datetime round-trip must not turn "exactly the
+    # timeout" into "just past it".
+    elapsed_us = round(now * 1_000_000) - round(session.status_changed_at.timestamp() * 1_000_000)
+    return elapsed_us > round(options.timeout * 1_000_000)
 
 
 def _elapsed(session: SessionWithKernels, now: float) -> str:

@@ -31,10 +31,10 @@ class SystemClock:
 
 
 class ManualClock:
-    """A clock that only moves when told to. Starts at the real time."""
+    """A clock that only moves when told to. Starts at the current whole second."""
 
     def __init__(self, start: float | None = None) -> None:
-        self._now = time.time() if start is None else start
+        self._now = float(int(time.time())) if start is None else start
 
     def time(self) -> float:
         """Return the clock's current time."""

@@ -55,7 +55,7 @@ async def run_transaction(
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(initial=0.05, max=2.0, jitter=0.05),
+        wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )

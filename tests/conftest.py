@@ -1,0 +1,77 @@
+"""Shared fixtures: every database-backed test runs on SQLite and on PostgreSQL.
+
+PostgreSQL comes from ``DROVER_TEST_PG_URL`` (default: the local server at
+127.0.0.1:5432, database ``test``). A PostgreSQL test that cannot connect
+FAILS; it never skips. Set ``DROVER_TEST_SKIP_PG=1`` to deselect the
+PostgreSQL variants explicitly on a machine without a server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import attrs
+import pytest
+from sqlalchemy.engine import make_url
+
+from drover.testing import CoordinatorHarness
+
+DEFAULT_PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+PG_URL = os.environ.get("DROVER_TEST_PG_URL") or DEFAULT_PG_URL
+SKIP_PG = os.environ.get("DROVER_TEST_SKIP_PG") == "1"
+
+BACKENDS = ["sqlite"] + ([] if SKIP_PG else ["postgresql"])
+
+
+@attrs.frozen
+class Database:
+    """Where one test's data lives."""
+
+    kind: str
+    url: str | None
+    schema: str | None = None
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(params=BACKENDS)
+async def database(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Database]:
+    """A fresh, empty database: a temporary SQLite file, or a new PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield Database("sqlite", f"sqlite+aiosqlite:///{tmp_path}/drover.db")
+        return
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
+    try:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+    finally:
+        await conn.close()
+    try:
+        yield Database("postgresql", PG_URL, schema)
+    finally:
+        conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
+        try:
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+HarnessFactory = Callable[..., CoordinatorHarness]
+
+
+@pytest.fixture
+def make_harness(database: Database) -> HarnessFactory:
+    """Build a CoordinatorHarness on this test's database (use with ``async with``)."""
+
+    def factory(**kwargs: Any) -> CoordinatorHarness:
+        kwargs.setdefault("database_url", database.url)
+        kwargs.setdefault("database_schema", database.schema)
+        return CoordinatorHarness(**kwargs)
+
+    return factory

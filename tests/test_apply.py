@@ -1,0 +1,252 @@
+"""Apply: history merging, compare-and-set, atomicity, handler faults, kernel rules."""
+
+from __future__ import annotations
+
+import pytest
+from scripted import ScriptedPlugin, fail
+
+from drover import HandlerResult, KernelStatus, SchedulingResult, SessionStatus
+
+R = SchedulingResult
+S = SessionStatus
+K = KernelStatus
+
+
+async def test_identical_rows_merge_into_attempts_with_the_newest_message(make_harness):
+    """Repeats of the latest row bump attempts/updated_at and keep the newest message."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        sid = await h.create_session()
+        for n in range(3):
+            plugin.handler.script = lambda t, n=n: fail(sid, message=f"try {n}", code="E1")
+            await h.tick("scripted")
+            h.clock.advance(1)
+        rows = await h.history(sid)
+        # max_retries=2: two NEED_RETRY rows merge; the third failure is a GIVE_UP row
+        assert [(r.result, r.attempts, r.message, r.error_code) for r in rows[:1]] == [
+            (R.NEED_RETRY, 2, "try 1", "E1")
+        ]
+        assert rows[0].updated_at > rows[0].created_at
+        assert rows[1].result == R.GIVE_UP
+
+
+async def test_a_different_error_code_starts_a_new_row(make_harness):
+    """Only rows equal in handler, result, from, to and error_code merge."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        sid = await h.create_session()
+        codes = ["A", "A", "B"]
+        plugin.handler.script = lambda t: HandlerResult(
+            skipped=[sid], error_codes={sid: codes.pop(0)}
+        )
+        for _ in range(3):
+            await h.tick("scripted")
+        rows = await h.history(sid)
+        assert [(r.error_code, r.attempts) for r in rows] == [("A", 2), ("B", 1)]
+        plugin.handler.script = lambda t: HandlerResult(skipped=[sid], error_codes={sid: "A"})
+        await h.tick("scripted")
+        rows = await h.history(sid)
+        # merging only looks at the latest row: A after B is a new row
+        assert [(r.error_code, r.attempts) for r in rows] == [("A", 2), ("B", 1), ("A", 1)]
+
+
+async def test_compare_and_set_loses_to_a_concurrent_status_change(make_harness):
+    """A session whose status changed during execute keeps it and gets a stale-status row."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        raced = await h.create_session(name="raced")
+        calm = await h.create_session(name="calm")
+
+        async def execute(targets):
+            # Another writer (the API) commits while the handler is executing.
+            await h.request_termination(raced)
+            return HandlerResult(successes=[raced, calm])
+
+        plugin.handler.execute = execute  # type: ignore[method-assign]
+        report = await h.tick("scripted")
+        by_id = {c.session_id: (c.result, c.error_code) for c in report.changes}
+        assert by_id == {raced: (R.SKIPPED, "stale-status"), calm: (R.SUCCESS, None)}
+        r = await h.session(raced)
+        assert r.status == S.CANCELLED  # the API's change stands
+        assert [k.status for k in r.kernels] == [K.CANCELLED]
+        rows = await h.history(raced)
+        assert [(x.handler, x.result, x.from_status, x.to_status, x.error_code) for x in rows] == [
+            ("api", R.SUCCESS, S.PENDING, S.CANCELLED, None),
+            ("scripted", R.SKIPPED, S.PENDING, S.PENDING, "stale-status"),
+        ]
+        assert (await h.session(calm)).status == S.SCHEDULED
+
+
+@pytest.mark.parametrize(
+    "step", ["after-sessions", "after-kernels", "before-history", "after-history"]
+)
+async def test_a_failure_mid_apply_leaves_no_partial_writes(make_harness, step):
+    """Whatever step of the apply fails, the tick's writes are all rolled back."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        ok = await h.create_session(kernels=[{"cpu": 1}, {"cpu": 1}])
+        bad = await h.create_session()
+        plugin.handler.script = lambda t: HandlerResult(successes=[ok], failures=[bad])
+
+        def explode(at: str) -> None:
+            if at == step:
+                raise RuntimeError(f"injected at {at}")
+
+        h.coordinator.inject_apply_failure = explode
+        with pytest.raises(RuntimeError, match="injected"):
+            await h.tick("scripted")
+        for sid in (ok, bad):
+            s = await h.session(sid)
+            assert (s.status, s.try_count) == (S.PENDING, 0)
+            assert {k.status for k in s.kernels} == {K.PENDING}
+            assert await h.history(sid) == []
+            for k in s.kernels:
+                assert await h.kernel_history(k.id) == []
+        h.coordinator.inject_apply_failure = None
+        await h.tick("scripted")
+        assert (await h.session(ok)).status == S.SCHEDULED
+        assert (await h.session(bad)).try_count == 1
+
+
+async def test_a_handler_that_raises_fails_every_target(make_harness):
+    """An exception counts as a failure for every target, with code handler-error."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        a = await h.create_session()
+        b = await h.create_session()
+
+        def explode(targets):
+            raise ConnectionResetError("registry went away")
+
+        plugin.handler.script = explode
+        report = await h.tick("scripted")
+        assert report.counts == {R.NEED_RETRY: 2}
+        for sid in (a, b):
+            (row,) = await h.history(sid)
+            assert row.error_code == "handler-error"
+            assert row.message == "ConnectionResetError: registry went away"
+            assert (await h.session(sid)).try_count == 1
+
+
+@pytest.mark.parametrize(
+    "make_result",
+    [
+        lambda a, b: HandlerResult(successes=[a], failures=[a]),
+        lambda a, b: HandlerResult(successes=[a], skipped=[a, b]),
+        lambda a, b: HandlerResult(failures=[b, b]),
+    ],
+    ids=["success-and-failure", "success-and-skipped", "twice-in-one-list"],
+)
+async def test_an_id_listed_twice_makes_the_whole_result_invalid(make_harness, make_result):
+    """One id in two lists: every target fails with invalid-result."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        a = await h.create_session()
+        b = await h.create_session()
+        plugin.handler.script = lambda t: make_result(a, b)
+        report = await h.tick("scripted")
+        assert report.counts == {R.NEED_RETRY: 2}
+        for sid in (a, b):
+            (row,) = await h.history(sid)
+            assert row.error_code == "invalid-result"
+            s = await h.session(sid)
+            assert (s.status, s.try_count) == (S.PENDING, 1)
+
+
+async def test_a_result_of_the_wrong_type_is_invalid(make_harness):
+    """execute() returning something else than HandlerResult fails every target."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        a = await h.create_session()
+        plugin.handler.script = lambda t: {"successes": [a]}  # type: ignore[return-value,arg-type]
+        await h.tick("scripted")
+        (row,) = await h.history(a)
+        assert (row.result, row.error_code) == (R.NEED_RETRY, "invalid-result")
+
+
+async def test_ids_that_are_not_targets_are_ignored_with_a_warning(make_harness, caplog):
+    """Unknown ids are dropped (and logged); the real targets are still applied."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        a = await h.create_session()
+        plugin.handler.script = lambda t: HandlerResult(successes=[a, "no-such-session"])
+        report = await h.tick("scripted")
+        assert report.ignored_ids == ("no-such-session",)
+        assert report.counts == {R.SUCCESS: 1}
+        assert "no-such-session" in caplog.text
+        assert (await h.session(a)).status == S.SCHEDULED
+
+
+async def test_kernel_transitions_skip_terminal_kernels(make_harness):
+    """Terminal kernels never move, whatever the transition."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        sid = await h.create_session(kernels=[{"cpu": 1}, {"cpu": 1, "status": "ERROR"}])
+        plugin.handler.script = lambda t: HandlerResult(successes=[sid])
+        await h.tick("scripted")
+        s = await h.session(sid)
+        assert [k.status for k in s.kernels] == [K.SCHEDULED, K.ERROR]
+        assert await h.kernel_history(s.kernels[1].id) == []
+
+
+async def test_a_forward_kernel_transition_does_not_undo_a_backend_report(make_harness):
+    """A backend report that lands first (kernel already PREPARED) is not lost to PREPARING."""
+    async with make_harness() as h:
+        sid = await h.create_session(
+            kernels=[{"cpu": 1, "status": "SCHEDULED"}, {"cpu": 1, "status": "SCHEDULED"}],
+            status=S.SCHEDULED,
+        )
+        s = await h.session(sid)
+        fast = s.kernels[0].id
+
+        async def prepare(session):
+            # The backend reports progress before the coordinator's apply commits.
+            await h.set_kernel_status(fast, K.PREPARED)
+
+        h.backend.prepare = prepare
+        await h.coordinator.tick("prepare-sessions")
+        s = await h.session(sid)
+        assert s.status == S.PREPARING
+        assert [k.status for k in s.kernels] == [K.PREPARED, K.PREPARING]
+        assert [(r.source, r.to_status) for r in await h.kernel_history(fast)] == [
+            ("backend", K.PREPARED)
+        ]
+
+
+async def test_rescheduling_to_pending_moves_every_live_kernel_and_clears_agents(make_harness):
+    """Expiry back to PENDING moves kernels at any non-terminal status and drops agent_id."""
+    async with make_harness() as h:
+        sid = await h.create_session(
+            kernels=[
+                {"cpu": 1, "status": "PREPARING", "agent_id": "sim-1"},
+                {"cpu": 1, "status": "PREPARED", "agent_id": "sim-2"},
+                {"cpu": 1, "status": "ERROR", "agent_id": "sim-2"},
+            ],
+            status=S.PREPARING,
+        )
+        h.clock.advance(901)
+        report = await h.coordinator.tick("prepare-sessions")
+        assert report.counts == {R.EXPIRED: 1}
+        s = await h.session(sid)
+        assert s.status == S.PENDING
+        assert [(k.status, k.agent_id) for k in s.kernels] == [
+            (K.PENDING, None),
+            (K.PENDING, None),
+            (K.ERROR, "sim-2"),
+        ]
+
+
+async def test_backend_reports_are_compare_and_set(make_harness):
+    """A report applies only from an expected, non-terminal status, and writes kernel history."""
+    async with make_harness() as h:
+        sid = await h.create_session(kernels=[{"cpu": 1, "status": "RUNNING"}], status=S.RUNNING)
+        (kernel,) = (await h.session(sid)).kernels
+        assert not await h.set_kernel_status(kernel.id, K.PREPARED, expected=[K.PULLING])
+        assert await h.set_kernel_status(kernel.id, K.ERROR, exit_code=3, message="oom")
+        assert not await h.set_kernel_status(kernel.id, K.RUNNING)  # terminal stays terminal
+        (k,) = (await h.session(sid)).kernels
+        assert (k.status, k.exit_code, k.status_info) == (K.ERROR, 3, "oom")
+        rows = await h.kernel_history(kernel.id)
+        assert [(r.source, r.from_status, r.to_status, r.message) for r in rows] == [
+            ("backend", K.RUNNING, K.ERROR, "oom")
+        ]
