@@ -1,0 +1,199 @@
+"""Plugin loading and load-time validation of handlers."""
+
+from __future__ import annotations
+
+import pytest
+from scripted import Scripted, ScriptedPlugin
+
+from drover import (
+    InvalidHandlerError,
+    KernelMatchType,
+    KernelStatus,
+    SessionPromotionHandler,
+    SessionStatus,
+    StatusTransitions,
+    TransitionStatus,
+    hookimpl,
+)
+from drover.testing import CoordinatorHarness
+
+BUILTIN = {
+    "schedule-sessions",
+    "prepare-sessions",
+    "start-sessions",
+    "terminate-sessions",
+    "promote-to-prepared",
+    "promote-to-running",
+    "promote-to-terminated",
+    "detect-termination",
+}
+
+
+def plugin_registering(*handlers: object) -> object:
+    class Plugin:
+        @hookimpl
+        def drover_register_handlers(self, register):
+            register(*handlers)
+
+    return Plugin()
+
+
+async def test_builtins_are_eight_plugins_registered_through_the_hook():
+    """The built-in lifecycle is eight plugins, each registering one handler."""
+    async with CoordinatorHarness() as h:
+        assert set(h.handlers) == BUILTIN
+        plugins = {e.plugin for e in h.registered}
+        assert plugins == {f"drover.handlers.{name}" for name in BUILTIN}
+
+
+async def test_builtins_can_be_left_out_and_plugins_added():
+    """include_builtin_handlers=False loads only the given plugins."""
+    async with CoordinatorHarness(plugins=[ScriptedPlugin()], include_builtin_handlers=False) as h:
+        assert set(h.handlers) == {"scripted"}
+
+
+def _subclass(**attrs: object) -> type[Scripted]:
+    return type("Broken", (Scripted,), attrs)
+
+
+def _promotion(success: SessionStatus, targets: frozenset[SessionStatus]) -> object:
+    class Promote(SessionPromotionHandler):
+        @classmethod
+        def name(cls) -> str:
+            return "bad-promotion"
+
+        @property
+        def target_session_statuses(self) -> frozenset[SessionStatus]:
+            return targets
+
+        @property
+        def check_kernel_statuses(self) -> frozenset[KernelStatus]:
+            return frozenset({KernelStatus.RUNNING})
+
+        @property
+        def match_type(self) -> KernelMatchType:
+            return KernelMatchType.ALL
+
+        @classmethod
+        def success_session_status(cls) -> SessionStatus:
+            return success
+
+    return Promote()
+
+
+class _EmptyTargets(Scripted):
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        return frozenset()
+
+
+class _StringTargets(Scripted):
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        return frozenset({"PENDING"})  # type: ignore[arg-type]
+
+
+class _BadName(Scripted):
+    @classmethod
+    def name(cls) -> str:
+        return "Bad_Name"
+
+
+@pytest.mark.parametrize(
+    ("handlers", "message"),
+    [
+        ((Scripted(), Scripted()), "duplicate handler name 'scripted'"),
+        ((_EmptyTargets(),), "target_session_statuses is empty"),
+        ((_StringTargets(),), "contains 'PENDING', which is not a SessionStatus"),
+        ((_BadName(),), "name\\(\\) must return a kebab-case string"),
+        (
+            (
+                _subclass(
+                    transitions=StatusTransitions(success=TransitionStatus(session="DONE"))  # type: ignore[arg-type]
+                )(),
+            ),
+            "status_transitions\\(\\).success.session is 'DONE', not a SessionStatus",
+        ),
+        (
+            (_promotion(SessionStatus.RUNNING, frozenset({SessionStatus.RUNNING})),),
+            "success_session_status\\(\\) RUNNING is one of its own target statuses",
+        ),
+        (
+            (_subclass(options=Scripted.options.__class__(max_retries=-1))(),),
+            "max_retries must be an integer >= 0",
+        ),
+        (
+            (_subclass(options=Scripted.options.__class__(batch_size=0))(),),
+            "batch_size must be an integer >= 1",
+        ),
+    ],
+    ids=[
+        "duplicate",
+        "empty-targets",
+        "not-an-enum",
+        "not-kebab",
+        "bad-transition",
+        "promotion-into-own-target",
+        "negative-retries",
+        "zero-batch",
+    ],
+)
+async def test_invalid_handler_sets_are_refused_naming_plugin_and_handler(handlers, message):
+    """Load-time validation raises a clear error naming the problem."""
+    with pytest.raises(InvalidHandlerError, match=message) as info:
+        async with CoordinatorHarness(
+            plugins=[plugin_registering(*handlers)], include_builtin_handlers=False
+        ):
+            pass
+    assert "plugin" in str(info.value)
+
+
+async def test_a_clash_with_a_builtin_names_both_plugins():
+    """Registering a built-in's name again says who registered it first."""
+
+    class Clash(Scripted):
+        @classmethod
+        def name(cls) -> str:
+            return "schedule-sessions"
+
+    with pytest.raises(InvalidHandlerError, match="drover.handlers.schedule-sessions"):
+        async with CoordinatorHarness(plugins=[plugin_registering(Clash())]):
+            pass
+
+
+async def test_registering_a_class_instead_of_an_instance_is_explained():
+    """register(MyHandler) instead of register(MyHandler()) gets a helpful error."""
+    with pytest.raises(TypeError, match="register an instance"):
+        async with CoordinatorHarness(
+            plugins=[plugin_registering(Scripted)], include_builtin_handlers=False
+        ):
+            pass
+
+
+async def test_a_misspelled_hook_is_an_error():
+    """pm.check_pending() rejects hook implementations that match no hookspec."""
+
+    class Typo:
+        @hookimpl
+        def drover_register_handler(self, register):  # missing "s"
+            pass
+
+    with pytest.raises(Exception, match="drover_register_handler"):
+        async with CoordinatorHarness(plugins=[Typo()], include_builtin_handlers=False):
+            pass
+
+
+async def test_unknown_configuration_option_is_refused():
+    """A configuration override with an unknown field names it."""
+    with pytest.raises(InvalidHandlerError, match="unknown handler option"):
+        async with CoordinatorHarness(handler_options={"prepare-sessions": {"retries": 3}}):
+            pass
+
+
+async def test_ticking_an_unknown_handler_names_the_loaded_ones():
+    """h.tick('typo') says which handlers exist."""
+    from drover import UnknownHandlerError
+
+    async with CoordinatorHarness() as h:
+        with pytest.raises(UnknownHandlerError, match="schedule-sessions"):
+            await h.tick("schedule-session")

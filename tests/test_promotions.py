@@ -1,0 +1,115 @@
+"""Promotion ticks: ALL / ANY / NOT_ANY evaluated in SQL, including sessions with no kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+from drover import (
+    KernelMatchType,
+    KernelStatus,
+    SchedulingResult,
+    SessionPromotionHandler,
+    SessionStatus,
+    hookimpl,
+)
+
+K = KernelStatus
+S = SessionStatus
+
+
+def promotion(match: KernelMatchType) -> object:
+    class Promote(SessionPromotionHandler):
+        @classmethod
+        def name(cls) -> str:
+            return "promote-test"
+
+        @property
+        def target_session_statuses(self) -> frozenset[SessionStatus]:
+            return frozenset({S.RUNNING})
+
+        @property
+        def check_kernel_statuses(self) -> frozenset[KernelStatus]:
+            return frozenset({K.TERMINATED, K.CANCELLED})
+
+        @property
+        def match_type(self) -> KernelMatchType:
+            return match
+
+        @classmethod
+        def success_session_status(cls) -> SessionStatus:
+            return S.TERMINATING
+
+    class Plugin:
+        @hookimpl
+        def drover_register_handlers(self, register):
+            register(Promote())
+
+    return Plugin()
+
+
+CASES = {
+    "all-in": ["TERMINATED", "CANCELLED"],
+    "some-in": ["TERMINATED", "RUNNING"],
+    "none-in": ["RUNNING", "ERROR"],
+    "no-kernels": [],
+}
+EXPECTED = {
+    KernelMatchType.ALL: {"all-in"},
+    KernelMatchType.ANY: {"all-in", "some-in"},
+    KernelMatchType.NOT_ANY: {"none-in"},
+}
+
+
+@pytest.mark.parametrize("match", list(KernelMatchType))
+async def test_match_types(make_harness, match):
+    """Each match type promotes exactly the right sessions; no kernels never matches."""
+    async with make_harness(plugins=[promotion(match)], include_builtin_handlers=False) as h:
+        ids = {}
+        for name, statuses in CASES.items():
+            ids[name] = await h.create_session(
+                name=name, status=S.RUNNING, kernels=[{"status": st} for st in statuses]
+            )
+        other = await h.create_session(status=S.CREATING, kernels=[{"status": "TERMINATED"}])
+        report = await h.tick("promote-test")
+        promoted = {c.session_id for c in report.changes}
+        assert promoted == {ids[n] for n in EXPECTED[match]}
+        for name, sid in ids.items():
+            s = await h.session(sid)
+            rows = await h.history(sid)
+            if name in EXPECTED[match]:
+                assert s.status == S.TERMINATING
+                assert [(r.handler, r.result, r.from_status, r.to_status) for r in rows] == [
+                    ("promote-test", SchedulingResult.SUCCESS, S.RUNNING, S.TERMINATING)
+                ]
+                # promotion never touches kernels
+                assert [k.status for k in s.kernels] == [K(st) for st in CASES[name]]
+            else:
+                assert s.status == S.RUNNING
+                assert rows == []  # non-matching sessions get no history row
+        assert (await h.session(other)).status == S.CREATING
+
+
+async def test_promotion_is_compare_and_set(make_harness):
+    """A promotion that lost a race writes a stale-status row and changes nothing."""
+    async with make_harness(
+        plugins=[promotion(KernelMatchType.ANY)], include_builtin_handlers=False
+    ) as h:
+        sid = await h.create_session(status=S.RUNNING, kernels=[{"status": "TERMINATED"}])
+        repo = h.repository
+        original = repo.fetch_promotion_candidates
+
+        async def racing_fetch(*args, **kwargs):
+            found = await original(*args, **kwargs)
+            await h.request_termination(sid)  # RUNNING -> TERMINATING by the API meanwhile
+            return found
+
+        repo.fetch_promotion_candidates = racing_fetch  # type: ignore[method-assign]
+        report = await h.tick("promote-test")
+        assert [(c.result, c.error_code) for c in report.changes] == [
+            (SchedulingResult.SKIPPED, "stale-status")
+        ]
+        rows = await h.history(sid)
+        assert [(r.handler, r.to_status) for r in rows] == [
+            ("api", S.TERMINATING),
+            ("promote-test", S.RUNNING),
+        ]

@@ -1,0 +1,103 @@
+"""schedule-sessions: resource fitting, placement, and the "why pending" skip messages."""
+
+from __future__ import annotations
+
+from drover import AgentInfo, KernelStatus, SchedulingResult, SessionStatus, SimulatedBackend
+
+K = KernelStatus
+S = SessionStatus
+
+
+def backend(*agents: tuple[str, float, float]) -> SimulatedBackend:
+    return SimulatedBackend([AgentInfo(a, {"cpu": cpu, "mem": mem}) for a, cpu, mem in agents])
+
+
+async def test_sessions_that_fit_are_placed_and_their_kernels_get_agents(make_harness):
+    """Each kernel lands on an agent that has room; the session becomes SCHEDULED."""
+    async with make_harness(backend=backend(("a1", 4, 4096), ("a2", 2, 4096))) as h:
+        sid = await h.create_session(kernels=[{"cpu": 3, "mem": 1024}, {"cpu": 2, "mem": 1024}])
+        report = await h.tick("schedule-sessions")
+        assert report.counts == {SchedulingResult.SUCCESS: 1}
+        s = await h.session(sid)
+        assert s.status == S.SCHEDULED
+        assert [(k.status, k.agent_id) for k in s.kernels] == [
+            (K.SCHEDULED, "a1"),
+            (K.SCHEDULED, "a2"),
+        ]
+
+
+async def test_a_session_that_does_not_fit_is_skipped_with_what_it_needs(make_harness):
+    """The skip message names the need and the largest free agent; the session stays PENDING."""
+    async with make_harness(backend=backend(("a1", 4, 8192))) as h:
+        first = await h.create_session(kernels=[{"cpu": 3, "mem": 1024}], priority=10)
+        big = await h.create_session(kernels=[{"cpu": 2, "mem": 1024}])
+        for _ in range(3):
+            await h.tick("schedule-sessions")
+        assert (await h.session(first)).status == S.SCHEDULED
+        s = await h.session(big)
+        assert (s.status, s.try_count) == (S.PENDING, 0)
+        assert [k.agent_id for k in s.kernels] == [None]
+        (row,) = await h.history(big)
+        assert (row.result, row.error_code, row.attempts) == (
+            SchedulingResult.SKIPPED,
+            "insufficient-resources",
+            3,
+        )
+        assert row.message == (
+            "insufficient resources: kernel 1/1 needs cpu=2 mem=1024, "
+            "the largest free agent a1 has cpu=1 mem=7168"
+        )
+
+
+async def test_a_session_larger_than_any_agent_says_so(make_harness):
+    """A request no idle agent could hold is flagged in the message."""
+    async with make_harness(backend=backend(("a1", 4, 8192))) as h:
+        sid = await h.create_session(kernels=[{"cpu": 1, "mem": 512}, {"cpu": 8, "mem": 512}])
+        await h.tick("schedule-sessions")
+        (row,) = await h.history(sid)
+        assert row.message == (
+            "insufficient resources: kernel 2/2 needs cpu=8 mem=512, the largest free agent a1 "
+            "has cpu=3 mem=7680 (no agent is that large even when idle)"
+        )
+        # the partial placement of kernel 1 was not kept
+        assert [k.agent_id for k in (await h.session(sid)).kernels] == [None, None]
+
+
+async def test_priority_order_and_backfilling(make_harness):
+    """Higher priority first; a smaller session behind a blocked one is still placed."""
+    async with make_harness(backend=backend(("a1", 4, 8192))) as h:
+        low = await h.create_session(name="low", kernels=[{"cpu": 1}], priority=0)
+        huge = await h.create_session(name="huge", kernels=[{"cpu": 4}], priority=5)
+        high = await h.create_session(name="high", kernels=[{"cpu": 2}], priority=9)
+        report = await h.tick("schedule-sessions")
+        by_id = {c.session_id: c.result for c in report.changes}
+        assert by_id == {
+            high: SchedulingResult.SUCCESS,
+            huge: SchedulingResult.SKIPPED,
+            low: SchedulingResult.SUCCESS,
+        }
+
+
+async def test_capacity_is_freed_when_kernels_end(make_harness):
+    """Kernels in terminal statuses no longer hold resources."""
+    async with make_harness(backend=backend(("a1", 2, 8192))) as h:
+        first = await h.create_session(kernels=[{"cpu": 2}])
+        second = await h.create_session(kernels=[{"cpu": 2}])
+        await h.tick("schedule-sessions")
+        assert (await h.session(second)).status == S.PENDING
+        (kernel,) = (await h.session(first)).kernels
+        await h.set_kernel_status(kernel.id, K.ERROR, exit_code=1)
+        await h.tick("schedule-sessions")
+        assert (await h.session(second)).status == S.SCHEDULED
+
+
+async def test_kernels_held_by_running_sessions_count_against_capacity(make_harness):
+    """Usage is computed from the database: placed live kernels of any status hold resources."""
+    async with make_harness(backend=backend(("a1", 4, 8192))) as h:
+        await h.create_session(
+            status=S.RUNNING, kernels=[{"cpu": 3, "status": "RUNNING", "agent_id": "a1"}]
+        )
+        sid = await h.create_session(kernels=[{"cpu": 2}])
+        await h.tick("schedule-sessions")
+        (row,) = await h.history(sid)
+        assert "the largest free agent a1 has cpu=1" in (row.message or "")

@@ -1,0 +1,177 @@
+"""Storage: migrations, indexes, session creation and validation, termination requests."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from drover import (
+    InvalidSpecError,
+    KernelStatus,
+    Repository,
+    SchedulingResult,
+    SessionStatus,
+    UnknownSessionError,
+)
+from drover.storage import create_engine, current_revision, head_revision, upgrade
+
+K = KernelStatus
+S = SessionStatus
+
+
+async def test_migrations_create_the_schema_and_reach_head(database):
+    """An empty database upgrades to head with every table and required index."""
+    engine = create_engine(database.url, schema=database.schema)
+    try:
+        assert await current_revision(engine) is None
+        await upgrade(engine)
+        assert await current_revision(engine) == head_revision()
+        await upgrade(engine)  # idempotent
+
+        def inspect(conn: sa.Connection) -> dict[str, set[tuple[str, ...]]]:
+            insp = sa.inspect(conn)
+            return {
+                table: {tuple(ix["column_names"]) for ix in insp.get_indexes(table)}
+                for table in insp.get_table_names()
+            }
+
+        async with engine.connect() as conn:
+            indexes = await conn.run_sync(inspect)
+    finally:
+        await engine.dispose()
+    assert {"sessions", "kernels", "scheduling_history", "kernel_history"} <= set(indexes)
+    assert ("status",) in indexes["sessions"]
+    assert ("status",) in indexes["kernels"]
+    assert ("session_id",) in indexes["kernels"]
+    for table in ("scheduling_history", "kernel_history"):
+        assert ("session_id", "id") in indexes[table]
+        assert ("created_at",) in indexes[table]
+    assert ("handler", "result") in indexes["scheduling_history"]
+
+
+async def test_sqlite_uses_wal(tmp_path):
+    """The embedded default runs in WAL mode with synchronous=NORMAL."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/x.db")
+    try:
+        async with engine.connect() as conn:
+            mode = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+            sync = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
+    finally:
+        await engine.dispose()
+    assert (mode, sync) == ("wal", 1)
+
+
+async def test_create_session_defaults(make_harness):
+    """Kernels start in the session's status unless they say otherwise."""
+    async with make_harness() as h:
+        sid = await h.create_session(
+            kernels=[{"cpu": 1, "mem": 256}, {"cpu": 2, "status": "RUNNING"}],
+            status=S.PREPARED,
+            priority=3,
+            name="train",
+            spec={"image": "python:3.11"},
+        )
+        s = await h.session(sid)
+        assert (s.name, s.status, s.priority, s.try_count, s.spec) == (
+            "train",
+            S.PREPARED,
+            3,
+            0,
+            {"image": "python:3.11"},
+        )
+        assert [(k.status, k.spec) for k in s.kernels] == [
+            (K.PREPARED, {"cpu": 1, "mem": 256}),
+            (K.RUNNING, {"cpu": 2}),
+        ]
+        assert s.created_at == s.status_changed_at
+        assert await h.create_session(kernels=[]) != sid  # kernels=[] is allowed
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kernels": [{"status": "FLYING"}]}, "unknown kernel status 'FLYING'"),
+        ({"kernels": [{"cmd": object()}]}, "kernel 0 spec is not JSON-serializable"),
+        ({"kernels": "abc"}, "kernels must be a list"),
+        ({"status": "LOST"}, "unknown session status 'LOST'"),
+        ({"priority": "high"}, "priority must be an integer"),
+        ({"spec": {"options": {"prepare-sessions": {"retries": 1}}}}, "unknown option 'retries'"),
+        ({"spec": {"options": {"x": {"timeout": -5}}}}, "'timeout'] must be a number of seconds"),
+        ({"spec": {"options": {"x": {"max_retries": 1.5}}}}, "must be a whole number"),
+    ],
+)
+async def test_bad_session_input_is_refused_and_nothing_is_written(make_harness, kwargs, message):
+    """A clear error naming the problem, and no half-written session."""
+    async with make_harness() as h:
+        call = {"kernels": [{"cpu": 1}], **kwargs}
+        with pytest.raises(InvalidSpecError, match=message.replace("[", r"\[").replace("(", r"\(")):
+            await h.repository.create_session(**call)
+        assert await h.repository.list_sessions() == []
+
+
+async def test_creating_many_sessions_is_all_or_nothing(make_harness):
+    """One bad request in a batch writes none of them."""
+    async with make_harness() as h:
+        with pytest.raises(InvalidSpecError):
+            await h.repository.create_sessions(
+                [{"kernels": [{"cpu": 1}]}, {"kernels": [{"status": "NOPE"}]}]
+            )
+        assert await h.repository.count_by_status() == {}
+
+
+async def test_termination_requests(make_harness):
+    """PENDING -> CANCELLED (kernels too); live -> TERMINATING; terminal untouched; api rows."""
+    async with make_harness() as h:
+        pending = await h.create_session()
+        running = await h.create_session(status=S.RUNNING, kernels=[{"status": "RUNNING"}])
+        done = await h.create_session(status=S.TERMINATED, kernels=[{"status": "TERMINATED"}])
+        out = await h.repository.request_termination([pending, running, done])
+        assert [(o.from_status, o.to_status, o.changed) for o in out] == [
+            (S.PENDING, S.CANCELLED, True),
+            (S.RUNNING, S.TERMINATING, True),
+            (S.TERMINATED, S.TERMINATED, False),
+        ]
+        p = await h.session(pending)
+        assert (p.status, p.status_info, p.result) == (S.CANCELLED, "USER_REQUESTED", "FAILURE")
+        assert [k.status for k in p.kernels] == [K.CANCELLED]
+        r = await h.session(running)
+        assert (r.status, r.status_info) == (S.TERMINATING, "USER_REQUESTED")
+        assert [k.status for k in r.kernels] == [K.RUNNING]  # terminate-sessions stops them
+        for sid, to in ((pending, S.CANCELLED), (running, S.TERMINATING)):
+            (row,) = await h.history(sid)
+            assert (row.handler, row.result, row.to_status) == ("api", SchedulingResult.SUCCESS, to)
+        assert await h.history(done) == []
+
+
+async def test_termination_of_an_unknown_session_writes_nothing(make_harness):
+    """An unknown id fails the whole request before anything is written."""
+    async with make_harness() as h:
+        sid = await h.create_session()
+        with pytest.raises(UnknownSessionError, match="no session with id 'nope'"):
+            await h.repository.request_termination([sid, "nope"])
+        assert (await h.session(sid)).status == S.PENDING
+        assert await h.history(sid) == []
+
+
+async def test_reading_an_unknown_session(make_harness):
+    """get_session raises a clear error."""
+    async with make_harness() as h:
+        with pytest.raises(UnknownSessionError):
+            await h.session("missing")
+
+
+async def test_repository_on_its_own(database):
+    """The repository works without the harness once the database is upgraded."""
+    engine = create_engine(database.url, schema=database.schema)
+    try:
+        await upgrade(engine)
+        repo = Repository(engine)
+        ids = await repo.create_sessions(
+            [{"kernels": [{"cpu": 1}], "priority": p, "name": f"s{p}"} for p in (1, 3, 2)]
+        )
+        listed = await repo.list_sessions(statuses=[S.PENDING])
+        assert [s.name for s in listed] == ["s3", "s2", "s1"]  # priority descending
+        assert set(ids) == {s.id for s in listed}
+        assert await repo.count_by_status() == {S.PENDING: 3}
+    finally:
+        await engine.dispose()
