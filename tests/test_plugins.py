@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from scripted import Scripted, ScriptedPlugin
 
@@ -156,7 +158,7 @@ async def test_a_clash_with_a_builtin_names_both_plugins():
         def name(cls) -> str:
             return "schedule-sessions"
 
-    with pytest.raises(InvalidHandlerError, match="drover.handlers.schedule-sessions"):
+    with pytest.raises(InvalidHandlerError, match=re.escape("drover.handlers.schedule-sessions")):
         async with CoordinatorHarness(plugins=[plugin_registering(Clash())]):
             pass
 
