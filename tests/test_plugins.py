@@ -28,6 +28,7 @@ BUILTIN = {
     "promote-to-running",
     "promote-to-terminated",
     "detect-termination",
+    "detect-start-failure",
 }
 
 
@@ -40,8 +41,8 @@ def plugin_registering(*handlers: object) -> object:
     return Plugin()
 
 
-async def test_builtins_are_eight_plugins_registered_through_the_hook():
-    """The built-in lifecycle is eight plugins, each registering one handler."""
+async def test_builtins_are_nine_plugins_registered_through_the_hook():
+    """The built-in lifecycle is nine plugins (the proposal's eight + detect-start-failure)."""
     async with CoordinatorHarness() as h:
         assert set(h.handlers) == BUILTIN
         plugins = {e.plugin for e in h.registered}

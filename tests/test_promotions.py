@@ -10,6 +10,7 @@ from drover import (
     SchedulingResult,
     SessionPromotionHandler,
     SessionStatus,
+    SimulatedBackend,
     hookimpl,
 )
 
@@ -113,3 +114,31 @@ async def test_promotion_is_compare_and_set(make_harness):
             ("api", S.TERMINATING),
             ("promote-test", S.RUNNING),
         ]
+
+
+async def test_a_session_whose_only_kernel_fails_setup_ends_instead_of_waiting(make_harness):
+    """detect-start-failure: a kernel that ends before RUNNING sends the session to TERMINATING."""
+    async with make_harness(backend=SimulatedBackend(run_for=None)) as h:
+        sid = await h.create_session(kernels=[{"cpu": 1, "sim": {"prepare": "fail"}}])
+        await h.run_until_settled()
+        s = await h.session(sid)
+        assert (s.status, s.result, s.status_info) == (S.TERMINATED, "FAILURE", "START_FAILED")
+        assert [k.status for k in s.kernels] == [K.ERROR]
+        rows = [(r.handler, r.from_status, r.to_status) for r in await h.history(sid)]
+        assert ("detect-start-failure", S.PREPARED, S.TERMINATING) in rows
+        assert rows[-1] == ("promote-to-terminated", S.TERMINATING, S.TERMINATED)
+
+
+@pytest.mark.parametrize("status", [S.PENDING, S.SCHEDULED, S.PREPARING, S.PREPARED, S.CREATING])
+async def test_detect_start_failure_covers_every_status_before_running(make_harness, status):
+    """Any ended kernel before RUNNING is detected; KERNEL_EXITED when none is in ERROR."""
+    async with make_harness() as h:
+        sid = await h.create_session(
+            status=status, kernels=[{"status": "CANCELLED"}, {"status": status.value}]
+        )
+        quiet = await h.create_session(status=status, kernels=[{"status": status.value}])
+        report = await h.tick("detect-start-failure")
+        assert [c.session_id for c in report.changes] == [sid]
+        s = await h.session(sid)
+        assert (s.status, s.status_info) == (S.TERMINATING, "KERNEL_EXITED")
+        assert (await h.session(quiet)).status == status

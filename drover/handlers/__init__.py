@@ -1,4 +1,8 @@
-"""The built-in handlers: eight plugins registered through ``drover_register_handlers``."""
+"""The built-in handlers: nine plugins registered through ``drover_register_handlers``.
+
+The eight of the Sokovan proposal, plus ``detect-start-failure`` so that a
+session whose kernels end before it runs cannot wait forever.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from drover.handlers import prepare, schedule, start, terminate
 from drover.handlers.prepare import PrepareSessions
 from drover.handlers.promotions import (
     PROMOTION_PLUGINS,
+    DetectStartFailure,
     DetectTermination,
     PromoteToPrepared,
     PromoteToRunning,
@@ -17,6 +22,7 @@ from drover.handlers.terminate import TerminateSessions
 
 __all__ = [
     "BUILTIN_PLUGINS",
+    "DetectStartFailure",
     "DetectTermination",
     "PrepareSessions",
     "PromoteToPrepared",

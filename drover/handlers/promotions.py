@@ -15,6 +15,7 @@ from drover.plugins.registry import HandlerRegistry
 
 __all__ = [
     "PROMOTION_PLUGINS",
+    "DetectStartFailure",
     "DetectTermination",
     "PromoteToPrepared",
     "PromoteToRunning",
@@ -155,6 +156,58 @@ class DetectTermination(SessionPromotionHandler):
         )
 
 
+class DetectStartFailure(SessionPromotionHandler):
+    """Before RUNNING -> TERMINATING as soon as any kernel has ended.
+
+    Not in the Sokovan proposal: without it a session whose only kernel fails
+    its setup is promoted to PREPARED and then waits forever, because
+    ``start-sessions`` only fetches sessions with a PREPARED or CREATING kernel.
+    ``status_info`` becomes ``START_FAILED`` if a kernel is in ERROR, else
+    ``KERNEL_EXITED``.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """``detect-start-failure``."""
+        return "detect-start-failure"
+
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        """Every non-terminal status before RUNNING."""
+        return frozenset(
+            {
+                SessionStatus.PENDING,
+                SessionStatus.SCHEDULED,
+                SessionStatus.PREPARING,
+                SessionStatus.PREPARED,
+                SessionStatus.CREATING,
+            }
+        )
+
+    @property
+    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
+        """TERMINATED, CANCELLED and ERROR."""
+        return TERMINAL_KERNEL_STATUSES
+
+    @property
+    def match_type(self) -> KernelMatchType:
+        """ANY."""
+        return KernelMatchType.ANY
+
+    @classmethod
+    def success_session_status(cls) -> SessionStatus:
+        """TERMINATING."""
+        return SessionStatus.TERMINATING
+
+    @classmethod
+    def status_info_rule(cls) -> StatusInfoRule:
+        """START_FAILED if any kernel is in ERROR, else KERNEL_EXITED."""
+        return StatusInfoRule(
+            default="KERNEL_EXITED",
+            if_any_kernel=((frozenset({_K.ERROR}), "START_FAILED"),),
+        )
+
+
 class _PromotionPlugin:
     """A plugin object that registers one promotion handler."""
 
@@ -170,5 +223,11 @@ class _PromotionPlugin:
 #: ``(plugin name, plugin)`` for each promotion handler.
 PROMOTION_PLUGINS: list[tuple[str, object]] = [
     (f"drover.handlers.{cls.name()}", _PromotionPlugin(cls))
-    for cls in (PromoteToPrepared, PromoteToRunning, PromoteToTerminated, DetectTermination)
+    for cls in (
+        PromoteToPrepared,
+        PromoteToRunning,
+        PromoteToTerminated,
+        DetectTermination,
+        DetectStartFailure,
+    )
 ]
