@@ -36,7 +36,11 @@ _SESSIONS: list[tuple[str, list[dict[str, Any]]]] = [
 
 
 async def run_demo(
-    database_url: str, console: Console, *, max_seconds: int = 120
+    database_url: str,
+    console: Console,
+    *,
+    max_seconds: int = 120,
+    database_schema: str | None = None,
 ) -> dict[str, str]:
     """Run the demo on ``database_url``; return each session's final status by name."""
     backend = SimulatedBackend(
@@ -47,7 +51,9 @@ async def run_demo(
         pull_delay=2.0,
         create_delay=1.0,
     )
-    async with CoordinatorHarness(database_url=database_url, backend=backend) as h:
+    async with CoordinatorHarness(
+        database_url=database_url, backend=backend, database_schema=database_schema
+    ) as h:
         ids = {
             name: await h.create_session(name=name, kernels=kernels) for name, kernels in _SESSIONS
         }
