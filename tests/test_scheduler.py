@@ -101,3 +101,42 @@ async def test_kernels_held_by_running_sessions_count_against_capacity(make_harn
         await h.tick("schedule-sessions")
         (row,) = await h.history(sid)
         assert "the largest free agent a1 has cpu=1" in (row.message or "")
+
+
+async def test_a_slot_no_agent_offers_cannot_be_placed(make_harness):
+    """Asking for gpu=1 where no agent has a gpu keeps the session PENDING, saying so."""
+    async with make_harness(backend=backend(("a1", 4, 8192))) as h:
+        sid = await h.create_session(kernels=[{"cpu": 1, "mem": 512, "gpu": 1}])
+        await h.tick("schedule-sessions")
+        assert (await h.session(sid)).status == S.PENDING
+        (row,) = await h.history(sid)
+        assert row.message == (
+            "insufficient resources: kernel 1/1 needs cpu=1 gpu=1 mem=512, the largest free "
+            "agent a1 has cpu=4 gpu=0 mem=8192 (no agent is that large even when idle)"
+        )
+
+
+async def test_a_malformed_request_of_a_placed_kernel_does_not_break_scheduling(make_harness):
+    """A non-number in a live kernel's spec counts as 0 instead of failing every tick."""
+    agents = SimulatedBackend([AgentInfo("a1", {"cpu": 4, "mem": 8192, "gpu": 2})])
+    async with make_harness(backend=agents) as h:
+        await h.create_session(
+            status=S.RUNNING,
+            kernels=[{"cpu": 1, "gpu": "two", "status": "RUNNING", "agent_id": "a1"}],
+        )
+        sid = await h.create_session(kernels=[{"cpu": 1, "gpu": 2}])
+        report = await h.tick("schedule-sessions")
+        assert report.counts == {SchedulingResult.SUCCESS: 1}
+        assert (await h.session(sid)).status == S.SCHEDULED
+
+
+async def test_resource_amounts_are_validated_at_creation(make_harness):
+    """cpu and mem must be numbers >= 0."""
+    import pytest
+
+    from drover import InvalidSpecError
+
+    async with make_harness() as h:
+        for bad in ({"cpu": "two"}, {"mem": -1}, {"cpu": True}):
+            with pytest.raises(InvalidSpecError, match="must be a number >= 0"):
+                await h.create_session(kernels=[bad])

@@ -175,3 +175,32 @@ async def test_repository_on_its_own(database):
         assert await repo.count_by_status() == {S.PENDING: 3}
     finally:
         await engine.dispose()
+
+
+async def test_terminating_a_session_without_kernels_ends_it(make_harness):
+    """No kernels means nothing to stop: a live kernel-less session goes straight to TERMINATED."""
+    async with make_harness() as h:
+        sid = await h.create_session(kernels=[], status=S.RUNNING)
+        out = await h.request_termination(sid)
+        assert (out.from_status, out.to_status) == (S.RUNNING, S.TERMINATED)
+        s = await h.session(sid)
+        assert (s.status, s.status_info) == (S.TERMINATED, "USER_REQUESTED")
+
+
+async def test_the_migrated_schema_matches_the_code(database):
+    """Alembic sees no difference between the migrations and drover.storage.schema."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from drover.storage.schema import metadata
+
+    engine = create_engine(database.url, schema=database.schema)
+    try:
+        await upgrade(engine)
+        async with engine.connect() as conn:
+            diff = await conn.run_sync(
+                lambda c: compare_metadata(MigrationContext.configure(c), metadata)
+            )
+    finally:
+        await engine.dispose()
+    assert diff == []

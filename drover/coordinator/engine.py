@@ -83,6 +83,13 @@ class Coordinator:
         self.handlers = dict(handlers)
         self.clock: Clock = clock or SystemClock()
         self._options: dict[str, HandlerOptions] = {}
+        unknown = sorted(set(options or {}) - set(self.handlers))
+        if unknown:
+            log.warning(
+                "options given for handler(s) %s, which are not loaded; loaded: %s",
+                unknown,
+                sorted(self.handlers),
+            )
         for name, handler in self.handlers.items():
             base = type(handler).default_options()
             layer = overrides_from((options or {}).get(name))

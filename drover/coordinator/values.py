@@ -112,6 +112,8 @@ class KernelInfo:
     spec: dict[str, Any]
     exit_code: int | None = None
     status_info: str | None = None
+    #: Backend bookkeeping (pid, process identity, log paths); ``None`` if none.
+    runtime: dict[str, Any] | None = None
 
 
 @attrs.frozen

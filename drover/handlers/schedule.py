@@ -74,8 +74,21 @@ class ScheduleSessions(LifecycleHandler):
     async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
         """Fit sessions onto agents; record placements; skip what does not fit."""
         agents = list(self.backend.agents())
-        slots = sorted({slot for agent in agents for slot in agent.capacity} | {"cpu", "mem"})
-        used = await self.repository.agent_usage(slots)
+        agent_slots = sorted({slot for agent in agents for slot in agent.capacity})
+        used = await self.repository.agent_usage(agent_slots)
+        # A kernel asks for every slot it names with a number, so a request for
+        # a slot no agent offers (say gpu) cannot be placed anywhere.
+        slots = sorted(
+            set(agent_slots)
+            | {"cpu", "mem"}
+            | {
+                k
+                for s in targets
+                for kern in s.kernels
+                for k in kern.spec
+                if _is_amount(kern.spec[k])
+            }
+        )
         free = {
             a.id: {s: float(a.capacity.get(s, 0.0)) - used.get(a.id, {}).get(s, 0.0) for s in slots}
             for a in agents
@@ -93,13 +106,14 @@ class ScheduleSessions(LifecycleHandler):
             problem: str | None = None
             for index, kernel in enumerate(pending, start=1):
                 need = {s: _request(kernel.spec, s) for s in slots}
+                asked = [s for s in slots if need[s] or s in ("cpu", "mem")]
                 fitting = [
                     agent
                     for agent in sorted(reserved)
                     if all(reserved[agent][s] >= need[s] for s in slots)
                 ]
                 if not fitting:
-                    problem = self._explain(index, len(pending), need, reserved, capacity, slots)
+                    problem = self._explain(index, len(pending), need, reserved, capacity, asked)
                     break
                 chosen = max(fitting, key=lambda a: (reserved[a].get("cpu", 0.0), a))
                 for s in slots:
@@ -140,9 +154,15 @@ class ScheduleSessions(LifecycleHandler):
         return text
 
 
+def _is_amount(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _request(spec: Mapping[str, object], slot: str) -> float:
     value = spec.get(slot, 0)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return 0.0
 
 
 @hookimpl

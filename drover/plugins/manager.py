@@ -19,6 +19,8 @@ log = logging.getLogger("drover.plugins")
 
 #: Entry-point group external plugins are loaded from.
 ENTRY_POINT_GROUP = "drover"
+#: Name prefix of the built-in plugins.
+BUILTIN_PREFIX = "drover.handlers."
 
 
 def make_plugin_manager(
@@ -30,12 +32,16 @@ def make_plugin_manager(
 ) -> pluggy.PluginManager:
     """Build a plugin manager with drover's hookspecs and the requested plugins.
 
-    ``block`` lists plugin names that must not load (built-in or external).
+    ``block`` lists plugin names that must not load (built-in or external). A
+    built-in may be named in full (``drover.handlers.prepare-sessions``) or by
+    its handler name (``prepare-sessions``).
     """
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
     for name in block:
         pm.set_blocked(name)
+        if not name.startswith(BUILTIN_PREFIX):
+            pm.set_blocked(BUILTIN_PREFIX + name)
     if include_builtins:
         from drover.handlers import BUILTIN_PLUGINS
 

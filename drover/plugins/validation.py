@@ -67,6 +67,8 @@ def _validate_one(entry: RegisteredHandler) -> str:
     else:
         assert isinstance(handler, SessionPromotionHandler)
         _check_members(handler.check_kernel_statuses, KernelStatus, "check_kernel_statuses", where)
+        if not handler.check_kernel_statuses:
+            raise InvalidHandlerError(f"{where}: check_kernel_statuses is empty")
         if not isinstance(handler.match_type, KernelMatchType):
             raise InvalidHandlerError(f"{where}: match_type must be a KernelMatchType")
         success = type(handler).success_session_status()

@@ -22,7 +22,7 @@ _SQLITE_PRAGMAS = (
     # application crashes and only risks the last commits on power loss.
     "PRAGMA synchronous=NORMAL",
     "PRAGMA cache_size=-131072",
-    "PRAGMA busy_timeout=5000",
+    "PRAGMA busy_timeout=30000",
     "PRAGMA foreign_keys=ON",
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
@@ -45,9 +46,22 @@ from drover.storage._sql import chunked
 from drover.storage.engine import WRITE_OPTION
 from drover.storage.ids import new_id
 from drover.storage.retry import run_transaction
-from drover.storage.schema import kernel_history, kernels, scheduling_history, sessions
+from drover.storage.schema import (
+    coordinators,
+    kernel_history,
+    kernels,
+    scheduling_history,
+    sessions,
+)
 
-__all__ = ["API_SOURCE", "BACKEND_SOURCE", "KernelReport", "Repository", "TerminationOutcome"]
+__all__ = [
+    "API_SOURCE",
+    "BACKEND_SOURCE",
+    "CoordinatorInfo",
+    "KernelReport",
+    "Repository",
+    "TerminationOutcome",
+]
 
 T = TypeVar("T")
 
@@ -76,6 +90,21 @@ class KernelReport:
     expected: frozenset[KernelStatus] | None = None
     exit_code: int | None = None
     message: str | None = None
+    #: Replaces the kernel's ``runtime`` bookkeeping when given.
+    runtime: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class CoordinatorInfo:
+    """One row of the ``coordinators`` heartbeat table."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    version: str
+    stopped_at: datetime | None
 
 
 @attrs.frozen
@@ -155,6 +184,7 @@ def _kernel_from_row(row: Any) -> KernelInfo:
         spec=row.spec,
         exit_code=row.exit_code,
         status_info=row.status_info,
+        runtime=row.runtime,
     )
 
 
@@ -361,6 +391,14 @@ class Repository:
                     f"expected one of {[s.value for s in KernelStatus]}"
                 ) from None
             agent_id = body.pop("agent_id", None)
+            for slot in ("cpu", "mem"):
+                value = body.get(slot)
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+                ):
+                    raise InvalidSpecError(
+                        f"kernel {index}: {slot!r} must be a number >= 0, got {value!r}"
+                    )
             try:
                 body = json.loads(json.dumps(body))
             except (TypeError, ValueError) as error:
@@ -613,6 +651,7 @@ class Repository:
                         "exit_code": report.exit_code,
                         "info": report.message,
                         "clear_agent": report.status == KernelStatus.PENDING,
+                        "runtime": report.runtime,
                     }
                 )
                 history.append(
@@ -644,6 +683,18 @@ class Repository:
                     ),
                     updates,
                 )
+                runtimes = [
+                    {"kid": u["kid"], "rt": u["runtime"]}
+                    for u in updates
+                    if u["runtime"] is not None
+                ]
+                if runtimes:
+                    await conn.execute(
+                        sa.update(kernels)
+                        .where(kernels.c.id == sa.bindparam("kid"))
+                        .values(runtime=sa.bindparam("rt", type_=sa.JSON())),
+                        runtimes,
+                    )
                 await conn.execute(sa.insert(kernel_history), history)
             return applied
 
@@ -680,7 +731,7 @@ class Repository:
         """
         slot_names = sorted(set(slots))
         columns = [
-            sa.func.sum(sa.func.coalesce(kernels.c.spec[name].as_float(), 0.0)).label(f"s{i}")
+            sa.func.sum(self._numeric_request(name)).label(f"s{i}")
             for i, name in enumerate(slot_names)
         ]
         query = (
@@ -702,6 +753,14 @@ class Repository:
 
         return await self.read(work)
 
+    def _numeric_request(self, slot: str) -> sa.ColumnElement[Any]:
+        """``spec[slot]`` when it is a JSON number, else 0: a bad value never breaks the sum."""
+        if self._pg:
+            is_number = sa.func.json_typeof(kernels.c.spec[slot]) == "number"
+        else:
+            is_number = sa.func.json_type(kernels.c.spec, f'$."{slot}"').in_(["integer", "real"])
+        return sa.case((is_number, kernels.c.spec[slot].as_float()), else_=0.0)
+
     async def assign_agents(self, placements: Mapping[str, str]) -> int:
         """Set ``agent_id`` on PENDING kernels (``kernel_id -> agent_id``); return how many."""
         if not placements:
@@ -722,13 +781,106 @@ class Repository:
 
         return await self.write(work)
 
+    async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
+        """Every kernel currently in one of ``statuses`` (a backend's view at start-up)."""
+        query = (
+            sa.select(kernels)
+            .where(kernels.c.status.in_([s.value for s in statuses]))
+            .order_by(kernels.c.id)
+        )
+
+        async def work(conn: AsyncConnection) -> list[KernelInfo]:
+            return [_kernel_from_row(r) for r in await conn.execute(query)]
+
+        return await self.read(work)
+
+    async def get_kernel(self, kernel_id: str) -> KernelInfo:
+        """One kernel, or UnknownKernelError."""
+
+        async def work(conn: AsyncConnection) -> KernelInfo:
+            row = (await conn.execute(sa.select(kernels).where(kernels.c.id == kernel_id))).first()
+            if row is None:
+                raise UnknownKernelError(kernel_id)
+            return _kernel_from_row(row)
+
+        return await self.read(work)
+
+    # -- coordinator liveness ---------------------------------------------------------
+
+    async def heartbeat(
+        self, info: CoordinatorInfo | None = None, *, coordinator_id: str = ""
+    ) -> None:
+        """Insert a coordinator's row (``info``) or refresh its ``heartbeat_at``."""
+        now = self._clock.time()
+
+        async def work(conn: AsyncConnection) -> None:
+            if info is not None:
+                await conn.execute(
+                    sa.insert(coordinators).values(
+                        id=info.id,
+                        host=info.host,
+                        pid=info.pid,
+                        started_at=now,
+                        heartbeat_at=now,
+                        version=info.version,
+                        stopped_at=None,
+                    )
+                )
+            else:
+                await conn.execute(
+                    sa.update(coordinators)
+                    .where(coordinators.c.id == coordinator_id)
+                    .values(heartbeat_at=now)
+                )
+
+        await self.write(work)
+
+    async def coordinator_stopped(self, coordinator_id: str) -> None:
+        """Mark a coordinator as cleanly stopped."""
+        now = self._clock.time()
+
+        async def work(conn: AsyncConnection) -> None:
+            await conn.execute(
+                sa.update(coordinators)
+                .where(coordinators.c.id == coordinator_id)
+                .values(stopped_at=now, heartbeat_at=now)
+            )
+
+        await self.write(work)
+
+    async def coordinators(self, *, alive_within: float | None = None) -> list[CoordinatorInfo]:
+        """Coordinators, newest first; with ``alive_within``, only running ones that beat lately."""
+        query = sa.select(coordinators).order_by(coordinators.c.started_at.desc())
+        if alive_within is not None:
+            query = query.where(
+                coordinators.c.stopped_at.is_(None),
+                coordinators.c.heartbeat_at >= self._clock.time() - alive_within,
+            )
+
+        async def work(conn: AsyncConnection) -> list[CoordinatorInfo]:
+            return [
+                CoordinatorInfo(
+                    id=r.id,
+                    host=r.host,
+                    pid=r.pid,
+                    started_at=from_timestamp(r.started_at),
+                    heartbeat_at=from_timestamp(r.heartbeat_at),
+                    version=r.version,
+                    stopped_at=from_timestamp(r.stopped_at) if r.stopped_at else None,
+                )
+                for r in await conn.execute(query)
+            ]
+
+        return await self.read(work)
+
     # -- requests from the API / CLI ----------------------------------------------------
 
     async def request_termination(self, session_ids: Sequence[str]) -> list[TerminationOutcome]:
         """Ask for sessions to end, recorded as SUCCESS rows of handler ``api``.
 
         A PENDING session (and its kernels) becomes CANCELLED; any other
-        non-terminal session becomes TERMINATING; both get ``status_info``
+        non-terminal session becomes TERMINATING (TERMINATED at once if it has
+        no kernels, since nothing would ever promote it); all get ``status_info``
         ``USER_REQUESTED``. A terminal session is left as it is. Raises
         UnknownSessionError, writing nothing, if any id is unknown.
         """
@@ -745,6 +897,14 @@ class Repository:
             for sid in session_ids:
                 if sid not in found:
                     raise UnknownSessionError(sid)
+            with_kernels: set[str] = set()
+            for chunk in chunked(list(found)):
+                with_kernels.update(
+                    r[0]
+                    for r in await conn.execute(
+                        sa.select(kernels.c.session_id).where(kernels.c.session_id.in_(chunk))
+                    )
+                )
             changes: list[Change] = []
             outcomes: list[TerminationOutcome] = []
             for sid in dict.fromkeys(session_ids):
@@ -765,6 +925,16 @@ class Repository:
                 elif status == SessionStatus.TERMINATING:
                     outcomes.append(TerminationOutcome(sid, status, status, changed=False))
                     continue
+                elif sid not in with_kernels:
+                    # Nothing to destroy, and no promotion matches a kernel-less session.
+                    change = Change(
+                        session_id=sid,
+                        from_status=status,
+                        result=SchedulingResult.SUCCESS,
+                        to_session=SessionStatus.TERMINATED,
+                        message="termination requested: no kernels to stop",
+                        status_info=info,
+                    )
                 else:
                     change = Change(
                         session_id=sid,

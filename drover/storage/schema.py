@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 __all__ = [
+    "coordinators",
     "kernel_history",
     "kernels",
     "metadata",
@@ -62,6 +63,8 @@ kernels = sa.Table(
     sa.Column("spec", sa.JSON(), nullable=False),
     sa.Column("exit_code", sa.Integer(), nullable=True),
     sa.Column("status_info", sa.Text(), nullable=True),
+    # Backend bookkeeping: pid, process identity, working directory, log paths.
+    sa.Column("runtime", sa.JSON(), nullable=True),
     sa.Index(None, "session_id"),
     sa.Index(None, "status"),
     postgresql_with={"fillfactor": 85},
@@ -101,4 +104,17 @@ kernel_history = sa.Table(
     sa.Index(None, "kernel_id", "id"),
     sa.Index(None, "created_at"),
     sa.Index(None, "source", "to_status"),
+)
+
+coordinators = sa.Table(
+    "coordinators",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer(), nullable=False),
+    sa.Column("started_at", sa.Double(), nullable=False),
+    sa.Column("heartbeat_at", sa.Double(), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("stopped_at", sa.Double(), nullable=True),
+    sa.Index(None, "heartbeat_at"),
 )
