@@ -1,0 +1,448 @@
+"""The ``local`` backend: each kernel is one real OS process on this machine.
+
+* prepare: create the kernel's working directory under ``data_dir``, run the
+  optional ``setup`` command (PULLING while it runs), then PREPARED; a failed
+  setup is ERROR with its exit code and the tail of its stderr.
+* create: spawn ``command`` in its own session/process group, stdout and stderr
+  to files in its working directory; RUNNING, with pid and process identity
+  recorded in the kernel's ``runtime``.
+* exit: TERMINATED for exit code 0, ERROR otherwise.
+* destroy: SIGTERM to the process group, SIGKILL after ``kill_grace``.
+
+Processes are not children of an asyncio transport (asyncio kills those when
+the loop closes), so kernels outlive a daemon restart and are adopted by the
+next daemon. A pid is only ever signalled if its ``/proc`` start time and boot
+id still match what was recorded: pids get reused. Linux only.
+
+Resources are accounted for by the scheduler, not enforced by the OS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from drover.backends.base import AgentBackend, AgentInfo
+from drover.coordinator.status import TERMINAL_KERNEL_STATUSES, KernelStatus
+from drover.coordinator.values import KernelInfo, SessionWithKernels
+from drover.storage.repository import KernelReport, Repository
+
+__all__ = ["LocalBackend", "process_identity"]
+
+log = logging.getLogger("drover.backends.local")
+
+_K = KernelStatus
+_EXIT_FILE = ".drover-exit"
+# Runs the command in its working directory and records its exit code, so a
+# daemon that adopts the process after a restart can still learn how it ended.
+_WRAPPER = (
+    'cd "$1" || exit 126; exitfile="$2"; shift 2; '
+    '"$@"; code=$?; echo $code > "$exitfile"; exit $code'
+)
+_STDERR_TAIL = 2000
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown-boot"
+
+
+def process_identity(pid: int) -> str | None:
+    """``boot_id:starttime`` of a live (non-zombie) process, or ``None`` if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after the last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in {"Z", "X"}:
+        return None
+    return f"{_boot_id()}:{fields[19]}"
+
+
+class _Proc:
+    """A kernel process this backend watches."""
+
+    def __init__(self, kernel_id: str, pid: int, identity: str, workdir: Path, own: bool) -> None:
+        self.kernel_id = kernel_id
+        self.pid = pid
+        self.identity = identity
+        self.workdir = workdir
+        self.own = own
+        self.destroying = False
+
+
+class LocalBackend(AgentBackend):
+    """Kernels as local processes; see the module docstring."""
+
+    def __init__(
+        self,
+        agents: Sequence[AgentInfo],
+        data_dir: str | os.PathLike[str],
+        *,
+        kill_grace: float = 10.0,
+        poll_interval: float = 0.05,
+    ) -> None:
+        self._agents = list(agents)
+        self.data_dir = Path(data_dir).resolve()
+        self.kill_grace = kill_grace
+        self.poll_interval = poll_interval
+        self.repository: Repository | None = None
+        #: Called after reports applied, so the daemon can wake promotion handlers.
+        self.on_change: Callable[[], None] = lambda: None
+        self._procs: dict[str, _Proc] = {}
+        self._setups: dict[str, asyncio.subprocess.Process] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._monitor: asyncio.Task[None] | None = None
+
+    def agents(self) -> Sequence[AgentInfo]:
+        """The configured agents (by default, this host)."""
+        return list(self._agents)
+
+    # -- lifecycle of the backend itself ------------------------------------------
+
+    async def start(self, repository: Repository) -> dict[str, int]:
+        """Adopt live kernel processes and mark dead ones ``lost``; start watching.
+
+        Returns counts: ``adopted`` and ``lost``.
+        """
+        self.repository = repository
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        ours = {a.id for a in self._agents}
+        adopted = lost = 0
+        reports: list[KernelReport] = []
+        for kernel in await repository.kernels_in([_K.RUNNING]):
+            if kernel.agent_id not in ours:
+                continue
+            runtime = kernel.runtime or {}
+            pid, identity = runtime.get("pid"), runtime.get("identity")
+            if isinstance(pid, int) and identity and process_identity(pid) == identity:
+                self._procs[kernel.id] = _Proc(
+                    kernel.id, pid, identity, Path(runtime.get("workdir", ".")), own=False
+                )
+                adopted += 1
+            else:
+                reports.append(
+                    KernelReport(
+                        kernel.id,
+                        _K.TERMINATED,
+                        expected=frozenset({_K.RUNNING}),
+                        exit_code=_read_exit(Path(runtime.get("workdir", "/nonexistent"))),
+                        message="lost",
+                    )
+                )
+                lost += 1
+        if reports:
+            await repository.report_kernel_statuses(reports)
+        self._monitor = asyncio.create_task(self._watch(), name="drover-local-monitor")
+        log.info("local backend started: adopted=%d lost=%d", adopted, lost)
+        return {"adopted": adopted, "lost": lost}
+
+    async def stop(self) -> None:
+        """Stop watching. Kernel processes keep running, to be adopted on restart."""
+        for task in [*self._tasks, *([self._monitor] if self._monitor else [])]:
+            task.cancel()
+        for task in [*self._tasks, *([self._monitor] if self._monitor else [])]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for proc in self._setups.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                await proc.wait()
+        self._setups.clear()
+        self._monitor = None
+
+    async def _report(self, *reports: KernelReport) -> None:
+        assert self.repository is not None, "LocalBackend.start() was not called"
+        await self.repository.report_kernel_statuses(list(reports))
+        self.on_change()
+
+    def _spawn_task(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _workdir(self, kernel: KernelInfo) -> Path:
+        return self.data_dir / "kernels" / kernel.id
+
+    # -- prepare -----------------------------------------------------------------
+
+    async def prepare(self, session: SessionWithKernels) -> None:
+        """Start preparing each live kernel in the background."""
+        for kernel in session.kernels:
+            if kernel.status not in TERMINAL_KERNEL_STATUSES:
+                self._spawn_task(self._prepare_kernel(session, kernel))
+
+    async def _prepare_kernel(self, session: SessionWithKernels, kernel: KernelInfo) -> None:
+        early = frozenset({_K.SCHEDULED, _K.PREPARING})
+        try:
+            workdir = self._workdir(kernel)
+            workdir.mkdir(parents=True, exist_ok=True)
+            problem = _spec_problem(kernel.spec)
+            if problem:
+                await self._report(
+                    KernelReport(kernel.id, _K.ERROR, expected=early, message=problem)
+                )
+                return
+            setup = kernel.spec.get("setup")
+            runtime = {"workdir": str(workdir), **_log_paths(workdir)}
+            if not setup:
+                await self._report(
+                    KernelReport(kernel.id, _K.PREPARED, expected=early, runtime=runtime)
+                )
+                return
+            await self._report(KernelReport(kernel.id, _K.PULLING, expected=early, runtime=runtime))
+            argv = ["/bin/sh", "-c", setup] if isinstance(setup, str) else [str(a) for a in setup]
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=_cwd(kernel.spec, workdir),
+                env=_env(session, kernel),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            self._setups[kernel.id] = proc
+            try:
+                _out, err = await proc.communicate()
+            finally:
+                self._setups.pop(kernel.id, None)
+            (workdir / "setup.stderr.log").write_bytes(err)
+            after = frozenset({_K.PREPARING, _K.PULLING})
+            if proc.returncode == 0:
+                await self._report(KernelReport(kernel.id, _K.PREPARED, expected=after))
+            else:
+                tail = err.decode(errors="replace")[-_STDERR_TAIL:].strip()
+                await self._report(
+                    KernelReport(
+                        kernel.id,
+                        _K.ERROR,
+                        expected=after,
+                        exit_code=proc.returncode,
+                        message=f"setup failed with exit code {proc.returncode}: {tail}",
+                    )
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("preparing kernel %s failed", kernel.id)
+            await self._report(
+                KernelReport(
+                    kernel.id,
+                    _K.ERROR,
+                    expected=frozenset({_K.SCHEDULED, _K.PREPARING, _K.PULLING}),
+                    message=f"prepare failed: {type(error).__name__}: {error}",
+                )
+            )
+
+    # -- create ------------------------------------------------------------------
+
+    async def create(self, session: SessionWithKernels) -> None:
+        """Spawn each prepared kernel's command and report it RUNNING."""
+        reports: list[KernelReport] = []
+        for kernel in session.kernels:
+            if kernel.status in TERMINAL_KERNEL_STATUSES or kernel.id in self._procs:
+                continue
+            reports.append(self._spawn(session, kernel))
+        await self._report(*reports)
+
+    def _spawn(self, session: SessionWithKernels, kernel: KernelInfo) -> KernelReport:
+        expected = frozenset({_K.PREPARED, _K.CREATING})
+        workdir = self._workdir(kernel)
+        workdir.mkdir(parents=True, exist_ok=True)
+        problem = _spec_problem(kernel.spec)
+        if problem:
+            return KernelReport(kernel.id, _K.ERROR, expected=expected, message=problem)
+        logs = _log_paths(workdir)
+        (workdir / _EXIT_FILE).unlink(missing_ok=True)
+        argv = [
+            "/bin/sh",
+            "-c",
+            _WRAPPER,
+            "drover-kernel",
+            str(_cwd(kernel.spec, workdir)),
+            str(workdir / _EXIT_FILE),
+            *[str(a) for a in kernel.spec["command"]],
+        ]
+        out = os.open(logs["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        err = os.open(logs["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            pid = os.posix_spawn(
+                "/bin/sh",
+                argv,
+                _env(session, kernel),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out, 1),
+                    (os.POSIX_SPAWN_DUP2, err, 2),
+                ],
+                setsid=True,
+            )
+        except OSError as error:
+            return KernelReport(
+                kernel.id, _K.ERROR, expected=expected, message=f"spawn failed: {error}"
+            )
+        finally:
+            os.close(out)
+            os.close(err)
+        identity = process_identity(pid) or f"{_boot_id()}:unknown"
+        self._procs[kernel.id] = _Proc(kernel.id, pid, identity, workdir, own=True)
+        runtime = {"pid": pid, "identity": identity, "workdir": str(workdir), **logs}
+        return KernelReport(kernel.id, _K.RUNNING, expected=expected, runtime=runtime)
+
+    # -- watching exits ------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                await self._poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("local backend: watching processes failed; will retry")
+
+    async def _poll_once(self) -> None:
+        ended: list[KernelReport] = []
+        for proc in list(self._procs.values()):
+            code = _exit_status(proc)
+            if code is _RUNNING:
+                continue
+            del self._procs[proc.kernel_id]
+            exit_code = code if isinstance(code, int) else _read_exit(proc.workdir)
+            if proc.destroying or exit_code == 0:
+                status = _K.TERMINATED
+                message = "destroyed" if proc.destroying else None
+            else:
+                status = _K.ERROR
+                message = (
+                    f"exited with code {exit_code}"
+                    if exit_code is not None
+                    else "exited; exit code unknown (adopted process)"
+                )
+            ended.append(
+                KernelReport(
+                    proc.kernel_id,
+                    status,
+                    expected=frozenset({_K.RUNNING, _K.CREATING, _K.TERMINATING}),
+                    exit_code=exit_code,
+                    message=message,
+                )
+            )
+        if ended:
+            await self._report(*ended)
+
+    # -- destroy -------------------------------------------------------------------
+
+    async def destroy(self, session: SessionWithKernels) -> None:
+        """SIGTERM each live kernel's process group; SIGKILL after ``kill_grace``."""
+        victims: list[_Proc] = []
+        for kernel in session.kernels:
+            setup = self._setups.get(kernel.id)
+            if setup is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    setup.kill()
+            proc = self._procs.get(kernel.id)
+            if proc is None:
+                proc = self._adoptable(kernel)
+            if proc is None:
+                continue
+            proc.destroying = True
+            if _signal_group(proc, signal.SIGTERM):
+                victims.append(proc)
+        deadline = asyncio.get_running_loop().time() + self.kill_grace
+        while victims and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(self.poll_interval)
+            victims = [p for p in victims if process_identity(p.pid) == p.identity]
+        for proc in victims:
+            log.warning(
+                "kernel %s ignored SIGTERM for %ss: SIGKILL", proc.kernel_id, self.kill_grace
+            )
+            _signal_group(proc, signal.SIGKILL)
+
+    def _adoptable(self, kernel: KernelInfo) -> _Proc | None:
+        runtime = kernel.runtime or {}
+        pid, identity = runtime.get("pid"), runtime.get("identity")
+        if isinstance(pid, int) and identity and process_identity(pid) == identity:
+            proc = _Proc(kernel.id, pid, identity, Path(runtime.get("workdir", ".")), own=False)
+            self._procs[kernel.id] = proc
+            return proc
+        return None
+
+
+_RUNNING = object()
+
+
+def _exit_status(proc: _Proc) -> object:
+    """``_RUNNING``, an exit code, or ``None`` when it ended with an unknown code."""
+    if proc.own:
+        try:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            return None if process_identity(proc.pid) != proc.identity else _RUNNING
+        if pid == 0:
+            return _RUNNING
+        return os.waitstatus_to_exitcode(status)
+    return _RUNNING if process_identity(proc.pid) == proc.identity else None
+
+
+def _signal_group(proc: _Proc, sig: signal.Signals) -> bool:
+    """Signal the process group, only if the pid is still the process we started."""
+    if process_identity(proc.pid) != proc.identity:
+        return False
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _read_exit(workdir: Path) -> int | None:
+    try:
+        return int((workdir / _EXIT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _log_paths(workdir: Path) -> dict[str, str]:
+    return {"stdout": str(workdir / "stdout.log"), "stderr": str(workdir / "stderr.log")}
+
+
+def _cwd(spec: Mapping[str, Any], workdir: Path) -> Path:
+    cwd = spec.get("cwd")
+    return workdir / cwd if isinstance(cwd, str) and cwd else workdir
+
+
+def _env(session: SessionWithKernels, kernel: KernelInfo) -> dict[str, str]:
+    env = dict(os.environ)
+    extra = kernel.spec.get("env") or {}
+    env.update({str(k): str(v) for k, v in extra.items()})
+    env["DROVER_SESSION_ID"] = session.id
+    env["DROVER_KERNEL_ID"] = kernel.id
+    return env
+
+
+def _spec_problem(spec: Mapping[str, Any]) -> str | None:
+    """Why a kernel spec cannot run locally, or ``None``."""
+    command = spec.get("command")
+    if (
+        not isinstance(command, list)
+        or not command
+        or not all(isinstance(a, str | int | float) for a in command)
+    ):
+        return "invalid kernel spec: 'command' must be a non-empty list of arguments"
+    env = spec.get("env")
+    if env is not None and not isinstance(env, Mapping):
+        return "invalid kernel spec: 'env' must be a table of NAME = value"
+    setup = spec.get("setup")
+    if setup is not None and not isinstance(setup, str | list):
+        return "invalid kernel spec: 'setup' must be a shell command string or an argument list"
+    return None

@@ -1,0 +1,346 @@
+"""Configuration: a TOML file, ``DROVER_…`` environment variables and CLI flags.
+
+Precedence is flags > environment > file > defaults, value by value. Every
+value remembers where it came from, for ``drover config show``. The merged
+mapping is structured with cattrs into frozen attrs classes; an unknown key or
+a wrong type is a :class:`ConfigError` naming the key and its source.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn
+
+from drover.coordinator.errors import DroverError
+from drover.storage.engine import DEFAULT_DATABASE_URL
+
+__all__ = [
+    "AgentConfig",
+    "BackendConfig",
+    "Config",
+    "ConfigError",
+    "HandlerConfig",
+    "LoadedConfig",
+    "PluginsConfig",
+    "default_agents",
+    "flatten_config",
+    "load_config",
+]
+
+DEFAULT_CONFIG_FILE = "drover.toml"
+
+
+class ConfigError(DroverError):
+    """The configuration is invalid; the message names the key and where it came from."""
+
+
+@attrs.frozen
+class AgentConfig:
+    """One agent: an id and its resource capacity (``cpu`` cores, ``mem`` MiB, others)."""
+
+    id: str
+    cpu: float
+    mem: float
+    extra: dict[str, float] = attrs.field(factory=dict)
+
+    def capacity(self) -> dict[str, float]:
+        """Every slot this agent offers."""
+        return {"cpu": self.cpu, "mem": self.mem, **self.extra}
+
+
+@attrs.frozen
+class HandlerConfig:
+    """``[handlers.<name>]``: option overrides and scheduling of one handler."""
+
+    max_retries: int | None = None
+    timeout: float | None = None
+    batch_size: int | None = None
+    interval: float = 2.0
+    enabled: bool = True
+
+
+@attrs.frozen
+class PluginsConfig:
+    """``[plugins]``: which plugins load."""
+
+    #: Allowlist of external plugin names; ``None`` loads every installed one.
+    load: list[str] | None = None
+    #: Plugin names (built-in or external) that must not load.
+    block: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class BackendConfig:
+    """``[backend]``: where kernels run."""
+
+    #: ``local`` (real processes) or ``simulated``.
+    name: str = "local"
+    #: Agents; empty means one agent named after the host with all its cores and memory.
+    agents: list[AgentConfig] = attrs.field(factory=list)
+    #: local: seconds between SIGTERM and SIGKILL when destroying a kernel.
+    kill_grace: float = 10.0
+    #: simulated: seconds from PULLING to PREPARED.
+    pull_delay: float = 0.0
+    #: simulated: seconds from CREATING to RUNNING.
+    create_delay: float = 0.0
+    #: simulated: seconds a kernel runs before exiting 0 (``None``: until destroyed).
+    run_for: float | None = None
+
+
+@attrs.frozen
+class Config:
+    """The whole effective configuration."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    #: PostgreSQL schema (search_path) to use; empty for the default.
+    database_schema: str = ""
+    #: Where the local backend keeps kernel working directories and logs.
+    data_dir: str = "./drover-data"
+    log_format: str = "text"
+    log_level: str = "INFO"
+    #: Seconds between unconditional ticks of every handler (the safety net).
+    safety_interval: float = 30.0
+    #: Seconds in-flight ticks get to finish on SIGINT/SIGTERM.
+    shutdown_grace: float = 10.0
+    #: Seconds between coordinator heartbeats.
+    heartbeat_interval: float = 5.0
+    handlers: dict[str, HandlerConfig] = attrs.field(factory=dict)
+    plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
+    backend: BackendConfig = attrs.field(factory=BackendConfig)
+
+
+@attrs.frozen
+class LoadedConfig:
+    """A configuration and, for each dotted key that was set, where it came from."""
+
+    config: Config
+    sources: dict[str, str]
+    file: Path | None
+
+    def source(self, key: str) -> str:
+        """Where ``key`` (dotted) came from: ``default``, ``file …``, ``env …`` or ``flag …``."""
+        return self.sources.get(key, "default")
+
+
+_ENUMS = {"log_format": {"text", "json"}, "backend.name": {"local", "simulated"}}
+
+
+def _converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+
+    def _bool(value: Any, _type: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"1", "true", "yes", "on"}:
+            return True
+        if isinstance(value, str) and value.lower() in {"0", "false", "no", "off"}:
+            return False
+        raise ValueError(f"expected true or false, got {value!r}")
+
+    def _number(kind: type) -> Any:
+        def structure(value: Any, _type: Any) -> Any:
+            if isinstance(value, bool):
+                raise ValueError(f"expected a number, got {value!r}")
+            if isinstance(value, int | float | str):
+                return kind(value)
+            raise ValueError(f"expected a number, got {value!r}")
+
+        return structure
+
+    def _string(value: Any, _type: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
+        return value
+
+    conv.register_structure_hook(bool, _bool)
+    conv.register_structure_hook(int, _number(int))
+    conv.register_structure_hook(float, _number(float))
+    conv.register_structure_hook(str, _string)
+
+    def _agent(value: Any, _type: Any) -> AgentConfig:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"an agent must be a table, got {value!r}")
+        known = {"id", "cpu", "mem"}
+        extra = {k: float(v) for k, v in value.items() if k not in known}
+        return AgentConfig(
+            id=_string(value.get("id"), str),
+            cpu=_number(float)(value.get("cpu"), float),
+            mem=_number(float)(value.get("mem"), float),
+            extra=extra,
+        )
+
+    conv.register_structure_hook(AgentConfig, _agent)
+    for cls in (HandlerConfig, PluginsConfig, BackendConfig, Config):
+        conv.register_structure_hook(
+            cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)
+        )
+    return conv
+
+
+_CONVERTER = _converter()
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        # handlers.<name> tables hold per-handler keys; agents are one list value.
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        parts = dotted.split(".")
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return tree
+
+
+_ENV_SCALARS = {
+    "DROVER_DATABASE_URL": "database_url",
+    "DROVER_DATABASE_SCHEMA": "database_schema",
+    "DROVER_DATA_DIR": "data_dir",
+    "DROVER_LOG_FORMAT": "log_format",
+    "DROVER_LOG_LEVEL": "log_level",
+    "DROVER_SAFETY_INTERVAL": "safety_interval",
+    "DROVER_SHUTDOWN_GRACE": "shutdown_grace",
+    "DROVER_HEARTBEAT_INTERVAL": "heartbeat_interval",
+    "DROVER_BACKEND": "backend.name",
+}
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    found: dict[str, tuple[Any, str]] = {}
+    for var, key in _ENV_SCALARS.items():
+        if var in environ:
+            found[key] = (environ[var], f"env {var}")
+    if "DROVER_LOAD_PLUGINS" in environ:
+        raw = environ["DROVER_LOAD_PLUGINS"]
+        names = [n.strip() for n in raw.split(",") if n.strip()]
+        found["plugins.load"] = (names, "env DROVER_LOAD_PLUGINS")
+    if "DROVER_DISABLE_PLUGINS" in environ:
+        raw = environ["DROVER_DISABLE_PLUGINS"]
+        names = [n.strip() for n in raw.split(",") if n.strip()]
+        found["plugins.block"] = (names, "env DROVER_DISABLE_PLUGINS")
+    # DROVER_HANDLERS__<NAME>__<KEY>, NAME with "_" for "-": per-handler settings.
+    for var, value in environ.items():
+        if var.startswith("DROVER_HANDLERS__"):
+            parts = var.split("__")
+            if len(parts) != 3:
+                raise ConfigError(
+                    f"environment variable {var}: expected DROVER_HANDLERS__<NAME>__<KEY>"
+                )
+            name = parts[1].lower().replace("_", "-")
+            found[f"handlers.{name}.{parts[2].lower()}"] = (value, f"env {var}")
+    return found
+
+
+def _check_enums(flat: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    for key, allowed in _ENUMS.items():
+        if key in flat and flat[key] not in allowed:
+            raise ConfigError(
+                f"{key} = {flat[key]!r} (from {sources.get(key, 'default')}): "
+                f"expected one of {sorted(allowed)}"
+            )
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> LoadedConfig:
+    """Load the effective configuration.
+
+    ``path`` is the TOML file (``None``: ``./drover.toml`` if it exists). ``flags``
+    maps dotted keys to values given on the command line (``None`` values are
+    ignored, meaning "not given").
+    """
+    environ = os.environ if environ is None else environ
+    file: Path | None = None
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"configuration file {file} does not exist")
+    elif Path(DEFAULT_CONFIG_FILE).is_file():
+        file = Path(DEFAULT_CONFIG_FILE)
+    flat: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if file is not None:
+        try:
+            data = tomllib.loads(file.read_text())
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"{file}: not valid TOML: {error}") from None
+        for key, value in _flatten(data).items():
+            flat[key] = value
+            sources[key] = f"file {file}"
+    for key, (value, source) in _from_env(environ).items():
+        flat[key] = value
+        sources[key] = source
+    for key, value in (flags or {}).items():
+        if value is not None:
+            flat[key] = value
+            sources[key] = f"flag {key}"
+    _check_enums(flat, sources)
+    try:
+        config = _CONVERTER.structure(_unflatten(flat), Config)
+    except cattrs.BaseValidationError as error:
+        problems = cattrs.transform_error(error, path="")
+        lines = []
+        for problem in problems:
+            text, _, where = problem.rpartition(" @ ")
+            key = where.replace("['", ".").replace("']", "").replace("[", ".").replace("]", "")
+            key = key.strip(".")
+            if text.startswith("extra fields found (") and text.endswith(")"):
+                for name in text[len("extra fields found (") : -1].split(", "):
+                    unknown = f"{key}.{name}" if key else name
+                    lines.append(f"unknown key {unknown!r} ({_origin(unknown, sources)})")
+                continue
+            value = flat.get(key, "<missing>")
+            lines.append(f"{key}: {text}, got {value!r} ({_origin(key, sources)})")
+        raise ConfigError("invalid configuration: " + "; ".join(lines)) from None
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"invalid configuration: {error}") from None
+    return LoadedConfig(config=config, sources=sources, file=file)
+
+
+def _origin(key: str, sources: Mapping[str, str]) -> str:
+    if key in sources:
+        return f"from {sources[key]}"
+    for dotted, source in sources.items():
+        if dotted.startswith(f"{key}.") or key.startswith(f"{dotted}."):
+            return f"from {source}"
+    return "from defaults"
+
+
+def default_agents() -> list[AgentConfig]:
+    """One agent named after the host, with every core and all physical memory (MiB)."""
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    except (ValueError, OSError, AttributeError):
+        mem = 1024
+    return [AgentConfig(id=socket.gethostname(), cpu=float(os.cpu_count() or 1), mem=float(mem))]
+
+
+def flatten_config(config: Config) -> dict[str, Any]:
+    """Every effective value as dotted keys (for ``drover config show``)."""
+    data = _CONVERTER.unstructure(config)
+    agents = data["backend"].pop("agents")
+    flat = _flatten(data)
+    flat["backend.agents"] = agents
+    return flat

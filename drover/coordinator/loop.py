@@ -1,0 +1,263 @@
+"""The daemon's loop: every enabled handler ticking in one asyncio process.
+
+* Each handler ticks every ``interval`` seconds, and at once when woken: a tick
+  that moves sessions into a status wakes the handlers that target it, and a
+  backend report wakes the promotion handlers.
+* Every ``safety_interval`` seconds all handlers are woken unconditionally.
+* Ticks of one handler never overlap (one task per handler).
+* A tick that raises (the database went away, say) is logged and retried with
+  tenacity's exponential backoff; the daemon goes on.
+* :meth:`Daemon.stop` stops starting ticks; :meth:`Daemon.run` then lets
+  in-flight ticks finish within ``shutdown_grace`` before cancelling them
+  (a cancelled apply is a rolled-back transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+
+from drover.coordinator.clock import from_timestamp
+from drover.coordinator.engine import Coordinator, TickReport
+from drover.coordinator.interfaces import SessionPromotionHandler
+from drover.storage.ids import new_id
+from drover.storage.repository import CoordinatorInfo
+
+__all__ = ["Daemon"]
+
+log = logging.getLogger("drover.daemon")
+
+
+class Daemon:
+    """Runs a :class:`Coordinator`'s handlers until stopped."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        intervals: Mapping[str, float] | None = None,
+        enabled: Mapping[str, bool] | None = None,
+        default_interval: float = 2.0,
+        safety_interval: float = 30.0,
+        heartbeat_interval: float = 5.0,
+        shutdown_grace: float = 10.0,
+        version: str = "",
+        pump: Callable[[], Awaitable[int]] | None = None,
+        pump_interval: float = 0.02,
+        on_tick: Callable[[TickReport], None] | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.repository = coordinator.repository
+        names = list(coordinator.handlers)
+        self.names = [n for n in names if (enabled or {}).get(n, True)]
+        self.intervals = {n: (intervals or {}).get(n, default_interval) for n in self.names}
+        self.safety_interval = safety_interval
+        self.heartbeat_interval = heartbeat_interval
+        self.shutdown_grace = shutdown_grace
+        self.version = version
+        self.id = new_id()
+        self._pump = pump
+        self._pump_interval = pump_interval
+        self._on_tick = on_tick
+        self._wake = {n: asyncio.Event() for n in self.names}
+        self._stopping = asyncio.Event()
+        self._in_tick: set[str] = set()
+        # Which handlers to wake when sessions move into a status.
+        self._targets: dict[str, set[str]] = {}
+        self._promotions = [
+            n for n in self.names if isinstance(coordinator.handlers[n], SessionPromotionHandler)
+        ]
+        for name in self.names:
+            for status in coordinator.handlers[name].target_session_statuses:
+                self._targets.setdefault(str(status), set()).add(name)
+        self.ticks = 0
+
+    def wake(self, *names: str) -> None:
+        """Make the named handlers (default: all) tick as soon as they are free."""
+        for name in names or self.names:
+            if name in self._wake:
+                self._wake[name].set()
+
+    def wake_promotions(self) -> None:
+        """Wake the promotion handlers (kernel statuses changed)."""
+        self.wake(*self._promotions) if self._promotions else None
+
+    def stop(self) -> None:
+        """Stop starting new ticks; :meth:`run` returns once in-flight ticks are done."""
+        if not self._stopping.is_set():
+            log.info("stopping: no new ticks; waiting for in-flight ticks to finish")
+        self._stopping.set()
+        for event in self._wake.values():
+            event.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopping.is_set()
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`; then finish in-flight ticks within the grace period."""
+        await self.repository.heartbeat(
+            CoordinatorInfo(
+                id=self.id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=_now(),
+                heartbeat_at=_now(),
+                version=self.version,
+                stopped_at=None,
+            )
+        )
+        log.info("coordinator %s running handlers: %s", self.id, ", ".join(self.names))
+        workers = [
+            asyncio.create_task(self._handler_loop(n), name=f"drover-tick-{n}") for n in self.names
+        ]
+        helpers = [
+            asyncio.create_task(self._safety_loop(), name="drover-safety"),
+            asyncio.create_task(self._heartbeat_loop(), name="drover-heartbeat"),
+        ]
+        if self._pump is not None:
+            helpers.append(asyncio.create_task(self._pump_loop(), name="drover-pump"))
+        try:
+            await self._stopping.wait()
+        finally:
+            self._stopping.set()
+            for task in helpers:
+                task.cancel()
+            _done, pending = await asyncio.wait(workers, timeout=self.shutdown_grace)
+            if pending:
+                log.warning(
+                    "grace period of %ss over: cancelling ticks of %s",
+                    self.shutdown_grace,
+                    sorted(self._in_tick),
+                )
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*helpers, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.repository.coordinator_stopped(self.id)
+            log.info("coordinator %s stopped", self.id)
+
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+
+    async def _handler_loop(self, name: str) -> None:
+        wake = self._wake[name]
+        wake.set()  # tick once at start-up
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=self.intervals[name])
+            if self._stopping.is_set():
+                return
+            wake.clear()
+            report = await self._tick_with_backoff(name)
+            if report is None:
+                return
+            self._after_tick(report)
+
+    async def _tick_with_backoff(self, name: str) -> TickReport | None:
+        def log_retry(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            wait = state.next_action.sleep if state.next_action else 0.0
+            log.error(
+                "tick of %s failed (%s: %s); retrying in %.1fs",
+                name,
+                type(error).__name__,
+                error,
+                wait,
+                extra={"handler": name, "attempt": state.attempt_number},
+            )
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential_jitter(multiplier=0.5, max=30.0, jitter=0.5),
+            stop=lambda _state: self._stopping.is_set(),
+            sleep=self._sleep_unless_stopping,
+            before_sleep=log_retry,
+            reraise=False,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    self._in_tick.add(name)
+                    try:
+                        return await self.coordinator.tick(name)
+                    finally:
+                        self._in_tick.discard(name)
+        except Exception as error:  # tenacity's RetryError once stopping
+            log.warning("tick of %s abandoned at shutdown: %s", name, error)
+        return None
+
+    def _after_tick(self, report: TickReport) -> None:
+        self.ticks += 1
+        counts = {str(k): v for k, v in report.counts.items()}
+        level = logging.INFO if report.fetched else logging.DEBUG
+        log.log(
+            level,
+            "tick %s fetched=%d %s in %.3fs",
+            report.handler,
+            report.fetched,
+            " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no-change",
+            report.duration,
+            extra={
+                "handler": report.handler,
+                "fetched": report.fetched,
+                "counts": counts,
+                "duration": round(report.duration, 6),
+            },
+        )
+        for status in report.moved_to:
+            for name in self._targets.get(str(status), ()):
+                self._wake[name].set()
+        if report.kernel_changes:
+            self.wake_promotions()
+        if (
+            report.fetched
+            and len(report.changes)
+            and report.fetched >= self.coordinator.options(report.handler).batch_size
+        ):
+            # A full batch: there may be more waiting.
+            self._wake[report.handler].set()
+        if self._on_tick is not None:
+            self._on_tick(report)
+
+    async def _safety_loop(self) -> None:
+        while not self._stopping.is_set():
+            await self._sleep_unless_stopping(self.safety_interval)
+            if not self._stopping.is_set():
+                self.wake()
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._stopping.is_set():
+            await self._sleep_unless_stopping(self.heartbeat_interval)
+            if self._stopping.is_set():
+                return
+            try:
+                await self.repository.heartbeat(coordinator_id=self.id)
+            except Exception as error:
+                log.error("heartbeat failed: %s: %s", type(error).__name__, error)
+
+    async def _pump_loop(self) -> None:
+        assert self._pump is not None
+        while not self._stopping.is_set():
+            try:
+                if await self._pump():
+                    self.wake_promotions()
+            except Exception as error:
+                log.error("backend delivery failed: %s: %s", type(error).__name__, error)
+                await self._sleep_unless_stopping(1.0)
+            await self._sleep_unless_stopping(self._pump_interval)
+
+
+def _now() -> datetime:
+    return from_timestamp(time.time())
