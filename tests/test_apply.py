@@ -250,3 +250,20 @@ async def test_backend_reports_are_compare_and_set(make_harness):
         assert [(r.source, r.from_status, r.to_status, r.message) for r in rows] == [
             ("backend", K.RUNNING, K.ERROR, "oom")
         ]
+
+
+async def test_backend_reports_record_runtime_bookkeeping(make_harness):
+    """A report's runtime is stored; reports without one leave it alone."""
+    from drover import KernelReport
+
+    async with make_harness() as h:
+        sid = await h.create_session(kernels=[{"cpu": 1, "status": "CREATING"}], status=S.CREATING)
+        (kernel,) = (await h.session(sid)).kernels
+        assert kernel.runtime is None
+        await h.repository.report_kernel_statuses(
+            [KernelReport(kernel.id, K.RUNNING, runtime={"pid": 42, "stdout": "/tmp/o"})]
+        )
+        await h.set_kernel_status(kernel.id, K.TERMINATED, exit_code=0)
+        (kernel,) = (await h.session(sid)).kernels
+        assert (kernel.status, kernel.exit_code) == (K.TERMINATED, 0)
+        assert kernel.runtime == {"pid": 42, "stdout": "/tmp/o"}

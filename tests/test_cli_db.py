@@ -11,11 +11,7 @@ from drover.storage import head_revision
 def test_upgrade_then_current(database, monkeypatch):
     """An empty database is reported as such, upgraded, then reported at head."""
     if database.schema:
-        # point the CLI's own engine at this test's PostgreSQL schema
-        import drover.cli.db as cli_db
-        from drover.storage.engine import create_engine as real
-
-        monkeypatch.setattr(cli_db, "create_engine", lambda url: real(url, schema=database.schema))
+        monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
     runner = CliRunner()
     result = runner.invoke(main, ["db", "current", "--database", database.url])
     assert result.exit_code == 0, result.output

@@ -1,21 +1,56 @@
-"""Options and helpers shared by CLI commands."""
+"""What every CLI command shares: configuration, the app, errors and output."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.table import Table
 from sqlalchemy import exc
 
+from drover.app import App
+from drover.config import ConfigError, LoadedConfig, load_config
 from drover.coordinator.errors import DroverError
-from drover.storage.engine import DEFAULT_DATABASE_URL
+from drover.coordinator.values import SessionWithKernels
 
-__all__ = ["database_option", "run_async"]
+__all__ = [
+    "CliState",
+    "database_option",
+    "emit_json",
+    "iso",
+    "json_option",
+    "print_table",
+    "run_async",
+    "session_json",
+    "with_app",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+
+class CliState:
+    """Group-level options, resolved into a configuration on first use."""
+
+    def __init__(self, config_path: str | None, flags: dict[str, Any]) -> None:
+        self.config_path = config_path
+        self.flags = flags
+        self._loaded: LoadedConfig | None = None
+
+    def loaded(self, **more_flags: Any) -> LoadedConfig:
+        """The effective configuration (flags > environment > file > defaults)."""
+        if self._loaded is None or more_flags:
+            try:
+                self._loaded = load_config(self.config_path, flags={**self.flags, **more_flags})
+            except ConfigError as error:
+                raise click.ClickException(str(error)) from None
+        return self._loaded
 
 
 def database_option(func: F) -> F:
@@ -23,11 +58,17 @@ def database_option(func: F) -> F:
     return click.option(
         "--database",
         "database_url",
-        envvar="DROVER_DATABASE_URL",
-        default=DEFAULT_DATABASE_URL,
-        show_default=True,
-        help="SQLAlchemy async URL of the database (env DROVER_DATABASE_URL).",
+        default=None,
+        help="SQLAlchemy async URL of the database "
+        "[env DROVER_DATABASE_URL; default sqlite+aiosqlite:///./drover.db].",
     )(func)
+
+
+def json_option(func: F) -> F:
+    """Add ``--json`` to a listing command."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable field names).")(
+        func
+    )
 
 
 def run_async(work: Callable[[], Awaitable[T]]) -> T:
@@ -38,4 +79,91 @@ def run_async(work: Callable[[], Awaitable[T]]) -> T:
         raise click.ClickException(str(error)) from None
     except (exc.OperationalError, exc.InterfaceError, OSError) as error:
         detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+        if "no such table" in detail or "does not exist" in detail:
+            raise click.ClickException(
+                f"the database is not upgraded ({detail}): run `drover db upgrade` first"
+            ) from None
         raise click.ClickException(f"cannot reach the database: {detail}") from None
+
+
+def with_app(
+    ctx: click.Context,
+    work: Callable[[App], Awaitable[T]],
+    *,
+    database_url: str | None = None,
+    check_schema: bool = True,
+) -> T:
+    """Build the app from the configuration, run ``work`` with it, and close it."""
+    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
+
+    async def runner() -> T:
+        app = App(loaded)
+        try:
+            if check_schema:
+                await app.check_schema()
+            return await work(app)
+        finally:
+            await app.close()
+
+    return run_async(runner)
+
+
+def iso(value: datetime | None) -> str | None:
+    """An aware datetime as ISO 8601 (UTC), or ``None``."""
+    return value.isoformat(timespec="milliseconds") if value is not None else None
+
+
+def session_json(session: SessionWithKernels) -> dict[str, Any]:
+    """A session as the stable JSON shape every command and the web API use."""
+    return {
+        "id": session.id,
+        "name": session.name,
+        "status": session.status.value,
+        "status_info": session.status_info,
+        "result": session.result,
+        "priority": session.priority,
+        "try_count": session.try_count,
+        "created_at": iso(session.created_at),
+        "status_changed_at": iso(session.status_changed_at),
+        "spec": session.spec,
+        "kernels": [
+            {
+                "id": k.id,
+                "index": i,
+                "status": k.status.value,
+                "status_info": k.status_info,
+                "agent_id": k.agent_id,
+                "exit_code": k.exit_code,
+                "pid": (k.runtime or {}).get("pid"),
+                "stdout": (k.runtime or {}).get("stdout"),
+                "stderr": (k.runtime or {}).get("stderr"),
+                "status_changed_at": iso(k.status_changed_at),
+                "spec": k.spec,
+            }
+            for i, k in enumerate(session.kernels, start=1)
+        ],
+    }
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as indented JSON."""
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def print_table(
+    columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None
+) -> None:
+    """A rich table on a terminal; tab-separated lines (header first) otherwise."""
+    rows = [["" if v is None else str(v) for v in row] for row in rows]
+    if sys.stdout.isatty():
+        table = Table(*columns, title=title)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    if title:
+        click.echo(f"# {title}")
+    click.echo("\t".join(columns))
+    for row in rows:
+        click.echo("\t".join(row))

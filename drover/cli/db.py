@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from drover.cli._common import database_option, run_async
-from drover.storage.engine import create_engine
+from drover.app import App
+from drover.cli._common import database_option, with_app
 from drover.storage.migrate import current_revision, head_revision, upgrade
 
 __all__ = ["db"]
@@ -21,22 +21,19 @@ def db() -> None:
 
 @db.command("upgrade")
 @database_option
-def upgrade_command(database_url: str) -> None:
+@click.pass_context
+def upgrade_command(ctx: click.Context, database_url: str | None) -> None:
     """Upgrade the database to the newest schema. Safe to run repeatedly.
 
     Example: drover db upgrade --database sqlite+aiosqlite:///./drover.db
     """
 
-    async def work() -> tuple[str | None, str]:
-        engine = create_engine(database_url)
-        try:
-            before = await current_revision(engine)
-            await upgrade(engine)
-            return before, head_revision()
-        finally:
-            await engine.dispose()
+    async def work(app: App) -> tuple[str | None, str]:
+        before = await current_revision(app.engine)
+        await upgrade(app.engine)
+        return before, head_revision()
 
-    before, head = run_async(work)
+    before, head = with_app(ctx, work, database_url=database_url, check_schema=False)
     if before == head:
         click.echo(f"already at {head} (head)")
     else:
@@ -45,20 +42,17 @@ def upgrade_command(database_url: str) -> None:
 
 @db.command("current")
 @database_option
-def current_command(database_url: str) -> None:
+@click.pass_context
+def current_command(ctx: click.Context, database_url: str | None) -> None:
     """Print the schema revision of the database, and whether it is the newest.
 
     Example: drover db current --database sqlite+aiosqlite:///./drover.db
     """
 
-    async def work() -> str | None:
-        engine = create_engine(database_url)
-        try:
-            return await current_revision(engine)
-        finally:
-            await engine.dispose()
+    async def work(app: App) -> str | None:
+        return await current_revision(app.engine)
 
-    revision = run_async(work)
+    revision = with_app(ctx, work, database_url=database_url, check_schema=False)
     head = head_revision()
     if revision is None:
         click.echo(f"empty database (not upgraded; head is {head}): run `drover db upgrade`")

@@ -4,18 +4,44 @@ from __future__ import annotations
 
 import click
 
+from drover.cli._common import CliState
 from drover.cli.db import db
+from drover.cli.run import run
+from drover.cli.sessions import logs, sessions, show, submit, terminate
+from drover.cli.status import config, status
 
 __all__ = ["main"]
 
 
 @click.group(
-    context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="Example: drover db upgrade --database sqlite+aiosqlite:///./drover.db",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="Example: drover run   (then, in another shell: drover submit -- echo hello)",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="DROVER_CONFIG",
+    help="TOML configuration file [env DROVER_CONFIG; default ./drover.toml if present].",
+)
+@click.option(
+    "--database",
+    "database_url",
+    default=None,
+    help="Database URL, overriding the configuration and DROVER_DATABASE_URL.",
 )
 @click.version_option(package_name="drover")
-def main() -> None:
-    """drover: a plugin-based lifecycle coordinator for compute sessions."""
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, database_url: str | None) -> None:
+    """drover: a plugin-based lifecycle coordinator for compute sessions.
+
+    Sessions move PENDING → SCHEDULED → PREPARING → PREPARED → CREATING →
+    RUNNING → TERMINATING → TERMINATED, driven by handler plugins.
+    """
+    flags = {"database_url": database_url} if database_url else {}
+    ctx.obj = CliState(config_path, flags)
 
 
-main.add_command(db)
+for command in (run, submit, sessions, show, logs, terminate, status, config, db):
+    main.add_command(command)

@@ -445,6 +445,29 @@ class Repository:
 
         return await self.read(work)
 
+    async def resolve_session_id(self, prefix: str) -> str:
+        """The id of the one session whose id starts with ``prefix`` (or equals it)."""
+        if not prefix:
+            raise UnknownSessionError(prefix)
+
+        async def work(conn: AsyncConnection) -> list[str]:
+            query = (
+                sa.select(sessions.c.id)
+                .where(sessions.c.id.startswith(prefix, autoescape=True))
+                .order_by(sessions.c.id)
+                .limit(3)
+            )
+            return [r[0] for r in await conn.execute(query)]
+
+        found = await self.read(work)
+        if prefix in found or len(found) == 1:
+            return prefix if prefix in found else found[0]
+        if not found:
+            raise UnknownSessionError(prefix)
+        raise InvalidSpecError(
+            f"session id prefix {prefix!r} is ambiguous: it matches {', '.join(found[:2])}, …"
+        )
+
     async def list_sessions(
         self,
         *,
@@ -651,7 +674,8 @@ class Repository:
                         "exit_code": report.exit_code,
                         "info": report.message,
                         "clear_agent": report.status == KernelStatus.PENDING,
-                        "runtime": report.runtime,
+                        # not "runtime": a key named like a column becomes an implicit SET
+                        "new_runtime": report.runtime,
                     }
                 )
                 history.append(
@@ -684,9 +708,9 @@ class Repository:
                     updates,
                 )
                 runtimes = [
-                    {"kid": u["kid"], "rt": u["runtime"]}
+                    {"kid": u["kid"], "rt": u["new_runtime"]}
                     for u in updates
-                    if u["runtime"] is not None
+                    if u["new_runtime"] is not None
                 ]
                 if runtimes:
                     await conn.execute(

@@ -1,0 +1,451 @@
+"""Session commands: submit, sessions, show, logs, terminate."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+
+from drover.app import App
+from drover.cli._common import (
+    database_option,
+    emit_json,
+    iso,
+    json_option,
+    print_table,
+    session_json,
+    with_app,
+)
+from drover.coordinator.errors import DroverError, InvalidSpecError
+from drover.coordinator.status import TERMINAL_KERNEL_STATUSES, SessionStatus
+
+__all__ = ["logs", "sessions", "show", "submit", "terminate"]
+
+
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
+        env[name] = value
+    return env
+
+
+def _parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    options: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        handler, dot, field = key.rpartition(".")
+        if not sep or not dot or not handler or not field:
+            raise click.BadParameter(
+                f"{item!r} is not HANDLER.FIELD=VALUE (e.g. prepare-sessions.timeout=60)",
+                param_hint="--option",
+            )
+        value: Any
+        if raw.lower() in {"none", "null"}:
+            value = None
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                try:
+                    value = float(raw)
+                except ValueError:
+                    raise click.BadParameter(
+                        f"{item!r}: {raw!r} is not a number", param_hint="--option"
+                    ) from None
+        options.setdefault(handler, {})[field] = value
+    return options
+
+
+def _request_from_file(path: str) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as error:
+        raise click.ClickException(f"cannot read {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise click.ClickException(f"{path}: not valid TOML: {error}") from None
+    unknown = set(data) - {"name", "priority", "kernels", "options", "spec"}
+    if unknown:
+        raise click.ClickException(
+            f"{path}: unknown key(s) {sorted(unknown)}; "
+            "allowed: name, priority, kernels, options, spec"
+        )
+    spec = dict(data.get("spec") or {})
+    if "options" in data:
+        spec["options"] = data["options"]
+    return {
+        "name": data.get("name"),
+        "priority": data.get("priority", 0),
+        "kernels": data.get("kernels"),
+        "spec": spec,
+    }
+
+
+def _check_kernels(kernels: Any, where: str) -> None:
+    if not isinstance(kernels, list) or not kernels:
+        raise click.ClickException(f"{where}: a session needs at least one kernel")
+    for index, kernel in enumerate(kernels, start=1):
+        command = kernel.get("command") if isinstance(kernel, dict) else None
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(a, str) for a in command)
+        ):
+            raise click.ClickException(
+                f"{where}: kernel {index} needs 'command', a non-empty list of strings"
+            )
+
+
+@click.command()
+@click.option("--name", default=None, help="A name to recognise the session by.")
+@click.option("--kernels", "count", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--cpu", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--mem", type=click.FloatRange(min=0), default=256.0, show_default=True, help="MiB.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher goes first.")
+@click.option("--setup", default=None, help="Shell command run while preparing each kernel.")
+@click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the kernels (repeatable).")
+@click.option(
+    "--option",
+    "option_items",
+    multiple=True,
+    help="HANDLER.FIELD=VALUE for this session only, e.g. prepare-sessions.timeout=60.",
+)
+@click.option(
+    "--file",
+    "file_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A session TOML file (kernels may differ from each other).",
+)
+@json_option
+@database_option
+@click.argument("command", nargs=-1)
+@click.pass_context
+def submit(
+    ctx: click.Context,
+    name: str | None,
+    count: int,
+    cpu: float,
+    mem: float,
+    priority: int,
+    setup: str | None,
+    env_pairs: tuple[str, ...],
+    option_items: tuple[str, ...],
+    file_path: str | None,
+    as_json: bool,
+    database_url: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Create a PENDING session and print its id.
+
+    Everything after -- is the command each kernel runs.
+
+    Examples:
+
+      drover submit --name hello --cpu 1 --mem 256 -- echo hello
+
+      drover submit --kernels 2 --env MODE=fast --option prepare-sessions.timeout=60 -- sleep 30
+
+      drover submit --file session.toml
+    """
+    if file_path:
+        if command:
+            raise click.UsageError("give either --file or a command after --, not both")
+        request = _request_from_file(file_path)
+        if name:
+            request["name"] = name
+        _check_kernels(request["kernels"], file_path)
+    else:
+        if not command:
+            raise click.UsageError("nothing to run: add -- COMMAND ARGS… (or --file)")
+        kernel: dict[str, Any] = {"command": list(command), "cpu": cpu, "mem": mem}
+        if setup:
+            kernel["setup"] = setup
+        env = _parse_env(env_pairs)
+        if env:
+            kernel["env"] = env
+        spec: dict[str, Any] = {}
+        options = _parse_options(option_items)
+        if options:
+            spec["options"] = options
+        request = {
+            "name": name,
+            "priority": priority,
+            "kernels": [dict(kernel) for _ in range(count)],
+            "spec": spec,
+        }
+
+    async def work(app: App) -> str:
+        (sid,) = await app.repository.create_sessions([request])
+        return sid
+
+    sid = with_app(ctx, work, database_url=database_url)
+    if as_json:
+        emit_json({"id": sid})
+    else:
+        click.echo(sid)
+
+
+@click.command()
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in SessionStatus], case_sensitive=False),
+    help="Only sessions in this status (repeatable).",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@json_option
+@database_option
+@click.pass_context
+def sessions(
+    ctx: click.Context,
+    statuses: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+    database_url: str | None,
+) -> None:
+    """List sessions, highest priority and oldest first.
+
+    Example: drover sessions --status PENDING --status RUNNING --json
+    """
+    wanted = [SessionStatus(s.upper()) for s in statuses] or None
+
+    async def work(app: App) -> list[Any]:
+        return await app.repository.list_sessions(statuses=wanted, limit=limit)
+
+    found = with_app(ctx, work, database_url=database_url)
+    if as_json:
+        emit_json([session_json(s) for s in found])
+        return
+    print_table(
+        ["id", "name", "status", "kernels", "result", "status_info", "since"],
+        [
+            (
+                s.id,
+                s.name,
+                s.status.value,
+                len(s.kernels),
+                s.result,
+                s.status_info,
+                iso(s.status_changed_at),
+            )
+            for s in found
+        ],
+    )
+
+
+@click.command()
+@click.argument("session_id")
+@click.option(
+    "--history",
+    "history_rows",
+    type=int,
+    default=10,
+    show_default=True,
+    help="How many of the latest history rows to show.",
+)
+@json_option
+@database_option
+@click.pass_context
+def show(
+    ctx: click.Context,
+    session_id: str,
+    history_rows: int,
+    as_json: bool,
+    database_url: str | None,
+) -> None:
+    """Show a session, its kernels (agent, pid, exit code, logs) and its last history rows.
+
+    SESSION_ID may be any unique prefix of the id.
+
+    Example: drover show 01a2f3
+    """
+
+    async def work(app: App) -> tuple[Any, list[Any]]:
+        sid = await app.repository.resolve_session_id(session_id)
+        session = await app.repository.get_session(sid)
+        rows = await app.repository.history(sid)
+        return session, rows[-history_rows:] if history_rows > 0 else []
+
+    session, rows = with_app(ctx, work, database_url=database_url)
+    if as_json:
+        data = session_json(session)
+        data["history"] = [_history_json(r) for r in rows]
+        emit_json(data)
+        return
+    click.echo(f"session      {session.id}  ({session.name})")
+    click.echo(f"status       {session.status}  since {iso(session.status_changed_at)}")
+    click.echo(f"status_info  {session.status_info or '-'}")
+    click.echo(f"result       {session.result or '-'}")
+    click.echo(f"tries        {session.try_count}")
+    data = session_json(session)
+    print_table(
+        ["#", "kernel", "status", "agent", "pid", "exit", "status_info", "stdout"],
+        [
+            (
+                k["index"],
+                k["id"],
+                k["status"],
+                k["agent_id"],
+                k["pid"],
+                k["exit_code"],
+                k["status_info"],
+                k["stdout"],
+            )
+            for k in data["kernels"]
+        ],
+        title="kernels",
+    )
+    print_table(
+        ["time", "handler", "result", "from → to", "attempts", "error code", "message"],
+        [
+            (
+                iso(r.updated_at),
+                r.handler,
+                r.result.value,
+                f"{r.from_status} → {r.to_status}",
+                r.attempts,
+                r.error_code,
+                r.message,
+            )
+            for r in rows
+        ],
+        title="history (latest last)",
+    )
+
+
+def _history_json(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "session_id": row.session_id,
+        "handler": row.handler,
+        "result": row.result.value,
+        "from_status": row.from_status.value,
+        "to_status": row.to_status.value,
+        "error_code": row.error_code,
+        "message": row.message,
+        "attempts": row.attempts,
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at),
+    }
+
+
+@click.command()
+@click.argument("session_id")
+@click.option(
+    "--kernel",
+    "kernel_index",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Which kernel (1-based, as in `drover show`).",
+)
+@click.option("--stderr", "use_stderr", is_flag=True, help="Show stderr instead of stdout.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing output until the kernel ends.")
+@database_option
+@click.pass_context
+def logs(
+    ctx: click.Context,
+    session_id: str,
+    kernel_index: int,
+    use_stderr: bool,
+    follow: bool,
+    database_url: str | None,
+) -> None:
+    """Print a kernel's output (local backend).
+
+    Example: drover logs 01a2f3 --kernel 2 --stderr --follow
+    """
+    stream = "stderr" if use_stderr else "stdout"
+
+    async def work(app: App) -> None:
+        sid = await app.repository.resolve_session_id(session_id)
+        session = await app.repository.get_session(sid)
+        if kernel_index > len(session.kernels):
+            raise DroverError(
+                f"session {sid} has {len(session.kernels)} kernel(s); no kernel {kernel_index}"
+            )
+        kernel = session.kernels[kernel_index - 1]
+        path = (kernel.runtime or {}).get(stream)
+        if not path:
+            raise DroverError(
+                f"kernel {kernel_index} of {sid} has no {stream} log yet "
+                f"(status {kernel.status}; logs exist once the local backend prepared it)"
+            )
+        offset = 0
+        keep_following = follow
+        while True:
+            chunk = await asyncio.to_thread(_read_from, path, offset)
+            if chunk:
+                offset += len(chunk)
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+            if not keep_following:
+                return
+            kernel = await app.repository.get_kernel(kernel.id)
+            if kernel.status in TERMINAL_KERNEL_STATUSES:
+                # one last read for output written just before the exit
+                keep_following = False
+                continue
+            await asyncio.sleep(0.5)
+
+    with_app(ctx, work, database_url=database_url)
+
+
+def _read_from(path: str, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read()
+    except FileNotFoundError:
+        return b""
+
+
+@click.command()
+@click.argument("session_ids", nargs=-1, required=True)
+@json_option
+@database_option
+@click.pass_context
+def terminate(
+    ctx: click.Context, session_ids: tuple[str, ...], as_json: bool, database_url: str | None
+) -> None:
+    """Ask for sessions to end: PENDING ones are cancelled, live ones terminated.
+
+    SESSION_IDS may be unique prefixes. Nothing is changed if any id is unknown.
+
+    Example: drover terminate 01a2f3 01a2f4
+    """
+
+    async def work(app: App) -> list[Any]:
+        ids = [await app.repository.resolve_session_id(s) for s in session_ids]
+        return await app.repository.request_termination(ids)
+
+    try:
+        outcomes = with_app(ctx, work, database_url=database_url)
+    except InvalidSpecError as error:  # pragma: no cover - run_async maps it already
+        raise click.ClickException(str(error)) from None
+    if as_json:
+        emit_json(
+            [
+                {
+                    "id": o.session_id,
+                    "from_status": o.from_status.value,
+                    "to_status": o.to_status.value,
+                    "changed": o.changed,
+                }
+                for o in outcomes
+            ]
+        )
+        return
+    for o in outcomes:
+        if o.changed:
+            click.echo(f"{o.session_id}: {o.from_status} -> {o.to_status}")
+        else:
+            click.echo(f"{o.session_id}: already {o.to_status}, nothing to do")

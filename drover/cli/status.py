@@ -1,0 +1,115 @@
+"""``drover status`` and ``drover config show``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from drover.app import App
+from drover.cli._common import (
+    CliState,
+    database_option,
+    emit_json,
+    iso,
+    json_option,
+    print_table,
+    with_app,
+)
+from drover.config import flatten_config
+from drover.coordinator.status import SessionStatus
+
+__all__ = ["config", "status"]
+
+
+@click.command()
+@json_option
+@database_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
+    """Show the live coordinators and the number of sessions in each status.
+
+    A coordinator is live if it has not stopped and its heartbeat is younger
+    than three heartbeat intervals.
+
+    Example: drover status --json
+    """
+    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
+    window = 3 * loaded.config.heartbeat_interval
+
+    async def work(app: App) -> tuple[list[Any], dict[SessionStatus, int]]:
+        alive = await app.repository.coordinators(alive_within=window)
+        return alive, await app.repository.count_by_status()
+
+    alive, counts = with_app(ctx, work, database_url=database_url)
+    by_status = {s.value: counts.get(s, 0) for s in SessionStatus}
+    if as_json:
+        emit_json(
+            {
+                "coordinators": [
+                    {
+                        "id": c.id,
+                        "host": c.host,
+                        "pid": c.pid,
+                        "version": c.version,
+                        "started_at": iso(c.started_at),
+                        "heartbeat_at": iso(c.heartbeat_at),
+                    }
+                    for c in alive
+                ],
+                "sessions": by_status,
+            }
+        )
+        return
+    if alive:
+        print_table(
+            ["coordinator", "host", "pid", "version", "started", "heartbeat"],
+            [
+                (c.id, c.host, c.pid, c.version, iso(c.started_at), iso(c.heartbeat_at))
+                for c in alive
+            ],
+            title="live coordinators",
+        )
+    else:
+        click.echo(
+            f"no live coordinator (no heartbeat in the last {window:g}s): start `drover run`"
+        )
+    print_table(["status", "sessions"], list(by_status.items()), title="sessions by status")
+
+
+@click.group()
+def config() -> None:
+    """Inspect the configuration.
+
+    Example: drover --config drover.toml config show
+    """
+
+
+@config.command("show")
+@json_option
+@click.pass_context
+def config_show(ctx: click.Context, as_json: bool) -> None:
+    """Print the effective configuration and where each value came from.
+
+    Sources, strongest first: flag, env (DROVER_…), file, default.
+
+    Example: DROVER_LOG_FORMAT=json drover config show
+    """
+    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    loaded = state.loaded()
+    flat = flatten_config(loaded.config)
+    if as_json:
+        emit_json(
+            {
+                "file": str(loaded.file) if loaded.file else None,
+                "values": {k: {"value": v, "source": loaded.source(k)} for k, v in flat.items()},
+            }
+        )
+        return
+    click.echo(f"# configuration file: {loaded.file or 'none (./drover.toml not found)'}")
+    print_table(
+        ["key", "value", "source"],
+        [(k, json.dumps(v), loaded.source(k)) for k, v in flat.items()],
+    )
