@@ -129,9 +129,9 @@ async def test_a_session_whose_only_kernel_fails_setup_ends_instead_of_waiting(m
         assert rows[-1] == ("promote-to-terminated", S.TERMINATING, S.TERMINATED)
 
 
-@pytest.mark.parametrize("status", [S.PENDING, S.SCHEDULED, S.PREPARING, S.PREPARED, S.CREATING])
-async def test_detect_start_failure_covers_every_status_before_running(make_harness, status):
-    """Any ended kernel before RUNNING is detected; KERNEL_EXITED when none is in ERROR."""
+@pytest.mark.parametrize("status", [S.PENDING, S.SCHEDULED, S.PREPARING, S.PREPARED])
+async def test_detect_start_failure_covers_every_status_before_creating(make_harness, status):
+    """Any ended kernel before CREATING is detected; KERNEL_EXITED when none is in ERROR."""
     async with make_harness() as h:
         sid = await h.create_session(
             status=status, kernels=[{"status": "CANCELLED"}, {"status": status.value}]
@@ -142,3 +142,16 @@ async def test_detect_start_failure_covers_every_status_before_running(make_harn
         s = await h.session(sid)
         assert (s.status, s.status_info) == (S.TERMINATING, "KERNEL_EXITED")
         assert (await h.session(quiet)).status == status
+
+
+async def test_an_ended_kernel_in_creating_goes_through_running(make_harness):
+    """In CREATING a kernel may have run: promote-to-running + detect-termination end it."""
+    async with make_harness() as h:
+        sid = await h.create_session(
+            status=S.CREATING, kernels=[{"status": "ERROR"}, {"status": "RUNNING"}]
+        )
+        assert (await h.tick("detect-start-failure")).changes == ()
+        await h.tick("promote-to-running")
+        await h.tick("detect-termination")
+        s = await h.session(sid)
+        assert (s.status, s.status_info) == (S.TERMINATING, "ABNORMAL_TERMINATION")

@@ -90,11 +90,13 @@ class LocalBackend(AgentBackend):
         *,
         kill_grace: float = 10.0,
         poll_interval: float = 0.05,
+        sweep_interval: float = 1.0,
     ) -> None:
         self._agents = list(agents)
         self.data_dir = Path(data_dir).resolve()
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
+        self.sweep_interval = sweep_interval
         self.repository: Repository | None = None
         #: Called after reports applied, so the daemon can wake promotion handlers.
         self.on_change: Callable[[], None] = lambda: None
@@ -202,20 +204,30 @@ class LocalBackend(AgentBackend):
                 return
             await self._report(KernelReport(kernel.id, _K.PULLING, expected=early, runtime=runtime))
             argv = ["/bin/sh", "-c", setup] if isinstance(setup, str) else [str(a) for a in setup]
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=_cwd(kernel.spec, workdir),
-                env=_env(session, kernel),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-            )
+            # Output goes to files, not pipes: a killed setup leaves no open transport.
+            # Opening two local files does not block the loop noticeably.
+            err_path = workdir / "setup.stderr.log"
+            with (
+                open(workdir / "setup.stdout.log", "wb") as out_file,  # noqa: ASYNC230
+                open(err_path, "wb") as err_file,  # noqa: ASYNC230
+            ):
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=_cwd(kernel.spec, workdir),
+                    env=_env(session, kernel),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out_file,
+                    stderr=err_file,
+                )
             self._setups[kernel.id] = proc
             try:
-                _out, err = await proc.communicate()
+                await proc.wait()
             finally:
                 self._setups.pop(kernel.id, None)
-            (workdir / "setup.stderr.log").write_bytes(err)
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+            err = err_path.read_bytes()[-_STDERR_TAIL * 4 :]
             after = frozenset({_K.PREPARING, _K.PULLING})
             if proc.returncode == 0:
                 await self._report(KernelReport(kernel.id, _K.PREPARED, expected=after))
@@ -301,14 +313,43 @@ class LocalBackend(AgentBackend):
     # -- watching exits ------------------------------------------------------------
 
     async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time() + self.sweep_interval
         while True:
             await asyncio.sleep(self.poll_interval)
             try:
                 await self._poll_once()
+                if loop.time() >= next_sweep:
+                    next_sweep = loop.time() + self.sweep_interval
+                    await self._kill_abandoned()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("local backend: watching processes failed; will retry")
+
+    async def _kill_abandoned(self) -> None:
+        """Kill processes whose kernels the coordinator gave up on (sent back to PENDING…).
+
+        A kernel that expired back to PENDING, or ended in the database, no
+        longer owns its process or setup: without this they would run on as
+        orphans while the session is rescheduled.
+        """
+        assert self.repository is not None
+        watched = list(self._procs) + list(self._setups)
+        if not watched:
+            return
+        statuses = await self.repository.kernel_statuses(watched)
+        for kernel_id, status in statuses.items():
+            setup = self._setups.get(kernel_id)
+            if setup is not None and status not in {_K.PREPARING, _K.PULLING, _K.SCHEDULED}:
+                log.warning("kernel %s is %s: killing its setup", kernel_id, status)
+                with contextlib.suppress(ProcessLookupError):
+                    setup.kill()
+            proc = self._procs.get(kernel_id)
+            if proc is not None and status not in {_K.CREATING, _K.RUNNING, _K.TERMINATING}:
+                log.warning("kernel %s is %s: killing its abandoned process", kernel_id, status)
+                proc.destroying = True
+                _signal_group(proc, signal.SIGKILL)
 
     async def _poll_once(self) -> None:
         ended: list[KernelReport] = []

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -23,11 +24,18 @@ __all__ = ["run", "serve_daemon"]
 log = logging.getLogger("drover.daemon")
 
 
-async def serve_daemon(app: App, *, auto_upgrade: bool = True, install_signals: bool = True) -> int:
+async def serve_daemon(
+    app: App,
+    *,
+    auto_upgrade: bool = True,
+    install_signals: bool = True,
+    on_ready: Callable[[Daemon], None] | None = None,
+) -> int:
     """Run the daemon for ``app`` until SIGINT/SIGTERM; return the exit code.
 
     The first signal stops new ticks and lets in-flight ones finish within
-    ``shutdown_grace``; a second signal exits at once.
+    ``shutdown_grace``; a second signal exits at once. ``on_ready`` receives the
+    :class:`Daemon` (to stop it without a signal, as tests do).
     """
     config = app.config
     await app.check_schema(auto_upgrade=auto_upgrade)
@@ -67,6 +75,8 @@ async def serve_daemon(app: App, *, auto_upgrade: bool = True, install_signals: 
     if install_signals:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
+    if on_ready is not None:
+        on_ready(daemon)
     try:
         await daemon.run()
     finally:

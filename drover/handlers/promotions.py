@@ -157,11 +157,14 @@ class DetectTermination(SessionPromotionHandler):
 
 
 class DetectStartFailure(SessionPromotionHandler):
-    """Before RUNNING -> TERMINATING as soon as any kernel has ended.
+    """Before any kernel can have run -> TERMINATING as soon as any kernel has ended.
 
     Not in the Sokovan proposal: without it a session whose only kernel fails
     its setup is promoted to PREPARED and then waits forever, because
-    ``start-sessions`` only fetches sessions with a PREPARED or CREATING kernel.
+    ``start-sessions`` only fetches sessions with a PREPARED or CREATING kernel
+    (and a PENDING one likewise, as ``schedule-sessions`` wants a PENDING
+    kernel). CREATING is left to ``promote-to-running`` and
+    ``detect-termination``: kernels may already have run there.
     ``status_info`` becomes ``START_FAILED`` if a kernel is in ERROR, else
     ``KERNEL_EXITED``.
     """
@@ -173,14 +176,13 @@ class DetectStartFailure(SessionPromotionHandler):
 
     @property
     def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """Every non-terminal status before RUNNING."""
+        """PENDING, SCHEDULED, PREPARING and PREPARED."""
         return frozenset(
             {
                 SessionStatus.PENDING,
                 SessionStatus.SCHEDULED,
                 SessionStatus.PREPARING,
                 SessionStatus.PREPARED,
-                SessionStatus.CREATING,
             }
         )
 

@@ -818,6 +818,19 @@ class Repository:
 
         return await self.read(work)
 
+    async def kernel_statuses(self, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
+        """Current status of each of ``kernel_ids`` (unknown ids are left out)."""
+
+        async def work(conn: AsyncConnection) -> dict[str, KernelStatus]:
+            found: dict[str, KernelStatus] = {}
+            for chunk in chunked(list(kernel_ids)):
+                query = sa.select(kernels.c.id, kernels.c.status).where(kernels.c.id.in_(chunk))
+                for kid, status in await conn.execute(query):
+                    found[kid] = KernelStatus(status)
+            return found
+
+        return await self.read(work)
+
     async def get_kernel(self, kernel_id: str) -> KernelInfo:
         """One kernel, or UnknownKernelError."""
 

@@ -1,0 +1,86 @@
+"""Running the real daemon in-process (local backend) for end-to-end tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from drover.app import App
+from drover.cli.run import serve_daemon
+from drover.config import load_config
+from drover.coordinator.loop import Daemon
+
+AGENT = [{"id": "test-agent", "cpu": 4, "mem": 4096}]
+
+
+def daemon_flags(database: Any, data_dir: Path, **extra: Any) -> dict[str, Any]:
+    """Flags for a fast daemon on the test's database and a temporary data directory."""
+    flags: dict[str, Any] = {
+        "database_url": database.url,
+        "database_schema": database.schema or "",
+        "data_dir": str(data_dir),
+        "backend.name": "local",
+        "backend.agents": AGENT,
+        "backend.kill_grace": 3.0,
+        "safety_interval": 2.0,
+        "heartbeat_interval": 0.5,
+        "shutdown_grace": 5.0,
+    }
+    flags.update(extra)
+    return flags
+
+
+@asynccontextmanager
+async def running_daemon(
+    database: Any, data_dir: Path, **extra: Any
+) -> AsyncIterator[tuple[App, Daemon]]:
+    """Start ``drover run``'s daemon in this event loop; stop it cleanly on exit."""
+    loaded = load_config(None, environ={}, flags=daemon_flags(database, data_dir, **extra))
+    app = App(loaded)
+    ready: asyncio.Future[Daemon] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve_daemon(app, install_signals=False, on_ready=ready.set_result))
+    try:
+        daemon = await asyncio.wait_for(asyncio.shield(ready), timeout=20)
+    except BaseException:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await app.close()
+        raise
+    try:
+        yield app, daemon
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, timeout=30)
+        await app.close()
+
+
+async def wait_for(
+    probe: Callable[[], Awaitable[Any]], *, timeout: float = 20.0, what: str = "condition"
+) -> Any:
+    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live, non-zombie process."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in {"Z", "X"}
