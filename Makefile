@@ -1,10 +1,11 @@
-# The README's two commands: `make demo` (the main job) and `make test`.
+# The README's commands: `make run` (the coordinator daemon on the embedded
+# SQLite default), `make test`, and `make demo` (a guided tour with real processes).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck pytest bench clean
+.PHONY: venv run demo test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +15,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## Run the built-in lifecycle on the simulated backend, on an SQLite file, and print the outcome.
+## The main job: the coordinator daemon on ./drover.db with the local backend (Ctrl-C stops it).
+run: $(STAMP)
+	$(BIN)/drover run
+
+## Start the daemon, submit real sessions, wait, print what happened, stop it.
 demo: $(STAMP)
-	$(BIN)/python -m drover.demo --database sqlite+aiosqlite:///./demo.db
+	$(BIN)/python -m drover.demo --dir demo-data
 
 ## ruff, mypy --strict and pytest.
 test: $(STAMP)
@@ -29,4 +34,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/lifecycle.py
 
 clean:
-	rm -rf $(VENV) demo.db demo.db-wal demo.db-shm
+	rm -rf $(VENV) demo-data

@@ -1,129 +1,170 @@
-"""``python -m drover.demo``: the built-in lifecycle on the simulated backend, start to end.
+"""``python -m drover.demo``: the daemon, real processes and the operator CLI, start to end.
 
-Creates a handful of sessions that exercise the main paths (success, a
-non-zero exit, a failed preparation, one too large to fit, one terminated by
-the user), drives every handler on simulated time until they settle, and
-prints each session's final status and history.
+1. starts ``drover run`` in the background (local backend, an SQLite file);
+2. submits real sessions with ``drover submit``: one that succeeds, one that
+   exits non-zero, one that asks for more cpu than exists (it stays PENDING
+   with its reason), and one that is terminated while running;
+3. waits until they settle;
+4. prints each session with ``drover show``;
+5. stops the daemon with SIGTERM and checks that it exited cleanly.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-
-from drover.backends.base import AgentInfo
-from drover.backends.simulated import SimulatedBackend
-from drover.coordinator.status import TERMINAL_SESSION_STATUSES, SessionStatus
-from drover.testing.harness import CoordinatorHarness
 
 __all__ = ["main", "run_demo"]
 
-_SESSIONS: list[tuple[str, list[dict[str, Any]]]] = [
-    ("hello", [{"cpu": 1, "mem": 1024, "sim": {"run_for": 5}}]),
-    ("two-kernels", [{"cpu": 2, "mem": 2048, "sim": {"run_for": 8}}] * 2),
-    ("exits-non-zero", [{"cpu": 1, "mem": 512, "sim": {"run_for": 3, "exit_code": 2}}]),
-    ("setup-fails", [{"cpu": 1, "mem": 512, "sim": {"prepare": "fail"}}]),
-    ("too-large", [{"cpu": 64, "mem": 1024}]),
-    ("stopped-by-user", [{"cpu": 1, "mem": 512}]),
-]
+_SETTLED = {"TERMINATED", "CANCELLED", "ERROR"}
 
 
-async def run_demo(
-    database_url: str,
-    console: Console,
-    *,
-    max_seconds: int = 120,
-    database_schema: str | None = None,
-) -> dict[str, str]:
-    """Run the demo on ``database_url``; return each session's final status by name."""
-    backend = SimulatedBackend(
-        [
-            AgentInfo("agent-1", {"cpu": 4, "mem": 8192}),
-            AgentInfo("agent-2", {"cpu": 4, "mem": 8192}),
-        ],
-        pull_delay=2.0,
-        create_delay=1.0,
+def _drover(config: Path, *args: str) -> str:
+    """Run one ``drover`` CLI command and return its stdout (raising on failure)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "drover", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    async with CoordinatorHarness(
-        database_url=database_url, backend=backend, database_schema=database_schema
-    ) as h:
-        ids = {
-            name: await h.create_session(name=name, kernels=kernels) for name, kernels in _SESSIONS
+    if done.returncode != 0:
+        raise click.ClickException(f"drover {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _say(text: str) -> None:
+    click.secho(text, bold=True)
+
+
+def run_demo(workdir: Path, *, database_url: str | None = None, schema: str = "") -> dict[str, Any]:
+    """Run the demo in ``workdir``; return each session's final state by name."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    database_url = database_url or f"sqlite+aiosqlite:///{workdir / 'demo.db'}"
+    config = workdir / "drover.toml"
+    config.write_text(
+        f'database_url = "{database_url}"\n'
+        f'database_schema = "{schema}"\n'
+        f'data_dir = "{workdir / "data"}"\n'
+        "heartbeat_interval = 1.0\n"
+        "[backend]\n"
+        'name = "local"\n'
+        "kill_grace = 3.0\n"
+        "[[backend.agents]]\n"
+        'id = "demo-agent"\n'
+        "cpu = 4\n"
+        "mem = 4096\n"
+    )
+    log_path = workdir / "daemon.log"
+    _say(f"$ drover --config {config} run   (in the background, logs in {log_path})")
+    with open(log_path, "wb") as log:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "drover", "--config", str(config), "run"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_for_daemon(config, daemon)
+        submissions = {
+            "succeeds": ["--", "sh", "-c", "echo hello from drover; sleep 1"],
+            "exits-non-zero": ["--", "sh", "-c", "echo about to fail >&2; exit 3"],
+            "too-large": ["--cpu", "64", "--", "true"],
+            "stopped-by-user": ["--", "sleep", "300"],
         }
-        console.print(f"created {len(ids)} sessions on {database_url}")
-        stop_at = None
-        for second in range(max_seconds):
-            await h.run_until_settled()
-            user = await h.session(ids["stopped-by-user"])
-            if user.status == SessionStatus.RUNNING and stop_at is None:
-                stop_at = second + 5
-            if stop_at == second:
-                console.print(f"t={second}s: the user asks to terminate 'stopped-by-user'")
-                await h.request_termination(ids["stopped-by-user"])
-            sessions = [await h.session(sid) for sid in ids.values()]
-            unsettled = [
-                s
-                for s in sessions
-                if s.status not in TERMINAL_SESSION_STATUSES and s.name != "too-large"
-            ]
-            if not unsettled:
-                console.print(f"all sessions settled after {second}s of simulated time")
-                break
-            h.clock.advance(1.0)
-        finals: dict[str, str] = {}
+        ids: dict[str, str] = {}
+        for name, args in submissions.items():
+            _say(f"$ drover submit --name {name} {' '.join(args)}")
+            ids[name] = _drover(config, "submit", "--name", name, *args).strip()
+            click.echo(ids[name])
+        victim = ids["stopped-by-user"]
+        _wait(config, lambda s: s[victim]["status"] == "RUNNING", "stopped-by-user to run")
+        _say(f"$ drover terminate {victim}")
+        click.echo(_drover(config, "terminate", victim).strip())
+        finals = _wait(
+            config,
+            lambda s: all(
+                s[sid]["status"] in _SETTLED or name == "too-large" for name, sid in ids.items()
+            ),
+            "the sessions to settle",
+        )
         for name, sid in ids.items():
-            s = await h.session(sid)
-            finals[name] = s.status.value
-            console.rule(f"{name}  [{s.status}]  result={s.result}  status_info={s.status_info}")
-            console.print(
-                "kernels: "
-                + ", ".join(
-                    f"{k.status}(agent={k.agent_id}, exit={k.exit_code})" for k in s.kernels
-                )
-            )
-            table = Table("handler", "result", "from → to", "attempts", "error code", "message")
-            for row in await h.history(sid):
-                table.add_row(
-                    row.handler,
-                    row.result.value,
-                    f"{row.from_status} → {row.to_status}",
-                    str(row.attempts),
-                    row.error_code or "",
-                    row.message or "",
-                )
-            console.print(table)
-        return finals
+            _say(f"\n$ drover show {sid}   # {name}")
+            click.echo(_drover(config, "show", sid).rstrip())
+        _say("\n$ drover status")
+        click.echo(_drover(config, "status").rstrip())
+        return {name: finals[sid] for name, sid in ids.items()}
+    finally:
+        _say("\nstopping the daemon with SIGTERM")
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            code = daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            code = daemon.wait()
+        click.echo(f"daemon exited with code {code}")
+        if code != 0:
+            raise click.ClickException(f"the daemon did not stop cleanly; see {log_path}")
+
+
+def _wait_for_daemon(config: Path, daemon: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Until ``drover status`` shows a live coordinator (it has migrated the database)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            raise click.ClickException(f"the daemon exited with code {daemon.returncode}")
+        try:
+            if json.loads(_drover(config, "status", "--json"))["coordinators"]:
+                return
+        except click.ClickException:
+            pass  # not migrated yet
+        time.sleep(0.2)
+    raise click.ClickException("the daemon did not start in time")
+
+
+def _wait(config: Path, done: Any, what: str, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        sessions = {s["id"]: s for s in json.loads(_drover(config, "sessions", "--json"))}
+        if done(sessions):
+            return sessions
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"timed out waiting for {what}")
+        time.sleep(0.3)
 
 
 @click.command()
 @click.option(
-    "--database",
-    default="sqlite+aiosqlite:///./demo.db",
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("demo-data"),
     show_default=True,
-    help="Database URL; an SQLite file is recreated on each run.",
+    help="Where the demo's database, configuration, logs and kernel output go (recreated).",
 )
-def main(database: str) -> None:
-    """Run the built-in lifecycle on the simulated backend and print the outcome.
+def main(workdir: Path) -> None:
+    """Run the daemon on real processes, submit sessions, and show what happened.
 
-    Example: python -m drover.demo --database sqlite+aiosqlite:///./demo.db
+    Example: python -m drover.demo --dir /tmp/drover-demo
     """
-    prefix = "sqlite+aiosqlite:///"
-    if database.startswith(prefix):
-        path = Path(database[len(prefix) :])
-        for suffix in ("", "-wal", "-shm"):
-            candidate = Path(f"{path}{suffix}")
-            if candidate.exists():
-                os.remove(candidate)
-    console = Console(width=max(120, Console().width))
-    asyncio.run(run_demo(database, console))
+    if workdir.exists():
+        for path in sorted(workdir.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+    finals = run_demo(workdir.resolve())
+    _say("\nfinal statuses:")
+    for name, session in finals.items():
+        click.echo(
+            f"  {name:16} {session['status']:11} result={session['result']} "
+            f"status_info={session['status_info']}"
+        )
 
 
 if __name__ == "__main__":
+    os.environ.pop("DROVER_CONFIG", None)
     sys.exit(main())
