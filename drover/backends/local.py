@@ -346,7 +346,13 @@ class LocalBackend(AgentBackend):
                 with contextlib.suppress(ProcessLookupError):
                     setup.kill()
             proc = self._procs.get(kernel_id)
-            if proc is not None and status not in {_K.CREATING, _K.RUNNING, _K.TERMINATING}:
+            # PREPARED too: create() spawns before its RUNNING report commits.
+            if proc is not None and status not in {
+                _K.PREPARED,
+                _K.CREATING,
+                _K.RUNNING,
+                _K.TERMINATING,
+            }:
                 log.warning("kernel %s is %s: killing its abandoned process", kernel_id, status)
                 proc.destroying = True
                 _signal_group(proc, signal.SIGKILL)

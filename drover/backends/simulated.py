@@ -20,8 +20,6 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import attrs
-
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
 from drover.coordinator.clock import Clock, SystemClock
 from drover.coordinator.status import TERMINAL_KERNEL_STATUSES, KernelStatus
@@ -34,11 +32,8 @@ _K = KernelStatus
 _NON_TERMINAL = frozenset(s for s in KernelStatus if s not in TERMINAL_KERNEL_STATUSES)
 
 
-@attrs.frozen(order=True)
-class _Event:
-    due: float
-    seq: int
-    report: KernelReport = attrs.field(order=False)
+# (due, sequence, report): plain tuples keep heap comparisons cheap.
+_Event = tuple[float, int, KernelReport]
 
 
 class SimulatedBackend(AgentBackend):
@@ -68,6 +63,8 @@ class SimulatedBackend(AgentBackend):
         self.clock: Clock = clock or SystemClock()
         self.reporter = reporter
         self._events: list[_Event] = []
+        # Kernels destroyed while events were queued: skipped at delivery.
+        self._forgotten: set[str] = set()
         self._seq = itertools.count()
         self._failures: dict[str, list[tuple[str | None, str]]] = {}
         #: Every operation called, as ``(operation, session_id)``, for tests.
@@ -108,7 +105,8 @@ class SimulatedBackend(AgentBackend):
                 raise BackendError(message)
 
     def _at(self, delay: float, report: KernelReport) -> None:
-        heapq.heappush(self._events, _Event(self.clock.time() + delay, next(self._seq), report))
+        self._forgotten.discard(report.kernel_id)
+        heapq.heappush(self._events, (self.clock.time() + delay, next(self._seq), report))
 
     @staticmethod
     def _sim(spec: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -174,14 +172,12 @@ class SimulatedBackend(AgentBackend):
     async def destroy(self, session: SessionWithKernels) -> None:
         """Forget the kernels' queued progress; the handler's transition ends them."""
         self._maybe_fail("destroy", session)
-        doomed = {k.id for k in session.kernels}
-        self._events = [e for e in self._events if e.report.kernel_id not in doomed]
-        heapq.heapify(self._events)
+        self._forgotten.update(k.id for k in session.kernels)
 
     @property
     def pending_events(self) -> int:
-        """How many progress events are queued."""
-        return len(self._events)
+        """How many progress events are queued (for kernels not destroyed)."""
+        return sum(1 for e in self._events if e[2].kernel_id not in self._forgotten)
 
     async def deliver_due(self) -> int:
         """Report every event due by now, in one transaction; return how many applied."""
@@ -189,8 +185,10 @@ class SimulatedBackend(AgentBackend):
             raise RuntimeError("SimulatedBackend.bind(reporter, clock) was not called")
         now = self.clock.time()
         due: list[KernelReport] = []
-        while self._events and self._events[0].due <= now:
-            due.append(heapq.heappop(self._events).report)
+        while self._events and self._events[0][0] <= now:
+            report = heapq.heappop(self._events)[2]
+            if report.kernel_id not in self._forgotten:
+                due.append(report)
         if not due:
             return 0
         applied = await self.reporter.report_kernel_statuses(due)

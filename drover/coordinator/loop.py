@@ -3,6 +3,9 @@
 * Each handler ticks every ``interval`` seconds, and at once when woken: a tick
   that moves sessions into a status wakes the handlers that target it, and a
   backend report wakes the promotion handlers.
+* New sessions submitted by other processes are noticed within
+  ``submission_poll`` seconds (the newest session id is polled: one index
+  lookup) and wake the handlers that target PENDING.
 * Every ``safety_interval`` seconds all handlers are woken unconditionally.
 * Ticks of one handler never overlap (one task per handler).
 * A tick that raises (the database went away, say) is logged and retried with
@@ -52,6 +55,7 @@ class Daemon:
         version: str = "",
         pump: Callable[[], Awaitable[int]] | None = None,
         pump_interval: float = 0.02,
+        submission_poll: float = 0.1,
         on_tick: Callable[[TickReport], None] | None = None,
     ) -> None:
         self.coordinator = coordinator
@@ -66,7 +70,9 @@ class Daemon:
         self.id = new_id()
         self._pump = pump
         self._pump_interval = pump_interval
-        self._on_tick = on_tick
+        #: Called with every tick's report (metrics, benchmarks).
+        self.on_tick = on_tick
+        self._submission_poll = submission_poll
         self._wake = {n: asyncio.Event() for n in self.names}
         self._stopping = asyncio.Event()
         self._in_tick: set[str] = set()
@@ -123,6 +129,7 @@ class Daemon:
         helpers = [
             asyncio.create_task(self._safety_loop(), name="drover-safety"),
             asyncio.create_task(self._heartbeat_loop(), name="drover-heartbeat"),
+            asyncio.create_task(self._submission_loop(), name="drover-submissions"),
         ]
         if self._pump is not None:
             helpers.append(asyncio.create_task(self._pump_loop(), name="drover-pump"))
@@ -228,8 +235,8 @@ class Daemon:
         ):
             # A full batch: there may be more waiting.
             self._wake[report.handler].set()
-        if self._on_tick is not None:
-            self._on_tick(report)
+        if self.on_tick is not None:
+            self.on_tick(report)
 
     async def _safety_loop(self) -> None:
         while not self._stopping.is_set():
@@ -246,6 +253,21 @@ class Daemon:
                 await self.repository.heartbeat(coordinator_id=self.id)
             except Exception as error:
                 log.error("heartbeat failed: %s: %s", type(error).__name__, error)
+
+    async def _submission_loop(self) -> None:
+        pending = sorted(self._targets.get("PENDING", ()))
+        last: str | None = None
+        while not self._stopping.is_set():
+            try:
+                newest = await self.repository.latest_session_id()
+                if newest != last:
+                    last = newest
+                    if pending:
+                        self.wake(*pending)
+            except Exception as error:
+                log.error("polling for new sessions failed: %s: %s", type(error).__name__, error)
+                await self._sleep_unless_stopping(1.0)
+            await self._sleep_unless_stopping(self._submission_poll)
 
     async def _pump_loop(self) -> None:
         assert self._pump is not None

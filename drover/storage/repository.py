@@ -117,6 +117,22 @@ class TerminationOutcome:
     changed: bool
 
 
+def _kernel_exists(*conditions: sa.ColumnElement[bool]) -> sa.Exists:
+    """``EXISTS (a kernel of this session such that …)``, correlated to ``sessions``."""
+    return sa.exists().where(kernels.c.session_id == sessions.c.id, *conditions)
+
+
+def _kernel_status_in(statuses: Iterable[str]) -> sa.ColumnElement[bool]:
+    """``kernels.status IN (…)`` for correlated subqueries, never served by kernels(status).
+
+    Given a single status, SQLite's planner would pick the kernels(status) index
+    and scan every kernel in that status for each candidate session, which is
+    quadratic; wrapping the column in an expression (``status || ''``) keeps it
+    on kernels(session_id). PostgreSQL plans the same query either way.
+    """
+    return kernels.c.status.concat("").in_(list(statuses))
+
+
 def _eligible_kernel_statuses(target: KernelStatus) -> list[str]:
     """Kernels a transition to ``target`` may move.
 
@@ -487,6 +503,15 @@ class Repository:
 
         return await self.read(work)
 
+    async def latest_session_id(self) -> str | None:
+        """The newest session id (ids are time-ordered): one primary-key index lookup."""
+
+        async def work(conn: AsyncConnection) -> str | None:
+            value = (await conn.execute(sa.select(sa.func.max(sessions.c.id)))).scalar()
+            return str(value) if value is not None else None
+
+        return await self.read(work)
+
     async def count_by_status(self) -> dict[SessionStatus, int]:
         """Return the number of sessions in each status (statuses with none are omitted)."""
 
@@ -554,10 +579,7 @@ class Repository:
         )
         if kernel_statuses is not None:
             query = query.where(
-                sa.exists().where(
-                    kernels.c.session_id == sessions.c.id,
-                    kernels.c.status.in_([s.value for s in kernel_statuses]),
-                )
+                _kernel_exists(_kernel_status_in(s.value for s in kernel_statuses))
             )
         query = query.order_by(*_ORDER).limit(limit)
 
@@ -579,13 +601,9 @@ class Repository:
         A session with no kernels never matches.
         """
         check = [s.value for s in check_kernel_statuses]
-        any_kernel = sa.exists().where(kernels.c.session_id == sessions.c.id)
-        in_check = sa.exists().where(
-            kernels.c.session_id == sessions.c.id, kernels.c.status.in_(check)
-        )
-        outside_check = sa.exists().where(
-            kernels.c.session_id == sessions.c.id, kernels.c.status.not_in(check)
-        )
+        any_kernel = _kernel_exists()
+        in_check = _kernel_exists(_kernel_status_in(check))
+        outside_check = _kernel_exists(~_kernel_status_in(check))
         condition: sa.ColumnElement[bool]
         if match is KernelMatchType.ALL:
             condition = sa.and_(any_kernel, ~outside_check)
@@ -1149,8 +1167,7 @@ class _Apply:
 
     async def _set_result(self, session_ids: list[str]) -> None:
         """SUCCESS iff the session TERMINATED and every kernel TERMINATED with exit code 0."""
-        bad_kernel = sa.exists().where(
-            kernels.c.session_id == sessions.c.id,
+        bad_kernel = _kernel_exists(
             sa.or_(
                 kernels.c.status != KernelStatus.TERMINATED.value,
                 kernels.c.exit_code.is_(None),
@@ -1215,10 +1232,7 @@ def _status_info_expression(rule: StatusInfoRule) -> sa.ColumnElement[Any]:
     """Build ``status_info`` for a status change from a rule, evaluated per session in SQL."""
     whens: list[tuple[sa.ColumnElement[bool], Any]] = [
         (
-            sa.exists().where(
-                kernels.c.session_id == sessions.c.id,
-                kernels.c.status.in_([s.value for s in statuses]),
-            ),
+            _kernel_exists(_kernel_status_in(s.value for s in statuses)),
             sa.literal(text),
         )
         for statuses, text in rule.if_any_kernel
