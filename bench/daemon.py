@@ -1,0 +1,193 @@
+"""Benchmark the daemon end to end, on a temporary SQLite file.
+
+1. **Local processes.** ``--sessions`` sessions (default 1,000) of ``true``,
+   two kernels each, submitted at once and driven by ``drover run``'s daemon
+   with the local backend until all are TERMINATED. Prints sessions per second
+   end to end, the coordinator's share of the wall time (the summed duration
+   of its ticks), and the kernel processes' own CPU time.
+2. **Latency.** With the simulated instant backend, sessions are submitted from
+   a separate connection at ``--rate`` per second (default 100) for
+   ``--seconds`` (default 10); prints the median and p99 time from
+   submission to RUNNING. Target: p99 under 1 s.
+
+Run as ``.venv/bin/python bench/daemon.py [--sessions N] [--rate R] [--seconds S]
+[--quick]``. The last line of stdout is the summary as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from drover.app import App
+from drover.cli.run import serve_daemon
+from drover.config import load_config
+from drover.coordinator.engine import TickReport
+from drover.coordinator.loop import Daemon
+from drover.coordinator.status import SchedulingResult, SessionStatus
+
+
+def _flags(workdir: Path, backend: str) -> dict[str, Any]:
+    return {
+        "database_url": f"sqlite+aiosqlite:///{workdir / 'bench.db'}",
+        "data_dir": str(workdir / "data"),
+        "backend.name": backend,
+        # Capacity is not what is measured: let every kernel fit at once.
+        "backend.agents": [{"id": "bench", "cpu": 100_000, "mem": 100_000_000}],
+        "log_level": "WARNING",
+    }
+
+
+async def _start(workdir: Path, backend: str) -> tuple[App, Daemon, asyncio.Task[int]]:
+    app = App(load_config(None, environ={}, flags=_flags(workdir, backend)))
+    ready: asyncio.Future[Daemon] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve_daemon(app, install_signals=False, on_ready=ready.set_result))
+    daemon = await asyncio.wait_for(asyncio.shield(ready), timeout=60)
+    return app, daemon, task
+
+
+async def _stop(app: App, daemon: Daemon, task: asyncio.Task[int]) -> None:
+    daemon.stop()
+    await task
+    await app.close()
+
+
+async def local_processes(sessions: int) -> dict[str, Any]:
+    """Sessions of `true` x2 through the daemon and real processes."""
+    with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
+        app, daemon, task = await _start(Path(tmp), "local")
+        tick_time = 0.0
+        ticks = 0
+
+        def on_tick(report: TickReport) -> None:
+            nonlocal tick_time, ticks
+            tick_time += report.duration
+            ticks += 1
+
+        daemon.on_tick = on_tick
+        kernel = {"command": ["true"], "cpu": 1, "mem": 16}
+        before = os.times()
+        started = time.perf_counter()
+        await app.repository.create_sessions(
+            [{"kernels": [kernel, kernel]} for _ in range(sessions)]
+        )
+        last_report = started
+        deadline = started + 600
+        while True:
+            counts = await app.repository.count_by_status()
+            done = counts.get(SessionStatus.TERMINATED, 0)
+            if done >= sessions:
+                break
+            now = time.perf_counter()
+            if now > deadline:
+                raise SystemExit(f"not finished after 600 s: {counts}")
+            if now - last_report > 5:
+                last_report = now
+                print(f"  … {done}/{sessions} TERMINATED", file=sys.stderr, flush=True)
+            await asyncio.sleep(0.1)
+        wall = time.perf_counter() - started
+        after = os.times()
+        results = await app.repository.list_sessions(limit=sessions)
+        failed = sum(1 for s in results if s.result != "SUCCESS")
+        await _stop(app, daemon, task)
+    children = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    own = (after.user - before.user) + (after.system - before.system)
+    return {
+        "sessions": sessions,
+        "kernels": sessions * 2,
+        "wall_s": round(wall, 3),
+        "sessions_per_s": round(sessions / wall, 1),
+        "ticks": ticks,
+        "coordinator_tick_s": round(tick_time, 3),
+        "coordinator_share_of_wall": round(tick_time / wall, 3),
+        "daemon_cpu_s": round(own, 3),
+        "kernel_processes_cpu_s": round(children, 3),
+        "not_success": failed,
+    }
+
+
+async def latency(rate: float, seconds: float) -> dict[str, Any]:
+    """Submission-to-RUNNING latency at a steady submission rate (simulated instant kernels)."""
+    with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
+        app, daemon, task = await _start(Path(tmp), "simulated")
+        # Submit through a separate App (its own engine), like the CLI would.
+        client = App(load_config(None, environ={}, flags=_flags(Path(tmp), "simulated")))
+        total = int(rate * seconds)
+        interval = 1.0 / rate
+        ids: list[str] = []
+        t0 = time.perf_counter()
+        for i in range(total):
+            target = t0 + i * interval
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            ids.extend(await client.repository.create_sessions([{"kernels": [{"cpu": 1}]}]))
+        achieved = total / (time.perf_counter() - t0)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            counts = await client.repository.count_by_status()
+            if counts.get(SessionStatus.RUNNING, 0) >= total:
+                break
+            await asyncio.sleep(0.2)
+        latencies = []
+        for sid in ids:
+            session = await client.repository.get_session(sid)
+            rows = await client.repository.history(sid)
+            running = [
+                r
+                for r in rows
+                if r.to_status == SessionStatus.RUNNING and r.result == SchedulingResult.SUCCESS
+            ]
+            if running:
+                latencies.append((running[0].created_at - session.created_at).total_seconds())
+        await client.close()
+        await _stop(app, daemon, task)
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else None
+    return {
+        "submitted": total,
+        "achieved_rate_per_s": round(achieved, 1),
+        "reached_running": len(latencies),
+        "median_s": round(statistics.median(latencies), 4) if latencies else None,
+        "p99_s": round(p99, 4) if p99 is not None else None,
+        "max_s": round(latencies[-1], 4) if latencies else None,
+        "target_p99_s": 1.0,
+        "meets_target": p99 is not None and p99 < 1.0 and len(latencies) == total,
+    }
+
+
+def main() -> None:
+    """Run both measurements and print a summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--quick", action="store_true", help="200 sessions, 3 s of submissions")
+    args = parser.parse_args()
+    if args.quick:
+        args.sessions, args.seconds = 200, 3.0
+    print(f"== local processes: {args.sessions} sessions of `true` x2 kernels")
+    local = asyncio.run(local_processes(args.sessions))
+    for key, value in local.items():
+        print(f"  {key:28} {value}")
+    print(
+        f"== latency: simulated instant kernels, {args.rate:g} submissions/s for {args.seconds:g}s"
+    )
+    lat = asyncio.run(latency(args.rate, args.seconds))
+    for key, value in lat.items():
+        print(f"  {key:28} {value}")
+    print(json.dumps({"local_processes": local, "latency": lat}))
+
+
+if __name__ == "__main__":
+    main()

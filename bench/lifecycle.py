@@ -1,0 +1,863 @@
+"""Benchmark drover's whole built-in lifecycle against hand-written stdlib sqlite3.
+
+Three measurements, all on temporary SQLite files with drover's schema:
+
+1. **Throughput.** ``N`` sessions of ``K`` kernels go PENDING -> ... -> TERMINATED
+   through drover's Coordinator and built-in handlers on a SimulatedBackend with
+   instant kernels. Only coordinator ticks are timed; backend event delivery is
+   timed separately. A transition is one session status change applied by the
+   coordinator.
+2. **Baseline.** The same seven status steps per session, with the same write
+   statements drover's apply runs per group (see ``drover.storage.repository._Apply``),
+   through plain ``sqlite3`` with one transaction per step per batch of 1,000.
+   Throughput repetitions interleave drover and the baseline.
+3. **Scaling with finished sessions.** The cost of single ticks moving 1,000
+   PENDING sessions among ``--finished`` TERMINATED ones, against the same tick
+   with the PENDING sessions alone.
+
+Run as ``.venv/bin/python bench/lifecycle.py [--sessions N] [--kernels 4]
+[--finished 1000000] [--quick] [--json PATH]``. The last line of stdout is the
+summary as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from drover.backends.base import AgentInfo
+from drover.backends.simulated import SimulatedBackend
+from drover.coordinator.engine import TickReport
+from drover.coordinator.status import KernelStatus, SessionStatus
+from drover.storage.engine import _SQLITE_PRAGMAS, create_engine
+from drover.storage.migrate import upgrade
+from drover.storage.repository import _eligible_kernel_statuses
+from drover.storage.schema import kernel_history, kernels, scheduling_history, sessions
+from drover.testing import CoordinatorHarness
+
+#: Sessions per tick (drover's default ``batch_size``) and per baseline transaction.
+BATCH = 1000
+#: Ids per IN list, as ``drover.storage._sql.CHUNK``.
+CHUNK = 500
+#: Every kernel asks for this; the agents below never run out.
+KERNEL_SPEC: dict[str, Any] = {"cpu": 1, "mem": 1024}
+#: A few agents so large that scheduling never skips a session for lack of room.
+AGENTS = [AgentInfo(f"bench-agent-{i}", {"cpu": 1e9, "mem": 1e12}) for i in range(4)]
+#: Handlers whose single ticks the scaling measurement times, in lifecycle order.
+SCALING_HANDLERS = ("schedule-sessions", "prepare-sessions", "promote-to-prepared")
+#: The handler whose scaling ratio is held to the target.
+HEADLINE_HANDLER = "schedule-sessions"
+THROUGHPUT_TARGET = 0.5
+SCALING_TARGET = 1.5
+
+_S = SessionStatus
+_K = KernelStatus
+
+
+# -- small helpers ------------------------------------------------------------------------
+
+
+def chunked(items: Sequence[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+    """Yield ``items`` in lists of at most ``size`` (drover's IN-list chunking)."""
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def marks(count: int) -> str:
+    """``?, ?, ...`` for an IN list of ``count`` parameters."""
+    return ",".join("?" * count)
+
+
+def median(values: Sequence[float]) -> float:
+    """The median, or NaN for no values (so a summary never crashes on an empty run)."""
+    return statistics.median(values) if values else float("nan")
+
+
+def sqlite_url(path: Path) -> str:
+    """The async SQLAlchemy URL drover uses for a SQLite file."""
+    return f"sqlite+aiosqlite:///{path}"
+
+
+def remove_database(path: Path) -> None:
+    """Delete a SQLite file with its WAL and shared-memory files."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+async def migrate(path: Path) -> None:
+    """Create drover's schema in ``path`` by running drover's own migrations."""
+    engine = create_engine(sqlite_url(path))
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
+
+
+def connect_raw(path: Path) -> sqlite3.Connection:
+    """Open ``path`` with stdlib sqlite3 and exactly the PRAGMAs drover sets per connection."""
+    # isolation_level=None: transactions are begun explicitly, as drover's engine does.
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    for pragma in _SQLITE_PRAGMAS:
+        conn.execute(pragma)
+    return conn
+
+
+def ordered_ids(start: int, count: int, base_ms: int) -> list[str]:
+    """Ids with ``drover.storage.ids.new_id``'s UUIDv7 layout, strictly increasing.
+
+    ``new_id`` is random below the millisecond, so a million calls would not be
+    ordered within a millisecond; a counter in the random bits makes them so.
+    ``base_ms`` in the past keeps them all below any id ``new_id`` makes later.
+    """
+    out: list[str] = []
+    for n in range(start, start + count):
+        # 64 ids per millisecond, counter in rand_b; version 7 and variant 0b10.
+        value = ((base_ms + n // 64) & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | 0x2 << 62 | n
+        h = f"{value:032x}"
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
+
+
+def session_requests(count: int, kernels_per_session: int) -> list[dict[str, Any]]:
+    """``create_sessions`` requests for ``count`` PENDING sessions."""
+    return [{"kernels": [KERNEL_SPEC] * kernels_per_session} for _ in range(count)]
+
+
+def make_harness(path: Path) -> CoordinatorHarness:
+    """A harness on ``path`` with instant simulated kernels that exit 0 right away."""
+    backend = SimulatedBackend(AGENTS, run_for=0)
+    return CoordinatorHarness(database_url=sqlite_url(path), backend=backend)
+
+
+# -- 1. drover throughput ---------------------------------------------------------------
+
+
+@dataclass
+class ThroughputRun:
+    """One pass of N sessions through the lifecycle, by drover or by the baseline."""
+
+    kind: str
+    sessions: int
+    transitions: int
+    seconds: float
+    setup_seconds: float
+    deliver_seconds: float = 0.0
+    ticks: int = 0
+    rounds: int = 0
+    kernel_changes: int = 0
+    #: Timed seconds per handler (drover) or per step (baseline).
+    by_handler: dict[str, float] = field(default_factory=dict)
+    #: drover only: timed seconds per phase of a tick (see PHASES).
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Session transitions per second of timed work."""
+        return self.transitions / self.seconds if self.seconds else float("nan")
+
+
+#: Repository calls whose time is reported apart, by phase of a tick.
+PHASES: dict[str, str] = {
+    "fetch_lifecycle_targets": "fetch",
+    "fetch_promotion_candidates": "fetch",
+    "apply": "apply",
+    "agent_usage": "scheduler-sql",
+    "assign_agents": "scheduler-sql",
+}
+
+
+def time_phases(repository: Any, sink: dict[str, float]) -> None:
+    """Wrap the repository's phase methods, on this instance only, to add their time to ``sink``.
+
+    The coordinator and the scheduler call them through the instance, so the
+    wrappers see every call while drover's code stays untouched. What a tick
+    spends outside them is the handler's own work (the simulated backend) plus
+    classification and bookkeeping.
+    """
+    for method, phase in PHASES.items():
+        inner = getattr(repository, method)
+
+        async def timed(*args: Any, _inner: Any = inner, _phase: str = phase, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await _inner(*args, **kwargs)
+            finally:
+                sink[_phase] = sink.get(_phase, 0.0) + time.perf_counter() - started
+
+        setattr(repository, method, timed)
+
+
+async def run_drover(workdir: Path, n: int, kernels_per_session: int) -> ThroughputRun:
+    """Drive ``n`` sessions from PENDING to TERMINATED with drover; time the ticks only."""
+    path = workdir / "drover-throughput.db"
+    remove_database(path)
+    try:
+        async with make_harness(path) as h:
+            started = time.perf_counter()
+            await h.repository.create_sessions(session_requests(n, kernels_per_session))
+            setup = time.perf_counter() - started
+            run = ThroughputRun("drover", n, 0, 0.0, setup)
+            time_phases(h.repository, run.phases)
+            # The loop of run_until_settled, with delivery and ticks timed apart.
+            while True:
+                started = time.perf_counter()
+                moved = await h.deliver()
+                run.deliver_seconds += time.perf_counter() - started
+                run.rounds += 1
+                for name in h.handlers:
+                    started = time.perf_counter()
+                    report: TickReport = await h.coordinator.tick(name)
+                    elapsed = time.perf_counter() - started
+                    run.seconds += elapsed
+                    run.by_handler[name] = run.by_handler.get(name, 0.0) + elapsed
+                    run.ticks += 1
+                    transitions = sum(report.moved_to.values())
+                    run.transitions += transitions
+                    run.kernel_changes += report.kernel_changes
+                    moved += transitions + report.kernel_changes
+                if moved == 0:
+                    break
+            run.phases["other"] = run.seconds - sum(run.phases.values())
+            counts = await h.repository.count_by_status()
+    finally:
+        remove_database(path)
+    if counts != {_S.TERMINATED: n}:
+        raise RuntimeError(f"drover did not terminate every session cleanly: {counts}")
+    return run
+
+
+# -- 2. the hand-written baseline -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One session status step of the built-in lifecycle, as the handler that makes it."""
+
+    handler: str
+    from_status: SessionStatus
+    to_status: SessionStatus
+    #: Kernel status the step moves kernels to (lifecycle handlers only).
+    to_kernel: KernelStatus | None = None
+    #: detect-termination's status_info rule.
+    status_info: bool = False
+
+
+#: The seven steps a session takes with instant kernels.
+STEPS: tuple[Step, ...] = (
+    Step("schedule-sessions", _S.PENDING, _S.SCHEDULED, _K.SCHEDULED),
+    Step("prepare-sessions", _S.SCHEDULED, _S.PREPARING, _K.PREPARING),
+    Step("promote-to-prepared", _S.PREPARING, _S.PREPARED),
+    Step("start-sessions", _S.PREPARED, _S.CREATING, _K.CREATING),
+    Step("promote-to-running", _S.CREATING, _S.RUNNING),
+    Step("detect-termination", _S.RUNNING, _S.TERMINATING, status_info=True),
+    Step("promote-to-terminated", _S.TERMINATING, _S.TERMINATED),
+)
+
+#: What the simulated backend reports after a step (untimed, as delivery is for drover).
+BACKEND_AFTER: dict[str, tuple[tuple[KernelStatus, KernelStatus], ...]] = {
+    "prepare-sessions": ((_K.PREPARING, _K.PULLING), (_K.PULLING, _K.PREPARED)),
+    "start-sessions": ((_K.CREATING, _K.RUNNING), (_K.RUNNING, _K.TERMINATED)),
+}
+
+# drover's _status_info_expression for DetectTermination's rule.
+_STATUS_INFO_SQL = (
+    "CASE WHEN EXISTS (SELECT 1 FROM kernels WHERE kernels.session_id = sessions.id "
+    "AND kernels.status IN ('ERROR')) THEN 'ABNORMAL_TERMINATION' ELSE 'KERNEL_EXITED' END"
+)
+# drover's _Apply._set_result.
+_SET_RESULT_SQL = (
+    "UPDATE sessions SET result = CASE WHEN sessions.status = 'TERMINATED' AND NOT EXISTS "
+    "(SELECT 1 FROM kernels WHERE kernels.session_id = sessions.id AND "
+    "(kernels.status != 'TERMINATED' OR kernels.exit_code IS NULL OR kernels.exit_code != 0)) "
+    "THEN 'SUCCESS' ELSE 'FAILURE' END WHERE sessions.id IN ({})"
+)
+# drover's _LATEST_HISTORY.
+_LATEST_HISTORY_SQL = (
+    "SELECT id, session_id, handler, result, from_status, to_status, error_code "
+    "FROM scheduling_history WHERE id IN (SELECT max(id) FROM scheduling_history "
+    "WHERE session_id IN ({}) GROUP BY session_id)"
+)
+_INSERT_KERNEL_HISTORY = (
+    "INSERT INTO kernel_history (kernel_id, session_id, source, from_status, to_status, "
+    "message, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_HISTORY = (
+    "INSERT INTO scheduling_history (session_id, handler, result, from_status, to_status, "
+    "error_code, message, attempts, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_MERGE_HISTORY = (
+    "UPDATE scheduling_history SET attempts = attempts + 1, updated_at = ?, message = ? "
+    "WHERE id = ?"
+)
+
+
+def apply_step(conn: sqlite3.Connection, step: Step, ids: Sequence[str], now: float) -> int:
+    """Apply one step to one batch in one transaction, as drover's ``_Apply`` does.
+
+    Returns how many sessions the compare-and-set moved.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        info = f", status_info = {_STATUS_INFO_SQL}" if step.status_info else ""
+        live: list[str] = []
+        for chunk in chunked(ids):
+            rows = conn.execute(
+                f"UPDATE sessions SET status = ?, status_changed_at = ?, try_count = 0{info} "
+                f"WHERE id IN ({marks(len(chunk))}) AND status = ? RETURNING id",
+                [step.to_status.value, now, *chunk, step.from_status.value],
+            )
+            live.extend(r[0] for r in rows)
+        if live and step.to_kernel is not None:
+            move_kernels(conn, live, step.to_kernel, step.handler, now)
+        if live and step.to_status == _S.TERMINATED:
+            for chunk in chunked(live):
+                conn.execute(_SET_RESULT_SQL.format(marks(len(chunk))), chunk)
+        write_history(conn, step, live, now)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(live)
+
+
+def move_kernels(
+    conn: sqlite3.Connection, session_ids: list[str], target: KernelStatus, source: str, now: float
+) -> None:
+    """drover's ``_Apply._move_kernels``: select eligible kernels, update by id, log history."""
+    eligible = _eligible_kernel_statuses(target)
+    for chunk in chunked(session_ids):
+        moved = conn.execute(
+            f"SELECT id, session_id, status FROM kernels WHERE session_id IN "
+            f"({marks(len(chunk))}) AND status IN ({marks(len(eligible))})",
+            [*chunk, *eligible],
+        ).fetchall()
+        if not moved:
+            continue
+        for kchunk in chunked([r[0] for r in moved]):
+            conn.execute(
+                f"UPDATE kernels SET status = ?, status_changed_at = ? "
+                f"WHERE id IN ({marks(len(kchunk))})",
+                [target.value, now, *kchunk],
+            )
+        conn.executemany(
+            _INSERT_KERNEL_HISTORY,
+            [(kid, sid, source, status, target.value, None, now) for kid, sid, status in moved],
+        )
+
+
+def write_history(conn: sqlite3.Connection, step: Step, live: list[str], now: float) -> None:
+    """drover's ``_Apply._write_history``: merge into a repeating latest row, else insert."""
+    if not live:
+        return
+    latest: dict[str, tuple[Any, ...]] = {}
+    for chunk in chunked(live):
+        for row in conn.execute(_LATEST_HISTORY_SQL.format(marks(len(chunk))), chunk):
+            latest[row[1]] = row
+    merges: list[tuple[Any, ...]] = []
+    inserts: list[tuple[Any, ...]] = []
+    wanted = (step.handler, "SUCCESS", step.from_status.value, step.to_status.value, None)
+    for sid in live:
+        prev = latest.get(sid)
+        if prev is not None and tuple(prev[2:7]) == wanted:
+            merges.append((now, None, prev[0]))
+        else:
+            inserts.append((sid, *wanted[:4], None, None, 1, now, now))
+    if merges:
+        conn.executemany(_MERGE_HISTORY, merges)
+    if inserts:
+        conn.executemany(_INSERT_HISTORY, inserts)
+
+
+def backend_reports(
+    conn: sqlite3.Connection, ids: Sequence[str], moves: Sequence[tuple[KernelStatus, KernelStatus]]
+) -> None:
+    """Play the simulated backend's kernel reports for a batch (untimed setup)."""
+    now = time.time()
+    conn.execute("BEGIN IMMEDIATE")
+    for from_status, to_status in moves:
+        for chunk in chunked(ids):
+            exit_code = 0 if to_status == _K.TERMINATED else None
+            rows = conn.execute(
+                f"UPDATE kernels SET status = ?, status_changed_at = ?, "
+                f"exit_code = coalesce(?, exit_code) WHERE session_id IN ({marks(len(chunk))}) "
+                f"AND status = ? RETURNING id, session_id",
+                [to_status.value, now, exit_code, *chunk, from_status.value],
+            ).fetchall()
+            conn.executemany(
+                _INSERT_KERNEL_HISTORY,
+                [(k, s, "backend", from_status.value, to_status.value, None, now) for k, s in rows],
+            )
+    conn.execute("COMMIT")
+
+
+def insert_pending(
+    conn: sqlite3.Connection, n: int, kernels_per_session: int, base_ms: int
+) -> list[str]:
+    """Insert ``n`` PENDING sessions with their kernels, as ``create_sessions`` would."""
+    now = time.time()
+    ids = ordered_ids(0, n * (kernels_per_session + 1), base_ms)
+    spec = json.dumps(KERNEL_SPEC)
+    session_rows: list[tuple[Any, ...]] = []
+    kernel_rows: list[tuple[Any, ...]] = []
+    stride = kernels_per_session + 1
+    for i in range(n):
+        sid = ids[i * stride]
+        session_rows.append((sid, f"session-{sid[-12:]}", "PENDING", now, 0, 0, now, "{}"))
+        kernel_rows.extend(
+            (ids[i * stride + k + 1], sid, "PENDING", now, None, spec)
+            for k in range(kernels_per_session)
+        )
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        "INSERT INTO sessions (id, name, status, status_changed_at, try_count, priority, "
+        "created_at, spec) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        session_rows,
+    )
+    conn.executemany(
+        "INSERT INTO kernels (id, session_id, status, status_changed_at, agent_id, spec) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        kernel_rows,
+    )
+    conn.execute("COMMIT")
+    return [row[0] for row in session_rows]
+
+
+async def run_baseline(workdir: Path, n: int, kernels_per_session: int) -> ThroughputRun:
+    """Drive ``n`` sessions through the seven steps with raw sqlite3; time the steps only."""
+    path = workdir / "baseline-throughput.db"
+    remove_database(path)
+    try:
+        started = time.perf_counter()
+        await migrate(path)
+        conn = connect_raw(path)
+        try:
+            ids = insert_pending(conn, n, kernels_per_session, int(time.time() * 1000))
+            run = ThroughputRun("baseline", n, 0, 0.0, time.perf_counter() - started)
+            for batch in chunked(ids, BATCH):
+                for step in STEPS:
+                    started = time.perf_counter()
+                    moved = apply_step(conn, step, batch, time.time())
+                    elapsed = time.perf_counter() - started
+                    run.seconds += elapsed
+                    run.by_handler[step.handler] = run.by_handler.get(step.handler, 0.0) + elapsed
+                    run.ticks += 1
+                    if moved != len(batch):
+                        raise RuntimeError(f"baseline {step.handler}: moved {moved}/{len(batch)}")
+                    run.transitions += moved
+                    if step.to_kernel is not None:
+                        run.kernel_changes += moved * kernels_per_session
+                    if step.handler in BACKEND_AFTER:
+                        started = time.perf_counter()
+                        backend_reports(conn, batch, BACKEND_AFTER[step.handler])
+                        run.deliver_seconds += time.perf_counter() - started
+            (bad,) = conn.execute(
+                "SELECT count(*) FROM sessions WHERE status != 'TERMINATED' "
+                "OR result IS NOT 'SUCCESS'"
+            ).fetchone()
+        finally:
+            conn.close()
+    finally:
+        remove_database(path)
+    if bad:
+        raise RuntimeError(f"baseline left {bad} sessions not TERMINATED with SUCCESS")
+    return run
+
+
+# -- 3. scaling with finished sessions ---------------------------------------------------
+
+
+def populate_finished(path: Path, count: int, base_ms: int) -> float:
+    """Bulk-load ``count`` TERMINATED sessions (1 kernel, 1 history row of each kind).
+
+    Returns the seconds it took. The ids are time-ordered and older than anything
+    drover creates later, as they would be in a long-lived database.
+    """
+    started = time.perf_counter()
+    conn = sqlite3.connect(path, isolation_level=None)
+    # Setup only, never timed: durability does not matter while loading.
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("PRAGMA cache_size=-262144")
+    spec = json.dumps(KERNEL_SPEC)
+    created = base_ms / 1000
+    block = 100_000
+    conn.execute("BEGIN")
+    for first in range(0, count, block):
+        size = min(block, count - first)
+        ids = ordered_ids(2 * first, 2 * size, base_ms)
+        sids, kids = ids[0::2], ids[1::2]
+        conn.executemany(
+            "INSERT INTO sessions (id, name, status, status_changed_at, try_count, priority, "
+            "created_at, spec, status_info, result) "
+            "VALUES (?, ?, 'TERMINATED', ?, 0, 0, ?, '{}', 'KERNEL_EXITED', 'SUCCESS')",
+            ((sid, f"session-{sid[-12:]}", created + 60, created) for sid in sids),
+        )
+        conn.executemany(
+            "INSERT INTO kernels (id, session_id, status, status_changed_at, agent_id, spec, "
+            "exit_code) VALUES (?, ?, 'TERMINATED', ?, 'bench-agent-0', ?, 0)",
+            ((kid, sid, created + 60, spec) for kid, sid in zip(kids, sids, strict=True)),
+        )
+        conn.executemany(
+            "INSERT INTO scheduling_history (session_id, handler, result, from_status, "
+            "to_status, attempts, created_at, updated_at) VALUES "
+            "(?, 'promote-to-terminated', 'SUCCESS', 'TERMINATING', 'TERMINATED', 1, ?, ?)",
+            ((sid, created + 60, created + 60) for sid in sids),
+        )
+        conn.executemany(
+            "INSERT INTO kernel_history (kernel_id, session_id, source, from_status, "
+            "to_status, created_at) VALUES (?, ?, 'backend', 'RUNNING', 'TERMINATED', ?)",
+            ((kid, sid, created + 60) for kid, sid in zip(kids, sids, strict=True)),
+        )
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return time.perf_counter() - started
+
+
+async def delete_sessions(h: CoordinatorHarness, ids: Sequence[str]) -> None:
+    """Remove sessions with their kernels and history, restoring the database's population."""
+
+    async def work(conn: Any) -> None:
+        for chunk in chunked(ids):
+            for table in (kernel_history, scheduling_history, kernels):
+                await conn.execute(sa.delete(table).where(table.c.session_id.in_(chunk)))
+            await conn.execute(sa.delete(sessions).where(sessions.c.id.in_(chunk)))
+
+    await h.repository.write(work)
+
+
+async def checkpoint(h: CoordinatorHarness) -> None:
+    """Empty the WAL into the database file, untimed.
+
+    A tick whose commit crosses SQLite's auto-checkpoint threshold pays for
+    copying every earlier frame, including untimed setup writes; which tick that
+    is depends on the WAL's history, not on the tick. Starting each timed tick
+    from an empty WAL makes the two databases comparable: one tick here writes
+    fewer than the 1,000 pages that would trigger a checkpoint.
+    """
+    async with h.repository.engine.connect() as conn:
+        await conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+async def measure_ticks(
+    h: CoordinatorHarness, pending: int, kernels_per_session: int
+) -> dict[str, float]:
+    """Create fresh PENDING sessions, time one tick of each scaling handler, then clean up.
+
+    Returns seconds per handler. Every timed tick must move all ``pending``
+    sessions, or the figure would not be comparable.
+    """
+    ids = await h.repository.create_sessions(session_requests(pending, kernels_per_session))
+    seconds: dict[str, float] = {}
+    try:
+        for name in SCALING_HANDLERS:
+            # Backend progress from the previous tick (PREPARED kernels) is due first.
+            await h.deliver()
+            await checkpoint(h)
+            started = time.perf_counter()
+            report = await h.coordinator.tick(name)
+            seconds[name] = time.perf_counter() - started
+            moved = sum(report.moved_to.values())
+            if moved != pending:
+                raise RuntimeError(f"{name} moved {moved} of {pending} sessions")
+        await h.deliver()
+    finally:
+        await delete_sessions(h, ids)
+    return seconds
+
+
+@dataclass
+class ScalingResult:
+    """Per-handler tick seconds, alone and among the finished sessions."""
+
+    finished: int
+    pending: int
+    populate_seconds: float = 0.0
+    alone: dict[str, list[float]] = field(default_factory=dict)
+    among_finished: dict[str, list[float]] = field(default_factory=dict)
+
+    def ratio(self, handler: str) -> float:
+        """Median tick among finished sessions over median tick alone."""
+        return median(self.among_finished[handler]) / median(self.alone[handler])
+
+
+async def run_scaling(
+    workdir: Path, finished: int, pending: int, kernels_per_session: int, runs: int
+) -> ScalingResult:
+    """Time ticks on an empty database and on one holding ``finished`` sessions, interleaved."""
+    result = ScalingResult(finished, pending)
+    small, big = workdir / "scaling-alone.db", workdir / "scaling-finished.db"
+    for path in (small, big):
+        remove_database(path)
+        await migrate(path)
+    print(f"  loading {finished:,} finished sessions ...", flush=True)
+    # Far enough in the past that every id drover makes later sorts after these.
+    result.populate_seconds = populate_finished(big, finished, int(time.time() * 1000) - 86_400_000)
+    print(f"  loaded in {result.populate_seconds:.1f} s", flush=True)
+    try:
+        async with make_harness(small) as h_small, make_harness(big) as h_big:
+            targets = {"alone": (h_small, result.alone), "finished": (h_big, result.among_finished)}
+            # One discarded run each warms the page cache and the statement caches.
+            for h, _ in targets.values():
+                await measure_ticks(h, pending, kernels_per_session)
+            for run in range(runs):
+                # Alternate which goes first, so drift on a noisy machine hits both alike.
+                order = ["alone", "finished"] if run % 2 == 0 else ["finished", "alone"]
+                for key in order:
+                    h, sink = targets[key]
+                    seconds = await measure_ticks(h, pending, kernels_per_session)
+                    for name, value in seconds.items():
+                        sink.setdefault(name, []).append(value)
+                line = "  ".join(
+                    f"{name} {result.alone[name][-1] * 1e3:6.1f} / "
+                    f"{result.among_finished[name][-1] * 1e3:6.1f} ms"
+                    for name in SCALING_HANDLERS
+                )
+                print(f"  run {run + 1}: (alone / among finished) {line}", flush=True)
+    finally:
+        for path in (small, big):
+            remove_database(path)
+    return result
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options; ``--quick`` only changes the defaults not given explicitly."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, help="sessions per throughput run (10,000)")
+    parser.add_argument("--kernels", type=int, default=4, help="kernels per session (4)")
+    parser.add_argument("--finished", type=int, help="finished sessions for scaling (1,000,000)")
+    parser.add_argument("--pending", type=int, default=BATCH, help="PENDING per scaling tick")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions (3)")
+    parser.add_argument("--tick-runs", type=int, help="scaling runs per side (5; 3 if --quick)")
+    parser.add_argument("--quick", action="store_true", help="N=1,000 and 50,000 finished")
+    parser.add_argument("--json", type=Path, help="also write the JSON summary to this file")
+    parser.add_argument("--tmpdir", type=Path, help="where the temporary databases go")
+    parser.add_argument(
+        "--only", choices=["throughput", "scaling"], help="run one of the two measurements"
+    )
+    args = parser.parse_args(argv)
+    if args.sessions is None:
+        args.sessions = 1000 if args.quick else 10_000
+    if args.finished is None:
+        args.finished = 50_000 if args.quick else 1_000_000
+    if args.tick_runs is None:
+        # Three runs keep --quick under ~30 s on a 2-core machine.
+        args.tick_runs = 3 if args.quick else 5
+    if min(args.sessions, args.kernels, args.pending, args.repeats, args.tick_runs) < 1:
+        parser.error("sizes and repetition counts must be >= 1")
+    if args.finished < 0:
+        parser.error("--finished must be >= 0")
+    return args
+
+
+def describe(run: ThroughputRun) -> str:
+    """One line of per-repetition figures."""
+    extra = f", {run.ticks} ticks in {run.rounds} rounds" if run.kind == "drover" else ""
+    slowest = sorted(run.by_handler.items(), key=lambda item: -item[1])[:3]
+    lines = [
+        f"{run.kind:>8}: {run.transitions:,} transitions in {run.seconds:.3f} s "
+        f"= {run.rate:,.0f}/s (delivery {run.deliver_seconds:.3f} s{extra})",
+        "slowest: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in slowest),
+    ]
+    if run.phases:
+        lines.append(
+            "phases: "
+            + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in run.phases.items())
+        )
+    return f"\n{'':>16}".join(lines)
+
+
+async def run_throughput(workdir: Path, args: argparse.Namespace) -> dict[str, list[ThroughputRun]]:
+    """Repeat drover and baseline passes, interleaved, and print each one."""
+    runs: dict[str, list[ThroughputRun]] = {"drover": [], "baseline": []}
+    runners: dict[str, Callable[[Path, int, int], Awaitable[ThroughputRun]]] = {
+        "drover": run_drover,
+        "baseline": run_baseline,
+    }
+    print(
+        f"throughput: {args.sessions:,} sessions x {args.kernels} kernels, "
+        f"{args.repeats} repetitions",
+        flush=True,
+    )
+    for rep in range(args.repeats):
+        # Alternate which goes first, so drift on a noisy machine hits both alike.
+        order = ["drover", "baseline"] if rep % 2 == 0 else ["baseline", "drover"]
+        for kind in order:
+            run = await runners[kind](workdir, args.sessions, args.kernels)
+            runs[kind].append(run)
+            print(f"  rep {rep + 1} {describe(run)}", flush=True)
+            if run.transitions != len(STEPS) * args.sessions:
+                # The built-in lifecycle changed; the baseline's STEPS no longer match it.
+                print(
+                    f"  WARNING: {run.kind} made {run.transitions:,} transitions, not "
+                    f"{len(STEPS)} per session: the rates are not like for like",
+                    flush=True,
+                )
+    return runs
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the requested measurements and return the summary."""
+    started = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="drover-bench-", dir=args.tmpdir))
+    runs: dict[str, list[ThroughputRun]] | None = None
+    scaling: ScalingResult | None = None
+    try:
+        if args.only in (None, "throughput"):
+            runs = await run_throughput(workdir, args)
+        if args.only in (None, "scaling"):
+            print(
+                f"scaling: one tick of {args.pending:,} PENDING x {args.kernels} kernels, alone "
+                f"vs among {args.finished:,} TERMINATED, {args.tick_runs} runs",
+                flush=True,
+            )
+            scaling = await run_scaling(
+                workdir, args.finished, args.pending, args.kernels, args.tick_runs
+            )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "config": {
+            "sessions": args.sessions,
+            "kernels": args.kernels,
+            "finished": args.finished,
+            "pending": args.pending,
+            "repeats": args.repeats,
+            "tick_runs": args.tick_runs,
+            "quick": args.quick,
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "cpus": os.cpu_count(),
+        },
+        "throughput": summarize_throughput(runs) if runs is not None else None,
+        "scaling": summarize_scaling(scaling) if scaling is not None else None,
+        "elapsed_seconds": time.perf_counter() - started,
+    }
+
+
+def summarize_throughput(runs: dict[str, list[ThroughputRun]]) -> dict[str, Any]:
+    """Per-repetition rates, medians, the ratio of medians and its verdict."""
+    drover_rate = median([r.rate for r in runs["drover"]])
+    baseline_rate = median([r.rate for r in runs["baseline"]])
+    ratio = drover_rate / baseline_rate
+    return {
+        "drover_per_s": [r.rate for r in runs["drover"]],
+        "baseline_per_s": [r.rate for r in runs["baseline"]],
+        "drover_median_per_s": drover_rate,
+        "baseline_median_per_s": baseline_rate,
+        "drover_deliver_median_s": median([r.deliver_seconds for r in runs["drover"]]),
+        # Like for like with the baseline, which runs only the apply's statements.
+        "drover_apply_only_median_per_s": median(
+            [r.transitions / r.phases["apply"] for r in runs["drover"]]
+        ),
+        "ratio": ratio,
+        "target": THROUGHPUT_TARGET,
+        "ok": ratio >= THROUGHPUT_TARGET,
+        "runs": [asdict(r) for kind in ("drover", "baseline") for r in runs[kind]],
+    }
+
+
+def summarize_scaling(scaling: ScalingResult) -> dict[str, Any]:
+    """Per-handler tick times in ms, their medians and ratios, and the headline verdict."""
+    per_handler: dict[str, dict[str, Any]] = {
+        name: {
+            "alone_ms": [s * 1e3 for s in scaling.alone[name]],
+            "among_finished_ms": [s * 1e3 for s in scaling.among_finished[name]],
+            "alone_median_ms": median(scaling.alone[name]) * 1e3,
+            "among_finished_median_ms": median(scaling.among_finished[name]) * 1e3,
+            "ratio": scaling.ratio(name),
+        }
+        for name in SCALING_HANDLERS
+    }
+    ratio = scaling.ratio(HEADLINE_HANDLER)
+    return {
+        "headline_handler": HEADLINE_HANDLER,
+        "ratio": ratio,
+        "target": SCALING_TARGET,
+        "ok": ratio <= SCALING_TARGET,
+        "populate_seconds": scaling.populate_seconds,
+        "handlers": per_handler,
+    }
+
+
+def verdict(ok: bool) -> str:
+    """OK or MISSED, for the summary block."""
+    return "OK" if ok else "MISSED"
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The human-readable block at the end of the output."""
+    t, s, c = summary["throughput"], summary["scaling"], summary["config"]
+    print()
+    print("=" * 78)
+    print(f"SUMMARY  (SQLite {c['sqlite']}, Python {c['python']}, {c['cpus']} CPUs)")
+    if t is not None:
+        print(f"  throughput, {c['sessions']:,} sessions x {c['kernels']} kernels (median):")
+        print(
+            f"    drover    {t['drover_median_per_s']:>9,.0f} transitions/s  "
+            f"(runs: {', '.join(f'{r:,.0f}' for r in t['drover_per_s'])}; "
+            f"delivery {t['drover_deliver_median_s']:.2f} s untimed)"
+        )
+        print(
+            f"    baseline  {t['baseline_median_per_s']:>9,.0f} transitions/s  "
+            f"(runs: {', '.join(f'{r:,.0f}' for r in t['baseline_per_s'])})"
+        )
+        print(
+            f"    ratio drover/baseline {t['ratio']:.2f}  target >= {t['target']}  "
+            f"{verdict(t['ok'])}"
+        )
+        apply_only = t["drover_apply_only_median_per_s"]
+        print(
+            f"    (drover's apply alone: {apply_only:,.0f}/s, "
+            f"{apply_only / t['baseline_median_per_s']:.2f} of the baseline)"
+        )
+    if s is not None:
+        print(
+            f"  one tick of {c['pending']:,} PENDING, alone vs among {c['finished']:,} "
+            "finished (median):"
+        )
+        for name, figures in s["handlers"].items():
+            print(
+                f"    {name:<20} {figures['alone_median_ms']:8.1f} ms vs "
+                f"{figures['among_finished_median_ms']:8.1f} ms  ratio {figures['ratio']:.2f}"
+            )
+        print(
+            f"    ratio ({s['headline_handler']}) {s['ratio']:.2f}  target <= {s['target']}  "
+            f"{verdict(s['ok'])}"
+        )
+    print(f"  total time {summary['elapsed_seconds']:.1f} s")
+    print("=" * 78)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: run, print the summary block, then the JSON summary as the last line."""
+    args = parse_args(argv)
+    summary = asyncio.run(main_async(args))
+    print_summary(summary)
+    text = json.dumps(summary, sort_keys=True)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
