@@ -170,3 +170,19 @@ async def test_a_start_timeout_sends_the_session_back_to_pending(database, tmp_p
         )
         assert "timeout=1s" in (row.message or "")
         await app.repository.request_termination([sid])
+
+
+async def test_many_instant_commands_all_end(database, tmp_path: Path):
+    """Kernels that exit before their RUNNING report commits are not lost (60 x `true`)."""
+    async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        ids = await app.repository.create_sessions(
+            [{"kernels": [kernel(["true"]), kernel(["true"])]} for _ in range(30)]
+        )
+
+        async def all_done():
+            counts = await app.repository.count_by_status()
+            return counts.get(S.TERMINATED, 0) == len(ids)
+
+        await wait_for(all_done, timeout=60, what="every session TERMINATED")
+        results = {s.result for s in await app.repository.list_sessions()}
+        assert results == {"SUCCESS"}

@@ -78,6 +78,9 @@ class _Proc:
         self.workdir = workdir
         self.own = own
         self.destroying = False
+        # Whether its RUNNING report was applied; exits are reported only after
+        # that, or a fast exit would be refused (still PREPARED) and lost.
+        self.announced = not own
 
 
 class LocalBackend(AgentBackend):
@@ -104,6 +107,7 @@ class LocalBackend(AgentBackend):
         self._setups: dict[str, asyncio.subprocess.Process] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._monitor: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def agents(self) -> Sequence[AgentInfo]:
         """The configured agents (by default, this host)."""
@@ -148,25 +152,32 @@ class LocalBackend(AgentBackend):
         log.info("local backend started: adopted=%d lost=%d", adopted, lost)
         return {"adopted": adopted, "lost": lost}
 
-    async def stop(self) -> None:
-        """Stop watching. Kernel processes keep running, to be adopted on restart."""
-        for task in [*self._tasks, *([self._monitor] if self._monitor else [])]:
-            task.cancel()
-        for task in [*self._tasks, *([self._monitor] if self._monitor else [])]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        for proc in self._setups.values():
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop watching. Kernel processes keep running, to be adopted on restart.
+
+        Running setups are killed without a report: their sessions go back to
+        PENDING when prepare-sessions' timeout passes. Tasks end on their own
+        (one in the middle of a report finishes it); only stragglers past
+        ``grace`` seconds are cancelled.
+        """
+        self._stopping = True
+        for proc in list(self._setups.values()):
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            with contextlib.suppress(Exception):
-                await proc.wait()
+        tasks = [*self._tasks, *([self._monitor] if self._monitor else [])]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         self._setups.clear()
         self._monitor = None
 
-    async def _report(self, *reports: KernelReport) -> None:
+    async def _report(self, *reports: KernelReport) -> list[bool]:
         assert self.repository is not None, "LocalBackend.start() was not called"
-        await self.repository.report_kernel_statuses(list(reports))
+        applied = await self.repository.report_kernel_statuses(list(reports))
         self.on_change()
+        return applied
 
     def _spawn_task(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
@@ -227,6 +238,8 @@ class LocalBackend(AgentBackend):
                 if proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError):
                         proc.kill()
+            if self._stopping:
+                return  # killed by stop(): the coordinator's timeout decides
             err = err_path.read_bytes()[-_STDERR_TAIL * 4 :]
             after = frozenset({_K.PREPARING, _K.PULLING})
             if proc.returncode == 0:
@@ -264,7 +277,17 @@ class LocalBackend(AgentBackend):
             if kernel.status in TERMINAL_KERNEL_STATUSES or kernel.id in self._procs:
                 continue
             reports.append(self._spawn(session, kernel))
-        await self._report(*reports)
+        applied = await self._report(*reports)
+        for report, ok in zip(reports, applied, strict=True):
+            proc = self._procs.get(report.kernel_id)
+            if proc is None:
+                continue
+            if not ok:
+                # The kernel moved on (terminated, rescheduled) while we spawned it.
+                log.warning("kernel %s no longer wants its process: killing it", proc.kernel_id)
+                proc.destroying = True
+                _signal_group(proc, signal.SIGKILL)
+            proc.announced = True
 
     def _spawn(self, session: SessionWithKernels, kernel: KernelInfo) -> KernelReport:
         expected = frozenset({_K.PREPARED, _K.CREATING})
@@ -315,8 +338,10 @@ class LocalBackend(AgentBackend):
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
         next_sweep = loop.time() + self.sweep_interval
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.poll_interval)
+            if self._stopping:
+                return
             try:
                 await self._poll_once()
                 if loop.time() >= next_sweep:
@@ -360,6 +385,8 @@ class LocalBackend(AgentBackend):
     async def _poll_once(self) -> None:
         ended: list[KernelReport] = []
         for proc in list(self._procs.values()):
+            if not proc.announced:
+                continue
             code = _exit_status(proc)
             if code is _RUNNING:
                 continue

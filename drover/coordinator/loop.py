@@ -136,10 +136,11 @@ class Daemon:
         try:
             await self._stopping.wait()
         finally:
-            self._stopping.set()
-            for task in helpers:
-                task.cancel()
-            _done, pending = await asyncio.wait(workers, timeout=self.shutdown_grace)
+            self.stop()
+            # Every loop checks the stopping flag between iterations, so they
+            # all end on their own; cancelling one in the middle of a write
+            # could leave its connection holding SQLite's write lock.
+            _done, pending = await asyncio.wait([*workers, *helpers], timeout=self.shutdown_grace)
             if pending:
                 log.warning(
                     "grace period of %ss over: cancelling ticks of %s",
@@ -149,7 +150,6 @@ class Daemon:
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
-            await asyncio.gather(*helpers, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self.repository.coordinator_stopped(self.id)
             log.info("coordinator %s stopped", self.id)

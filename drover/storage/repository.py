@@ -578,9 +578,7 @@ class Repository:
             sessions.c.status.in_([s.value for s in session_statuses])
         )
         if kernel_statuses is not None:
-            query = query.where(
-                _kernel_exists(_kernel_status_in(s.value for s in kernel_statuses))
-            )
+            query = query.where(_kernel_exists(_kernel_status_in(s.value for s in kernel_statuses)))
         query = query.order_by(*_ORDER).limit(limit)
 
         async def work(conn: AsyncConnection) -> list[SessionWithKernels]:
@@ -1129,41 +1127,62 @@ class _Apply:
         return live
 
     async def _move_kernels(self, session_ids: list[str], target: KernelStatus) -> None:
+        """Move the sessions' eligible kernels to ``target``, writing kernel history in SQL.
+
+        No kernel row travels to Python: history rows are inserted from the
+        kernels themselves. On SQLite, BEGIN IMMEDIATE already serialises
+        writers, so INSERT…SELECT then UPDATE with the same condition see the
+        same rows. On PostgreSQL one data-modifying CTE locks the rows, updates
+        them and inserts their history from the old statuses it returns.
+        """
         eligible = _eligible_kernel_statuses(target)
         if not eligible:
             return
         values: dict[str, Any] = {"status": target.value, "status_changed_at": self.now}
         if target == KernelStatus.PENDING:
             values["agent_id"] = None
+        columns = ["kernel_id", "session_id", "source", "from_status", "to_status", "created_at"]
         for chunk in chunked(session_ids):
-            query = sa.select(kernels.c.id, kernels.c.session_id, kernels.c.status).where(
-                kernels.c.session_id.in_(chunk), kernels.c.status.in_(eligible)
-            )
+            where = sa.and_(kernels.c.session_id.in_(chunk), kernels.c.status.in_(eligible))
             if self.postgres:
-                query = query.with_for_update()
-            moved = (await self.conn.execute(query)).all()
-            if not moved:
-                continue
-            for kchunk in chunked([r.id for r in moved]):
-                await self.conn.execute(
-                    sa.update(kernels).where(kernels.c.id.in_(kchunk)).values(**values)
+                old = (
+                    sa.select(kernels.c.id, kernels.c.status)
+                    .where(where)
+                    .with_for_update()
+                    .cte("old")
                 )
-            await self.conn.execute(
-                sa.insert(kernel_history),
-                [
-                    {
-                        "kernel_id": r.id,
-                        "session_id": r.session_id,
-                        "source": self.source,
-                        "from_status": r.status,
-                        "to_status": target.value,
-                        "message": None,
-                        "created_at": self.now,
-                    }
-                    for r in moved
-                ],
-            )
-            self.kernel_changes += len(moved)
+                moved = (
+                    sa.update(kernels)
+                    .where(kernels.c.id == old.c.id)
+                    .values(**values)
+                    .returning(kernels.c.id, kernels.c.session_id, old.c.status)
+                    .cte("moved")
+                )
+                source = sa.select(
+                    moved.c.id,
+                    moved.c.session_id,
+                    sa.literal(self.source),
+                    moved.c.status,
+                    sa.literal(target.value),
+                    sa.literal(self.now, sa.Double()),
+                )
+                result = await self.conn.execute(
+                    sa.insert(kernel_history).from_select(columns, source)
+                )
+            else:
+                source = sa.select(
+                    kernels.c.id,
+                    kernels.c.session_id,
+                    sa.literal(self.source),
+                    kernels.c.status,
+                    sa.literal(target.value),
+                    sa.literal(self.now, sa.Double()),
+                ).where(where)
+                result = await self.conn.execute(
+                    sa.insert(kernel_history).from_select(columns, source)
+                )
+                await self.conn.execute(sa.update(kernels).where(where).values(**values))
+            self.kernel_changes += max(result.rowcount, 0)
 
     async def _set_result(self, session_ids: list[str]) -> None:
         """SUCCESS iff the session TERMINATED and every kernel TERMINATED with exit code 0."""
