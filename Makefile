@@ -7,10 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv run demo test bench clean
 
-$(STAMP): pyproject.toml
+# The example plugin is installed too: `make test` runs its tests, and the
+# end-to-end test in tests/ needs its entry point.
+$(STAMP): pyproject.toml examples/drover-max-duration/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./examples/drover-max-duration
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -25,8 +28,8 @@ demo: $(STAMP)
 
 ## ruff, mypy --strict and pytest.
 test: $(STAMP)
-	$(BIN)/ruff check drover tests bench
-	$(BIN)/ruff format --check drover tests bench
+	$(BIN)/ruff check drover tests bench examples
+	$(BIN)/ruff format --check drover tests bench examples
 	$(BIN)/mypy --strict drover
 	$(BIN)/python -m pytest
 

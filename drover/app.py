@@ -2,43 +2,38 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any
 
 import pluggy
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from drover.backends.base import AgentBackend, AgentInfo
-from drover.backends.local import LocalBackend
-from drover.backends.simulated import SimulatedBackend
-from drover.config import Config, LoadedConfig, default_agents
+from drover.backends.base import AgentBackend
+from drover.config import Config, LoadedConfig
 from drover.coordinator.clock import SystemClock
 from drover.coordinator.engine import Coordinator
 from drover.coordinator.errors import DroverError
-from drover.plugins.manager import collect_handlers, make_plugin_manager
-from drover.plugins.registry import RegisteredHandler, RuntimeContext
+from drover.plugins.manager import (
+    collect_backends,
+    collect_handlers,
+    collect_observers,
+    load_entry_points,
+    make_plugin_manager,
+)
+from drover.plugins.registry import Observer, RegisteredHandler, RuntimeContext
 from drover.storage.engine import create_engine
 from drover.storage.migrate import current_revision, head_revision, upgrade
 from drover.storage.repository import Repository
+from drover.storage.retry import run_transaction
 
-__all__ = ["App", "SchemaNotReadyError", "build_backend", "handler_overrides"]
+__all__ = ["App", "SchemaNotReadyError", "UnknownBackendError", "handler_overrides"]
 
 
 class SchemaNotReadyError(DroverError):
     """The database is not at drover's schema head."""
 
 
-def build_backend(config: Config) -> AgentBackend:
-    """The backend named in the configuration, with its agents."""
-    agents = [AgentInfo(a.id, a.capacity()) for a in (config.backend.agents or default_agents())]
-    if config.backend.name == "simulated":
-        return SimulatedBackend(
-            agents,
-            pull_delay=config.backend.pull_delay,
-            create_delay=config.backend.create_delay,
-            run_for=config.backend.run_for,
-        )
-    return LocalBackend(agents, config.data_dir, kill_grace=config.backend.kill_grace)
+class UnknownBackendError(DroverError):
+    """``backend.name`` names no registered backend."""
 
 
 def handler_overrides(config: Config) -> dict[str, dict[str, Any]]:
@@ -73,19 +68,38 @@ class App:
         self._backend: AgentBackend | None = None
         self.coordinator: Coordinator | None = None
         self.registered: list[RegisteredHandler] = []
-        self.plugin_manager: pluggy.PluginManager | None = None
+        self.observers: list[tuple[str, Observer]] = []
+        self._plugin_manager: pluggy.PluginManager | None = None
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        """Built-in and installed plugins, honouring ``plugins.load`` and ``plugins.block``."""
+        if self._plugin_manager is None:
+            plugins = self.config.plugins
+            pm = make_plugin_manager(include_builtins=True, block=plugins.block)
+            load_entry_points(pm, plugins.load, plugins.block)
+            self._plugin_manager = pm
+        return self._plugin_manager
 
     @property
     def backend(self) -> AgentBackend:
-        """The configured backend (built on first use)."""
+        """The configured backend, built by its registered factory on first use."""
         if self._backend is None:
-            self._backend = build_backend(self.config)
+            registry = collect_backends(self.plugin_manager)
+            name = self.config.backend.name
+            if name not in registry.factories:
+                raise UnknownBackendError(
+                    f"backend.name = {name!r} ({self.loaded.source('backend.name')}): no such "
+                    f"backend; registered: {sorted(registry.factories)}"
+                )
+            self._backend = registry.factories[name](self.config)
         return self._backend
 
     async def check_schema(self, *, auto_upgrade: bool = False) -> None:
         """Upgrade (``auto_upgrade``) or insist that the database is at head."""
         if auto_upgrade:
-            await upgrade(self.engine)
+            # Another process (a CLI call) may hold the new file for a moment.
+            await run_transaction(lambda: upgrade(self.engine))
             return
         revision = await current_revision(self.engine)
         if revision != head_revision():
@@ -96,16 +110,10 @@ class App:
             )
 
     def load_handlers(self) -> Coordinator:
-        """Load plugins (respecting load/block lists), validate handlers, build the coordinator."""
-        plugins = self.config.plugins
-        self.plugin_manager = make_plugin_manager(
-            include_builtins=True,
-            load_entrypoints=False,
-            block=plugins.block,
-        )
-        _load_entry_points(self.plugin_manager, plugins.load, plugins.block)
+        """Validate the plugins' handlers, collect observers, build the coordinator."""
         context = RuntimeContext(self.repository, self.backend, self.clock)
         handlers, self.registered = collect_handlers(self.plugin_manager, context)
+        self.observers = collect_observers(self.plugin_manager)
         self.coordinator = Coordinator(
             self.repository, handlers, options=handler_overrides(self.config), clock=self.clock
         )
@@ -114,13 +122,3 @@ class App:
     async def close(self) -> None:
         """Dispose of the database engine."""
         await self.engine.dispose()
-
-
-def _load_entry_points(pm: pluggy.PluginManager, allow: list[str] | None, block: list[str]) -> None:
-    for ep in metadata.entry_points(group="drover"):
-        if allow is not None and ep.name not in allow:
-            continue
-        if ep.name in block or pm.is_blocked(ep.name):
-            continue
-        pm.register(ep.load(), name=ep.name)
-    pm.check_pending()

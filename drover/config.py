@@ -93,6 +93,8 @@ class BackendConfig:
     create_delay: float = 0.0
     #: simulated: seconds a kernel runs before exiting 0 (``None``: until destroyed).
     run_for: float | None = None
+    #: Free-form settings for a backend registered by a plugin.
+    settings: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -130,7 +132,8 @@ class LoadedConfig:
         return self.sources.get(key, "default")
 
 
-_ENUMS = {"log_format": {"text", "json"}, "backend.name": {"local", "simulated"}}
+# backend.name is checked against the registered backends when the app starts.
+_ENUMS = {"log_format": {"text", "json"}}
 
 
 def _converter() -> cattrs.Converter:

@@ -202,3 +202,20 @@ async def test_no_timeout_and_no_retry_limit_mean_never(make_harness):
         assert (s.status, s.try_count) == (S.PENDING, 8)
         (row,) = await h.history(sid)
         assert (row.result, row.attempts) == (R.NEED_RETRY, 8)
+
+
+async def test_status_infos_are_written_only_with_a_status_change(make_harness):
+    """HandlerResult.status_infos sets status_info on sessions whose status changes."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        moved = await h.create_session()
+        kept = await h.create_session()
+        plugin.handler.script = lambda t: HandlerResult(
+            successes=[moved],
+            failures=[kept],
+            status_infos={moved: "LIMIT_REACHED", kept: "NOT_APPLIED"},
+        )
+        await h.tick("scripted")
+        assert (await h.session(moved)).status_info == "LIMIT_REACHED"
+        k = await h.session(kept)
+        assert (k.status, k.status_info) == (S.PENDING, None)

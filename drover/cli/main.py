@@ -6,6 +6,8 @@ import click
 
 from drover.cli._common import CliState
 from drover.cli.db import db
+from drover.cli.new_plugin import new_plugin
+from drover.cli.plugins import plugins
 from drover.cli.run import run
 from drover.cli.sessions import logs, sessions, show, submit, terminate
 from drover.cli.status import config, status
@@ -43,5 +45,44 @@ def main(ctx: click.Context, config_path: str | None, database_url: str | None) 
     ctx.obj = CliState(config_path, flags)
 
 
-for command in (run, submit, sessions, show, logs, terminate, status, config, db):
+for command in (
+    run,
+    submit,
+    sessions,
+    show,
+    logs,
+    terminate,
+    status,
+    config,
+    db,
+    plugins,
+    new_plugin,
+):
     main.add_command(command)
+
+
+def _add_plugin_commands(cli: click.Group) -> None:
+    """Let installed plugins add commands (``drover_register_commands``).
+
+    Only the environment's DROVER_LOAD_PLUGINS / DROVER_DISABLE_PLUGINS apply
+    here: commands are needed before any --config is parsed. A broken plugin
+    must not take the whole command line down, so its error is one line on
+    stderr.
+    """
+    import os
+
+    from drover.plugins.manager import load_entry_points, make_plugin_manager
+
+    def names(var: str) -> list[str] | None:
+        raw = os.environ.get(var)
+        return None if raw is None else [n.strip() for n in raw.split(",") if n.strip()]
+
+    try:
+        pm = make_plugin_manager(include_builtins=False)
+        load_entry_points(pm, names("DROVER_LOAD_PLUGINS"), names("DROVER_DISABLE_PLUGINS") or [])
+        pm.hook.drover_register_commands(cli=cli)
+    except Exception as error:
+        click.echo(f"warning: plugin commands not loaded: {error}", err=True)
+
+
+_add_plugin_commands(main)

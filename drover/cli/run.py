@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from drover.backends.local import LocalBackend
 from drover.backends.simulated import SimulatedBackend
 from drover.cli._common import CliState, database_option, run_async
 from drover.coordinator.loop import Daemon
+from drover.coordinator.observers import ObserverDispatcher, events_of
 from drover.logs import setup_logging
 
 __all__ = ["run", "serve_daemon"]
@@ -59,6 +61,10 @@ async def serve_daemon(
     )
     if isinstance(backend, LocalBackend):
         backend.on_change = daemon.wake_promotions
+    dispatcher = ObserverDispatcher(app.observers)
+    if app.observers:
+        dispatcher.start()
+        daemon.on_tick = lambda report: dispatcher.publish(events_of(report, time.time()))
     loop = asyncio.get_running_loop()
     received: list[int] = []
 
@@ -85,6 +91,7 @@ async def serve_daemon(
                 loop.remove_signal_handler(signum)
         if isinstance(backend, LocalBackend):
             await backend.stop()
+        await dispatcher.close(grace=config.shutdown_grace)
     return 0
 
 
@@ -100,9 +107,9 @@ async def serve_daemon(
 @click.option(
     "--backend",
     "backend_name",
-    type=click.Choice(["local", "simulated"]),
     default=None,
-    help="Where kernels run [env DROVER_BACKEND; default local].",
+    help="Where kernels run: local, simulated, or a plugin's backend "
+    "[env DROVER_BACKEND; default local].",
 )
 @click.option("--data-dir", default=None, help="Kernel working directories and logs.")
 @click.option(

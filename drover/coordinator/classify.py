@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import attrs
+
 from drover.coordinator.plan import Change, TryCount
 from drover.coordinator.status import SchedulingResult
 from drover.coordinator.values import (
     HandlerOptions,
     HandlerResult,
     SessionWithKernels,
+    StatusInfoRule,
     StatusTransitions,
 )
 
@@ -52,6 +55,7 @@ def classify(
     failures = set(result.failures)
     skipped = set(result.skipped)
     changes: list[Change] = []
+    infos = {sid: StatusInfoRule(default=text) for sid, text in result.status_infos.items()}
     for session in targets:
         sid = session.id
         options = options_for(session)
@@ -101,6 +105,13 @@ def classify(
             changes.append(
                 _change(session, SchedulingResult.SKIPPED, None, TryCount.KEEP, message, code)
             )
+    if infos:
+        changes = [
+            attrs.evolve(c, status_info=infos[c.session_id])
+            if c.session_id in infos and c.changes_session
+            else c
+            for c in changes
+        ]
     return changes
 
 

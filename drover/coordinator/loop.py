@@ -6,6 +6,7 @@
 * New sessions submitted by other processes are noticed within
   ``submission_poll`` seconds (the newest session id is polled: one index
   lookup) and wake the handlers that target PENDING.
+* Sessions ending wake the handlers that target PENDING: capacity was freed.
 * Every ``safety_interval`` seconds all handlers are woken unconditionally.
 * Ticks of one handler never overlap (one task per handler).
 * A tick that raises (the database went away, say) is logged and retried with
@@ -31,6 +32,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from drover.coordinator.clock import from_timestamp
 from drover.coordinator.engine import Coordinator, TickReport
 from drover.coordinator.interfaces import SessionPromotionHandler
+from drover.coordinator.status import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.storage.ids import new_id
 from drover.storage.repository import CoordinatorInfo
 
@@ -226,6 +228,10 @@ class Daemon:
         for status in report.moved_to:
             for name in self._targets.get(str(status), ()):
                 self._wake[name].set()
+            if status in TERMINAL_SESSION_STATUSES:
+                # Ended sessions free capacity: waiting sessions may fit now.
+                for name in self._targets.get(SessionStatus.PENDING.value, ()):
+                    self._wake[name].set()
         if report.kernel_changes:
             self.wake_promotions()
         if (

@@ -64,7 +64,9 @@ class HandlerResult:
 
     ``successes``, ``failures`` and ``skipped`` hold session ids. ``messages``
     and ``error_codes`` map a session id to the reason, which the coordinator
-    copies into the history row.
+    copies into the history row. ``status_infos`` (optional, a drover
+    addition) maps a session id to the ``status_info`` it gets *if* this tick
+    changes its status (say ``MAX_DURATION_EXCEEDED``).
     """
 
     successes: list[str] = attrs.field(factory=list, converter=_str_list)
@@ -72,6 +74,7 @@ class HandlerResult:
     skipped: list[str] = attrs.field(factory=list, converter=_str_list)
     messages: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     error_codes: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+    status_infos: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
 
 
 @attrs.frozen

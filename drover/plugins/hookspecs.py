@@ -1,4 +1,9 @@
-"""The hooks a drover plugin may implement. Each is a register-callback hook."""
+"""The hooks a drover plugin may implement. Each is a register-callback hook.
+
+pluggy is used for discovery only: a hook hands the plugin a ``register``
+callable (or the CLI group) and the plugin calls it. The coordinator itself
+awaits handlers and observers.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,16 @@ from typing import TYPE_CHECKING
 from drover.plugins.markers import hookspec
 
 if TYPE_CHECKING:
-    from drover.plugins.registry import HandlerRegistry
+    import click
 
-__all__ = ["drover_register_handlers"]
+    from drover.plugins.registry import BackendRegistry, HandlerRegistry, ObserverRegistry
+
+__all__ = [
+    "drover_register_backends",
+    "drover_register_commands",
+    "drover_register_handlers",
+    "drover_register_observers",
+]
 
 
 @hookspec
@@ -22,4 +34,44 @@ def drover_register_handlers(register: HandlerRegistry) -> None:
         @hookimpl
         def drover_register_handlers(register):
             register(MyHandler(register.context.backend))
+    """
+
+
+@hookspec
+def drover_register_backends(register: BackendRegistry) -> None:
+    """Register backends by calling ``register(name, factory)``.
+
+    ``factory(config)`` receives the effective :class:`drover.config.Config`
+    and returns an :class:`~drover.backends.base.AgentBackend`; its own
+    settings come from the ``[backend.settings]`` table. Example::
+
+        @hookimpl
+        def drover_register_backends(register):
+            register("k8s", lambda config: K8sBackend(**config.backend.settings))
+    """
+
+
+@hookspec
+def drover_register_commands(cli: click.Group) -> None:
+    """Add click commands to the ``drover`` command line with ``cli.add_command(...)``.
+
+    Example::
+
+        @hookimpl
+        def drover_register_commands(cli):
+            cli.add_command(my_report_command)
+    """
+
+
+@hookspec
+def drover_register_observers(register: ObserverRegistry) -> None:
+    """Register observers by calling ``register(observer)``.
+
+    An observer has ``async def on_history(records)``; the daemon calls it
+    after each committed tick with that tick's :class:`HistoryEvent` records.
+    A slow or failing observer never delays the coordinator. Example::
+
+        @hookimpl
+        def drover_register_observers(register):
+            register(SlackNotifier(webhook_url))
     """

@@ -10,10 +10,25 @@ import pluggy
 from drover.coordinator.interfaces import Handler
 from drover.plugins import hookspecs
 from drover.plugins.markers import PROJECT
-from drover.plugins.registry import HandlerRegistry, RegisteredHandler, RuntimeContext
+from drover.plugins.registry import (
+    BackendRegistry,
+    HandlerRegistry,
+    Observer,
+    ObserverRegistry,
+    RegisteredHandler,
+    RuntimeContext,
+)
 from drover.plugins.validation import validate_handlers
 
-__all__ = ["ENTRY_POINT_GROUP", "collect_handlers", "make_plugin_manager"]
+__all__ = [
+    "BUILTIN_PREFIX",
+    "ENTRY_POINT_GROUP",
+    "collect_backends",
+    "collect_handlers",
+    "collect_observers",
+    "load_entry_points",
+    "make_plugin_manager",
+]
 
 log = logging.getLogger("drover.plugins")
 
@@ -42,6 +57,10 @@ def make_plugin_manager(
         pm.set_blocked(name)
         if not name.startswith(BUILTIN_PREFIX):
             pm.set_blocked(BUILTIN_PREFIX + name)
+    from drover.backends import plugin as backends_plugin
+
+    # The built-in backends are always available; blocking them is not supported.
+    pm.register(backends_plugin, name="drover.backends")
     if include_builtins:
         from drover.handlers import BUILTIN_PLUGINS
 
@@ -67,3 +86,48 @@ def collect_handlers(
     validate_handlers(registry.registered)
     handlers = {type(e.handler).name(): e.handler for e in registry.registered}
     return handlers, registry.registered
+
+
+def _plugin_name(pm: pluggy.PluginManager, plugin: object) -> str:
+    return pm.get_name(plugin) or repr(plugin)
+
+
+def collect_backends(pm: pluggy.PluginManager) -> BackendRegistry:
+    """Call every ``drover_register_backends``; return the registry of backend factories."""
+    registry = BackendRegistry()
+    for impl in pm.hook.drover_register_backends.get_hookimpls():
+        impl.function(registry.for_plugin(_plugin_name(pm, impl.plugin)))
+    return registry
+
+
+def collect_observers(pm: pluggy.PluginManager) -> list[tuple[str, Observer]]:
+    """Call every ``drover_register_observers``; return ``(plugin name, observer)`` pairs."""
+    registry = ObserverRegistry()
+    for impl in pm.hook.drover_register_observers.get_hookimpls():
+        impl.function(registry.for_plugin(_plugin_name(pm, impl.plugin)))
+    return registry.observers
+
+
+def load_entry_points(
+    pm: pluggy.PluginManager, allow: Iterable[str] | None, block: Iterable[str]
+) -> list[str]:
+    """Register installed plugins (group ``drover``), honouring an allowlist and a blocklist.
+
+    ``allow=None`` loads every installed plugin; an empty allowlist loads none.
+    Returns the names loaded. Ends with ``pm.check_pending()``, so a misspelled
+    hook name is an error.
+    """
+    from importlib import metadata
+
+    allowed = None if allow is None else set(allow)
+    blocked = set(block)
+    loaded: list[str] = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if allowed is not None and ep.name not in allowed:
+            continue
+        if ep.name in blocked or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+            continue
+        pm.register(ep.load(), name=ep.name)
+        loaded.append(ep.name)
+    pm.check_pending()
+    return loaded

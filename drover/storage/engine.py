@@ -17,12 +17,14 @@ DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./drover.db"
 WRITE_OPTION = "drover_write"
 
 _SQLITE_PRAGMAS = (
+    # First, so that switching a new file to WAL (which needs an exclusive
+    # lock) waits for other connections instead of failing at once.
+    "PRAGMA busy_timeout=30000",
     "PRAGMA journal_mode=WAL",
     # Debian's build defaults WAL to synchronous=FULL; NORMAL is durable across
     # application crashes and only risks the last commits on power loss.
     "PRAGMA synchronous=NORMAL",
     "PRAGMA cache_size=-131072",
-    "PRAGMA busy_timeout=30000",
     "PRAGMA foreign_keys=ON",
 )
 

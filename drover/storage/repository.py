@@ -1107,7 +1107,7 @@ class _Apply:
             values = {"try_count": sessions.c.try_count + 1}
         elif first.try_count is TryCount.RESET:
             values = {"try_count": 0}
-        if values is not None and first.status_info is not None:
+        if first.changes_session and values is not None and first.status_info is not None:
             values["status_info"] = _status_info_expression(first.status_info)
         live: list[str] = []
         for chunk in chunked(ids):

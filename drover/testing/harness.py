@@ -15,6 +15,7 @@ from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.clock import ManualClock
 from drover.coordinator.engine import Coordinator, TickReport
 from drover.coordinator.interfaces import Handler
+from drover.coordinator.observers import ObserverDispatcher, events_of
 from drover.coordinator.status import KernelStatus, SessionStatus
 from drover.coordinator.values import (
     HandlerOptions,
@@ -22,8 +23,8 @@ from drover.coordinator.values import (
     KernelHistoryRecord,
     SessionWithKernels,
 )
-from drover.plugins.manager import collect_handlers, make_plugin_manager
-from drover.plugins.registry import RegisteredHandler, RuntimeContext
+from drover.plugins.manager import collect_handlers, collect_observers, make_plugin_manager
+from drover.plugins.registry import Observer, RegisteredHandler, RuntimeContext
 from drover.storage.engine import create_engine
 from drover.storage.migrate import upgrade
 from drover.storage.repository import Repository, TerminationOutcome
@@ -39,6 +40,7 @@ class CoordinatorHarness:
     backend defaults to a :class:`SimulatedBackend` with instant kernels that
     run until destroyed; its queued progress is delivered before every tick.
     ``database_schema`` selects a PostgreSQL schema (``search_path``).
+    ``load_entrypoints`` also loads installed plugins (entry-point group ``drover``).
     """
 
     def __init__(
@@ -50,12 +52,14 @@ class CoordinatorHarness:
         *,
         backend: AgentBackend | None = None,
         database_schema: str | None = None,
+        load_entrypoints: bool = False,
     ) -> None:
         self._plugins = list(plugins)
         self._include_builtins = include_builtin_handlers
         self._handler_options = dict(handler_options or {})
         self._database_url = database_url
         self._schema = database_schema
+        self._load_entrypoints = load_entrypoints
         self._tmpdir: str | None = None
         self._engine: AsyncEngine | None = None
         self.clock = ManualClock()
@@ -64,6 +68,8 @@ class CoordinatorHarness:
         self.registered: list[RegisteredHandler] = []
         self._repository: Repository | None = None
         self._coordinator: Coordinator | None = None
+        self.observers: list[tuple[str, Observer]] = []
+        self._dispatcher: ObserverDispatcher | None = None
 
     async def __aenter__(self) -> CoordinatorHarness:
         url = self._database_url
@@ -76,9 +82,16 @@ class CoordinatorHarness:
             self._repository = Repository(self._engine, clock=self.clock)
             if isinstance(self.backend, SimulatedBackend):
                 self.backend.bind(self._repository, self.clock)
-            pm = make_plugin_manager(plugins=self._plugins, include_builtins=self._include_builtins)
+            pm = make_plugin_manager(
+                plugins=self._plugins,
+                include_builtins=self._include_builtins,
+                load_entrypoints=self._load_entrypoints,
+            )
             context = RuntimeContext(self._repository, self.backend, self.clock)
             self.handlers, self.registered = collect_handlers(pm, context)
+            self.observers = collect_observers(pm)
+            self._dispatcher = ObserverDispatcher(self.observers)
+            self._dispatcher.start()
             self._coordinator = Coordinator(
                 self._repository, self.handlers, options=self._handler_options, clock=self.clock
             )
@@ -96,6 +109,9 @@ class CoordinatorHarness:
         await self._close()
 
     async def _close(self) -> None:
+        if self._dispatcher is not None:
+            await self._dispatcher.close()
+            self._dispatcher = None
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None
@@ -137,9 +153,19 @@ class CoordinatorHarness:
         return 0
 
     async def tick(self, name: str) -> TickReport:
-        """Deliver due backend progress, then run exactly one tick of handler ``name``."""
+        """Deliver due backend progress, then run exactly one tick of handler ``name``.
+
+        Observers registered by plugins receive the tick's records before this returns.
+        """
         await self.deliver()
-        return await self.coordinator.tick(name)
+        report = await self.coordinator.tick(name)
+        await self._observe(report)
+        return report
+
+    async def _observe(self, report: TickReport) -> None:
+        if self._dispatcher is not None and self.observers and report.changes:
+            self._dispatcher.publish(events_of(report, self.clock.time()))
+            await self._dispatcher.drain()
 
     async def run_until_settled(self, *, max_rounds: int = 100) -> int:
         """Tick every handler in turn until a whole round changes nothing; return the rounds.
@@ -150,6 +176,7 @@ class CoordinatorHarness:
             moved = await self.deliver()
             for name in self.handlers:
                 report = await self.coordinator.tick(name)
+                await self._observe(report)
                 moved += sum(report.moved_to.values()) + report.kernel_changes
             if moved == 0:
                 return rounds

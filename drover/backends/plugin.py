@@ -1,0 +1,44 @@
+"""The built-in backends, registered through ``drover_register_backends`` like any plugin's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from drover.backends.base import AgentBackend, AgentInfo
+from drover.plugins.markers import hookimpl
+from drover.plugins.registry import BackendRegistry
+
+if TYPE_CHECKING:
+    from drover.config import Config
+
+__all__ = ["drover_register_backends"]
+
+
+def _agents(config: Config) -> list[AgentInfo]:
+    from drover.config import default_agents
+
+    return [AgentInfo(a.id, a.capacity()) for a in (config.backend.agents or default_agents())]
+
+
+def _local(config: Config) -> AgentBackend:
+    from drover.backends.local import LocalBackend
+
+    return LocalBackend(_agents(config), config.data_dir, kill_grace=config.backend.kill_grace)
+
+
+def _simulated(config: Config) -> AgentBackend:
+    from drover.backends.simulated import SimulatedBackend
+
+    return SimulatedBackend(
+        _agents(config),
+        pull_delay=config.backend.pull_delay,
+        create_delay=config.backend.create_delay,
+        run_for=config.backend.run_for,
+    )
+
+
+@hookimpl
+def drover_register_backends(register: BackendRegistry) -> None:
+    """Register ``local`` (real processes) and ``simulated``."""
+    register("local", _local)
+    register("simulated", _simulated)

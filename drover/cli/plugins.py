@@ -1,0 +1,150 @@
+"""``drover plugins``: what is installed, what it registers, and whether it is sound."""
+
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+from typing import Any
+
+import click
+
+from drover import __version__
+from drover.app import App
+from drover.cli._common import CliState, emit_json, json_option, print_table
+from drover.coordinator.errors import DroverError
+from drover.coordinator.interfaces import LifecycleHandler
+from drover.plugins.graph import check_graph
+from drover.plugins.manager import BUILTIN_PREFIX, ENTRY_POINT_GROUP, collect_backends
+
+__all__ = ["plugins"]
+
+
+def _builtin(name: str) -> bool:
+    return name.startswith(BUILTIN_PREFIX) or name == "drover.backends"
+
+
+def _describe(app: App) -> list[dict[str, Any]]:
+    pm = app.plugin_manager
+    dists = {
+        ep.name: (ep.dist.metadata["Name"], ep.dist.version)
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if ep.dist is not None
+    }
+    backends = collect_backends(pm)
+    rows: list[dict[str, Any]] = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        dist = dists.get(name)
+        handlers = [
+            {
+                "name": type(e.handler).name(),
+                "kind": "lifecycle" if isinstance(e.handler, LifecycleHandler) else "promotion",
+                "targets": sorted(s.value for s in e.handler.target_session_statuses),
+            }
+            for e in app.registered
+            if e.plugin == name
+        ]
+        rows.append(
+            {
+                "name": name,
+                "builtin": _builtin(name),
+                "distribution": dist[0] if dist else "drover",
+                "version": dist[1] if dist else __version__,
+                "hooks": sorted(hc.name for hc in pm.get_hookcallers(plugin) or []),
+                "handlers": handlers,
+                "backends": sorted(b for b, owner in backends.owners.items() if owner == name),
+                "observers": sum(1 for owner, _o in app.observers if owner == name),
+            }
+        )
+    return rows
+
+
+def _load(ctx: click.Context) -> App:
+    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    app = App(state.loaded())
+    app.load_handlers()
+    return app
+
+
+@click.group(invoke_without_command=True)
+@click.option("--all", "show_all", is_flag=True, help="Include drover's built-in plugins.")
+@json_option
+@click.pass_context
+def plugins(ctx: click.Context, show_all: bool, as_json: bool) -> None:
+    """List installed plugins, their hooks and the handlers they register.
+
+    Built-in plugins are shown with --all. Plugins come from the entry-point
+    group `drover`, filtered by plugins.load / plugins.block
+    (DROVER_LOAD_PLUGINS / DROVER_DISABLE_PLUGINS).
+
+    Example: drover plugins --all --json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        app = _load(ctx)
+    except (DroverError, TypeError, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+    rows = [r for r in _describe(app) if show_all or not r["builtin"]]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no plugins installed (drover plugins --all shows the built-in ones)")
+        return
+    print_table(
+        ["plugin", "distribution", "version", "hooks", "handlers (targets)"],
+        [
+            (
+                r["name"],
+                r["distribution"],
+                r["version"],
+                ", ".join(h.removeprefix("drover_") for h in r["hooks"]),
+                "; ".join(f"{h['name']} ({', '.join(h['targets'])})" for h in r["handlers"])
+                or ", ".join(f"backend {b}" for b in r["backends"]),
+            )
+            for r in rows
+        ],
+    )
+
+
+@plugins.command("check")
+@click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
+@json_option
+@click.pass_context
+def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
+    """Load every plugin and validate the handler set and the whole state machine.
+
+    Errors (the daemon refuses to start): duplicate handler names, statuses
+    that are not enum members, a promotion into its own target, an empty
+    target set, invalid options. Warnings: a status no handler targets, a
+    status with no way to a terminal one, a status nothing can reach.
+
+    Example: drover plugins check --strict
+    """
+    errors: list[str] = []
+    warnings: list[dict[str, str]] = []
+    count = 0
+    try:
+        app = _load(ctx)
+        _ = app.backend
+        assert app.coordinator is not None
+        count = len(app.coordinator.handlers)
+        warnings = [
+            {"kind": w.kind, "status": w.status.value, "message": w.message}
+            for w in check_graph(app.coordinator.handlers)
+        ]
+    except (DroverError, TypeError, ValueError) as error:
+        errors.append(str(error))
+    if as_json:
+        emit_json({"errors": errors, "warnings": warnings, "handlers": count})
+    else:
+        for text in errors:
+            click.echo(f"error: {text}", err=True)
+        for warning in warnings:
+            click.echo(f"warning: [{warning['kind']}] {warning['message']}", err=True)
+        if not errors:
+            click.echo(f"{count} handlers loaded; {len(warnings)} warning(s)")
+    if errors or (strict and warnings):
+        sys.exit(1)

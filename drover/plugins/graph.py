@@ -1,0 +1,126 @@
+"""The session state machine implied by the loaded handlers, and its whole-graph checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from drover.coordinator.interfaces import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.status import TERMINAL_SESSION_STATUSES, SessionStatus
+
+__all__ = ["Edge", "GraphWarning", "check_graph", "edges_of"]
+
+_OUTCOMES = ("success", "need_retry", "expired", "give_up")
+_START = SessionStatus.PENDING
+
+
+@attrs.frozen
+class Edge:
+    """One possible session status change: ``source --handler: outcome--> target``."""
+
+    source: SessionStatus
+    target: SessionStatus
+    handler: str
+    outcome: str
+
+
+@attrs.frozen
+class GraphWarning:
+    """A problem of the whole state machine; ``status`` is where it shows."""
+
+    kind: str
+    status: SessionStatus
+    message: str
+
+
+#: Changes the repository itself makes on a termination request (handler ``api``).
+API_EDGES = tuple(
+    Edge(
+        s, SessionStatus.CANCELLED if s == _START else SessionStatus.TERMINATING, "api", "terminate"
+    )
+    for s in SessionStatus
+    if s not in TERMINAL_SESSION_STATUSES and s != SessionStatus.TERMINATING
+)
+
+
+def edges_of(handlers: Mapping[str, Handler], *, include_api: bool = True) -> list[Edge]:
+    """Every session status change the handlers (and the API) can make."""
+    edges: list[Edge] = []
+    for name, handler in sorted(handlers.items()):
+        targets = sorted(handler.target_session_statuses)
+        if isinstance(handler, LifecycleHandler):
+            transitions = type(handler).status_transitions()
+            for outcome in _OUTCOMES:
+                transition = getattr(transitions, outcome)
+                if transition is None or transition.session is None:
+                    continue
+                edges.extend(
+                    Edge(s, transition.session, name, outcome)
+                    for s in targets
+                    if s != transition.session
+                )
+        elif isinstance(handler, SessionPromotionHandler):
+            to = type(handler).success_session_status()
+            edges.extend(Edge(s, to, name, "promotion") for s in targets if s != to)
+    if include_api:
+        edges.extend(API_EDGES)
+    return edges
+
+
+def _reachable(start: Iterable[SessionStatus], edges: list[Edge]) -> set[SessionStatus]:
+    seen = set(start)
+    frontier = list(seen)
+    while frontier:
+        current = frontier.pop()
+        for edge in edges:
+            if edge.source == current and edge.target not in seen:
+                seen.add(edge.target)
+                frontier.append(edge.target)
+    return seen
+
+
+def check_graph(handlers: Mapping[str, Handler]) -> list[GraphWarning]:
+    """Warnings about the whole state machine built from ``handlers``.
+
+    * a non-terminal status no handler targets: sessions there sit forever;
+    * a non-terminal status from which no path leads to a terminal status;
+    * a non-terminal status (other than PENDING, where sessions are created)
+      that no transition can reach.
+    """
+    warnings: list[GraphWarning] = []
+    edges = edges_of(handlers)
+    handler_edges = edges_of(handlers, include_api=False)
+    targeted = {s for h in handlers.values() for s in h.target_session_statuses}
+    live = [s for s in SessionStatus if s not in TERMINAL_SESSION_STATUSES]
+    for status in live:
+        if status not in targeted:
+            warnings.append(
+                GraphWarning(
+                    "untargeted",
+                    status,
+                    f"no handler targets {status}: sessions in it would sit there forever",
+                )
+            )
+    for status in live:
+        # Only handler moves count here: a termination request needs a person.
+        if not (_reachable([status], handler_edges) & TERMINAL_SESSION_STATUSES):
+            warnings.append(
+                GraphWarning(
+                    "no-exit",
+                    status,
+                    f"no sequence of handler transitions leads from {status} to a terminal "
+                    f"status ({', '.join(sorted(TERMINAL_SESSION_STATUSES))})",
+                )
+            )
+    incoming = {e.target for e in edges}
+    for status in live:
+        if status != _START and status not in incoming:
+            warnings.append(
+                GraphWarning(
+                    "unreachable",
+                    status,
+                    f"no transition leads to {status}: only sessions created in it get there",
+                )
+            )
+    return warnings
