@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import pluggy
 
 from drover.cli._common import CliState
 from drover.cli.db import db
@@ -61,7 +62,7 @@ for command in (
     main.add_command(command)
 
 
-def _add_plugin_commands(cli: click.Group) -> None:
+def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = None) -> None:
     """Let installed plugins add commands (``drover_register_commands``).
 
     Only the environment's DROVER_LOAD_PLUGINS / DROVER_DISABLE_PLUGINS apply
@@ -78,8 +79,11 @@ def _add_plugin_commands(cli: click.Group) -> None:
         return None if raw is None else [n.strip() for n in raw.split(",") if n.strip()]
 
     try:
-        pm = make_plugin_manager(include_builtins=False)
-        load_entry_points(pm, names("DROVER_LOAD_PLUGINS"), names("DROVER_DISABLE_PLUGINS") or [])
+        if pm is None:
+            pm = make_plugin_manager(include_builtins=False)
+            load_entry_points(
+                pm, names("DROVER_LOAD_PLUGINS"), names("DROVER_DISABLE_PLUGINS") or []
+            )
         pm.hook.drover_register_commands(cli=cli)
     except Exception as error:
         click.echo(f"warning: plugin commands not loaded: {error}", err=True)

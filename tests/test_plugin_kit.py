@@ -1,0 +1,327 @@
+"""The plugin kit: the other hooks, observers, whole-graph checks and `drover plugins`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import click
+import pytest
+from click.testing import CliRunner
+from scripted import ScriptedPlugin
+
+from drover import HandlerResult, SchedulingResult, SessionStatus, hookimpl
+from drover.app import App, UnknownBackendError
+from drover.backends.simulated import SimulatedBackend
+from drover.cli.main import _add_plugin_commands
+from drover.cli.main import main as cli_main
+from drover.config import load_config
+from drover.coordinator.observers import HistoryEvent, ObserverDispatcher
+from drover.handlers import BUILTIN_PLUGINS
+from drover.plugins.graph import check_graph, edges_of
+from drover.plugins.manager import make_plugin_manager
+from drover.testing import CoordinatorHarness
+
+S = SessionStatus
+
+
+class Recorder:
+    """An observer that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[HistoryEvent]] = []
+
+    async def on_history(self, records):
+        self.batches.append(list(records))
+
+
+async def test_observers_receive_each_committed_ticks_history():
+    """An observer registered by a plugin sees every outcome of every tick."""
+    recorder = Recorder()
+
+    class ObserverPlugin:
+        @hookimpl
+        def drover_register_observers(self, register):
+            register(recorder)
+
+    scripted = ScriptedPlugin()
+    async with CoordinatorHarness(
+        plugins=[scripted, ObserverPlugin()], include_builtin_handlers=False
+    ) as h:
+        sid = await h.create_session()
+        scripted.handler.script = lambda t: HandlerResult(successes=[sid])
+        await h.tick("scripted")
+        (batch,) = recorder.batches
+        (event,) = batch
+        assert (event.handler, event.session_id, event.result) == (
+            "scripted",
+            sid,
+            SchedulingResult.SUCCESS,
+        )
+        assert (event.from_status, event.to_status) == (S.PENDING, S.SCHEDULED)
+        await h.tick("scripted")  # nothing to do: no records, no call
+        assert len(recorder.batches) == 1
+
+
+def _event(i: int) -> HistoryEvent:
+    from datetime import UTC, datetime
+
+    return HistoryEvent(
+        "h", f"s{i}", SchedulingResult.SUCCESS, S.PENDING, S.SCHEDULED, None, None,
+        datetime.now(UTC),
+    )  # fmt: skip
+
+
+async def test_a_slow_observer_never_blocks_and_overflow_drops_the_oldest(caplog):
+    """publish() returns at once; a full queue drops the oldest records, counted and logged."""
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    class Slow:
+        async def on_history(self, records):
+            await release.wait()
+            seen.extend(r.session_id for r in records)
+
+    dispatcher = ObserverDispatcher([("slow-plugin", Slow())], capacity=3, batch=10, timeout=30)
+    dispatcher.start()
+    dispatcher.publish([_event(0)])
+    await asyncio.sleep(0.01)  # the worker takes s0 and blocks in on_history
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING):
+        for i in range(1, 8):
+            dispatcher.publish([_event(i)])
+    assert time.perf_counter() - started < 0.05  # never waits for the observer
+    assert dispatcher.dropped == {"slow-plugin": 4}
+    assert "observer slow-plugin is too slow: dropped 1 oldest record(s) (4 so far)" in caplog.text
+    release.set()
+    await dispatcher.drain()
+    assert seen == ["s0", "s5", "s6", "s7"]
+    await dispatcher.close()
+
+
+async def test_failing_and_hanging_observers_are_logged_and_counted(caplog):
+    """Exceptions and timeouts are logged; the next records are still delivered."""
+    calls: list[int] = []
+
+    class Flaky:
+        async def on_history(self, records):
+            calls.append(len(records))
+            if len(calls) == 1:
+                raise RuntimeError("webhook down")
+            if len(calls) == 2:
+                await asyncio.sleep(10)
+
+    dispatcher = ObserverDispatcher([("flaky", Flaky())], timeout=0.05)
+    dispatcher.start()
+    for i in range(3):
+        dispatcher.publish([_event(i)])
+        await dispatcher.drain()
+    assert calls == [1, 1, 1]
+    assert dispatcher.failures == {"flaky": 2}
+    assert "observer flaky failed" in caplog.text
+    assert "observer flaky did not return within 0.05s" in caplog.text
+    await dispatcher.close()
+
+
+async def test_registering_something_that_is_not_an_observer_is_refused():
+    """register(obj) needs `async def on_history(records)`."""
+
+    class Bad:
+        @hookimpl
+        def drover_register_observers(self, register):
+            register(object())
+
+    with pytest.raises(TypeError, match="has no `async def on_history"):
+        async with CoordinatorHarness(plugins=[Bad()]):
+            pass
+
+
+class FakeBackend(SimulatedBackend):
+    """A backend contributed by a plugin."""
+
+
+class BackendPlugin:
+    @hookimpl
+    def drover_register_backends(self, register):
+        register("fake", lambda config: FakeBackend(run_for=config.backend.settings.get("run")))
+
+
+def test_a_plugin_backend_is_chosen_by_name(tmp_path):
+    """backend.name selects a registered backend; its factory gets [backend.settings]."""
+    flags = {
+        "database_url": f"sqlite+aiosqlite:///{tmp_path}/x.db",
+        "backend.name": "fake",
+        "backend.settings": {"run": 7},
+    }
+    app = App(load_config(None, environ={}, flags=flags))
+    app.plugin_manager.register(BackendPlugin(), name="fake-backend-plugin")
+    assert isinstance(app.backend, FakeBackend)
+    assert app.backend.run_for == 7
+    asyncio.run(app.close())
+
+
+def test_an_unknown_backend_names_the_registered_ones(tmp_path):
+    """A typo in backend.name is one clear error."""
+    flags = {"database_url": f"sqlite+aiosqlite:///{tmp_path}/x.db", "backend.name": "lcoal"}
+    app = App(load_config(None, environ={}, flags=flags))
+    with pytest.raises(UnknownBackendError, match=r"no such backend; registered: \['local', "):
+        _ = app.backend
+    asyncio.run(app.close())
+
+
+def test_plugins_add_cli_commands():
+    """drover_register_commands(cli) adds click commands to `drover`."""
+
+    @click.command("hello-report")
+    def hello_report() -> None:
+        """Example: drover hello-report"""
+        click.echo("hello from a plugin command")
+
+    class CommandPlugin:
+        @hookimpl
+        def drover_register_commands(self, cli):
+            cli.add_command(hello_report)
+
+    group = click.Group("drover")
+    pm = make_plugin_manager(plugins=[CommandPlugin()], include_builtins=False)
+    _add_plugin_commands(group, pm=pm)
+    result = CliRunner().invoke(group, ["hello-report"])
+    assert result.output == "hello from a plugin command\n"
+
+
+def test_a_broken_plugin_does_not_take_the_cli_down():
+    """A plugin whose command hook raises gives one warning line; the CLI still works."""
+
+    class Broken:
+        @hookimpl
+        def drover_register_commands(self, cli):
+            raise RuntimeError("boom")
+
+    group = click.Group("drover")
+    pm = make_plugin_manager(plugins=[Broken()], include_builtins=False)
+    _add_plugin_commands(group, pm=pm)  # no exception
+    assert group.commands == {}
+
+
+def _builtins_without(*names: str) -> list[object]:
+    return [p for n, p in BUILTIN_PLUGINS if n.removeprefix("drover.handlers.") not in names]
+
+
+async def test_the_builtin_graph_has_no_warnings():
+    """The built-in lifecycle is sound: every live status targeted, reachable and exitable."""
+    async with CoordinatorHarness() as h:
+        assert check_graph(h.handlers) == []
+
+
+async def test_graph_warnings_for_an_incomplete_set():
+    """Without the termination handlers, TERMINATING is a dead end nobody targets."""
+    plugins = _builtins_without("terminate-sessions", "promote-to-terminated")
+    async with CoordinatorHarness(plugins=plugins, include_builtin_handlers=False) as h:
+        warnings = {(w.kind, w.status) for w in check_graph(h.handlers)}
+    assert ("untargeted", S.TERMINATING) in warnings
+    assert ("no-exit", S.TERMINATING) in warnings
+    assert ("no-exit", S.RUNNING) in warnings  # RUNNING only leads to TERMINATING
+
+
+async def test_graph_warnings_for_an_extra_plugin_handler():
+    """A plugin promoting into a status nothing else handles is flagged."""
+    from drover import KernelMatchType, KernelStatus, SessionPromotionHandler
+
+    class ToError(SessionPromotionHandler):
+        @classmethod
+        def name(cls):
+            return "park-in-preparing"
+
+        @property
+        def target_session_statuses(self):
+            return frozenset({S.RUNNING})
+
+        @property
+        def check_kernel_statuses(self):
+            return frozenset({KernelStatus.ERROR})
+
+        @property
+        def match_type(self):
+            return KernelMatchType.ALL
+
+        @classmethod
+        def success_session_status(cls):
+            return S.PREPARING
+
+    class Plugin:
+        @hookimpl
+        def drover_register_handlers(self, register):
+            register(ToError())
+
+    plugins = [*_builtins_without("prepare-sessions", "promote-to-prepared"), Plugin()]
+    async with CoordinatorHarness(plugins=plugins, include_builtin_handlers=False) as h:
+        kinds = {(w.kind, w.status) for w in check_graph(h.handlers)}
+        edges = {(e.source, e.target, e.handler, e.outcome) for e in edges_of(h.handlers)}
+    # The plugin's edge is part of the graph...
+    assert (S.RUNNING, S.PREPARING, "park-in-preparing", "promotion") in edges
+    # ...and with nothing promoting PREPARING sessions, PREPARED cannot be reached.
+    assert kinds == {("unreachable", S.PREPARED)}
+
+
+def _cli(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(cli_main, list(args), env=env or {}, catch_exceptions=False)
+
+
+def test_plugins_lists_builtins_only_with_all(tmp_path, monkeypatch):
+    """`drover plugins --all --json` shows each plugin, its hooks and its handlers."""
+    monkeypatch.chdir(tmp_path)
+    env = {"DROVER_LOAD_PLUGINS": ""}  # built-ins only, whatever is installed
+    assert json.loads(_cli("plugins", "--json", env=env).output) == []
+    rows = {r["name"]: r for r in json.loads(_cli("plugins", "--all", "--json", env=env).output)}
+    schedule = rows["drover.handlers.schedule-sessions"]
+    assert schedule["builtin"] is True
+    assert schedule["hooks"] == ["drover_register_handlers"]
+    assert schedule["handlers"] == [
+        {"name": "schedule-sessions", "kind": "lifecycle", "targets": ["PENDING"]}
+    ]
+    assert rows["drover.backends"]["backends"] == ["local", "simulated"]
+    text = _cli("plugins", env=env).output
+    assert "no plugins installed" in text
+
+
+def test_plugins_check_warns_and_strict_fails(tmp_path, monkeypatch):
+    """Blocking the termination handlers leaves warnings; --strict turns them into exit 1."""
+    monkeypatch.chdir(tmp_path)
+    ok = _cli("plugins", "check", env={"DROVER_LOAD_PLUGINS": ""})
+    assert ok.exit_code == 0
+    assert "9 handlers loaded; 0 warning(s)" in ok.output
+    env = {
+        "DROVER_LOAD_PLUGINS": "",
+        "DROVER_DISABLE_PLUGINS": "terminate-sessions,promote-to-terminated",
+    }
+    lax = _cli("plugins", "check", env=env)
+    assert lax.exit_code == 0
+    assert "warning: [untargeted] no handler targets TERMINATING" in lax.output
+    strict = _cli("plugins", "check", "--strict", "--json", env=env)
+    assert strict.exit_code == 1
+    data = json.loads(strict.output)
+    assert data["errors"] == []
+    assert {"kind": "untargeted", "status": "TERMINATING"}.items() <= data["warnings"][0].items()
+
+
+def test_plugins_check_reports_errors_and_exits_1(tmp_path, monkeypatch):
+    """A configuration error (an unknown backend) is an error of the check."""
+    monkeypatch.chdir(tmp_path)
+    result = _cli("plugins", "check", env={"DROVER_LOAD_PLUGINS": "", "DROVER_BACKEND": "nope"})
+    assert result.exit_code == 1
+    assert "error: backend.name = 'nope'" in result.output
+
+
+def test_the_example_plugin_is_listed_when_installed(tmp_path, monkeypatch):
+    """The example package in examples/ is installed by the project and shows up."""
+    monkeypatch.chdir(tmp_path)
+    rows = json.loads(_cli("plugins", "--json").output)
+    (row,) = [r for r in rows if r["name"] == "max-duration"]
+    assert (row["distribution"], row["builtin"]) == ("drover-max-duration", False)
+    assert [h["name"] for h in row["handlers"]] == ["enforce-max-duration"]
+    blocked = json.loads(
+        _cli("plugins", "--json", env={"DROVER_DISABLE_PLUGINS": "max-duration"}).output
+    )
+    assert blocked == []
