@@ -1,4 +1,7 @@
-"""End to end: the installed example plugin stops a long ``sleep`` after its max_duration.
+"""examples/drover-max-duration: end to end with the real daemon, and its tutorial.
+
+The end-to-end test: the installed example plugin stops a long ``sleep``
+after its max_duration.
 
 The real daemon, the local backend and a real process, on both databases. The
 plugin is found the way an operator's would be: through its installed entry
@@ -9,6 +12,10 @@ cannot pass CI unnoticed.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -80,3 +87,43 @@ async def test_a_long_sleep_is_stopped_after_its_max_duration(database, tmp_path
         # Stopped after its max duration, and not long after: "about 1 s".
         ran_for = (stop.created_at - started.created_at).total_seconds()
         assert 1.0 < ran_for < 10.0, ran_for
+
+
+def test_the_tutorial_code_passes_its_own_tests(tmp_path: Path):
+    """docs/plugins/tutorial.md's handler and tests, pasted into a package, pass as written.
+
+    Keeps the tutorial from drifting away from drover's API. The copy is put
+    first on PYTHONPATH, so it shadows the installed example of the same name.
+    """
+    tutorial = Path(__file__).parent.parent / "docs" / "plugins" / "tutorial.md"
+    blocks = re.findall(r"```python\n(.*?)```", tutorial.read_text(), re.S)
+    assert len(blocks) == 2, "the tutorial should have two python blocks: handler, tests"
+    handler, tests = blocks
+    package = tmp_path / "src" / "drover_max_duration"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(handler)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_max_duration.py").write_text(tests)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nasyncio_mode = "auto"\n'
+        'asyncio_default_fixture_loop_scope = "function"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 passed" in done.stdout, done.stdout
+    # ...and it was the tutorial's copy that was tested, not the installed example.
+    probe = subprocess.run(
+        [sys.executable, "-c", "import drover_max_duration as m; print(m.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "src")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.stdout.strip() == str(package / "__init__.py"), probe.stdout + probe.stderr

@@ -429,8 +429,10 @@ class LocalBackend(AgentBackend):
                 proc = self._adoptable(kernel)
             if proc is None:
                 continue
-            proc.destroying = True
+            # Only a process we actually signal counts as destroyed: one that
+            # already exited keeps its own exit code (reported below).
             if _signal_group(proc, signal.SIGTERM):
+                proc.destroying = True
                 victims.append(proc)
         deadline = asyncio.get_running_loop().time() + self.kill_grace
         while victims and asyncio.get_running_loop().time() < deadline:
@@ -441,6 +443,9 @@ class LocalBackend(AgentBackend):
                 "kernel %s ignored SIGTERM for %ss: SIGKILL", proc.kernel_id, self.kill_grace
             )
             _signal_group(proc, signal.SIGKILL)
+        # Report how they ended before the handler's transition marks them
+        # TERMINATED without an exit code.
+        await self._poll_once()
 
     def _adoptable(self, kernel: KernelInfo) -> _Proc | None:
         runtime = kernel.runtime or {}

@@ -210,7 +210,9 @@ class Daemon:
     def _after_tick(self, report: TickReport) -> None:
         self.ticks += 1
         counts = {str(k): v for k, v in report.counts.items()}
-        level = logging.INFO if report.fetched else logging.DEBUG
+        # A handler may fetch sessions every tick and act on none (a watchdog):
+        # only ticks with outcomes are worth an INFO line.
+        level = logging.INFO if report.changes else logging.DEBUG
         log.log(
             level,
             "tick %s fetched=%d %s in %.3fs",

@@ -58,7 +58,7 @@ async def test_a_session_is_stopped_once_its_max_duration_has_passed(
         SessionStatus.RUNNING,
         SessionStatus.TERMINATING,
     )
-    assert row.message == "RUNNING for 61s, longer than max_duration=60s"
+    assert row.message == "RUNNING for 61.00s, longer than max_duration=60s"
 
 
 @only_this_plugin

@@ -151,8 +151,10 @@ class EnforceMaxDuration(LifecycleHandler):
             if elapsed <= _micros(limit):
                 continue  # within its limit: unmentioned, so no row and no write
             successes.append(session.id)
+            # Two decimals: whole seconds would print "RUNNING for 3s, longer
+            # than max_duration=3s" for a session stopped 0.03 s past its limit.
             messages[session.id] = (
-                f"RUNNING for {elapsed / 1_000_000:.0f}s, longer than {SPEC_KEY}={limit:g}s"
+                f"RUNNING for {elapsed / 1_000_000:.2f}s, longer than {SPEC_KEY}={limit:g}s"
             )
             infos[session.id] = STATUS_INFO
         return HandlerResult(
