@@ -48,6 +48,7 @@ from drover.storage.ids import new_id
 from drover.storage.retry import run_transaction
 from drover.storage.schema import (
     coordinators,
+    handler_ticks,
     kernel_history,
     kernels,
     scheduling_history,
@@ -857,6 +858,163 @@ class Repository:
             return _kernel_from_row(row)
 
         return await self.read(work)
+
+    # -- inspection -------------------------------------------------------------------
+
+    async def record_ticks(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Store tick summaries (handler, started_at, duration, fetched, counts) for stats."""
+        if not rows:
+            return
+        await self.write(lambda conn: conn.execute(sa.insert(handler_ticks), list(rows)))
+
+    async def search_history(
+        self,
+        *,
+        session_id: str | None = None,
+        handler: str | None = None,
+        result: SchedulingResult | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+        newest_first: bool = True,
+    ) -> list[HistoryRecord]:
+        """History rows matching every filter given; times compare with ``updated_at``."""
+        h = scheduling_history
+        query = sa.select(h)
+        if session_id is not None:
+            query = query.where(h.c.session_id == session_id)
+        if handler is not None:
+            query = query.where(h.c.handler == handler)
+        if result is not None:
+            query = query.where(h.c.result == result.value)
+        if since is not None:
+            query = query.where(h.c.updated_at >= since)
+        if until is not None:
+            query = query.where(h.c.created_at <= until)
+        if after_id is not None:
+            query = query.where(h.c.id > after_id)
+        query = query.order_by(h.c.id.desc() if newest_first else h.c.id).limit(limit)
+
+        async def work(conn: AsyncConnection) -> list[HistoryRecord]:
+            return [_history_from_row(r) for r in await conn.execute(query)]
+
+        return await self.read(work)
+
+    async def search_kernel_history(
+        self,
+        *,
+        kernel_id: str,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100,
+    ) -> list[KernelHistoryRecord]:
+        """One kernel's history rows, newest first."""
+        k = kernel_history
+        query = sa.select(k).where(k.c.kernel_id == kernel_id)
+        if since is not None:
+            query = query.where(k.c.created_at >= since)
+        if until is not None:
+            query = query.where(k.c.created_at <= until)
+        query = query.order_by(k.c.id.desc()).limit(limit)
+
+        async def work(conn: AsyncConnection) -> list[KernelHistoryRecord]:
+            return [_kernel_history_from_row(r) for r in await conn.execute(query)]
+
+        return await self.read(work)
+
+    async def tick_rows(self, since: float | None) -> list[tuple[str, float, dict[str, int]]]:
+        """``(handler, duration, counts)`` of the recorded ticks since ``since``."""
+        query = sa.select(handler_ticks.c.handler, handler_ticks.c.duration, handler_ticks.c.counts)
+        if since is not None:
+            query = query.where(handler_ticks.c.started_at >= since)
+
+        async def work(conn: AsyncConnection) -> list[tuple[str, float, dict[str, int]]]:
+            return [(r[0], float(r[1]), dict(r[2] or {})) for r in await conn.execute(query)]
+
+        return await self.read(work)
+
+    async def status_ages(self, now: float) -> dict[SessionStatus, tuple[int, float, float]]:
+        """Per status: sessions, and the p50 / p95 of the time they have held it (seconds)."""
+        counts = await self.count_by_status()
+
+        async def work(conn: AsyncConnection) -> dict[SessionStatus, tuple[int, float, float]]:
+            out: dict[SessionStatus, tuple[int, float, float]] = {}
+            for status, n in counts.items():
+                ages = []
+                # Percentiles by offset into the sorted column: no sorting in Python.
+                for q in (0.5, 0.95):
+                    offset = min(n - 1, int(n * (1 - q)))
+                    value = (
+                        await conn.execute(
+                            sa.select(sessions.c.status_changed_at)
+                            .where(sessions.c.status == status.value)
+                            .order_by(sessions.c.status_changed_at.desc())
+                            .offset(offset)
+                            .limit(1)
+                        )
+                    ).scalar()
+                    ages.append(max(0.0, now - float(value)) if value is not None else 0.0)
+                out[status] = (n, ages[0], ages[1])
+            return out
+
+        return await self.read(work)
+
+    async def prune_history(
+        self, *, older_than: float, dry_run: bool = False, batch: int = 5000
+    ) -> dict[str, int]:
+        """Delete history older than ``older_than`` of sessions in a terminal status.
+
+        Rows of live sessions are never touched (so their latest row survives),
+        nor rows updated after the cutoff. Deletes in batches, each its own
+        transaction; ``dry_run`` only counts. Old tick summaries go too.
+        """
+        terminal = [s.value for s in TERMINAL_SESSION_STATUSES]
+        done_sessions = sa.select(sessions.c.id).where(sessions.c.status.in_(terminal))
+        targets = {
+            "scheduling_history": (
+                scheduling_history,
+                sa.and_(
+                    scheduling_history.c.updated_at < older_than,
+                    scheduling_history.c.session_id.in_(done_sessions),
+                ),
+            ),
+            "kernel_history": (
+                kernel_history,
+                sa.and_(
+                    kernel_history.c.created_at < older_than,
+                    kernel_history.c.session_id.in_(done_sessions),
+                ),
+            ),
+            "handler_ticks": (handler_ticks, handler_ticks.c.started_at < older_than),
+        }
+        report: dict[str, int] = {}
+        for name, (table, condition) in targets.items():
+            if dry_run:
+
+                async def count(conn: AsyncConnection, t: Any = table, c: Any = condition) -> int:
+                    query = sa.select(sa.func.count()).select_from(t).where(c)
+                    return int((await conn.execute(query)).scalar() or 0)
+
+                report[name] = await self.read(count)
+                continue
+            total = 0
+            while True:
+
+                async def delete(conn: AsyncConnection, t: Any = table, c: Any = condition) -> int:
+                    ids = [
+                        r[0] for r in await conn.execute(sa.select(t.c.id).where(c).limit(batch))
+                    ]
+                    if ids:
+                        await conn.execute(sa.delete(t).where(t.c.id.in_(ids)))
+                    return len(ids)
+
+                deleted = await self.write(delete)
+                total += deleted
+                if deleted < batch:
+                    break
+            report[name] = total
+        return report
 
     # -- coordinator liveness ---------------------------------------------------------
 

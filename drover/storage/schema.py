@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 __all__ = [
     "coordinators",
+    "handler_ticks",
     "kernel_history",
     "kernels",
     "metadata",
@@ -117,4 +118,19 @@ coordinators = sa.Table(
     sa.Column("version", sa.String(64), nullable=False),
     sa.Column("stopped_at", sa.Double(), nullable=True),
     sa.Index(None, "heartbeat_at"),
+)
+
+# One row per tick that fetched something (idle ticks are not recorded), for
+# `drover stats` and the dashboard's handler table. Pruned with the history.
+handler_ticks = sa.Table(
+    "handler_ticks",
+    metadata,
+    sa.Column("id", _BigId, primary_key=True, autoincrement=True),
+    sa.Column("handler", sa.String(128), nullable=False),
+    sa.Column("started_at", sa.Double(), nullable=False),
+    sa.Column("duration", sa.Double(), nullable=False),
+    sa.Column("fetched", sa.Integer(), nullable=False),
+    sa.Column("counts", sa.JSON(), nullable=False),
+    sa.Index(None, "started_at"),
+    sa.Index(None, "handler", "started_at"),
 )

@@ -1,0 +1,1 @@
+"""Inspection: history search, the "why" diagnosis, and statistics."""

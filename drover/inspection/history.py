@@ -1,0 +1,90 @@
+"""History search and the per-session timeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drover.coordinator.status import SchedulingResult
+from drover.coordinator.values import HistoryRecord, KernelHistoryRecord
+from drover.storage.repository import Repository
+
+__all__ = ["history_json", "kernel_history_json", "search_history", "timeline"]
+
+
+def history_json(row: HistoryRecord) -> dict[str, Any]:
+    """A scheduling history row with the CLI's stable JSON field names."""
+    return {
+        "id": row.id,
+        "session_id": row.session_id,
+        "handler": row.handler,
+        "result": row.result.value,
+        "from_status": row.from_status.value,
+        "to_status": row.to_status.value,
+        "error_code": row.error_code,
+        "message": row.message,
+        "attempts": row.attempts,
+        "created_at": row.created_at.isoformat(timespec="milliseconds"),
+        "updated_at": row.updated_at.isoformat(timespec="milliseconds"),
+    }
+
+
+def kernel_history_json(row: KernelHistoryRecord) -> dict[str, Any]:
+    """A kernel history row with stable JSON field names."""
+    return {
+        "id": row.id,
+        "kernel_id": row.kernel_id,
+        "session_id": row.session_id,
+        "source": row.source,
+        "from_status": row.from_status.value,
+        "to_status": row.to_status.value,
+        "message": row.message,
+        "created_at": row.created_at.isoformat(timespec="milliseconds"),
+    }
+
+
+async def search_history(
+    repo: Repository,
+    *,
+    session_id: str | None = None,
+    kernel_id: str | None = None,
+    handler: str | None = None,
+    result: SchedulingResult | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int = 100,
+) -> list[HistoryRecord]:
+    """Scheduling history rows matching the filters, newest first.
+
+    ``kernel_id`` restricts to the history of that kernel's session.
+    """
+    if kernel_id is not None:
+        kernel = await repo.get_kernel(kernel_id)
+        session_id = kernel.session_id
+    return await repo.search_history(
+        session_id=session_id,
+        handler=handler,
+        result=result,
+        since=since,
+        until=until,
+        limit=limit,
+    )
+
+
+async def timeline(repo: Repository, session_id: str) -> list[dict[str, Any]]:
+    """Session and kernel history interleaved, oldest first (``kind``: session|kernel)."""
+    items: list[tuple[float, int, dict[str, Any]]] = []
+    for row in await repo.history(session_id):
+        items.append(
+            (
+                row.created_at.timestamp(),
+                0,
+                {"kind": "session", "at": history_json(row)["created_at"], **history_json(row)},
+            )
+        )
+    for krow in await repo.kernel_history(session_id=session_id):
+        data = kernel_history_json(krow)
+        items.append(
+            (krow.created_at.timestamp(), 1, {"kind": "kernel", "at": data["created_at"], **data})
+        )
+    items.sort(key=lambda item: (item[0], item[1], item[2]["id"]))
+    return [item[2] for item in items]

@@ -1,0 +1,258 @@
+"""``drover why SESSION``: why a session is where it is, in plain words.
+
+The diagnosis is built from the session, its kernels, its history and the
+loaded handlers (their targets, kernel filters, promotion conditions and
+resolved options), so it stays true for plugin handlers too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from drover.coordinator.interfaces import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.options import session_options
+from drover.coordinator.status import (
+    TERMINAL_SESSION_STATUSES,
+    KernelMatchType,
+    SchedulingResult,
+    SessionStatus,
+)
+from drover.coordinator.values import HandlerOptions, HistoryRecord, SessionWithKernels
+from drover.inspection._format import duration
+from drover.storage.repository import Repository
+
+__all__ = ["Diagnosis", "diagnose"]
+
+_TROUBLE = {SchedulingResult.NEED_RETRY, SchedulingResult.SKIPPED, SchedulingResult.EXPIRED,
+            SchedulingResult.GIVE_UP}  # fmt: skip
+
+
+@attrs.frozen
+class Diagnosis:
+    """The answer to "why is this session here?"."""
+
+    session_id: str
+    name: str
+    status: SessionStatus
+    held_for_s: float
+    terminal: bool
+    lines: tuple[str, ...]
+    owners: tuple[dict[str, Any], ...] = ()
+    last_problem: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable JSON field names, shared with the web API."""
+        return {
+            "session_id": self.session_id,
+            "name": self.name,
+            "status": self.status.value,
+            "held_for_s": round(self.held_for_s, 3),
+            "terminal": self.terminal,
+            "owners": list(self.owners),
+            "last_problem": self.last_problem,
+            "lines": list(self.lines),
+        }
+
+
+def _kernel_summary(session: SessionWithKernels) -> str:
+    if not session.kernels:
+        return "no kernels"
+    parts = []
+    for index, kernel in enumerate(session.kernels, start=1):
+        text = f"k{index} {kernel.status}"
+        if kernel.exit_code is not None:
+            text += f" (exit {kernel.exit_code})"
+        if kernel.status_info:
+            text += f" [{kernel.status_info}]"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _last_problem(rows: list[HistoryRecord], status: SessionStatus) -> HistoryRecord | None:
+    """The latest failure/skip row recorded while the session held its current status."""
+    for row in reversed(rows):
+        if row.from_status != status or row.to_status != status:
+            return row if row.result in _TROUBLE else None
+        if row.result in _TROUBLE:
+            return row
+    return None
+
+
+def _promotion_wait(handler: SessionPromotionHandler, session: SessionWithKernels) -> str:
+    name = type(handler).name()
+    check = sorted(s.value for s in handler.check_kernel_statuses)
+    listed = ", ".join(check)
+    target = type(handler).success_session_status()
+    if handler.match_type is KernelMatchType.NOT_ANY:
+        blocking = [
+            f"k{i} is {k.status}"
+            for i, k in enumerate(session.kernels, start=1)
+            if k.status in handler.check_kernel_statuses
+        ]
+        condition = f"waits until no kernel is in {listed}"
+        state = (
+            "; ".join(blocking) if blocking else "no kernel blocks it: it moves at its next tick"
+        )
+    elif handler.match_type is KernelMatchType.ALL:
+        blocking = [
+            f"k{i} is {k.status}"
+            for i, k in enumerate(session.kernels, start=1)
+            if k.status not in handler.check_kernel_statuses
+        ]
+        condition = f"waits until every kernel is in {listed}"
+        state = "; ".join(blocking) if blocking else "all match: it moves at its next tick"
+    else:
+        matching = [k for k in session.kernels if k.status in handler.check_kernel_statuses]
+        condition = f"acts as soon as any kernel is in {listed}"
+        state = "one does: it moves at its next tick" if matching else "none is yet"
+    if not session.kernels:
+        state = "the session has no kernels, so it never matches"
+    return f"{name} → {target}: {condition}; {state}"
+
+
+def diagnose(
+    session: SessionWithKernels,
+    rows: list[HistoryRecord],
+    handlers: Mapping[str, Handler],
+    options_for: Callable[[str], HandlerOptions],
+    now: float,
+) -> Diagnosis:
+    """Build the diagnosis from already-read data (pure; see :func:`diagnose_session`)."""
+    held = now - session.status_changed_at.timestamp()
+    lines = [
+        f"{session.name} ({session.id}) is {session.status}, "
+        f"for {duration(held)} (since {session.status_changed_at:%Y-%m-%d %H:%M:%S} UTC)"
+    ]
+    if session.status in TERMINAL_SESSION_STATUSES:
+        return _terminal(session, rows, held, lines)
+    owners: list[dict[str, Any]] = []
+    waits: list[str] = []
+    for name, handler in sorted(handlers.items()):
+        if session.status not in handler.target_session_statuses:
+            continue
+        if isinstance(handler, LifecycleHandler):
+            opts = session_options(options_for(name), session, name)
+            owner: dict[str, Any] = {
+                "handler": name,
+                "kind": "lifecycle",
+                "timeout_s": opts.timeout,
+                "max_retries": opts.max_retries,
+            }
+            text = f"{name} owns {session.status}"
+            if opts.timeout is None:
+                text += " (no timeout)"
+            else:
+                left = opts.timeout - held
+                owner["expires_in_s"] = round(left, 3)
+                if left > 0:
+                    text += f"; expires in {duration(left)} (timeout {duration(opts.timeout)})"
+                else:
+                    text += (
+                        f"; its timeout ({duration(opts.timeout)}) passed {duration(-left)} ago:"
+                        " it expires at the handler's next tick"
+                    )
+            limit = "no limit" if opts.max_retries is None else f"max_retries {opts.max_retries}"
+            text += f"; tries {session.try_count} ({limit})"
+            kernel_filter = handler.target_kernel_statuses
+            if kernel_filter is not None and not any(
+                k.status in kernel_filter for k in session.kernels
+            ):
+                listed = ", ".join(sorted(s.value for s in kernel_filter))
+                text += (
+                    f"; but it only fetches sessions with a kernel in {listed}, and none is:"
+                    " it will not act on this session"
+                )
+                owner["fetches_it"] = False
+            else:
+                owner["fetches_it"] = True
+            lines.append(text)
+            owners.append(owner)
+        elif isinstance(handler, SessionPromotionHandler):
+            owners.append({"handler": name, "kind": "promotion"})
+            waits.append(_promotion_wait(handler, session))
+    if not owners:
+        lines.append(f"no loaded handler targets {session.status}: nothing will move it")
+    problem = _last_problem(rows, session.status)
+    last: dict[str, Any] | None = None
+    if problem is not None:
+        verb = {
+            SchedulingResult.SKIPPED: "skipped",
+            SchedulingResult.NEED_RETRY: "failed",
+            SchedulingResult.EXPIRED: "expired",
+            SchedulingResult.GIVE_UP: "gave up",
+        }[problem.result]
+        times = "once" if problem.attempts == 1 else f"{problem.attempts} times"
+        reason = problem.message or problem.error_code or "no reason given"
+        lines.append(f"last: {verb} {times} by {problem.handler}: {reason}")
+        last = {
+            "handler": problem.handler,
+            "result": problem.result.value,
+            "attempts": problem.attempts,
+            "error_code": problem.error_code,
+            "message": problem.message,
+        }
+    lines.append(f"kernels: {_kernel_summary(session)}")
+    for wait in waits:
+        lines.append(f"next: {wait}")
+    return Diagnosis(
+        session_id=session.id,
+        name=session.name,
+        status=session.status,
+        held_for_s=held,
+        terminal=False,
+        lines=tuple(lines),
+        owners=tuple(owners),
+        last_problem=last,
+    )
+
+
+def _terminal(
+    session: SessionWithKernels, rows: list[HistoryRecord], held: float, lines: list[str]
+) -> Diagnosis:
+    ending = next((r for r in reversed(rows) if r.to_status == session.status), None)
+    if ending is not None:
+        how = f"it ended by {ending.handler} ({ending.result}"
+        how += f": {ending.message})" if ending.message else ")"
+        how += f" from {ending.from_status}"
+        lines.append(how)
+    lines.append(
+        f"result {session.result or '-'}; status_info {session.status_info or '-'}"
+        + {
+            "USER_REQUESTED": " (a termination was requested)",
+            "KERNEL_EXITED": " (its kernels exited by themselves)",
+            "ABNORMAL_TERMINATION": " (a kernel ended in ERROR)",
+            "START_FAILED": " (a kernel failed before it could run)",
+        }.get(session.status_info or "", "")
+    )
+    problem = next((r for r in reversed(rows) if r.result in _TROUBLE), None)
+    if problem is not None:
+        lines.append(
+            f"last trouble before the end: {problem.result} x{problem.attempts} by "
+            f"{problem.handler} in {problem.from_status}: "
+            f"{problem.message or problem.error_code or 'no reason given'}"
+        )
+    lines.append(f"kernels: {_kernel_summary(session)}")
+    return Diagnosis(
+        session_id=session.id,
+        name=session.name,
+        status=session.status,
+        held_for_s=held,
+        terminal=True,
+        lines=tuple(lines),
+    )
+
+
+async def diagnose_session(
+    repo: Repository,
+    handlers: Mapping[str, Handler],
+    options_for: Callable[[str], HandlerOptions],
+    session_id: str,
+    now: float,
+) -> Diagnosis:
+    """Read the session and its history, then :func:`diagnose` it."""
+    session = await repo.get_session(session_id)
+    rows = await repo.history(session_id)
+    return diagnose(session, rows, handlers, options_for, now)
