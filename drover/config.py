@@ -28,6 +28,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "HandlerConfig",
+    "HistoryConfig",
     "LoadedConfig",
     "PluginsConfig",
     "default_agents",
@@ -98,6 +99,16 @@ class BackendConfig:
 
 
 @attrs.frozen
+class HistoryConfig:
+    """``[history]``: retention of scheduling and kernel history."""
+
+    #: Delete history of ended sessions older than this (``30d``, ``12h``); unset: keep all.
+    retention: str | None = None
+    #: Seconds between the daemon's pruning passes.
+    prune_interval: float = 3600.0
+
+
+@attrs.frozen
 class Config:
     """The whole effective configuration."""
 
@@ -117,6 +128,7 @@ class Config:
     handlers: dict[str, HandlerConfig] = attrs.field(factory=dict)
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
     backend: BackendConfig = attrs.field(factory=BackendConfig)
+    history: HistoryConfig = attrs.field(factory=HistoryConfig)
 
 
 @attrs.frozen
@@ -181,7 +193,7 @@ def _converter() -> cattrs.Converter:
         )
 
     conv.register_structure_hook(AgentConfig, _agent)
-    for cls in (HandlerConfig, PluginsConfig, BackendConfig, Config):
+    for cls in (HandlerConfig, PluginsConfig, BackendConfig, HistoryConfig, Config):
         conv.register_structure_hook(
             cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)
         )
@@ -300,6 +312,15 @@ def load_config(
             flat[key] = value
             sources[key] = f"flag {key}"
     _check_enums(flat, sources)
+    retention = flat.get("history.retention")
+    if retention is not None:
+        from drover.inspection._format import parse_duration
+
+        try:
+            parse_duration(str(retention))
+        except ValueError as error:
+            origin = sources.get("history.retention", "default")
+            raise ConfigError(f"history.retention (from {origin}): {error}") from None
     try:
         config = _CONVERTER.structure(_unflatten(flat), Config)
     except cattrs.BaseValidationError as error:

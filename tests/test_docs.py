@@ -8,7 +8,14 @@ from pathlib import Path
 
 import attrs
 
-from drover.config import BackendConfig, Config, HandlerConfig, PluginsConfig, load_config
+from drover.config import (
+    BackendConfig,
+    Config,
+    HandlerConfig,
+    HistoryConfig,
+    PluginsConfig,
+    load_config,
+)
 
 DOCS = Path(__file__).parent.parent / "docs"
 
@@ -17,9 +24,9 @@ def test_every_configuration_key_is_documented():
     """Each field of the configuration classes has a row in docs/configuration.md."""
     text = (DOCS / "configuration.md").read_text()
     documented = set(re.findall(r"^\| `([a-z_.<>]+)` \|", text, re.MULTILINE))
-    keys = {
-        f.name for f in attrs.fields(Config) if f.name not in {"handlers", "plugins", "backend"}
-    }
+    tables = {"handlers", "plugins", "backend", "history"}
+    keys = {f.name for f in attrs.fields(Config) if f.name not in tables}
+    keys |= {f"history.{f.name}" for f in attrs.fields(HistoryConfig)}
     keys |= {f"handlers.<name>.{f.name}" for f in attrs.fields(HandlerConfig)}
     keys |= {f"plugins.{f.name}" for f in attrs.fields(PluginsConfig)}
     keys |= {f"backend.{f.name}" for f in attrs.fields(BackendConfig)}

@@ -19,6 +19,7 @@ from drover.backends.simulated import SimulatedBackend
 from drover.cli._common import CliState, database_option, run_async
 from drover.coordinator.loop import Daemon
 from drover.coordinator.observers import ObserverDispatcher, events_of
+from drover.inspection._format import parse_duration
 from drover.logs import setup_logging
 
 __all__ = ["run", "serve_daemon"]
@@ -58,6 +59,8 @@ async def serve_daemon(
         shutdown_grace=config.shutdown_grace,
         version=__version__,
         pump=pump,
+        retention=(parse_duration(config.history.retention) if config.history.retention else None),
+        prune_interval=config.history.prune_interval,
     )
     if isinstance(backend, LocalBackend):
         backend.on_change = daemon.wake_promotions

@@ -59,6 +59,8 @@ class Daemon:
         pump_interval: float = 0.02,
         submission_poll: float = 0.1,
         on_tick: Callable[[TickReport], None] | None = None,
+        retention: float | None = None,
+        prune_interval: float = 3600.0,
     ) -> None:
         self.coordinator = coordinator
         self.repository = coordinator.repository
@@ -75,6 +77,10 @@ class Daemon:
         #: Called with every tick's report (metrics, benchmarks).
         self.on_tick = on_tick
         self._submission_poll = submission_poll
+        self._retention = retention
+        self._prune_interval = prune_interval
+        # Tick summaries for `drover stats`, written in batches off the tick path.
+        self._tick_rows: list[dict[str, object]] = []
         self._wake = {n: asyncio.Event() for n in self.names}
         self._stopping = asyncio.Event()
         self._in_tick: set[str] = set()
@@ -132,7 +138,10 @@ class Daemon:
             asyncio.create_task(self._safety_loop(), name="drover-safety"),
             asyncio.create_task(self._heartbeat_loop(), name="drover-heartbeat"),
             asyncio.create_task(self._submission_loop(), name="drover-submissions"),
+            asyncio.create_task(self._record_loop(), name="drover-tick-records"),
         ]
+        if self._retention is not None:
+            helpers.append(asyncio.create_task(self._retention_loop(), name="drover-retention"))
         if self._pump is not None:
             helpers.append(asyncio.create_task(self._pump_loop(), name="drover-pump"))
         try:
@@ -209,6 +218,16 @@ class Daemon:
 
     def _after_tick(self, report: TickReport) -> None:
         self.ticks += 1
+        if report.fetched:
+            self._tick_rows.append(
+                {
+                    "handler": report.handler,
+                    "started_at": time.time() - report.duration,
+                    "duration": report.duration,
+                    "fetched": report.fetched,
+                    "counts": {str(k): v for k, v in report.counts.items()},
+                }
+            )
         counts = {str(k): v for k, v in report.counts.items()}
         # A handler may fetch sessions every tick and act on none (a watchdog):
         # only ticks with outcomes are worth an INFO line.
@@ -261,6 +280,34 @@ class Daemon:
                 await self.repository.heartbeat(coordinator_id=self.id)
             except Exception as error:
                 log.error("heartbeat failed: %s: %s", type(error).__name__, error)
+
+    async def _flush_ticks(self) -> None:
+        rows, self._tick_rows = self._tick_rows, []
+        if rows:
+            try:
+                await self.repository.record_ticks(rows)
+            except Exception as error:
+                log.error(
+                    "recording %d tick(s) failed: %s: %s", len(rows), type(error).__name__, error
+                )
+
+    async def _record_loop(self) -> None:
+        while not self._stopping.is_set():
+            await self._sleep_unless_stopping(1.0)
+            await self._flush_ticks()
+        await self._flush_ticks()
+
+    async def _retention_loop(self) -> None:
+        assert self._retention is not None
+        while not self._stopping.is_set():
+            try:
+                report = await self.repository.prune_history(
+                    older_than=time.time() - self._retention
+                )
+                log.info("history retention: deleted %s", report, extra={"pruned": report})
+            except Exception as error:
+                log.error("history retention failed: %s: %s", type(error).__name__, error)
+            await self._sleep_unless_stopping(self._prune_interval)
 
     async def _submission_loop(self) -> None:
         pending = sorted(self._targets.get("PENDING", ()))

@@ -1,0 +1,291 @@
+"""Inspection commands on data built through the harness, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from drover import AgentInfo, SessionStatus, SimulatedBackend
+from drover.cli.main import main
+from drover.testing import CoordinatorHarness
+
+S = SessionStatus
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+@pytest.fixture
+def world(database, monkeypatch, tmp_path):
+    """Sessions in known states, built with the harness on the real clock; a CLI runner."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
+    monkeypatch.setenv("DROVER_LOAD_PLUGINS", "")  # built-ins only
+    if database.schema:
+        monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
+    ids: dict[str, str] = {}
+
+    async def build() -> None:
+        backend = SimulatedBackend([AgentInfo("a1", {"cpu": 4, "mem": 4096})], run_for=None)
+        async with CoordinatorHarness(
+            database_url=database.url, database_schema=database.schema, backend=backend
+        ) as h:
+            h.clock._now = time.time()  # the CLI judges times with the real clock
+            ids["stuck"] = await h.create_session(name="stuck", kernels=[{"cpu": 8}])
+            ids["running"] = await h.create_session(name="running", kernels=[{"cpu": 1}])
+            for _ in range(3):
+                await h.run_until_settled()
+            ids["done"] = await h.create_session(name="done", kernels=[{"cpu": 1}])
+            await h.run_until_settled()
+            await h.request_termination(ids["done"])
+            await h.run_until_settled()
+            ids["expired"] = await h.create_session(
+                name="expired", status=S.PREPARING, kernels=[{"status": "PREPARING"}]
+            )
+            h.clock.advance(901)
+            await h.tick("prepare-sessions")
+            ids["preparing"] = await h.create_session(
+                name="slow-pull",
+                status=S.PREPARING,
+                kernels=[{"status": "PULLING", "agent_id": "a1"}],
+                spec={"options": {"prepare-sessions": {"timeout": 600}}},
+            )
+
+    asyncio.run(build())
+    runner = CliRunner()
+
+    def cli(*args: str):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    return ids, cli
+
+
+def test_history_text_json_and_csv(world):
+    """Rows newest first with the documented columns; filters; JSON and CSV."""
+    ids, cli = world
+    data = json.loads(cli("history", ids["running"], "--json").output)
+    assert [(r["handler"], r["to_status"]) for r in data] == [
+        ("promote-to-running", "RUNNING"),
+        ("start-sessions", "CREATING"),
+        ("promote-to-prepared", "PREPARED"),
+        ("prepare-sessions", "PREPARING"),
+        ("schedule-sessions", "SCHEDULED"),
+    ]
+    skips = json.loads(cli("history", ids["stuck"], "--json").output)[0]["attempts"]
+    assert skips >= 3  # one per schedule-sessions tick, merged into one row
+    text = cli("history", ids["stuck"][:20]).output.splitlines()
+    assert text[0].split("\t") == [
+        "time", "session", "handler", "result", "from → to", "attempts", "error code", "message"
+    ]  # fmt: skip
+    row = text[1].split("\t")
+    assert row[1:7] == [
+        ids["stuck"], "schedule-sessions", "SKIPPED", "PENDING → PENDING", str(skips),
+        "insufficient-resources",
+    ]  # fmt: skip
+    skipped = json.loads(cli("history", "--result", "SKIPPED", "--json").output)
+    assert {r["session_id"] for r in skipped} == {ids["stuck"]}
+    by_api = json.loads(cli("history", "--handler", "api", "--json").output)
+    assert [r["session_id"] for r in by_api] == [ids["done"]]
+    rows = list(csv.reader(io.StringIO(cli("history", ids["done"], "--csv").output)))
+    assert rows[0][0] == "time"
+    assert rows[1][2] == "terminate-sessions"  # a running session's kernels were destroyed
+    limited = json.loads(cli("history", "--limit", "2", "--json").output)
+    assert len(limited) == 2
+    old = cli("history", "--since", "2000-01-01T00:00", "--until", "2000-01-02T00:00", "--json")
+    assert json.loads(old.output) == []
+    bad = cli("history", "--since", "yesterday")
+    assert bad.exit_code == 2
+    assert "neither a duration" in bad.output
+
+
+def test_history_of_a_kernel(world):
+    """--kernel shows that kernel's own status changes."""
+    ids, cli = world
+    shown = json.loads(cli("show", ids["running"], "--json").output)
+    kernel = shown["kernels"][0]["id"]
+    rows = json.loads(cli("history", "--kernel", kernel, "--json").output)
+    assert [(r["source"], r["to_status"]) for r in rows][:2] == [
+        ("backend", "RUNNING"),
+        ("start-sessions", "CREATING"),
+    ]
+
+
+def test_why_explains_a_stuck_and_skipped_session(world):
+    """PENDING for lack of resources: owner, tries, the skip reason, kernels, what moves it."""
+    ids, cli = world
+    skips = json.loads(cli("history", ids["stuck"], "--json").output)[0]["attempts"]
+    lines = cli("why", ids["stuck"]).output.splitlines()
+    assert re.match(r"stuck \(.+\) is PENDING, for \d", lines[0])
+    assert lines[1] == "schedule-sessions owns PENDING (no timeout); tries 0 (max_retries 5)"
+    assert lines[2] == (
+        f"last: skipped {skips} times by schedule-sessions: insufficient resources: "
+        "kernel 1/1 needs cpu=8 mem=0, the largest free agent a1 has cpu=3 mem=4096 "
+        "(no agent is that large even when idle)"
+    )
+    assert lines[3] == "kernels: k1 PENDING"
+    data = json.loads(cli("why", ids["stuck"], "--json").output)
+    assert data["last_problem"]["attempts"] == skips
+    assert data["owners"][0]["handler"] == "schedule-sessions" or any(
+        o["handler"] == "schedule-sessions" for o in data["owners"]
+    )
+
+
+def test_why_for_a_waiting_promotion_and_a_timeout(world):
+    """PREPARING with a pulling kernel: expiry countdown and the blocking kernel."""
+    ids, cli = world
+    text = cli("why", ids["preparing"]).output
+    assert re.search(
+        r"prepare-sessions owns PREPARING; expires in \d+m\d+s \(timeout 10m00s\)", text
+    )
+    assert "promote-to-prepared → PREPARED: waits until no kernel is in" in text
+    assert "k1 is PULLING" in text
+
+
+def test_why_for_an_expired_session(world):
+    """Sent back to PENDING by expiry: the EXPIRED reason is the last problem."""
+    ids, cli = world
+    text = cli("why", ids["expired"]).output
+    assert "is PENDING" in text
+    assert "last: expired once by prepare-sessions: in PREPARING for 901s (timeout=900s)" in text
+
+
+def test_why_for_running_and_terminal_sessions(world):
+    """RUNNING: what ends it; TERMINATED: how and why it ended."""
+    ids, cli = world
+    running = cli("why", ids["running"]).output
+    assert "detect-termination → TERMINATING: acts as soon as any kernel is in" in running
+    assert "none is yet" in running
+    done = cli("why", ids["done"]).output.splitlines()
+    assert "is TERMINATED" in done[0]
+    assert done[1].startswith("it ended by ")
+    assert done[2] == "result FAILURE; status_info USER_REQUESTED (a termination was requested)"
+
+
+@pytest.mark.parametrize("status", list(SessionStatus))
+def test_why_gives_an_answer_for_every_status(database, monkeypatch, tmp_path, status):
+    """Every status gets a diagnosis that names it and the kernels."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
+    monkeypatch.setenv("DROVER_LOAD_PLUGINS", "")
+    if database.schema:
+        monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
+
+    async def build() -> str:
+        async with CoordinatorHarness(
+            database_url=database.url, database_schema=database.schema
+        ) as h:
+            return await h.create_session(status=status, kernels=[{"status": status.value}])
+
+    sid = asyncio.run(build())
+    result = CliRunner().invoke(main, ["why", sid])
+    assert result.exit_code == 0, result.output
+    assert f"is {status.value}, for" in result.output
+    assert f"kernels: k1 {status.value}" in result.output
+
+
+def test_stats_per_status_and_per_handler(world, database):
+    """Per status: counts and ages; per handler: ticks recorded by the daemon."""
+    _ids, cli = world
+
+    async def record() -> None:
+        async with CoordinatorHarness(
+            database_url=database.url, database_schema=database.schema
+        ) as h:
+            now = time.time()
+            await h.repository.record_ticks(
+                [
+                    {
+                        "handler": "schedule-sessions",
+                        "started_at": now,
+                        "duration": d,
+                        "fetched": 2,
+                        "counts": {"SUCCESS": 1, "SKIPPED": 1},
+                    }
+                    for d in (0.010, 0.020, 0.030, 0.040)
+                ]
+            )
+
+    asyncio.run(record())
+    data = json.loads(cli("stats", "--json").output)
+    (sched,) = data["handlers"]
+    assert (sched["handler"], sched["ticks"], sched["results"]) == (
+        "schedule-sessions",
+        4,
+        {"SKIPPED": 4, "SUCCESS": 4},
+    )
+    assert 0.02 <= sched["p50_tick_s"] <= 0.03
+    assert 0.035 <= sched["p95_tick_s"] <= 0.04
+    statuses = {s["status"]: s for s in data["statuses"]}
+    assert statuses["PENDING"]["sessions"] == 2
+    assert statuses["RUNNING"]["sessions"] == 1
+    assert statuses["TERMINATED"]["sessions"] == 1
+    text = cli("stats").output
+    assert "schedule-sessions\t4\tSKIPPED=4 SUCCESS=4\t" in text
+    assert json.loads(cli("stats", "--since", "1m", "--json").output)["handlers"][0]["ticks"] == 4
+
+
+def test_prune_keeps_what_it_must(world, database):
+    """Only ended sessions' old rows go; live sessions keep every row, latest included."""
+    ids, cli = world
+    before = {
+        k: len(json.loads(cli("history", v, "--json", "--limit", "100").output))
+        for k, v in ids.items()
+    }
+    dry = json.loads(cli("history", "prune", "--older-than", "0s", "--dry-run", "--json").output)
+    assert dry["dry_run"] is True
+    assert dry["deleted"]["scheduling_history"] == before["done"]
+    after_dry = {k: len(json.loads(cli("history", v, "--json").output)) for k, v in ids.items()}
+    assert after_dry == before
+    result = cli("history", "prune", "--older-than", "0s")
+    assert f"deleted {before['done']} row(s) of scheduling_history" in result.output
+    after = {k: len(json.loads(cli("history", v, "--json").output)) for k, v in ids.items()}
+    assert after == {**before, "done": 0}
+    recent = cli("history", "prune", "--older-than", "30d")
+    assert "deleted 0 row(s) of scheduling_history" in recent.output
+    assert cli("history", "prune", "--older-than", "soon").exit_code == 2
+
+
+def test_graph_of_the_builtin_set():
+    """The built-in graph, as text, mermaid, dot and JSON."""
+    runner = CliRunner()
+    env = {"DROVER_LOAD_PLUGINS": ""}
+    text = runner.invoke(main, ["graph"], env=env).output
+    assert "PENDING     -> SCHEDULED    [schedule-sessions: success]" in text
+    assert "RUNNING     -> TERMINATING  [detect-termination: promotion]" in text
+    mermaid = runner.invoke(main, ["graph", "--format", "mermaid"], env=env).output
+    assert mermaid.startswith("stateDiagram-v2\n    [*] --> PENDING\n")
+    assert "    PREPARING --> PENDING : prepare-sessions#58; expired" in mermaid
+    dot = runner.invoke(main, ["graph", "--format", "dot"], env=env).output
+    assert '"SCHEDULED" -> "PREPARING" [label="prepare-sessions: success"];' in dot
+    data = json.loads(runner.invoke(main, ["graph", "--format", "json"], env=env).output)
+    assert len(data["nodes"]) == len(SessionStatus)
+    assert {"source": "CREATING", "target": "RUNNING", "handler": "promote-to-running",
+            "outcome": "promotion"} in data["edges"]  # fmt: skip
+
+
+def test_graph_includes_plugin_handlers():
+    """An installed plugin's handler (the example package) appears in the graph."""
+    text = CliRunner().invoke(main, ["graph"], env={}).output
+    assert "RUNNING     -> TERMINATING  [enforce-max-duration: success]" in text
+    hidden = CliRunner().invoke(main, ["graph"], env={"DROVER_DISABLE_PLUGINS": "max-duration"})
+    assert "enforce-max-duration" not in hidden.output
+
+
+def test_the_docs_state_diagram_is_generated_by_drover_graph():
+    """docs/architecture.md's state machine is `drover graph --format mermaid`, verbatim."""
+    generated = (
+        CliRunner()
+        .invoke(main, ["graph", "--format", "mermaid"], env={"DROVER_LOAD_PLUGINS": ""})
+        .output.strip()
+    )
+    text = (DOCS / "architecture.md").read_text()
+    marker = "<!-- generated: drover graph --format mermaid -->\n```mermaid\n"
+    assert marker in text, "architecture.md lost its generated diagram"
+    block = text.split(marker, 1)[1].split("```", 1)[0].strip()
+    assert block == generated
