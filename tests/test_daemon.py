@@ -186,3 +186,50 @@ async def test_many_instant_commands_all_end(database, tmp_path: Path):
         await wait_for(all_done, timeout=60, what="every session TERMINATED")
         results = {s.result for s in await app.repository.list_sessions()}
         assert results == {"SUCCESS"}
+
+
+async def test_the_daemon_records_ticks_for_stats(database, tmp_path: Path):
+    """Ticks that fetched something are stored, so `drover stats` works without the daemon."""
+    async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        (sid,) = await app.repository.create_sessions([{"kernels": [kernel(["true"])]}])
+        await wait_for(lambda: _status(app, sid, S.TERMINATED), what="TERMINATED")
+
+        async def recorded():
+            rows = await app.repository.tick_rows(None)
+            return {handler for handler, _d, _c in rows} >= {
+                "schedule-sessions",
+                "promote-to-running",
+            }
+
+        await wait_for(recorded, what="tick records")
+        rows = await app.repository.tick_rows(None)
+        schedule = [c for h, _d, c in rows if h == "schedule-sessions"]
+        assert {"SUCCESS": 1} in schedule
+
+
+async def test_history_retention_prunes_only_ended_sessions(database, tmp_path: Path):
+    """history.retention: ended sessions' old rows go; a live session keeps its history."""
+    async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        ended, live = await app.repository.create_sessions(
+            [
+                {"kernels": [{"cpu": 999, "command": ["true"]}]},
+                {"kernels": [kernel(["sleep", "60"])]},
+            ]
+        )
+        await app.repository.request_termination([ended])  # PENDING -> CANCELLED, an api row
+        await wait_for(lambda: _status(app, live, S.RUNNING), what="live RUNNING")
+        assert await app.repository.history(ended) != []
+    # A second daemon on the same database, with a retention of one second.
+    async with running_daemon(
+        database,
+        tmp_path / "data",
+        **{"history.retention": "1s", "history.prune_interval": 0.2},
+    ) as (app, _daemon):
+
+        async def pruned():
+            return await app.repository.history(ended) == []
+
+        await wait_for(pruned, what="the ended session's history to be pruned")
+        rows = await app.repository.history(live)
+        assert [r.to_status for r in rows][-1] == S.RUNNING  # live rows, latest included
+        await app.repository.request_termination([live])
