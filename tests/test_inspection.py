@@ -289,3 +289,22 @@ def test_the_docs_state_diagram_is_generated_by_drover_graph():
     assert marker in text, "architecture.md lost its generated diagram"
     block = text.split(marker, 1)[1].split("```", 1)[0].strip()
     assert block == generated
+
+
+def test_status_age_percentiles_are_ordered(database):
+    """p50 <= p95, computed from the right end of the ordering."""
+
+    async def check() -> None:
+        async with CoordinatorHarness(
+            database_url=database.url, database_schema=database.schema
+        ) as h:
+            for _ in range(20):
+                await h.create_session()
+                h.clock.advance(10)
+            ages = await h.repository.status_ages(h.clock.time())
+            n, p50, p95 = ages[S.PENDING]
+            assert n == 20
+            assert 100 <= p50 <= 110  # ages are 10, 20, ... 200 (nearest rank)
+            assert 185 <= p95 <= 200
+
+    asyncio.run(check())

@@ -11,6 +11,7 @@ from drover.cli.inspect import graph, history, stats, why
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
 from drover.cli.run import run
+from drover.cli.serve import serve
 from drover.cli.sessions import logs, sessions, show, submit, terminate
 from drover.cli.status import config, status
 
@@ -63,6 +64,7 @@ for command in (
     why,
     stats,
     graph,
+    serve,
 ):
     main.add_command(command)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -33,12 +34,15 @@ async def serve_daemon(
     auto_upgrade: bool = True,
     install_signals: bool = True,
     on_ready: Callable[[Daemon], None] | None = None,
+    http: tuple[str, int, str | None] | None = None,
 ) -> int:
     """Run the daemon for ``app`` until SIGINT/SIGTERM; return the exit code.
 
     The first signal stops new ticks and lets in-flight ones finish within
     ``shutdown_grace``; a second signal exits at once. ``on_ready`` receives the
-    :class:`Daemon` (to stop it without a signal, as tests do).
+    :class:`Daemon` (to stop it without a signal, as tests do). ``http`` is
+    ``(host, port, auth_token)``: the web dashboard then runs in this event loop
+    and stops with the daemon.
     """
     config = app.config
     await app.check_schema(auto_upgrade=auto_upgrade)
@@ -84,11 +88,28 @@ async def serve_daemon(
     if install_signals:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal, signum)
+    web_task: asyncio.Task[None] | None = None
+    web_server: Any = None
+    if http is not None:
+        from drover.cli.serve import public_bind_warning
+        from drover.web.server import make_server
+
+        host, port, token = http
+        warning = public_bind_warning(host, token)
+        if warning:
+            log.warning("%s", warning)
+        web_server = make_server(app, host=host, port=port, auth_token=token, embedded=True)
+        web_task = asyncio.create_task(web_server.serve(), name="drover-http")
+        log.info("dashboard on http://%s:%d/", host, port)
     if on_ready is not None:
         on_ready(daemon)
     try:
         await daemon.run()
     finally:
+        if web_task is not None:
+            web_server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(web_task, timeout=config.shutdown_grace)
         if install_signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
@@ -116,6 +137,25 @@ async def serve_daemon(
 )
 @click.option("--data-dir", default=None, help="Kernel working directories and logs.")
 @click.option(
+    "--http",
+    "http_port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also serve the read-only web dashboard on this port (see `drover serve`).",
+)
+@click.option(
+    "--http-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the dashboard listens on (with --http).",
+)
+@click.option(
+    "--auth-token",
+    envvar="DROVER_AUTH_TOKEN",
+    default=None,
+    help="Token every dashboard request needs (with --http) [env DROVER_AUTH_TOKEN].",
+)
+@click.option(
     "--no-upgrade",
     is_flag=True,
     help="Refuse to start on an old schema instead of upgrading it.",
@@ -128,6 +168,9 @@ def run(
     log_level: str | None,
     backend_name: str | None,
     data_dir: str | None,
+    http_port: int | None,
+    http_host: str,
+    auth_token: str | None,
     no_upgrade: bool,
 ) -> None:
     """Run the coordinator daemon until SIGINT or SIGTERM.
@@ -137,6 +180,8 @@ def run(
     unless --no-upgrade is given.
 
     Example: drover run --log-format json --data-dir /var/lib/drover
+
+    Example: drover run --http 8080   (the daemon plus the dashboard)
     """
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     flags: dict[str, Any] = {
@@ -154,7 +199,8 @@ def run(
     async def main() -> int:
         app = App(loaded)
         try:
-            return await serve_daemon(app, auto_upgrade=not no_upgrade)
+            http = (http_host, http_port, auth_token) if http_port is not None else None
+            return await serve_daemon(app, auto_upgrade=not no_upgrade, http=http)
         finally:
             await app.close()
 

@@ -14,6 +14,7 @@ import attrs
 
 from drover.coordinator.interfaces import Handler, LifecycleHandler, SessionPromotionHandler
 from drover.coordinator.options import session_options
+from drover.coordinator.plan import STALE_STATUS
 from drover.coordinator.status import (
     TERMINAL_SESSION_STATUSES,
     KernelMatchType,
@@ -71,12 +72,17 @@ def _kernel_summary(session: SessionWithKernels) -> str:
     return ", ".join(parts)
 
 
+def _is_trouble(row: HistoryRecord) -> bool:
+    # A stale-status row is a harmless race between handlers, not a problem.
+    return row.result in _TROUBLE and row.error_code != STALE_STATUS
+
+
 def _last_problem(rows: list[HistoryRecord], status: SessionStatus) -> HistoryRecord | None:
     """The latest failure/skip row recorded while the session held its current status."""
     for row in reversed(rows):
         if row.from_status != status or row.to_status != status:
-            return row if row.result in _TROUBLE else None
-        if row.result in _TROUBLE:
+            return row if _is_trouble(row) else None
+        if _is_trouble(row):
             return row
     return None
 
@@ -227,7 +233,7 @@ def _terminal(
             "START_FAILED": " (a kernel failed before it could run)",
         }.get(session.status_info or "", "")
     )
-    problem = next((r for r in reversed(rows) if r.result in _TROUBLE), None)
+    problem = next((r for r in reversed(rows) if _is_trouble(r)), None)
     if problem is not None:
         lines.append(
             f"last trouble before the end: {problem.result} x{problem.attempts} by "

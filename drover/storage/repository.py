@@ -944,7 +944,8 @@ class Repository:
                 ages = []
                 # Percentiles by offset into the sorted column: no sorting in Python.
                 for q in (0.5, 0.95):
-                    offset = min(n - 1, int(n * (1 - q)))
+                    # Newest first: the age at offset i grows with i.
+                    offset = min(n - 1, int(q * (n - 1) + 0.5))
                     value = (
                         await conn.execute(
                             sa.select(sessions.c.status_changed_at)

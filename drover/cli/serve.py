@@ -1,0 +1,87 @@
+"""``drover serve``: the read-only web dashboard."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+import click
+
+from drover.app import App
+from drover.cli._common import CliState, database_option, run_async
+from drover.logs import setup_logging
+
+__all__ = ["public_bind_warning", "serve"]
+
+log = logging.getLogger("drover.web")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def public_bind_warning(host: str, auth_token: str | None) -> str | None:
+    """The warning to print when the dashboard listens beyond this machine without a token."""
+    if auth_token or _is_loopback(host):
+        return None
+    return (
+        f"warning: the dashboard listens on {host} without --auth-token: anyone who can "
+        "reach this port can read every session, its spec and its history"
+    )
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--auth-token",
+    envvar="DROVER_AUTH_TOKEN",
+    default=None,
+    help="Require this token on every request (Authorization: Bearer T, or ?token=T) "
+    "[env DROVER_AUTH_TOKEN].",
+)
+@database_option
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    auth_token: str | None,
+    database_url: str | None,
+) -> None:
+    """Serve the read-only web dashboard (pages, /api, /metrics, /healthz).
+
+    It reads the configured database and needs no running daemon (though
+    /healthz answers 503 until a daemon's heartbeat is fresh). It binds to
+    127.0.0.1 by default; binding elsewhere without --auth-token prints a
+    warning.
+
+    Example: drover serve --port 8080   (then open http://127.0.0.1:8080/)
+
+    Example: drover serve --host 0.0.0.0 --auth-token "$(openssl rand -hex 16)"
+    """
+    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
+    setup_logging(loaded.config.log_format, loaded.config.log_level)
+    warning = public_bind_warning(host, auth_token)
+    if warning:
+        click.echo(warning, err=True)
+
+    async def main() -> None:
+        from drover.web.server import make_server
+
+        app = App(loaded)
+        try:
+            await app.check_schema()
+            server = make_server(app, host=host, port=port, auth_token=auth_token)
+            click.echo(f"drover dashboard on http://{host}:{port}/", err=True)
+            await server.serve()
+        finally:
+            await app.close()
+
+    run_async(main)

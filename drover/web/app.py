@@ -1,0 +1,525 @@
+"""The read-only web dashboard: server-rendered pages, a JSON API, metrics and health.
+
+:func:`create_app` builds a Starlette application over an :class:`~drover.app.App`
+(its repository, configuration and loaded handlers). It never writes to the
+database. ``drover serve`` runs it alone; ``drover run --http PORT`` runs it in
+the daemon's event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import time
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import sqlalchemy as sa
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.applications import Starlette
+from starlette.datastructures import QueryParams
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from drover.app import App
+from drover.cli._common import session_json
+from drover.coordinator.engine import Coordinator
+from drover.coordinator.errors import DroverError, UnknownSessionError
+from drover.coordinator.status import TERMINAL_SESSION_STATUSES, SchedulingResult, SessionStatus
+from drover.inspection._format import duration, parse_time
+from drover.inspection.history import history_json, search_history, timeline
+from drover.inspection.stats import collect_stats
+from drover.inspection.why import diagnose_session
+from drover.plugins.graph import edges_of, graph_json
+from drover.web.metrics import render_metrics, snapshot
+from drover.web.palette import STATUS_COLOURS, badge_css
+from drover.web.queries import SessionFilter, filtered_sessions
+from drover.web.svg_graph import render_svg
+
+__all__ = ["CONTENT_TYPE_METRICS", "Dashboard", "create_app"]
+
+_HERE = Path(__file__).parent
+CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class BadFilterError(ValueError):
+    """A query parameter could not be understood."""
+
+
+class Dashboard:
+    """What the pages need: the app, the optional token, and the loaded handlers."""
+
+    def __init__(
+        self, app: App, *, auth_token: str | None = None, refresh_seconds: float = 3.0
+    ) -> None:
+        self.app = app
+        self.auth_token = auth_token or None
+        self.refresh_seconds = refresh_seconds
+
+    @property
+    def repository(self) -> Any:
+        return self.app.repository
+
+    def coordinator(self) -> Coordinator:
+        """The daemon's coordinator, or one built (not run) from the configuration."""
+        if self.app.coordinator is None:
+            self.app.load_handlers()
+        assert self.app.coordinator is not None
+        return self.app.coordinator
+
+
+# -- access -------------------------------------------------------------------------
+
+
+def _given_token(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            text: str = bytes(value).decode("latin-1")
+            scheme, _, rest = text.partition(" ")
+            if scheme.lower() == "bearer":
+                return rest.strip()
+    query = QueryParams(scope.get("query_string", b"").decode("latin-1"))
+    token = query.get("token")
+    return None if token is None else str(token)
+
+
+class TokenGate:
+    """Every request needs ``Authorization: Bearer T`` or ``?token=T``; else 401."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = _given_token(scope)
+        if given is not None and hmac.compare_digest(given.encode(), self.token):
+            await self.app(scope, receive, send)
+            return
+        reason = "a token is required" if given is None else "the token is wrong"
+        accept = dict(scope.get("headers", [])).get(b"accept", b"").decode("latin-1")
+        headers = {"WWW-Authenticate": 'Bearer realm="drover"'}
+        response: Response
+        if "text/html" in accept:
+            response = HTMLResponse(
+                "<!doctype html><html><head><title>401 Unauthorized · drover</title></head>"
+                "<body><h1>401 Unauthorized</h1>"
+                f"<p>This drover dashboard needs its access token: {reason}. "
+                "Add <code>?token=…</code> to the address, or send "
+                "<code>Authorization: Bearer …</code>.</p></body></html>",
+                status_code=401,
+                headers=headers,
+            )
+        else:
+            response = PlainTextResponse(
+                f"401 Unauthorized: {reason} (Authorization: Bearer T, or ?token=T)\n",
+                status_code=401,
+                headers=headers,
+            )
+        await response(scope, receive, send)
+
+
+# -- query parameters -----------------------------------------------------------------
+
+
+def _time_param(params: QueryParams, name: str, now: float) -> float | None:
+    raw = (params.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_time(raw, now)
+    except ValueError as error:
+        raise BadFilterError(f"{name}: {error}") from None
+
+
+def _limit_param(params: QueryParams, default: int = 100) -> int:
+    raw = (params.get("limit") or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadFilterError(f"limit: {raw!r} is not a whole number") from None
+    if not 1 <= value <= 10000:
+        raise BadFilterError("limit: must be between 1 and 10000")
+    return value
+
+
+def _session_filter(params: QueryParams, now: float) -> SessionFilter:
+    statuses = []
+    for raw in params.getlist("status"):
+        for part in raw.split(","):
+            if not part.strip():
+                continue
+            try:
+                statuses.append(SessionStatus(part.strip().upper()))
+            except ValueError:
+                raise BadFilterError(
+                    f"status: {part!r} is not one of {', '.join(s.value for s in SessionStatus)}"
+                ) from None
+    return SessionFilter(
+        statuses=tuple(statuses),
+        name=(params.get("name") or "").strip() or None,
+        handler=(params.get("handler") or "").strip() or None,
+        since=_time_param(params, "since", now),
+        until=_time_param(params, "until", now),
+        limit=_limit_param(params),
+    )
+
+
+# -- helpers for templates --------------------------------------------------------------
+
+
+def _ago(value: datetime | str | None, now: float) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return duration(now - value.timestamp()) + " ago"
+
+
+def _iso(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _templates(dashboard: Dashboard) -> Jinja2Templates:
+    env = Environment(
+        loader=FileSystemLoader(str(_HERE / "templates")),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    templates = Jinja2Templates(env=env)
+    env.globals["statuses"] = [s.value for s in SessionStatus]
+    env.globals["status_colours"] = STATUS_COLOURS
+    env.globals["badge_css"] = badge_css()
+    env.globals["iso"] = _iso
+    env.globals["refresh_ms"] = int(dashboard.refresh_seconds * 1000)
+    env.globals["terminal_statuses"] = {s.value for s in TERMINAL_SESSION_STATUSES}
+
+    def url(path: str, params: Mapping[str, Any] | None = None, **more: Any) -> str:
+        pairs: list[tuple[str, str]] = []
+        for key, value in {**(params or {}), **more}.items():
+            values = value if isinstance(value, list | tuple) else [value]
+            pairs.extend((key, str(v)) for v in values if v is not None and v != "")
+        if dashboard.auth_token:
+            pairs.append(("token", dashboard.auth_token))
+        return path + ("?" + urlencode(pairs) if pairs else "")
+
+    env.globals["url"] = url
+    env.globals["auth_token"] = dashboard.auth_token
+    return templates
+
+
+# -- the application --------------------------------------------------------------------
+
+
+def create_app(
+    app: App,
+    *,
+    auth_token: str | None = None,
+    refresh_seconds: float = 3.0,
+    close_app_on_shutdown: bool = False,
+) -> Starlette:
+    """The dashboard over ``app``; with ``auth_token`` every request must carry it."""
+    dashboard = Dashboard(app, auth_token=auth_token, refresh_seconds=refresh_seconds)
+    templates = _templates(dashboard)
+    repo = app.repository
+
+    def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+        context.setdefault("now", time.time())
+        context.setdefault("path", request.url.path)
+        context.setdefault("updated", datetime.now(UTC).strftime("%H:%M:%S UTC"))
+        return templates.TemplateResponse(request, name, context, status_code=status)
+
+    def bad_request(request: Request, message: str, *, api: bool) -> Response:
+        if api:
+            return JSONResponse({"error": message}, status_code=400)
+        return page(request, "error.html", {"title": "Bad request", "message": message}, 400)
+
+    async def resolve(request: Request, *, api: bool) -> str:
+        prefix = request.path_params["session_id"]
+        try:
+            return str(await repo.resolve_session_id(prefix))
+        except UnknownSessionError:
+            raise HTTPException(404, f"no session {prefix!r}") from None
+        except DroverError as error:
+            raise HTTPException(400, str(error)) from None
+
+    # -- pages ----------------------------------------------------------------------
+
+    async def overview(request: Request) -> Response:
+        now = time.time()
+        try:
+            f = _session_filter(request.query_params, now)
+        except BadFilterError as error:
+            return bad_request(request, str(error), api=False)
+        found = await filtered_sessions(repo, f)
+        counts = await repo.count_by_status()
+        params = {
+            "status": [s.value for s in f.statuses],
+            "name": request.query_params.get("name", ""),
+            "handler": request.query_params.get("handler", ""),
+            "since": request.query_params.get("since", ""),
+            "until": request.query_params.get("until", ""),
+        }
+        handler_names: list[str] = []
+        with contextlib.suppress(DroverError):
+            handler_names = sorted(dashboard.coordinator().handlers)
+        return page(
+            request,
+            "overview.html",
+            {
+                "title": "Overview",
+                "sessions": found,
+                "counts": {s.value: counts.get(s, 0) for s in SessionStatus},
+                "total": sum(counts.values()),
+                "filters": params,
+                "selected": {s.value for s in f.statuses},
+                "handler_names": handler_names,
+                "limit": f.limit,
+                "now": now,
+                "ago": lambda v: _ago(v, now),
+            },
+        )
+
+    async def session_page(request: Request) -> Response:
+        now = time.time()
+        sid = await resolve(request, api=False)
+        session = await repo.get_session(sid)
+        data = session_json(session)
+        why_lines: list[str] = []
+        why_error = None
+        try:
+            coordinator = dashboard.coordinator()
+            diagnosis = await diagnose_session(
+                repo, coordinator.handlers, coordinator.options, sid, now
+            )
+            why_lines = list(diagnosis.lines)
+        except DroverError as error:
+            why_error = str(error)
+        items = await timeline(repo, sid)
+        kernel_index = {k["id"]: k["index"] for k in data["kernels"]}
+        return page(
+            request,
+            "session.html",
+            {
+                "title": f"Session {session.name}",
+                "session": session,
+                "data": data,
+                "why": why_lines,
+                "why_error": why_error,
+                "timeline": items,
+                "kernel_index": kernel_index,
+                "now": now,
+                "ago": lambda v: _ago(v, now),
+            },
+        )
+
+    async def handlers_page(request: Request) -> Response:
+        now = time.time()
+        try:
+            since = _time_param(request.query_params, "since", now)
+        except BadFilterError as error:
+            return bad_request(request, str(error), api=False)
+        stats = (await collect_stats(repo, since=since, now=now)).to_json()
+        results = sorted({r for h in stats["handlers"] for r in h["results"]})
+        ordered = [r.value for r in SchedulingResult if r.value in results]
+        ordered += [r for r in results if r not in ordered]
+        return page(
+            request,
+            "handlers.html",
+            {
+                "title": "Handlers",
+                "stats": stats,
+                "result_names": ordered,
+                "since": request.query_params.get("since", ""),
+                "fmt_s": lambda v: duration(float(v)) if v else "0s",
+                "fmt_ms": lambda v: f"{float(v) * 1000:.1f} ms",
+            },
+        )
+
+    async def graph_page(request: Request) -> Response:
+        try:
+            edges = edges_of(dashboard.coordinator().handlers)
+        except DroverError as error:
+            return page(request, "error.html", {"title": "Graph", "message": str(error)}, 500)
+        return page(
+            request,
+            "graph.html",
+            {
+                "title": "State graph",
+                "svg": render_svg(edges),
+                "edges": graph_json(edges)["edges"],
+            },
+        )
+
+    # -- API -------------------------------------------------------------------------
+
+    async def api_sessions(request: Request) -> Response:
+        try:
+            f = _session_filter(request.query_params, time.time())
+        except BadFilterError as error:
+            return bad_request(request, str(error), api=True)
+        return JSONResponse([session_json(s) for s in await filtered_sessions(repo, f)])
+
+    async def api_session(request: Request) -> Response:
+        sid = await resolve(request, api=True)
+        data = session_json(await repo.get_session(sid))
+        data["history"] = [history_json(r) for r in await repo.history(sid)]
+        return JSONResponse(data)
+
+    async def api_session_why(request: Request) -> Response:
+        sid = await resolve(request, api=True)
+        coordinator = dashboard.coordinator()
+        diagnosis = await diagnose_session(
+            repo, coordinator.handlers, coordinator.options, sid, time.time()
+        )
+        return JSONResponse(diagnosis.to_json())
+
+    async def api_session_timeline(request: Request) -> Response:
+        sid = await resolve(request, api=True)
+        return JSONResponse(await timeline(repo, sid))
+
+    async def api_history(request: Request) -> Response:
+        params = request.query_params
+        now = time.time()
+        try:
+            raw_result = (params.get("result") or "").strip().upper()
+            try:
+                result = SchedulingResult(raw_result) if raw_result else None
+            except ValueError:
+                raise BadFilterError(
+                    f"result: {raw_result!r} is not one of "
+                    f"{', '.join(r.value for r in SchedulingResult)}"
+                ) from None
+            session_id = (params.get("session") or "").strip() or None
+            if session_id is not None:
+                session_id = await repo.resolve_session_id(session_id)
+            rows = await search_history(
+                repo,
+                session_id=session_id,
+                kernel_id=(params.get("kernel") or "").strip() or None,
+                handler=(params.get("handler") or "").strip() or None,
+                result=result,
+                since=_time_param(params, "since", now),
+                until=_time_param(params, "until", now),
+                limit=_limit_param(params),
+            )
+        except BadFilterError as error:
+            return bad_request(request, str(error), api=True)
+        except DroverError as error:
+            return JSONResponse({"error": str(error)}, status_code=404)
+        return JSONResponse([history_json(r) for r in rows])
+
+    async def api_stats(request: Request) -> Response:
+        now = time.time()
+        try:
+            since = _time_param(request.query_params, "since", now)
+        except BadFilterError as error:
+            return bad_request(request, str(error), api=True)
+        return JSONResponse((await collect_stats(repo, since=since, now=now)).to_json())
+
+    async def api_graph(request: Request) -> Response:
+        return JSONResponse(graph_json(edges_of(dashboard.coordinator().handlers)))
+
+    async def graph_svg(request: Request) -> Response:
+        svg = render_svg(edges_of(dashboard.coordinator().handlers))
+        return Response(svg, media_type="image/svg+xml")
+
+    # -- operations --------------------------------------------------------------------
+
+    async def metrics(request: Request) -> Response:
+        return Response(render_metrics(await snapshot(repo)), media_type=CONTENT_TYPE_METRICS)
+
+    async def healthz(request: Request) -> Response:
+        window = 3 * app.config.heartbeat_interval
+
+        async def ping(conn: AsyncConnection) -> None:
+            await conn.execute(sa.text("SELECT 1"))
+
+        try:
+            await repo.read(ping)
+        except Exception as error:  # any failure to answer is unhealthy
+            detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+            return PlainTextResponse(
+                f"unhealthy: the database does not answer: {type(error).__name__}: {detail}\n",
+                status_code=503,
+            )
+        try:
+            alive = await repo.coordinators(alive_within=window)
+        except Exception as error:
+            return PlainTextResponse(
+                f"unhealthy: cannot read coordinators: {type(error).__name__}: {error}\n",
+                status_code=503,
+            )
+        if not alive:
+            return PlainTextResponse(
+                f"unhealthy: no coordinator heartbeat in the last {window:g}s "
+                "(3 x heartbeat_interval); is `drover run` running?\n",
+                status_code=503,
+            )
+        newest = alive[0]
+        age = time.time() - max(c.heartbeat_at.timestamp() for c in alive)
+        return PlainTextResponse(
+            f"ok: the database answers; {len(alive)} live coordinator(s), "
+            f"newest {newest.id} on {newest.host} (pid {newest.pid}), "
+            f"last heartbeat {age:.1f}s ago\n"
+        )
+
+    # -- errors ----------------------------------------------------------------------
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+        title = "Not found" if exc.status_code == 404 else "Error"
+        return page(request, "error.html", {"title": title, "message": exc.detail}, exc.status_code)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if close_app_on_shutdown:
+                await app.close()
+
+    routes = [
+        Route("/", overview, name="overview"),
+        Route("/sessions/{session_id}", session_page, name="session"),
+        Route("/handlers", handlers_page, name="handlers"),
+        Route("/graph", graph_page, name="graph"),
+        Route("/graph.svg", graph_svg, name="graph_svg"),
+        Route("/api/sessions", api_sessions),
+        Route("/api/sessions/{session_id}", api_session),
+        Route("/api/sessions/{session_id}/why", api_session_why),
+        Route("/api/sessions/{session_id}/timeline", api_session_timeline),
+        Route("/api/history", api_history),
+        Route("/api/stats", api_stats),
+        Route("/api/graph", api_graph),
+        Route("/metrics", metrics),
+        Route("/healthz", healthz),
+        Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
+    ]
+    web = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    if dashboard.auth_token:
+        web.add_middleware(TokenGate, token=dashboard.auth_token)
+    web.state.dashboard = dashboard
+    return web

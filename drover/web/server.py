@@ -1,0 +1,50 @@
+"""Running the dashboard with uvicorn, alone or inside the daemon's event loop."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import uvicorn
+
+from drover.app import App
+from drover.web.app import create_app
+
+__all__ = ["EmbeddedServer", "make_server"]
+
+
+class EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to its host (``drover run --http``).
+
+    The daemon owns SIGINT and SIGTERM; it stops the server by setting
+    ``should_exit`` when it shuts down.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def make_server(
+    app: App,
+    *,
+    host: str,
+    port: int,
+    auth_token: str | None,
+    embedded: bool = False,
+    close_app_on_shutdown: bool = False,
+    log_level: str = "info",
+) -> uvicorn.Server:
+    """A uvicorn server for the dashboard over ``app`` (not started yet)."""
+    web = create_app(app, auth_token=auth_token, close_app_on_shutdown=close_app_on_shutdown)
+    config = uvicorn.Config(
+        web,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        log_config=None,
+    )
+    return EmbeddedServer(config) if embedded else uvicorn.Server(config)
