@@ -1,12 +1,12 @@
 """A small, deterministic SVG renderer for the session state graph.
 
-Statuses are labelled boxes in lifecycle order: the main line (PENDING …
-TERMINATED) left to right, the other terminal statuses (CANCELLED, ERROR) on
-a row below. Edges between the same two statuses are drawn as one arrow
-labelled with every ``handler: outcome`` that makes that change. Forward
-moves that skip statuses arc below the main line, backward moves arc above
-it. The output depends only on the edges (sorted), never on dict order or
-randomness, and needs no external binary.
+Statuses are labelled boxes in one column, in lifecycle order (PENDING at the
+top, then on to TERMINATED, CANCELLED and ERROR). Edges between the same two
+statuses are drawn as one arrow labelled with every ``handler: outcome`` that
+makes that change: a move to the next status is a short arrow down, a forward
+move that skips statuses arcs out to the right, a move back arcs out to the
+left (farther for longer moves). The output depends only on the set of edges,
+never on their order, and needs no external binary.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from drover.web.palette import colour_of
 
 __all__ = ["render_svg"]
 
-_MAIN = [
+_ORDER = [
     SessionStatus.PENDING,
     SessionStatus.SCHEDULED,
     SessionStatus.PREPARING,
@@ -30,64 +30,97 @@ _MAIN = [
     SessionStatus.RUNNING,
     SessionStatus.TERMINATING,
     SessionStatus.TERMINATED,
+    SessionStatus.CANCELLED,
+    SessionStatus.ERROR,
 ]
-_LOWER = {SessionStatus.CANCELLED: 0, SessionStatus.ERROR: len(_MAIN) - 1}
 
-_W, _H = 132, 40  # box size
-_PITCH = 196  # column pitch
-_MARGIN = 24
+_W, _H = 150, 36  # box size
+_PITCH = 78  # row pitch
+_MARGIN = 16
 _LINE = 13  # label line height
-_LOWER_GAP = 260  # from the main row's top to the lower row's top
+_CHAR = 6.3  # estimated label character width (11px sans-serif)
 
 
-def _arc_depth(columns: int) -> float:
-    """How far (control point offset) an arc spanning ``columns`` bends."""
-    return 36.0 + 34.0 * columns
+def _bulge(rows: int) -> float:
+    """How far out an arc spanning ``rows`` rows reaches (its apex, from the box edge)."""
+    return 14.0 + 34.0 * rows
 
 
 def _labels(edges: Iterable[Edge]) -> list[str]:
-    by_handler: dict[str, list[str]] = defaultdict(list)
+    by_handler: dict[str, set[str]] = defaultdict(set)
     for edge in edges:
-        if edge.outcome not in by_handler[edge.handler]:
-            by_handler[edge.handler].append(edge.outcome)
+        by_handler[edge.handler].add(edge.outcome)
     return [f"{h}: {', '.join(sorted(o))}" for h, o in sorted(by_handler.items())]
 
 
-def _text(x: float, y: float, lines: list[str], *, anchor: str = "middle") -> str:
+def _text(x: float, y: float, lines: list[str], anchor: str) -> str:
+    """Lines of text vertically centred on ``y``."""
+    first = y - _LINE * (len(lines) - 1) / 2 + 4
     spans = "".join(
         f'<tspan x="{x:.1f}" dy="{0 if i == 0 else _LINE}">{escape(line)}</tspan>'
         for i, line in enumerate(lines)
     )
-    return f'<text class="edge-label" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{spans}</text>'
+    return (
+        f'<text class="edge-label" x="{x:.1f}" y="{first:.1f}" '
+        f'text-anchor="{anchor}">{spans}</text>'
+    )
+
+
+def _width(lines: list[str]) -> float:
+    return max((len(line) for line in lines), default=0) * _CHAR
+
+
+class _Placer:
+    """Moves each label up or down, as little as needed, off the labels placed before it."""
+
+    def __init__(self) -> None:
+        self.boxes: list[tuple[float, float, float, float]] = []
+
+    def place(self, x: float, y: float, lines: list[str], anchor: str) -> float:
+        w, h = _width(lines), _LINE * len(lines)
+        x1 = x - w if anchor == "end" else x
+        for step in range(60):
+            dy = (step + 1) // 2 * 4.0 * (1 if step % 2 else -1)
+            y1 = y + dy - h / 2
+            if not any(
+                x1 < bx2 and bx1 < x1 + w and y1 < by2 and by1 < y1 + h
+                for bx1, bx2, by1, by2 in self.boxes
+            ):
+                break
+        self.boxes.append((x1, x1 + w, y1, y1 + h))
+        return y1 + h / 2
 
 
 def render_svg(edges: Iterable[Edge]) -> str:
     """The state graph of ``edges`` as a standalone ``<svg>`` element."""
     groups: dict[tuple[SessionStatus, SessionStatus], list[Edge]] = defaultdict(list)
-    for edge in sorted(edges, key=lambda e: (e.source, e.target, e.handler, e.outcome)):
+    for edge in sorted(set(edges), key=lambda e: (e.source, e.target, e.handler, e.outcome)):
         groups[(edge.source, edge.target)].append(edge)
-    column = {s: i for i, s in enumerate(_MAIN)}
-    for status, col in _LOWER.items():
-        column[status] = col
-    # Room above the main row for the deepest backward arc and its label.
-    up = [
-        _arc_depth(column[a] - column[b]) / 2 + _LINE * len(_labels(g))
-        for (a, b), g in groups.items()
-        if a in _MAIN and b in _MAIN and column[b] < column[a]
-    ]
-    top = _MARGIN + max(up, default=0.0) + _LINE
-    lower_top = top + _LOWER_GAP
-    width = _MARGIN * 2 + _PITCH * (len(_MAIN) - 1) + _W
-    height = lower_top + _H + _MARGIN
+    order = _ORDER + sorted(
+        {s for pair in groups for s in pair if s not in _ORDER}, key=lambda s: s.value
+    )
+    row = {s: i for i, s in enumerate(order)}
+    # Space left of the column for backward arcs, right of it for forward ones.
+    left = right = _W / 2.0
+    for (a, b), group in groups.items():
+        span = row[b] - row[a]
+        reach = _bulge(abs(span)) / 2 + 8 + _width(_labels(group))
+        if span < 0:
+            left = max(left, reach)
+        elif span > 1:
+            right = max(right, reach)
+        else:
+            right = max(right, _W / 2 + 10 + _width(_labels(group)) - _W / 2)
+    x0 = _MARGIN + left
+    width = x0 + _W + right + _MARGIN
+    height = _MARGIN * 2 + _PITCH * (len(order) - 1) + _H
 
-    def box(status: SessionStatus) -> tuple[float, float]:
-        """Top-left corner of a status's box."""
-        x = _MARGIN + _PITCH * column[status]
-        return float(x), (top if status in _MAIN else lower_top)
+    def top(status: SessionStatus) -> float:
+        return _MARGIN + _PITCH * row[status]
 
     parts: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="state-graph" '
-        f'viewBox="0 0 {width} {height:.0f}" width="{width}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
         f'role="img" aria-label="session state graph">',
         "<defs>"
         '<marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
@@ -95,68 +128,48 @@ def render_svg(edges: Iterable[Edge]) -> str:
         '<path d="M 0 0 L 10 5 L 0 10 z" fill="#334155"/></marker>'
         "</defs>",
         "<style>"
-        ".edge { fill: none; stroke: #334155; stroke-width: 1.4; }"
+        ".edge { fill: none; stroke: #334155; stroke-width: 1.3; }"
         ".edge-label { font: 11px sans-serif; fill: #0f172a; paint-order: stroke; "
-        "stroke: #ffffff; stroke-width: 3px; }"
+        "stroke: #ffffff; stroke-width: 3px; stroke-linejoin: round; }"
         ".node-label { font: bold 13px sans-serif; }"
         "</style>",
     ]
+    centre = x0 + _W / 2
+    placer = _Placer()
     for (source, target), group in groups.items():
-        sx, sy = box(source)
-        tx, ty = box(target)
         labels = _labels(group)
-        dc = column[target] - column[source]
-        same_row = (source in _MAIN) == (target in _MAIN)
+        span = row[target] - row[source]
         title = escape(f"{source} → {target}: " + "; ".join(labels))
-        if same_row and dc == 1:
-            x1, y1 = sx + _W, sy + _H / 2
-            x2, y2 = tx, ty + _H / 2
-            path = f"M {x1:.1f} {y1:.1f} L {x2:.1f} {y2:.1f}"
-            lx, ly = (x1 + x2) / 2, y1 - 8 - _LINE * (len(labels) - 1)
-        elif (same_row and dc == -1) or (same_row and dc < 0):
-            # backward: arc above
-            x1, y1 = sx + _W / 2 - 10, sy
-            x2, y2 = tx + _W / 2 + 10, ty
-            depth = _arc_depth(abs(dc))
-            cx, cy = (x1 + x2) / 2, y1 - depth
-            path = f"M {x1:.1f} {y1:.1f} Q {cx:.1f} {cy:.1f} {x2:.1f} {y2:.1f}"
-            lx, ly = cx, y1 - depth / 2 - 4 - _LINE * (len(labels) - 1)
-        elif same_row:
-            # forward, skipping statuses: arc below
-            x1, y1 = sx + _W / 2 + 10, sy + _H
-            x2, y2 = tx + _W / 2 - 10, ty + _H
-            depth = _arc_depth(abs(dc))
-            cx, cy = (x1 + x2) / 2, y1 + depth
-            path = f"M {x1:.1f} {y1:.1f} Q {cx:.1f} {cy:.1f} {x2:.1f} {y2:.1f}"
-            lx, ly = cx, y1 + depth / 2 + _LINE
+        ys, yt = top(source), top(target)
+        if span == 1:
+            path = f"M {centre:.1f} {ys + _H:.1f} L {centre:.1f} {yt:.1f}"
+            ly = placer.place(centre + 10, (ys + _H + yt) / 2, labels, "start")
+            label = _text(centre + 10, ly, labels, "start")
         else:
-            # between the rows: a straight line from bottom to top (or back)
-            down = source in _MAIN
-            x1 = sx + _W / 2 + (12 if down else -12)
-            x2 = tx + _W / 2 + (12 if down else -12)
-            y1 = sy + _H if down else sy
-            y2 = ty if down else ty + _H
-            path = f"M {x1:.1f} {y1:.1f} L {x2:.1f} {y2:.1f}"
-            lx, ly = (x1 + x2) / 2 + 6, (y1 + y2) / 2 + 30
-            parts.append(
-                f'<g class="edge-group"><title>{title}</title>'
-                f'<path class="edge" d="{path}" marker-end="url(#arrow)"/>'
-                f"{_text(lx, ly, labels, anchor='start')}</g>"
-            )
-            continue
+            backward = span < 0
+            edge_x = x0 if backward else x0 + _W
+            sign = -1 if backward else 1
+            bulge = _bulge(abs(span))
+            # leave and enter a little off the boxes' middles, so arcs fan out
+            y1 = ys + _H / 2 + (-6 if backward else 6)
+            y2 = yt + _H / 2 + (6 if backward else -6)
+            cx, cy = edge_x + sign * bulge, (y1 + y2) / 2
+            path = f"M {edge_x:.1f} {y1:.1f} Q {cx:.1f} {cy:.1f} {edge_x:.1f} {y2:.1f}"
+            apex = edge_x + sign * (bulge / 2 + 6)
+            anchor = "end" if backward else "start"
+            label = _text(apex, placer.place(apex, cy, labels, anchor), labels, anchor)
         parts.append(
             f'<g class="edge-group"><title>{title}</title>'
-            f'<path class="edge" d="{path}" marker-end="url(#arrow)"/>'
-            f"{_text(lx, ly, labels)}</g>"
+            f'<path class="edge" d="{path}" marker-end="url(#arrow)"/>{label}</g>'
         )
-    for status in [*_MAIN, *_LOWER]:
-        x, y = box(status)
+    for status in order:
+        y = top(status)
         bg, fg = colour_of(status)
         parts.append(
             f'<g class="node" data-status="{status}">'
-            f'<rect x="{x:.1f}" y="{y:.1f}" width="{_W}" height="{_H}" rx="6" '
+            f'<rect x="{x0:.1f}" y="{y:.1f}" width="{_W}" height="{_H}" rx="6" '
             f'fill="{bg}" stroke="#0f172a" stroke-width="1"/>'
-            f'<text class="node-label" x="{x + _W / 2:.1f}" y="{y + _H / 2 + 5:.1f}" '
+            f'<text class="node-label" x="{centre:.1f}" y="{y + _H / 2 + 5:.1f}" '
             f'text-anchor="middle" fill="{fg}">{status}</text></g>'
         )
     parts.append("</svg>")

@@ -1,0 +1,498 @@
+"""The web dashboard: JSON API, token gate, /metrics and /healthz, on SQLite and PostgreSQL.
+
+Starlette's TestClient runs the app in its own event loop, so these tests are
+synchronous and build their data with ``asyncio.run`` on a harness over the
+same database, as the CLI tests do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import httpx2
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
+
+from drover.app import App
+from drover.cli._common import session_json
+from drover.cli.serve import public_bind_warning
+from drover.config import load_config
+from drover.coordinator.clock import ManualClock
+from drover.coordinator.status import SessionStatus
+from drover.plugins.graph import edges_of
+from drover.storage.repository import CoordinatorInfo, Repository
+from drover.testing import CoordinatorHarness
+from drover.web import create_app
+from drover.web.metrics import BUCKETS
+from drover.web.palette import STATUS_COLOURS
+from drover.web.svg_graph import render_svg
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def harness(database):
+    """Run ``await fn(h)`` on a harness over this test's database, in its own event loop."""
+
+    def call(fn):
+        async def go():
+            async with CoordinatorHarness(
+                database_url=database.url, database_schema=database.schema
+            ) as h:
+                return await fn(h)
+
+        return asyncio.run(go())
+
+    return call
+
+
+@pytest.fixture
+def make_client(database, monkeypatch, tmp_path):
+    """A TestClient for the dashboard over this test's database (``with make_client() as c``)."""
+    monkeypatch.chdir(tmp_path)  # no stray ./drover.toml
+
+    def factory(**kwargs):
+        flags = {"database_url": database.url, "database_schema": database.schema or ""}
+        app = App(load_config(None, environ={}, flags=flags))
+        web = create_app(app, close_app_on_shutdown=True, **kwargs)
+        return TestClient(web)
+
+    return factory
+
+
+async def _scenario(h: CoordinatorHarness) -> dict[str, str]:
+    """alpha RUNNING; beta PENDING, skipped three times (too big); gamma CANCELLED."""
+    alpha = await h.create_session(name="alpha", kernels=[{"cpu": 1, "mem": 64}] * 2)
+    await h.run_until_settled()
+    beta = await h.create_session(name="beta-big", kernels=[{"cpu": 100000, "mem": 64}])
+    for _ in range(3):
+        await h.tick("schedule-sessions")
+        h.clock.advance(1)
+    gamma = await h.create_session(name="gamma")
+    await h.request_termination(gamma)
+    return {"alpha": alpha, "beta": beta, "gamma": gamma}
+
+
+def test_api_sessions_and_filters(harness, make_client):
+    """/api/sessions: session_json's fields; status, name, handler and time filters."""
+    ids = harness(_scenario)
+    expected = harness(
+        lambda h: asyncio.gather(*(h.session(ids[n]) for n in ("alpha", "beta", "gamma")))
+    )
+    with make_client() as client:
+        response = client.get("/api/sessions")
+        assert response.status_code == 200
+        listed = response.json()
+        assert {s["name"]: s["status"] for s in listed} == {
+            "alpha": "RUNNING",
+            "beta-big": "PENDING",
+            "gamma": "CANCELLED",
+        }
+        # the very shape `drover sessions --json` prints
+        by_id = {s["id"]: s for s in listed}
+        for session in expected:
+            assert by_id[session.id] == session_json(session)
+
+        def names(**params):
+            got = client.get("/api/sessions", params=params)
+            assert got.status_code == 200, got.text
+            return sorted(s["name"] for s in got.json())
+
+        assert names(status="RUNNING") == ["alpha"]
+        assert names(status=["PENDING", "CANCELLED"]) == ["beta-big", "gamma"]
+        assert names(status="pending,running") == ["alpha", "beta-big"]
+        assert names(name="BETA") == ["beta-big"]
+        assert names(handler="schedule-sessions") == ["beta-big"]
+        assert names(handler="api") == ["gamma"]
+        assert names(handler="promote-to-running") == ["alpha"]
+        assert names(since="1h") == ["alpha", "beta-big", "gamma"]
+        assert names(until="2000-01-01T00:00:00") == []
+        assert names(limit="1") == [listed[0]["name"]]
+        bad = client.get("/api/sessions", params={"status": "SLEEPING"})
+        assert bad.status_code == 400
+        assert "SLEEPING" in bad.json()["error"]
+        assert client.get("/api/sessions", params={"since": "yesterday"}).status_code == 400
+
+
+def test_api_session_history_stats_and_graph(harness, make_client):
+    """A session (with history, as `show --json`), history search, stats and the graph."""
+    ids = harness(_scenario)
+    beta = ids["beta"]
+    with make_client() as client:
+        data = client.get(f"/api/sessions/{beta[:20]}").json()
+        assert data["id"] == beta
+        assert data["status"] == "PENDING"
+        assert [(r["handler"], r["result"], r["attempts"]) for r in data["history"]] == [
+            ("schedule-sessions", "SKIPPED", 3)
+        ]
+        assert set(data["history"][0]) == {
+            "id", "session_id", "handler", "result", "from_status", "to_status",
+            "error_code", "message", "attempts", "created_at", "updated_at",
+        }  # fmt: skip
+        assert client.get("/api/sessions/nope").status_code == 404
+        assert client.get("/api/sessions/nope").json() == {"error": "no session 'nope'"}
+
+        why = client.get(f"/api/sessions/{beta}/why").json()
+        assert why["session_id"] == beta
+        assert why["status"] == "PENDING"
+        assert any("PENDING" in line for line in why["lines"])
+
+        tl = client.get(f"/api/sessions/{ids['alpha']}/timeline").json()
+        assert {item["kind"] for item in tl} == {"session", "kernel"}
+
+        history = client.get("/api/history").json()
+        assert [r["id"] for r in history] == sorted((r["id"] for r in history), reverse=True)
+        assert {r["session_id"] for r in history} == set(ids.values())
+        skipped = client.get("/api/history", params={"result": "skipped"}).json()
+        assert [(r["session_id"], r["attempts"]) for r in skipped] == [(beta, 3)]
+        api_rows = client.get("/api/history", params={"handler": "api"}).json()
+        assert [(r["session_id"], r["to_status"]) for r in api_rows] == [
+            (ids["gamma"], "CANCELLED")
+        ]
+        mine = client.get("/api/history", params={"session": ids["alpha"][:22]}).json()
+        assert {r["session_id"] for r in mine} == {ids["alpha"]}
+        assert client.get("/api/history", params={"result": "MAYBE"}).status_code == 400
+
+        stats = client.get("/api/stats").json()
+        assert set(stats) >= {"handlers", "statuses"}
+        by_status = {s["status"]: s["sessions"] for s in stats["statuses"]}
+        assert by_status["RUNNING"] == 1
+        assert by_status["PENDING"] == 1
+        assert by_status["CANCELLED"] == 1
+        assert client.get("/api/stats", params={"since": "1h"}).status_code == 200
+
+        graph = client.get("/api/graph").json()
+        assert {n["status"] for n in graph["nodes"]} == {s.value for s in SessionStatus}
+        assert {
+            "source": "PENDING",
+            "target": "SCHEDULED",
+            "handler": "schedule-sessions",
+            "outcome": "success",
+        } in graph["edges"]
+        assert set(graph["edges"][0]) == {"source", "target", "handler", "outcome"}
+
+
+def test_pages_render(harness, make_client):
+    """Every page answers with its content; unknown sessions and bad filters are errors."""
+    ids = harness(_scenario)
+    with make_client() as client:
+        home = client.get("/")
+        assert home.status_code == 200
+        assert "alpha" in home.text
+        assert "beta-big" in home.text
+        assert "gamma" in home.text
+        assert 'data-count-status="RUNNING"' in home.text
+        filtered = client.get("/", params={"status": "CANCELLED"}).text
+        assert "gamma" in filtered
+        assert "beta-big" not in filtered
+
+        page = client.get(f"/sessions/{ids['beta']}").text
+        assert "beta-big" in page
+        assert "\u00d73" in page  # merged attempts
+        assert "schedule-sessions" in page
+        alpha = client.get(f"/sessions/{ids['alpha']}").text
+        assert "tl-kernel" in alpha  # kernel history interleaved
+        assert client.get("/sessions/nope").status_code == 404
+
+        handlers = client.get("/handlers")
+        assert handlers.status_code == 200
+        assert "Sessions by status" in handlers.text
+        assert client.get("/handlers", params={"since": "bogus"}).status_code == 400
+
+        graph = client.get("/graph")
+        assert graph.status_code == 200
+        assert "<svg" in graph.text
+        assert "schedule-sessions: success" in graph.text
+        svg = client.get("/graph.svg")
+        assert svg.headers["content-type"].startswith("image/svg+xml")
+        ET.fromstring(svg.text)
+
+        css = client.get("/static/dashboard.css")
+        assert css.status_code == 200
+        assert client.get("/static/live.js").status_code == 200
+
+
+def test_token_gate(harness, make_client):
+    """With a token every request needs it: 401 without or with a wrong one."""
+    harness(_scenario)
+    with make_client(auth_token=TOKEN) as client:
+        for path in ("/", "/api/sessions", "/metrics", "/healthz", "/graph", "/static/live.js"):
+            denied = client.get(path)
+            assert denied.status_code == 401, path
+            assert denied.headers["www-authenticate"].startswith("Bearer")
+        assert client.get(
+            "/api/sessions", headers={"Authorization": "Bearer wrong"}
+        ).status_code == (401)
+        assert client.get("/api/sessions", params={"token": "wrong"}).status_code == 401
+        html = client.get("/", headers={"Accept": "text/html"})
+        assert html.status_code == 401
+        assert "401 Unauthorized" in html.text
+
+        ok = client.get("/api/sessions", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200
+        assert len(ok.json()) == 3
+        page = client.get("/", params={"token": TOKEN})
+        assert page.status_code == 200
+        # the pages carry the token in their links, forms and live refresh
+        assert f"token={TOKEN}" in page.text
+        assert f'name="token" value="{TOKEN}"' in page.text
+        assert client.get("/metrics", params={"token": TOKEN}).status_code == 200
+
+
+def test_public_bind_warning():
+    """Binding beyond loopback without a token warns; loopback or a token does not."""
+    assert public_bind_warning("127.0.0.1", None) is None
+    assert public_bind_warning("::1", None) is None
+    assert public_bind_warning("localhost", None) is None
+    assert public_bind_warning("0.0.0.0", "t") is None
+    assert "without --auth-token" in public_bind_warning("0.0.0.0", None)
+
+
+def test_metrics(harness, make_client):
+    """/metrics parses with prometheus-client; ticks, results, the histogram and sessions."""
+
+    async def build(h: CoordinatorHarness) -> None:
+        await h.create_session(name="a")
+        await h.create_session(name="b")
+        await h.run_until_settled()
+        await h.create_session(name="c")
+        now = time.time()
+        await h.repository.record_ticks(
+            [
+                {"handler": "schedule-sessions", "started_at": now, "duration": 0.02,
+                 "fetched": 2, "counts": {"SUCCESS": 2}},
+                {"handler": "schedule-sessions", "started_at": now, "duration": 0.3,
+                 "fetched": 1, "counts": {"SKIPPED": 1}},
+                {"handler": "schedule-sessions", "started_at": now, "duration": 0.02,
+                 "fetched": 2, "counts": {"SUCCESS": 2}},
+                {"handler": "start-sessions", "started_at": now, "duration": 0.004,
+                 "fetched": 2, "counts": {"SUCCESS": 1, "NEED_RETRY": 1}},
+            ]
+        )  # fmt: skip
+
+    harness(build)
+    with make_client() as client:
+        response = client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    assert {
+        "drover_handler_ticks",
+        "drover_handler_results",
+        "drover_handler_tick_seconds",
+        "drover_sessions",
+    } <= set(families)
+
+    def samples(family, suffix=""):
+        return {
+            tuple(sorted(s.labels.items())): s.value
+            for s in families[family].samples
+            if s.name == family + suffix
+        }
+
+    assert families["drover_handler_ticks"].type == "counter"
+    assert samples("drover_handler_ticks", "_total") == {
+        (("handler", "schedule-sessions"),): 3.0,
+        (("handler", "start-sessions"),): 1.0,
+    }
+    assert samples("drover_handler_results", "_total") == {
+        (("handler", "schedule-sessions"), ("result", "SUCCESS")): 4.0,
+        (("handler", "schedule-sessions"), ("result", "SKIPPED")): 1.0,
+        (("handler", "start-sessions"), ("result", "SUCCESS")): 1.0,
+        (("handler", "start-sessions"), ("result", "NEED_RETRY")): 1.0,
+    }
+    hist = families["drover_handler_tick_seconds"]
+    assert hist.type == "histogram"
+    count = samples("drover_handler_tick_seconds", "_count")
+    assert count[(("handler", "schedule-sessions"),)] == 3.0
+    total = samples("drover_handler_tick_seconds", "_sum")
+    assert total[(("handler", "schedule-sessions"),)] == pytest.approx(0.34)
+    buckets = {
+        (s.labels["handler"], s.labels["le"]): s.value
+        for s in hist.samples
+        if s.name == "drover_handler_tick_seconds_bucket"
+    }
+    assert buckets[("schedule-sessions", "0.025")] == 2.0
+    assert buckets[("schedule-sessions", "0.25")] == 2.0
+    assert buckets[("schedule-sessions", "0.5")] == 3.0
+    assert buckets[("schedule-sessions", "+Inf")] == 3.0
+    assert buckets[("start-sessions", "0.005")] == 1.0
+    assert len([k for k in buckets if k[0] == "start-sessions"]) == len(BUCKETS) + 1
+    sessions = {s.labels["status"]: s.value for s in families["drover_sessions"].samples}
+    assert families["drover_sessions"].type == "gauge"
+    assert sessions == {s.value: 0.0 for s in SessionStatus} | {"RUNNING": 2.0, "PENDING": 1.0}
+
+
+def test_healthz(database, harness, make_client):
+    """503 without a heartbeat (and with a stale one); 200 once a heartbeat is fresh."""
+    harness(lambda h: asyncio.sleep(0))  # migrate
+    with make_client() as client:
+        response = client.get("/healthz")
+        assert response.status_code == 503
+        assert "no coordinator heartbeat" in response.text
+
+    def beat(age: float, cid: str) -> None:
+        async def go(h: CoordinatorHarness) -> None:
+            repo = Repository(h.repository.engine, clock=ManualClock(time.time() - age))
+            await repo.heartbeat(
+                CoordinatorInfo(
+                    id=cid, host="test-host", pid=os.getpid(), started_at=None,
+                    heartbeat_at=None, version="test", stopped_at=None,
+                )
+            )  # fmt: skip
+
+        harness(go)
+
+    beat(100.0, "old")  # 3 x heartbeat_interval (5 s) is 15 s
+    with make_client() as client:
+        assert client.get("/healthz").status_code == 503
+    beat(0.0, "fresh")
+    with make_client() as client:
+        response = client.get("/healthz")
+        assert response.status_code == 200, response.text
+        assert response.text.startswith("ok:")
+        assert "fresh on test-host" in response.text
+
+
+def test_healthz_without_a_database(tmp_path, monkeypatch):
+    """A database that does not answer is a 503 naming the reason."""
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "no" / "such" / "dir" / "drover.db"
+    app = App(
+        load_config(None, environ={}, flags={"database_url": f"sqlite+aiosqlite:///{missing}"})
+    )
+    with TestClient(create_app(app, close_app_on_shutdown=True)) as client:
+        response = client.get("/healthz")
+    assert response.status_code == 503
+    assert "database does not answer" in response.text
+
+
+def test_svg_graph_is_deterministic_and_well_formed():
+    """The server-side SVG: same input, same bytes; every status a labelled box; arrows."""
+    from drover.plugins.manager import collect_handlers, make_plugin_manager
+    from drover.plugins.registry import RuntimeContext
+
+    pm = make_plugin_manager(include_builtins=True)
+    handlers, _ = collect_handlers(pm, RuntimeContext(None, None, None))
+    edges = edges_of(handlers)
+    svg = render_svg(edges)
+    assert svg == render_svg(list(reversed(edges)))
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    labels = [t.text for t in root.iter(f"{ns}text") if t.get("class") == "node-label"]
+    assert labels == [
+        "PENDING", "SCHEDULED", "PREPARING", "PREPARED", "CREATING", "RUNNING",
+        "TERMINATING", "TERMINATED", "CANCELLED", "ERROR",
+    ]  # fmt: skip
+    fills = {
+        g.get("data-status"): g.find(f"{ns}rect").get("fill")
+        for g in root.iter(f"{ns}g")
+        if g.get("class") == "node"
+    }
+    assert fills == {s: STATUS_COLOURS[s][0] for s in fills}
+    paths = [p for p in root.iter(f"{ns}path") if p.get("class") == "edge"]
+    assert paths
+    assert all(p.get("marker-end") == "url(#arrow)" for p in paths)
+    assert "schedule-sessions: success" in svg
+    assert "prepare-sessions: expired, give_up" in svg
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_run_with_http_serves_the_dashboard_beside_the_daemon(database, tmp_path):
+    """`drover run --http PORT`: uvicorn in the daemon's loop; healthy; stops with the daemon."""
+    from drover.cli.run import serve_daemon
+
+    flags = {
+        "database_url": database.url,
+        "database_schema": database.schema or "",
+        "backend.name": "simulated",
+        "heartbeat_interval": 0.2,
+        "data_dir": str(tmp_path / "data"),
+    }
+    app = App(load_config(None, environ={}, flags=flags))
+    port = _free_port()
+    daemons = []
+    task = asyncio.create_task(
+        serve_daemon(
+            app, install_signals=False, on_ready=daemons.append, http=("127.0.0.1", port, TOKEN)
+        )
+    )
+    try:
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            deadline = time.monotonic() + 30
+            while True:
+                assert not task.done(), task
+                try:
+                    response = await client.get("/healthz", params={"token": TOKEN})
+                    if response.status_code == 200:
+                        break
+                except httpx2.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the dashboard never became healthy"
+                await asyncio.sleep(0.1)
+            assert (await client.get("/healthz")).status_code == 401
+            sid = await app.repository.create_session(name="web", kernels=[{"cpu": 1}])
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            while True:
+                got = (await client.get(f"/api/sessions/{sid}", headers=headers)).json()
+                if got["status"] == "RUNNING":
+                    break
+                assert time.monotonic() < deadline, got
+                await asyncio.sleep(0.1)
+        daemons[0].stop()
+        assert await asyncio.wait_for(task, 30) == 0
+        with pytest.raises(httpx2.TransportError):
+            async with httpx2.AsyncClient() as client:
+                await client.get(f"http://127.0.0.1:{port}/healthz")
+    finally:
+        if not task.done():
+            daemons[0].stop()
+            await asyncio.wait_for(task, 30)
+        await app.close()
+
+
+def test_drover_serve_command(harness, database, tmp_path):
+    """`drover serve` answers on its port without a daemon (healthz 503, pages 200)."""
+    harness(lambda h: asyncio.sleep(0))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DROVER_")}
+    env["DROVER_DATABASE_URL"] = database.url
+    if database.schema:
+        env["DROVER_DATABASE_SCHEMA"] = database.schema
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drover", "serve", "--port", str(port), "--host", "0.0.0.0"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                response = httpx2.get(f"http://127.0.0.1:{port}/healthz")
+                break
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert response.status_code == 503
+        assert httpx2.get(f"http://127.0.0.1:{port}/").status_code == 200
+        assert httpx2.get(f"http://127.0.0.1:{port}/api/sessions").json() == []
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert "without --auth-token" in err  # 0.0.0.0 without a token warns

@@ -1,0 +1,328 @@
+"""The dashboard in a real headless browser: Debian's chromium driven by Playwright.
+
+Playwright never downloads a browser here: it drives ``/usr/bin/chromium``
+(``apt-get install chromium``; ``.ci/run`` installs it). Without it these
+tests FAIL. uvicorn serves the dashboard on a free 127.0.0.1 port in a
+background thread, over a SQLite database with known sessions. Screenshots of
+every page go to ``screenshots/`` (gitignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from drover.app import App
+from drover.config import load_config
+from drover.coordinator.status import SessionStatus
+from drover.testing import CoordinatorHarness
+from drover.web import create_app
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "screenshots"
+TOKEN = "browser-token"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(fn: Any, *args: Any) -> Any:
+    """``asyncio.run(fn(*args))`` in its own thread: Playwright's sync API owns this one's loop."""
+    out: list[Any] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(asyncio.run(fn(*args)))
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+async def _build(url: str) -> dict[str, str]:
+    """alpha and delta RUNNING; beta PENDING, skipped three times; gamma CANCELLED; ticks."""
+    async with CoordinatorHarness(database_url=url) as h:
+        alpha = await h.create_session(name="alpha", kernels=[{"cpu": 1, "mem": 64}] * 2)
+        delta = await h.create_session(name="delta", kernels=[{"cpu": 1, "mem": 64}])
+        await h.run_until_settled()
+        beta = await h.create_session(name="beta-big", kernels=[{"cpu": 100000, "mem": 64}])
+        for _ in range(3):
+            await h.tick("schedule-sessions")
+            h.clock.advance(1)
+        gamma = await h.create_session(name="gamma")
+        await h.request_termination(gamma)
+        now = time.time()
+        await h.repository.record_ticks(
+            [
+                {"handler": "schedule-sessions", "started_at": now, "duration": 0.012,
+                 "fetched": 2, "counts": {"SUCCESS": 2}},
+                {"handler": "schedule-sessions", "started_at": now, "duration": 0.03,
+                 "fetched": 1, "counts": {"SKIPPED": 1}},
+                {"handler": "start-sessions", "started_at": now, "duration": 0.004,
+                 "fetched": 2, "counts": {"SUCCESS": 2}},
+            ]
+        )  # fmt: skip
+        return {"alpha": alpha, "beta": beta, "gamma": gamma, "delta": delta}
+
+
+async def _add_session(url: str, name: str, status: SessionStatus) -> str:
+    async with CoordinatorHarness(database_url=url) as h:
+        return await h.create_session(name=name, status=status)
+
+
+class Served:
+    """A dashboard served by uvicorn in a background thread."""
+
+    def __init__(self, url: str, *, token: str | None = None) -> None:
+        self.db_url = url
+        app = App(load_config(None, environ={}, flags={"database_url": url}))
+        web = create_app(app, auth_token=token, refresh_seconds=1.0, close_app_on_shutdown=True)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(web, log_level="warning", access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert self.thread.is_alive(), "uvicorn did not start"
+            assert time.monotonic() < deadline, "uvicorn did not start within 20 s"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's chromium, headless, with a fresh profile; no Playwright browser download."""
+    assert CHROMIUM.exists(), (
+        f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)"
+    )
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Browser, tmp_path: Path) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(15000)
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Served, dict[str, str]]]:
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    ids = _run(_build, url)
+    with Served(url) as s:
+        yield s, ids
+
+
+def _shot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def _row_names(page: Page) -> list[str]:
+    return sorted(
+        page.locator("#sessions tbody tr[data-session-id] td:first-child").all_inner_texts()
+    )
+
+
+def test_overview_filters_and_live_refresh(served, page: Page):
+    """Count badges and sessions show; a status filter survives the live refresh."""
+    s, _ids = served
+    response = page.goto(s.base + "/")
+    assert response is not None
+    assert response.status == 200
+    expect(page).to_have_title("Overview · drover")
+    expect(page.locator('[data-count-status="RUNNING"] .n')).to_have_text("2")
+    expect(page.locator('[data-count-status="PENDING"] .n')).to_have_text("1")
+    expect(page.locator('[data-count-status="CANCELLED"] .n')).to_have_text("1")
+    expect(page.locator('[data-count-status="RUNNING"] .badge')).to_have_text("RUNNING")
+    assert _row_names(page) == ["alpha", "beta-big", "delta", "gamma"]
+    _shot(page, "overview")
+
+    page.select_option("select[name=status]", ["RUNNING"])
+    with page.expect_navigation():
+        page.click("#apply-filters")
+    assert "status=RUNNING" in page.url
+    assert _row_names(page) == ["alpha", "delta"]
+    statuses = page.locator("#sessions tbody tr[data-session-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.status)"
+    )
+    assert statuses == ["RUNNING", "RUNNING"]
+
+    # New sessions appear on the next live refresh, still filtered by status.
+    _run(_add_session, s.db_url, "late-running", SessionStatus.RUNNING)
+    _run(_add_session, s.db_url, "late-pending", SessionStatus.PENDING)
+    before = int(page.locator("body").get_attribute("data-refreshes") or "0")
+    page.wait_for_function(
+        f"() => Number(document.body.dataset.refreshes) > {before} + 1", timeout=15000
+    )
+    expect(page.locator("#sessions")).to_contain_text("late-running")
+    assert _row_names(page) == ["alpha", "delta", "late-running"]
+    assert "late-pending" not in page.locator("#sessions").inner_text()
+    expect(page.locator('[data-count-status="PENDING"] .n')).to_have_text("2")
+    assert "status=RUNNING" in page.url
+    expect(page.locator("select[name=status]")).to_have_values(["RUNNING"])
+    _shot(page, "overview-filtered")
+
+    # The name filter, through the form.
+    page.goto(s.base + "/")
+    page.fill("input[name=name]", "gam")
+    with page.expect_navigation():
+        page.click("#apply-filters")
+    assert _row_names(page) == ["gamma"]
+
+
+def test_session_page(served, page: Page):
+    """A session: kernels, status_info, result, the why diagnosis and the merged timeline."""
+    s, ids = served
+    page.goto(s.base + "/")
+    with page.expect_navigation():
+        page.click("text=beta-big")
+    assert page.url.endswith(f"/sessions/{ids['beta']}")
+    expect(page.locator("h1")).to_contain_text("beta-big")
+    expect(page.locator("h1 .badge")).to_have_text("PENDING")
+    expect(page.locator("ul.why li").first).to_be_visible()
+    assert page.locator("ul.why li").count() >= 2
+    expect(page.locator(".timeline .attempts")).to_have_text("\u00d73")
+    expect(page.locator(".timeline")).to_contain_text("schedule-sessions")
+    expect(page.locator(".timeline")).to_contain_text("SKIPPED")
+    _shot(page, "session-pending")
+
+    page.goto(f"{s.base}/sessions/{ids['alpha']}")
+    expect(page.locator("table.kernels tbody tr")).to_have_count(2)
+    expect(page.locator("table.kernels tbody tr").first.locator(".badge")).to_have_text("RUNNING")
+    assert page.locator(".timeline li.tl-kernel").count() >= 2  # kernel history interleaved
+    assert page.locator(".timeline li.tl-session").count() >= 2
+    _shot(page, "session-running")
+
+    page.goto(f"{s.base}/sessions/{ids['gamma']}")
+    expect(page.locator(".result")).to_have_text("FAILURE")
+    expect(page.locator("h1 .badge")).to_have_text("CANCELLED")
+    _shot(page, "session-cancelled")
+
+    response = page.goto(f"{s.base}/sessions/nope")
+    assert response is not None
+    assert response.status == 404
+    expect(page.locator("h1")).to_have_text("Not found")
+
+
+def test_handlers_and_graph_pages(served, page: Page):
+    """The stats table (with a since filter) and the server-rendered SVG graph."""
+    s, _ids = served
+    page.goto(s.base + "/")
+    with page.expect_navigation():
+        page.click("header nav >> text=Handlers")
+    row = page.locator('#handler-stats tr[data-handler="schedule-sessions"]')
+    expect(row).to_be_visible()
+    expect(row.locator("td").nth(1)).to_have_text("2")
+    expect(page.locator('#status-stats tr[data-status="RUNNING"] td').nth(1)).to_have_text("2")
+    _shot(page, "handlers")
+    page.fill("input[name=since]", "2000-01-01T00:00")
+    page.goto(s.base + "/handlers?since=1s")
+    time.sleep(1.2)
+    page.reload()
+    expect(page.locator("#handler-stats")).to_contain_text("No tick recorded since 1s")
+
+    with page.expect_navigation():
+        page.click("header nav >> text=Graph")
+    svg = page.locator("figure.graph svg")
+    expect(svg).to_be_visible()
+    expect(svg.locator('g.node[data-status="PENDING"] text')).to_have_text("PENDING")
+    assert svg.locator("g.node").count() == len(SessionStatus)
+    expect(svg).to_contain_text("schedule-sessions: success")
+    box = svg.bounding_box()
+    assert box is not None
+    assert box["width"] > 800
+    _shot(page, "graph")
+
+
+def test_token_gate_in_the_browser(tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch):
+    """Without the token: a 401 page; with ?token=…, every link keeps it."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    _run(_build, url)
+    with Served(url, token=TOKEN) as s:
+        response = page.goto(s.base + "/")
+        assert response is not None
+        assert response.status == 401
+        expect(page.locator("h1")).to_have_text("401 Unauthorized")
+        _shot(page, "token-required")
+        response = page.goto(f"{s.base}/api/sessions?token=wrong")
+        assert response is not None
+        assert response.status == 401
+
+        response = page.goto(f"{s.base}/?token={TOKEN}")
+        assert response is not None
+        assert response.status == 200
+        expect(page.locator('[data-count-status="RUNNING"] .n')).to_have_text("2")
+        # the stylesheet loaded (it needs the token too)
+        colour = page.locator(".badge-RUNNING").first.evaluate(
+            "e => getComputedStyle(e).backgroundColor"
+        )
+        assert colour == "rgb(29, 78, 216)"
+        with page.expect_navigation():
+            page.click("header nav >> text=Graph")
+        assert f"token={TOKEN}" in page.url
+        expect(page.locator("figure.graph svg")).to_be_visible()
+        page.goto(f"{s.base}/?token={TOKEN}")
+        page.select_option("select[name=status]", ["CANCELLED"])
+        with page.expect_navigation():
+            page.click("#apply-filters")
+        assert f"token={TOKEN}" in page.url
+        assert _row_names(page) == ["gamma"]
+        before = int(page.locator("body").get_attribute("data-refreshes") or "0")
+        page.wait_for_function(f"() => Number(document.body.dataset.refreshes) > {before}")
+        assert _row_names(page) == ["gamma"]
+        expect(page.locator(".live-state").first).to_have_text(" · live")
