@@ -22,6 +22,7 @@ from drover.cli._common import (
 )
 from drover.coordinator.errors import DroverError, InvalidSpecError
 from drover.coordinator.status import TERMINAL_KERNEL_STATUSES, SessionStatus
+from drover.inspection.history import history_json
 
 __all__ = ["logs", "sessions", "show", "submit", "terminate"]
 
@@ -277,7 +278,7 @@ def show(
     session, rows = with_app(ctx, work, database_url=database_url)
     if as_json:
         data = session_json(session)
-        data["history"] = [_history_json(r) for r in rows]
+        data["history"] = [history_json(r) for r in rows]
         emit_json(data)
         return
     click.echo(f"session      {session.id}  ({session.name})")
@@ -319,22 +320,6 @@ def show(
         ],
         title="history (latest last)",
     )
-
-
-def _history_json(row: Any) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "session_id": row.session_id,
-        "handler": row.handler,
-        "result": row.result.value,
-        "from_status": row.from_status.value,
-        "to_status": row.to_status.value,
-        "error_code": row.error_code,
-        "message": row.message,
-        "attempts": row.attempts,
-        "created_at": iso(row.created_at),
-        "updated_at": iso(row.updated_at),
-    }
 
 
 @click.command()
