@@ -3,7 +3,9 @@
 PostgreSQL comes from ``DROVER_TEST_PG_URL`` (default: the local server at
 127.0.0.1:5432, database ``test``). A PostgreSQL test that cannot connect
 FAILS; it never skips. Set ``DROVER_TEST_SKIP_PG=1`` to deselect the
-PostgreSQL variants explicitly on a machine without a server.
+PostgreSQL variants explicitly on a machine without a server, and
+``DROVER_TEST_SKIP_BROWSER=1`` to deselect the headless-browser tests on a
+machine without Debian's chromium.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ PG_URL = os.environ.get("DROVER_TEST_PG_URL") or DEFAULT_PG_URL
 SKIP_PG = os.environ.get("DROVER_TEST_SKIP_PG") == "1"
 
 BACKENDS = ["sqlite"] + ([] if SKIP_PG else ["postgresql"])
+
+# The browser tests need Debian's chromium; like the PostgreSQL variants they
+# FAIL without it, unless explicitly deselected on a machine that lacks it.
+collect_ignore = (
+    ["test_web_browser.py"] if os.environ.get("DROVER_TEST_SKIP_BROWSER") == "1" else []
+)
 
 
 @attrs.frozen
