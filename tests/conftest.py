@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -54,14 +55,21 @@ async def database(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterat
     if request.param == "sqlite":
         yield Database("sqlite", f"sqlite+aiosqlite:///{tmp_path}/drover.db")
         return
-    schema = f"t_{uuid.uuid4().hex[:16]}"
+    async with pg_schema("t") as schema:
+        yield Database("postgresql", PG_URL, schema)
+
+
+@asynccontextmanager
+async def pg_schema(prefix: str) -> AsyncIterator[str]:
+    """A new, empty PostgreSQL schema on ``PG_URL``, dropped (with its contents) afterwards."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:16]}"
     conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
     try:
         await conn.execute(f'CREATE SCHEMA "{schema}"')
     finally:
         await conn.close()
     try:
-        yield Database("postgresql", PG_URL, schema)
+        yield schema
     finally:
         conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
         try:

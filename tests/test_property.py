@@ -24,18 +24,15 @@ and draws from hypothesis interactively (``st.data()``) as it goes.
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
 import pytest
+from conftest import BACKENDS, PG_URL, pg_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy.engine import make_url
 
 from drover import (
     TERMINAL_KERNEL_STATUSES,
@@ -66,8 +63,6 @@ S = SessionStatus
 K = KernelStatus
 
 # The same database selection as tests/conftest.py.
-PG_URL = os.environ.get("DROVER_TEST_PG_URL") or "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-BACKENDS = ["sqlite"] + ([] if os.environ.get("DROVER_TEST_SKIP_PG") == "1" else ["postgresql"])
 
 LIFECYCLE = ["schedule-sessions", "prepare-sessions", "start-sessions", "terminate-sessions"]
 PROMOTIONS = [
@@ -443,29 +438,13 @@ async def scenario(data: st.DataObject, database_url: str | None, schema: str | 
             await check()
 
 
-def _asyncpg_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 async def run_on(kind: str, data: st.DataObject) -> None:
     """Run one example on a fresh database: a temporary SQLite file or a new PG schema."""
     if kind == "sqlite":
         await scenario(data, None, None)
         return
-    schema = f"p_{uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
-    try:
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-    finally:
-        await conn.close()
-    try:
+    async with pg_schema("p") as schema:
         await scenario(data, PG_URL, schema)
-    finally:
-        conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
-        try:
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        finally:
-            await conn.close()
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

@@ -128,14 +128,10 @@ class LocalBackend(AgentBackend):
         for kernel in await repository.kernels_in([_K.RUNNING]):
             if kernel.agent_id not in ours:
                 continue
-            runtime = kernel.runtime or {}
-            pid, identity = runtime.get("pid"), runtime.get("identity")
-            if isinstance(pid, int) and identity and process_identity(pid) == identity:
-                self._procs[kernel.id] = _Proc(
-                    kernel.id, pid, identity, Path(runtime.get("workdir", ".")), own=False
-                )
+            if self._adoptable(kernel) is not None:
                 adopted += 1
             else:
+                runtime = kernel.runtime or {}
                 reports.append(
                     KernelReport(
                         kernel.id,
@@ -448,6 +444,7 @@ class LocalBackend(AgentBackend):
         await self._poll_once()
 
     def _adoptable(self, kernel: KernelInfo) -> _Proc | None:
+        """Watch the kernel's recorded process if it is still the same live process."""
         runtime = kernel.runtime or {}
         pid, identity = runtime.get("pid"), runtime.get("identity")
         if isinstance(pid, int) and identity and process_identity(pid) == identity:

@@ -80,9 +80,7 @@ def collect_handlers(
 ) -> tuple[dict[str, Handler], list[RegisteredHandler]]:
     """Call every plugin's ``drover_register_handlers`` and validate what they register."""
     registry = HandlerRegistry(context)
-    for impl in pm.hook.drover_register_handlers.get_hookimpls():
-        plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
-        impl.function(registry.for_plugin(plugin_name))
+    _call_register_hook(pm, "drover_register_handlers", registry)
     validate_handlers(registry.registered)
     handlers = {type(e.handler).name(): e.handler for e in registry.registered}
     return handlers, registry.registered
@@ -92,19 +90,32 @@ def _plugin_name(pm: pluggy.PluginManager, plugin: object) -> str:
     return pm.get_name(plugin) or repr(plugin)
 
 
+def _call_register_hook(
+    pm: pluggy.PluginManager,
+    hook: str,
+    registry: HandlerRegistry | BackendRegistry | ObserverRegistry,
+) -> None:
+    """Call each plugin's implementation of a register hook, one plugin at a time.
+
+    Calling the implementations ourselves (not ``pm.hook.<name>(...)``) lets the
+    registry attribute every registration to the plugin that made it, so load
+    errors can name the plugin.
+    """
+    for impl in getattr(pm.hook, hook).get_hookimpls():
+        impl.function(registry.for_plugin(_plugin_name(pm, impl.plugin)))
+
+
 def collect_backends(pm: pluggy.PluginManager) -> BackendRegistry:
     """Call every ``drover_register_backends``; return the registry of backend factories."""
     registry = BackendRegistry()
-    for impl in pm.hook.drover_register_backends.get_hookimpls():
-        impl.function(registry.for_plugin(_plugin_name(pm, impl.plugin)))
+    _call_register_hook(pm, "drover_register_backends", registry)
     return registry
 
 
 def collect_observers(pm: pluggy.PluginManager) -> list[tuple[str, Observer]]:
     """Call every ``drover_register_observers``; return ``(plugin name, observer)`` pairs."""
     registry = ObserverRegistry()
-    for impl in pm.hook.drover_register_observers.get_hookimpls():
-        impl.function(registry.for_plugin(_plugin_name(pm, impl.plugin)))
+    _call_register_hook(pm, "drover_register_observers", registry)
     return registry.observers
 
 

@@ -1121,44 +1121,31 @@ class Repository:
             outcomes: list[TerminationOutcome] = []
             for sid in dict.fromkeys(session_ids):
                 status = found[sid]
-                if status in TERMINAL_SESSION_STATUSES:
+                if status in TERMINAL_SESSION_STATUSES or status == SessionStatus.TERMINATING:
                     outcomes.append(TerminationOutcome(sid, status, status, changed=False))
                     continue
+                to_kernel: KernelStatus | None = None
                 if status == SessionStatus.PENDING:
-                    change = Change(
-                        session_id=sid,
-                        from_status=status,
-                        result=SchedulingResult.SUCCESS,
-                        to_session=SessionStatus.CANCELLED,
-                        to_kernel=KernelStatus.CANCELLED,
-                        message="termination requested: cancelled before it was scheduled",
-                        status_info=info,
-                    )
-                elif status == SessionStatus.TERMINATING:
-                    outcomes.append(TerminationOutcome(sid, status, status, changed=False))
-                    continue
+                    to_session, to_kernel = SessionStatus.CANCELLED, KernelStatus.CANCELLED
+                    message = "termination requested: cancelled before it was scheduled"
                 elif sid not in with_kernels:
                     # Nothing to destroy, and no promotion matches a kernel-less session.
-                    change = Change(
-                        session_id=sid,
-                        from_status=status,
-                        result=SchedulingResult.SUCCESS,
-                        to_session=SessionStatus.TERMINATED,
-                        message="termination requested: no kernels to stop",
-                        status_info=info,
-                    )
+                    to_session = SessionStatus.TERMINATED
+                    message = "termination requested: no kernels to stop"
                 else:
-                    change = Change(
-                        session_id=sid,
-                        from_status=status,
-                        result=SchedulingResult.SUCCESS,
-                        to_session=SessionStatus.TERMINATING,
-                        message="termination requested",
-                        status_info=info,
-                    )
+                    to_session = SessionStatus.TERMINATING
+                    message = "termination requested"
+                change = Change(
+                    session_id=sid,
+                    from_status=status,
+                    result=SchedulingResult.SUCCESS,
+                    to_session=to_session,
+                    to_kernel=to_kernel,
+                    message=message,
+                    status_info=info,
+                )
                 changes.append(change)
-                assert change.to_session is not None
-                outcomes.append(TerminationOutcome(sid, status, change.to_session, changed=True))
+                outcomes.append(TerminationOutcome(sid, status, to_session, changed=True))
             if changes:
                 await _Apply(conn, API_SOURCE, now, self._pg, None).run(changes)
             return outcomes
