@@ -30,9 +30,9 @@ from typing import Any
 from drover.app import App
 from drover.cli.run import serve_daemon
 from drover.config import load_config
-from drover.coordinator.engine import TickReport
-from drover.coordinator.loop import Daemon
-from drover.coordinator.status import SchedulingResult, SessionStatus
+from drover.coordinator.daemon import Daemon
+from drover.coordinator.tick import TickReport
+from drover.model.status import SchedulingResult, SessionStatus
 
 
 def _flags(workdir: Path, backend: str) -> dict[str, Any]:

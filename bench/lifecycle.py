@@ -42,9 +42,9 @@ import sqlalchemy as sa
 
 from drover.backends.base import AgentInfo
 from drover.backends.simulated import SimulatedBackend
-from drover.coordinator.engine import TickReport
-from drover.coordinator.status import KernelStatus, SessionStatus
-from drover.storage.engine import _SQLITE_PRAGMAS, create_engine
+from drover.coordinator.tick import TickReport
+from drover.model.status import KernelStatus, SessionStatus
+from drover.storage.connect import _SQLITE_PRAGMAS, create_engine
 from drover.storage.migrate import upgrade
 from drover.storage.repository import _eligible_kernel_statuses
 from drover.storage.schema import kernel_history, kernels, scheduling_history, sessions
@@ -118,7 +118,7 @@ def connect_raw(path: Path) -> sqlite3.Connection:
 
 
 def ordered_ids(start: int, count: int, base_ms: int) -> list[str]:
-    """Ids with ``drover.storage.ids.new_id``'s UUIDv7 layout, strictly increasing.
+    """Ids with ``drover.model.ids.new_id``'s UUIDv7 layout, strictly increasing.
 
     ``new_id`` is random below the millisecond, so a million calls would not be
     ordered within a millisecond; a counter in the random bits makes them so.

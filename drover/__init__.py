@@ -7,9 +7,10 @@ and writes a scheduling-history row for every outcome.
 
 from drover.backends.base import AgentBackend, AgentInfo, BackendError
 from drover.backends.simulated import SimulatedBackend
-from drover.coordinator.clock import ManualClock, SystemClock
-from drover.coordinator.engine import Coordinator, TickReport
-from drover.coordinator.errors import (
+from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.tick import Coordinator, TickReport
+from drover.model.clock import ManualClock, SystemClock
+from drover.model.errors import (
     DroverError,
     InvalidHandlerError,
     InvalidSpecError,
@@ -17,8 +18,7 @@ from drover.coordinator.errors import (
     UnknownKernelError,
     UnknownSessionError,
 )
-from drover.coordinator.interfaces import LifecycleHandler, SessionPromotionHandler
-from drover.coordinator.status import (
+from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
     TERMINAL_SESSION_STATUSES,
     KernelMatchType,
@@ -26,7 +26,7 @@ from drover.coordinator.status import (
     SchedulingResult,
     SessionStatus,
 )
-from drover.coordinator.values import (
+from drover.model.values import (
     HandlerOptions,
     HandlerResult,
     HistoryRecord,

@@ -9,9 +9,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.backends.base import AgentBackend
 from drover.config import Config, LoadedConfig
-from drover.coordinator.clock import SystemClock
-from drover.coordinator.engine import Coordinator
-from drover.coordinator.errors import DroverError
+from drover.coordinator.tick import Coordinator
+from drover.model.clock import SystemClock
+from drover.model.errors import DroverError
 from drover.plugins.manager import (
     collect_backends,
     collect_handlers,
@@ -20,7 +20,7 @@ from drover.plugins.manager import (
     make_plugin_manager,
 )
 from drover.plugins.registry import Observer, RegisteredHandler, RuntimeContext
-from drover.storage.engine import create_engine
+from drover.storage.connect import create_engine
 from drover.storage.migrate import current_revision, head_revision, upgrade
 from drover.storage.repository import Repository
 from drover.storage.retry import run_transaction

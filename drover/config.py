@@ -19,8 +19,8 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from drover.coordinator.errors import DroverError
-from drover.storage.engine import DEFAULT_DATABASE_URL
+from drover.model.errors import DroverError
+from drover.storage.connect import DEFAULT_DATABASE_URL
 
 __all__ = [
     "AgentConfig",

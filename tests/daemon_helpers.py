@@ -13,7 +13,7 @@ from typing import Any
 from drover.app import App
 from drover.cli.run import serve_daemon
 from drover.config import load_config
-from drover.coordinator.loop import Daemon
+from drover.coordinator.daemon import Daemon
 
 AGENT = [{"id": "test-agent", "cpu": 4, "mem": 4096}]
 

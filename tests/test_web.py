@@ -24,8 +24,8 @@ from drover.app import App
 from drover.cli._common import session_json
 from drover.cli.serve import public_bind_warning
 from drover.config import load_config
-from drover.coordinator.clock import ManualClock
-from drover.coordinator.status import SessionStatus
+from drover.model.clock import ManualClock
+from drover.model.status import SessionStatus
 from drover.plugins.graph import edges_of
 from drover.storage.repository import CoordinatorInfo, Repository
 from drover.testing import CoordinatorHarness

@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from drover.app import App
 from drover.config import load_config
-from drover.coordinator.status import SessionStatus
+from drover.model.status import SessionStatus
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
 

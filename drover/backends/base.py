@@ -8,7 +8,7 @@ from typing import Protocol
 
 import attrs
 
-from drover.coordinator.values import SessionWithKernels
+from drover.model.values import SessionWithKernels
 from drover.storage.repository import KernelReport
 
 __all__ = ["AgentBackend", "AgentInfo", "BackendError", "KernelReporter"]

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from drover.backends.base import AgentBackend, AgentInfo
-from drover.coordinator.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.coordinator.values import KernelInfo, SessionWithKernels
+from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
+from drover.model.values import KernelInfo, SessionWithKernels
 from drover.storage.repository import KernelReport, Repository
 
 __all__ = ["LocalBackend", "process_identity"]

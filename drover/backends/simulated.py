@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
-from drover.coordinator.clock import Clock, SystemClock
-from drover.coordinator.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.coordinator.values import SessionWithKernels
+from drover.model.clock import Clock, SystemClock
+from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
+from drover.model.values import SessionWithKernels
 from drover.storage.repository import KernelReport
 
 __all__ = ["SimulatedBackend"]

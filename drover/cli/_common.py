@@ -16,8 +16,8 @@ from sqlalchemy import exc
 
 from drover.app import App
 from drover.config import ConfigError, LoadedConfig, load_config
-from drover.coordinator.errors import DroverError
-from drover.coordinator.values import SessionWithKernels
+from drover.model.errors import DroverError
+from drover.model.values import SessionWithKernels
 
 __all__ = [
     "CliState",

@@ -9,7 +9,7 @@ from string import Template
 
 import click
 
-from drover.coordinator.interfaces import is_kebab_case
+from drover.coordinator.handlers import is_kebab_case
 
 __all__ = ["new_plugin", "render_plugin", "validate_plugin_name"]
 

@@ -11,8 +11,8 @@ import click
 from drover import __version__
 from drover.app import App
 from drover.cli._common import CliState, emit_json, json_option, print_table
-from drover.coordinator.errors import DroverError
-from drover.coordinator.interfaces import LifecycleHandler
+from drover.coordinator.handlers import LifecycleHandler
+from drover.model.errors import DroverError
 from drover.plugins.graph import check_graph
 from drover.plugins.manager import BUILTIN_PREFIX, ENTRY_POINT_GROUP, collect_backends
 

@@ -18,7 +18,7 @@ from drover.app import App
 from drover.backends.local import LocalBackend
 from drover.backends.simulated import SimulatedBackend
 from drover.cli._common import CliState, database_option, run_async
-from drover.coordinator.loop import Daemon
+from drover.coordinator.daemon import Daemon
 from drover.coordinator.observers import ObserverDispatcher, events_of
 from drover.inspection._format import parse_duration
 from drover.logs import setup_logging

@@ -20,9 +20,9 @@ from drover.cli._common import (
     session_json,
     with_app,
 )
-from drover.coordinator.errors import DroverError, InvalidSpecError
-from drover.coordinator.status import TERMINAL_KERNEL_STATUSES, SessionStatus
 from drover.inspection.history import history_json
+from drover.model.errors import DroverError, InvalidSpecError
+from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
 
 __all__ = ["logs", "sessions", "show", "submit", "terminate"]
 

@@ -18,7 +18,7 @@ from drover.cli._common import (
     with_app,
 )
 from drover.config import flatten_config
-from drover.coordinator.status import SessionStatus
+from drover.model.status import SessionStatus
 
 __all__ = ["config", "status"]
 

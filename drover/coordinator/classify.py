@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from drover.coordinator.plan import Change, TryCount
-from drover.coordinator.status import SchedulingResult
-from drover.coordinator.values import (
+from drover.model.plan import Change, TryCount
+from drover.model.status import SchedulingResult
+from drover.model.values import (
     HandlerOptions,
     HandlerResult,
     SessionWithKernels,

@@ -16,9 +16,9 @@ from datetime import datetime
 
 import attrs
 
-from drover.coordinator.clock import from_timestamp
-from drover.coordinator.engine import TickReport
-from drover.coordinator.status import SchedulingResult, SessionStatus
+from drover.coordinator.tick import TickReport
+from drover.model.clock import from_timestamp
+from drover.model.status import SchedulingResult, SessionStatus
 from drover.plugins.registry import Observer
 
 __all__ = ["HistoryEvent", "ObserverDispatcher", "events_of"]

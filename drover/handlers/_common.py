@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from drover.backends.base import BackendError
-from drover.coordinator.values import HandlerResult, SessionWithKernels
+from drover.model.values import HandlerResult, SessionWithKernels
 
 __all__ = ["CONCURRENCY", "run_per_session"]
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from drover.coordinator.interfaces import SessionPromotionHandler
-from drover.coordinator.status import (
+from drover.coordinator.handlers import SessionPromotionHandler
+from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
     KernelMatchType,
     KernelStatus,
     SessionStatus,
 )
-from drover.coordinator.values import StatusInfoRule
+from drover.model.values import StatusInfoRule
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
 

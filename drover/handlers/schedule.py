@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from drover.backends.base import AgentBackend
-from drover.coordinator.interfaces import LifecycleHandler
-from drover.coordinator.status import KernelStatus, SessionStatus
-from drover.coordinator.values import (
+from drover.coordinator.handlers import LifecycleHandler
+from drover.model.status import KernelStatus, SessionStatus
+from drover.model.values import (
     HandlerOptions,
     HandlerResult,
     SessionWithKernels,

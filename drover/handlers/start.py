@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from drover.backends.base import AgentBackend
-from drover.coordinator.interfaces import LifecycleHandler
-from drover.coordinator.status import KernelStatus, SessionStatus
-from drover.coordinator.values import (
+from drover.coordinator.handlers import LifecycleHandler
+from drover.handlers._common import run_per_session
+from drover.model.status import KernelStatus, SessionStatus
+from drover.model.values import (
     HandlerOptions,
     HandlerResult,
     SessionWithKernels,
     StatusTransitions,
     TransitionStatus,
 )
-from drover.handlers._common import run_per_session
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
 

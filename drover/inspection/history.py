@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drover.coordinator.status import SchedulingResult
-from drover.coordinator.values import HistoryRecord, KernelHistoryRecord
+from drover.model.status import SchedulingResult
+from drover.model.values import HistoryRecord, KernelHistoryRecord
 from drover.storage.repository import Repository
 
 __all__ = ["history_json", "kernel_history_json", "search_history", "timeline"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.status import SessionStatus
+from drover.model.status import SessionStatus
 from drover.storage.repository import Repository
 
 __all__ = ["HandlerStats", "Stats", "StatusStats", "collect_stats"]

@@ -12,17 +12,17 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.interfaces import Handler, LifecycleHandler, SessionPromotionHandler
-from drover.coordinator.options import session_options
-from drover.coordinator.plan import STALE_STATUS
-from drover.coordinator.status import (
+from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.inspection._format import duration
+from drover.model.options import session_options
+from drover.model.plan import STALE_STATUS
+from drover.model.status import (
     TERMINAL_SESSION_STATUSES,
     KernelMatchType,
     SchedulingResult,
     SessionStatus,
 )
-from drover.coordinator.values import HandlerOptions, HistoryRecord, SessionWithKernels
-from drover.inspection._format import duration
+from drover.model.values import HandlerOptions, HistoryRecord, SessionWithKernels
 from drover.storage.repository import Repository
 
 __all__ = ["Diagnosis", "diagnose"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.interfaces import Handler, LifecycleHandler, SessionPromotionHandler
-from drover.coordinator.status import TERMINAL_SESSION_STATUSES, SessionStatus
+from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 
 __all__ = [
     "Edge",

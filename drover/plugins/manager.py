@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import pluggy
 
-from drover.coordinator.interfaces import Handler
+from drover.coordinator.handlers import Handler
 from drover.plugins import hookspecs
 from drover.plugins.markers import PROJECT
 from drover.plugins.registry import (

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from drover.coordinator.interfaces import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
 
 if TYPE_CHECKING:
     from drover.backends.base import AgentBackend
     from drover.config import Config
-    from drover.coordinator.clock import Clock
     from drover.coordinator.observers import HistoryEvent
+    from drover.model.clock import Clock
     from drover.storage.repository import Repository
 
 #: ``factory(config) -> AgentBackend``.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from drover.coordinator.errors import InvalidHandlerError
-from drover.coordinator.interfaces import LifecycleHandler, SessionPromotionHandler, is_kebab_case
-from drover.coordinator.options import validate_options
-from drover.coordinator.status import KernelMatchType, KernelStatus, SessionStatus
-from drover.coordinator.values import StatusTransitions, TransitionStatus
+from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler, is_kebab_case
+from drover.model.errors import InvalidHandlerError
+from drover.model.options import validate_options
+from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
+from drover.model.values import StatusTransitions, TransitionStatus
 from drover.plugins.registry import RegisteredHandler
 
 __all__ = ["validate_handlers"]

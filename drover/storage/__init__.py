@@ -1,6 +1,6 @@
 """Storage: schema, migrations, engine and the repository (SQLAlchemy Core)."""
 
-from drover.storage.engine import DEFAULT_DATABASE_URL, create_engine
+from drover.storage.connect import DEFAULT_DATABASE_URL, create_engine
 from drover.storage.migrate import current_revision, head_revision, upgrade
 from drover.storage.repository import KernelReport, Repository, TerminationOutcome
 

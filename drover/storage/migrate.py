@@ -11,7 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from drover.storage.engine import WRITE_OPTION
+from drover.storage.connect import WRITE_OPTION
 
 __all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
 

@@ -17,16 +17,17 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from drover.coordinator.clock import Clock, SystemClock, from_timestamp
-from drover.coordinator.errors import InvalidSpecError, UnknownKernelError, UnknownSessionError
-from drover.coordinator.plan import (
+from drover.model.clock import Clock, SystemClock, from_timestamp
+from drover.model.errors import InvalidSpecError, UnknownKernelError, UnknownSessionError
+from drover.model.ids import new_id
+from drover.model.plan import (
     STALE_STATUS,
     AppliedChange,
     ApplyOutcome,
     Change,
     TryCount,
 )
-from drover.coordinator.status import (
+from drover.model.status import (
     KERNEL_STATUS_ORDER,
     TERMINAL_KERNEL_STATUSES,
     TERMINAL_SESSION_STATUSES,
@@ -35,7 +36,7 @@ from drover.coordinator.status import (
     SchedulingResult,
     SessionStatus,
 )
-from drover.coordinator.values import (
+from drover.model.values import (
     HistoryRecord,
     KernelHistoryRecord,
     KernelInfo,
@@ -43,8 +44,7 @@ from drover.coordinator.values import (
     StatusInfoRule,
 )
 from drover.storage._sql import chunked
-from drover.storage.engine import WRITE_OPTION
-from drover.storage.ids import new_id
+from drover.storage.connect import WRITE_OPTION
 from drover.storage.retry import run_transaction
 from drover.storage.schema import (
     coordinators,

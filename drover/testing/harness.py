@@ -12,12 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.backends.base import AgentBackend
 from drover.backends.simulated import SimulatedBackend
-from drover.coordinator.clock import ManualClock
-from drover.coordinator.engine import Coordinator, TickReport
-from drover.coordinator.interfaces import Handler
+from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import ObserverDispatcher, events_of
-from drover.coordinator.status import KernelStatus, SessionStatus
-from drover.coordinator.values import (
+from drover.coordinator.tick import Coordinator, TickReport
+from drover.model.clock import ManualClock
+from drover.model.status import KernelStatus, SessionStatus
+from drover.model.values import (
     HandlerOptions,
     HistoryRecord,
     KernelHistoryRecord,
@@ -25,7 +25,7 @@ from drover.coordinator.values import (
 )
 from drover.plugins.manager import collect_handlers, collect_observers, make_plugin_manager
 from drover.plugins.registry import Observer, RegisteredHandler, RuntimeContext
-from drover.storage.engine import create_engine
+from drover.storage.connect import create_engine
 from drover.storage.migrate import upgrade
 from drover.storage.repository import Repository, TerminationOutcome
 

@@ -32,13 +32,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drover.app import App
 from drover.cli._common import session_json
-from drover.coordinator.engine import Coordinator
-from drover.coordinator.errors import DroverError, UnknownSessionError
-from drover.coordinator.status import TERMINAL_SESSION_STATUSES, SchedulingResult, SessionStatus
+from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration, parse_time
 from drover.inspection.history import history_json, search_history, timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
+from drover.model.errors import DroverError, UnknownSessionError
+from drover.model.status import TERMINAL_SESSION_STATUSES, SchedulingResult, SessionStatus
 from drover.plugins.graph import edges_of, graph_json
 from drover.web.metrics import render_metrics, snapshot
 from drover.web.palette import STATUS_COLOURS, badge_css

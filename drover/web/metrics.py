@@ -27,7 +27,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from drover.coordinator.status import SessionStatus
+from drover.model.status import SessionStatus
 from drover.storage.repository import Repository
 from drover.storage.schema import handler_ticks, sessions
 

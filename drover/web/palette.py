@@ -6,7 +6,7 @@ status name too.
 
 from __future__ import annotations
 
-from drover.coordinator.status import KernelStatus, SessionStatus
+from drover.model.status import KernelStatus, SessionStatus
 
 __all__ = ["STATUS_COLOURS", "badge_css", "colour_of"]
 

@@ -8,8 +8,8 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from drover.coordinator.status import SessionStatus
-from drover.coordinator.values import SessionWithKernels
+from drover.model.status import SessionStatus
+from drover.model.values import SessionWithKernels
 from drover.storage.repository import Repository
 from drover.storage.schema import scheduling_history, sessions
 

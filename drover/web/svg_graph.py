@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from xml.sax.saxutils import escape
 
-from drover.coordinator.status import SessionStatus
+from drover.model.status import SessionStatus
 from drover.plugins.graph import Edge
 from drover.web.palette import colour_of
 

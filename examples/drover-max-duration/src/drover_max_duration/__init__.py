@@ -30,7 +30,7 @@ from drover import (
     TransitionStatus,
     hookimpl,
 )
-from drover.coordinator.clock import Clock
+from drover.model.clock import Clock
 
 __all__ = [
     "HANDLER_NAME",

@@ -6,8 +6,8 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from drover.coordinator.status import KernelMatchType, KernelStatus, SessionStatus
-from drover.coordinator.values import (
+from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
+from drover.model.values import (
     HandlerOptions,
     HandlerResult,
     SessionWithKernels,

@@ -29,11 +29,11 @@ from datetime import datetime
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from drover.coordinator.clock import from_timestamp
-from drover.coordinator.engine import Coordinator, TickReport
-from drover.coordinator.interfaces import SessionPromotionHandler
-from drover.coordinator.status import TERMINAL_SESSION_STATUSES, SessionStatus
-from drover.storage.ids import new_id
+from drover.coordinator.handlers import SessionPromotionHandler
+from drover.coordinator.tick import Coordinator, TickReport
+from drover.model.clock import from_timestamp
+from drover.model.ids import new_id
+from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.storage.repository import CoordinatorInfo
 
 __all__ = ["Daemon"]

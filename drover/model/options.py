@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.errors import InvalidHandlerError
-from drover.coordinator.values import HandlerOptions, SessionWithKernels
+from drover.model.errors import InvalidHandlerError
+from drover.model.values import HandlerOptions, SessionWithKernels
 
 __all__ = [
     "OptionOverrides",

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.status import KernelStatus, SchedulingResult, SessionStatus
+from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
 __all__ = [
     "HandlerOptions",

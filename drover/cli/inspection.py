@@ -20,12 +20,12 @@ from drover.cli._common import (
     print_table,
     with_app,
 )
-from drover.coordinator.errors import DroverError
-from drover.coordinator.status import SchedulingResult
 from drover.inspection._format import duration, parse_duration, parse_time
 from drover.inspection.history import history_json, kernel_history_json, search_history
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
+from drover.model.errors import DroverError
+from drover.model.status import SchedulingResult
 from drover.plugins.graph import edges_of, graph_json, render_dot, render_mermaid, render_text
 
 __all__ = ["graph", "history", "stats", "why"]

@@ -11,18 +11,18 @@ from typing import Any
 import attrs
 
 from drover.coordinator.classify import classify
-from drover.coordinator.clock import Clock, SystemClock
-from drover.coordinator.errors import UnknownHandlerError
-from drover.coordinator.interfaces import Handler, LifecycleHandler, SessionPromotionHandler
-from drover.coordinator.options import (
+from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.model.clock import Clock, SystemClock
+from drover.model.errors import UnknownHandlerError
+from drover.model.options import (
     merge_options,
     overrides_from,
     session_options,
     validate_options,
 )
-from drover.coordinator.plan import AppliedChange, ApplyOutcome, Change, TryCount
-from drover.coordinator.status import SchedulingResult, SessionStatus
-from drover.coordinator.values import HandlerOptions, HandlerResult, SessionWithKernels
+from drover.model.plan import AppliedChange, ApplyOutcome, Change, TryCount
+from drover.model.status import SchedulingResult, SessionStatus
+from drover.model.values import HandlerOptions, HandlerResult, SessionWithKernels
 from drover.storage.repository import Repository
 
 __all__ = ["HANDLER_ERROR", "INVALID_RESULT", "Coordinator", "TickReport"]

@@ -6,8 +6,8 @@ from enum import Enum
 
 import attrs
 
-from drover.coordinator.status import KernelStatus, SchedulingResult, SessionStatus
-from drover.coordinator.values import StatusInfoRule
+from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
+from drover.model.values import StatusInfoRule
 
 __all__ = ["STALE_STATUS", "AppliedChange", "ApplyOutcome", "Change", "TryCount"]
 
