@@ -8,8 +8,9 @@ Three measurements, all on temporary SQLite files with drover's schema:
    timed separately. A transition is one session status change applied by the
    coordinator.
 2. **Baseline.** The same seven status steps per session, with the same write
-   statements drover's apply runs per group (see ``drover.storage.repository._Apply``),
+   statements drover's apply runs per group (see ``drover.storage.apply.Apply``),
    through plain ``sqlite3`` with one transaction per step per batch of 1,000.
+   The baseline fetches nothing and builds no values: it only writes.
    Throughput repetitions interleave drover and the baseline.
 3. **Scaling with finished sessions.** The cost of single ticks moving 1,000
    PENDING sessions among ``--finished`` TERMINATED ones, against the same tick
@@ -38,16 +39,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from drover.backends.base import AgentInfo
 from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.tick import TickReport
+from drover.model.rules import eligible_kernel_statuses
 from drover.model.status import KernelStatus, SessionStatus
 from drover.storage.connect import _SQLITE_PRAGMAS, create_engine
 from drover.storage.migrate import upgrade
-from drover.storage.repository import _eligible_kernel_statuses
-from drover.storage.schema import kernel_history, kernels, scheduling_history, sessions
 from drover.testing import CoordinatorHarness
 
 #: Sessions per tick (drover's default ``batch_size``) and per baseline transaction.
@@ -274,40 +272,42 @@ BACKEND_AFTER: dict[str, tuple[tuple[KernelStatus, KernelStatus], ...]] = {
     "start-sessions": ((_K.CREATING, _K.RUNNING), (_K.RUNNING, _K.TERMINATED)),
 }
 
-# drover's _status_info_expression for DetectTermination's rule.
+# drover's _status_info_expression for detect-termination's rule.
 _STATUS_INFO_SQL = (
-    "CASE WHEN EXISTS (SELECT 1 FROM kernels WHERE kernels.session_id = sessions.id "
-    "AND kernels.status IN ('ERROR')) THEN 'ABNORMAL_TERMINATION' ELSE 'KERNEL_EXITED' END"
+    "CASE WHEN EXISTS (SELECT 1 FROM entities AS k WHERE k.parent_id = entities.id "
+    "AND (k.status || '') IN ('ERROR')) THEN 'ABNORMAL_TERMINATION' ELSE 'KERNEL_EXITED' END"
 )
-# drover's _Apply._set_result.
+# drover's Apply._set_result.
 _SET_RESULT_SQL = (
-    "UPDATE sessions SET result = CASE WHEN sessions.status = 'TERMINATED' AND NOT EXISTS "
-    "(SELECT 1 FROM kernels WHERE kernels.session_id = sessions.id AND "
-    "(kernels.status != 'TERMINATED' OR kernels.exit_code IS NULL OR kernels.exit_code != 0)) "
-    "THEN 'SUCCESS' ELSE 'FAILURE' END WHERE sessions.id IN ({})"
+    "UPDATE entities SET result = CASE WHEN entities.status = 'TERMINATED' AND NOT EXISTS "
+    "(SELECT 1 FROM entities AS k WHERE k.parent_id = entities.id AND "
+    "((k.status || '') NOT IN ('TERMINATED') OR k.exit_code IS NULL OR k.exit_code != 0)) "
+    "THEN 'SUCCESS' ELSE 'FAILURE' END WHERE entities.id IN ({})"
 )
-# drover's _LATEST_HISTORY.
-_LATEST_HISTORY_SQL = (
-    "SELECT id, session_id, handler, result, from_status, to_status, error_code "
-    "FROM scheduling_history WHERE id IN (SELECT max(id) FROM scheduling_history "
-    "WHERE session_id IN ({}) GROUP BY session_id)"
+# drover's Apply._move_kernels on SQLite: record the changes, then move.
+_RECORD_KERNELS_SQL = (
+    "INSERT INTO status_changes (entity_id, kind, parent_id, source, from_status, to_status, "
+    "message, created_at) SELECT id, kind, parent_id, ?, status, ?, NULL, ? FROM entities "
+    "WHERE parent_id IN ({}) AND status IN ({})"
 )
-_INSERT_KERNEL_HISTORY = (
-    "INSERT INTO kernel_history (kernel_id, session_id, source, from_status, to_status, "
-    "message, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_MOVE_KERNELS_SQL = (
+    "UPDATE entities SET status = ?, status_changed_at = ? WHERE parent_id IN ({}) "
+    "AND status IN ({})"
 )
-_INSERT_HISTORY = (
-    "INSERT INTO scheduling_history (session_id, handler, result, from_status, to_status, "
-    "error_code, message, attempts, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# drover's Apply._write_history for status changes: one INSERT ... SELECT per group.
+_INSERT_HISTORY_SQL = (
+    "INSERT INTO scheduling_history (entity_id, kind, handler, result, from_status, to_status, "
+    "error_code, message, attempts, created_at, updated_at) SELECT id, kind, ?, 'SUCCESS', ?, ?, "
+    "NULL, NULL, 1, ?, ? FROM entities WHERE id IN ({})"
 )
-_MERGE_HISTORY = (
-    "UPDATE scheduling_history SET attempts = attempts + 1, updated_at = ?, message = ? "
-    "WHERE id = ?"
+_INSERT_CHANGE = (
+    "INSERT INTO status_changes (entity_id, kind, parent_id, source, from_status, to_status, "
+    "message, created_at) VALUES (?, 'kernel', ?, ?, ?, ?, ?, ?)"
 )
 
 
 def apply_step(conn: sqlite3.Connection, step: Step, ids: Sequence[str], now: float) -> int:
-    """Apply one step to one batch in one transaction, as drover's ``_Apply`` does.
+    """Apply one step to one batch in one transaction, with drover's statements.
 
     Returns how many sessions the compare-and-set moved.
     """
@@ -317,8 +317,9 @@ def apply_step(conn: sqlite3.Connection, step: Step, ids: Sequence[str], now: fl
         live: list[str] = []
         for chunk in chunked(ids):
             rows = conn.execute(
-                f"UPDATE sessions SET status = ?, status_changed_at = ?, try_count = 0{info} "
-                f"WHERE id IN ({marks(len(chunk))}) AND status = ? RETURNING id",
+                f"UPDATE entities SET status = ?, status_changed_at = ?, tries = NULL{info} "
+                f"WHERE id IN ({marks(len(chunk))}) AND status = ? AND kind = 'session' "
+                "RETURNING id",
                 [step.to_status.value, now, *chunk, step.from_status.value],
             )
             live.extend(r[0] for r in rows)
@@ -327,7 +328,11 @@ def apply_step(conn: sqlite3.Connection, step: Step, ids: Sequence[str], now: fl
         if live and step.to_status == _S.TERMINATED:
             for chunk in chunked(live):
                 conn.execute(_SET_RESULT_SQL.format(marks(len(chunk))), chunk)
-        write_history(conn, step, live, now)
+        for chunk in chunked(live):
+            conn.execute(
+                _INSERT_HISTORY_SQL.format(marks(len(chunk))),
+                [step.handler, step.from_status.value, step.to_status.value, now, now, *chunk],
+            )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -338,49 +343,15 @@ def apply_step(conn: sqlite3.Connection, step: Step, ids: Sequence[str], now: fl
 def move_kernels(
     conn: sqlite3.Connection, session_ids: list[str], target: KernelStatus, source: str, now: float
 ) -> None:
-    """drover's ``_Apply._move_kernels``: select eligible kernels, update by id, log history."""
-    eligible = _eligible_kernel_statuses(target)
+    """drover's ``Apply._move_kernels``: record the eligible kernels' changes, then move them."""
+    eligible = sorted(s.value for s in eligible_kernel_statuses(target))
     for chunk in chunked(session_ids):
-        moved = conn.execute(
-            f"SELECT id, session_id, status FROM kernels WHERE session_id IN "
-            f"({marks(len(chunk))}) AND status IN ({marks(len(eligible))})",
-            [*chunk, *eligible],
-        ).fetchall()
-        if not moved:
-            continue
-        for kchunk in chunked([r[0] for r in moved]):
-            conn.execute(
-                f"UPDATE kernels SET status = ?, status_changed_at = ? "
-                f"WHERE id IN ({marks(len(kchunk))})",
-                [target.value, now, *kchunk],
-            )
-        conn.executemany(
-            _INSERT_KERNEL_HISTORY,
-            [(kid, sid, source, status, target.value, None, now) for kid, sid, status in moved],
+        where = (marks(len(chunk)), marks(len(eligible)))
+        cursor = conn.execute(
+            _RECORD_KERNELS_SQL.format(*where), [source, target.value, now, *chunk, *eligible]
         )
-
-
-def write_history(conn: sqlite3.Connection, step: Step, live: list[str], now: float) -> None:
-    """drover's ``_Apply._write_history``: merge into a repeating latest row, else insert."""
-    if not live:
-        return
-    latest: dict[str, tuple[Any, ...]] = {}
-    for chunk in chunked(live):
-        for row in conn.execute(_LATEST_HISTORY_SQL.format(marks(len(chunk))), chunk):
-            latest[row[1]] = row
-    merges: list[tuple[Any, ...]] = []
-    inserts: list[tuple[Any, ...]] = []
-    wanted = (step.handler, "SUCCESS", step.from_status.value, step.to_status.value, None)
-    for sid in live:
-        prev = latest.get(sid)
-        if prev is not None and tuple(prev[2:7]) == wanted:
-            merges.append((now, None, prev[0]))
-        else:
-            inserts.append((sid, *wanted[:4], None, None, 1, now, now))
-    if merges:
-        conn.executemany(_MERGE_HISTORY, merges)
-    if inserts:
-        conn.executemany(_INSERT_HISTORY, inserts)
+        if cursor.rowcount:
+            conn.execute(_MOVE_KERNELS_SQL.format(*where), [target.value, now, *chunk, *eligible])
 
 
 def backend_reports(
@@ -393,13 +364,13 @@ def backend_reports(
         for chunk in chunked(ids):
             exit_code = 0 if to_status == _K.TERMINATED else None
             rows = conn.execute(
-                f"UPDATE kernels SET status = ?, status_changed_at = ?, "
-                f"exit_code = coalesce(?, exit_code) WHERE session_id IN ({marks(len(chunk))}) "
-                f"AND status = ? RETURNING id, session_id",
+                f"UPDATE entities SET status = ?, status_changed_at = ?, "
+                f"exit_code = coalesce(?, exit_code) WHERE parent_id IN ({marks(len(chunk))}) "
+                f"AND status = ? RETURNING id, parent_id",
                 [to_status.value, now, exit_code, *chunk, from_status.value],
             ).fetchall()
             conn.executemany(
-                _INSERT_KERNEL_HISTORY,
+                _INSERT_CHANGE,
                 [(k, s, "backend", from_status.value, to_status.value, None, now) for k, s in rows],
             )
     conn.execute("COMMIT")
@@ -417,21 +388,18 @@ def insert_pending(
     stride = kernels_per_session + 1
     for i in range(n):
         sid = ids[i * stride]
-        session_rows.append((sid, f"session-{sid[-12:]}", "PENDING", now, 0, 0, now, "{}"))
+        session_rows.append(
+            (sid, "session", None, f"session-{sid[-12:]}", "PENDING", now, 0, now, "{}")
+        )
         kernel_rows.extend(
-            (ids[i * stride + k + 1], sid, "PENDING", now, None, spec)
+            (ids[i * stride + k + 1], "kernel", sid, None, "PENDING", now, 0, now, spec)
             for k in range(kernels_per_session)
         )
     conn.execute("BEGIN IMMEDIATE")
     conn.executemany(
-        "INSERT INTO sessions (id, name, status, status_changed_at, try_count, priority, "
-        "created_at, spec) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        session_rows,
-    )
-    conn.executemany(
-        "INSERT INTO kernels (id, session_id, status, status_changed_at, agent_id, spec) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        kernel_rows,
+        "INSERT INTO entities (id, kind, parent_id, name, status, status_changed_at, priority, "
+        "created_at, spec, requeues) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+        session_rows + kernel_rows,
     )
     conn.execute("COMMIT")
     return [row[0] for row in session_rows]
@@ -466,8 +434,8 @@ async def run_baseline(workdir: Path, n: int, kernels_per_session: int) -> Throu
                         backend_reports(conn, batch, BACKEND_AFTER[step.handler])
                         run.deliver_seconds += time.perf_counter() - started
             (bad,) = conn.execute(
-                "SELECT count(*) FROM sessions WHERE status != 'TERMINATED' "
-                "OR result IS NOT 'SUCCESS'"
+                "SELECT count(*) FROM entities WHERE kind = 'session' AND "
+                "(status != 'TERMINATED' OR result IS NOT 'SUCCESS')"
             ).fetchone()
         finally:
             conn.close()
@@ -502,25 +470,27 @@ def populate_finished(path: Path, count: int, base_ms: int) -> float:
         ids = ordered_ids(2 * first, 2 * size, base_ms)
         sids, kids = ids[0::2], ids[1::2]
         conn.executemany(
-            "INSERT INTO sessions (id, name, status, status_changed_at, try_count, priority, "
-            "created_at, spec, status_info, result) "
-            "VALUES (?, ?, 'TERMINATED', ?, 0, 0, ?, '{}', 'KERNEL_EXITED', 'SUCCESS')",
+            "INSERT INTO entities (id, kind, name, status, status_changed_at, priority, "
+            "created_at, spec, status_info, result, requeues) "
+            "VALUES (?, 'session', ?, 'TERMINATED', ?, 0, ?, '{}', 'KERNEL_EXITED', 'SUCCESS', 0)",
             ((sid, f"session-{sid[-12:]}", created + 60, created) for sid in sids),
         )
         conn.executemany(
-            "INSERT INTO kernels (id, session_id, status, status_changed_at, agent_id, spec, "
-            "exit_code) VALUES (?, ?, 'TERMINATED', ?, 'bench-agent-0', ?, 0)",
-            ((kid, sid, created + 60, spec) for kid, sid in zip(kids, sids, strict=True)),
+            "INSERT INTO entities (id, kind, parent_id, status, status_changed_at, priority, "
+            "created_at, agent_id, spec, exit_code, requeues) VALUES "
+            "(?, 'kernel', ?, 'TERMINATED', ?, 0, ?, 'bench-agent-0', ?, 0, 0)",
+            ((kid, sid, created + 60, created, spec) for kid, sid in zip(kids, sids, strict=True)),
         )
         conn.executemany(
-            "INSERT INTO scheduling_history (session_id, handler, result, from_status, "
+            "INSERT INTO scheduling_history (entity_id, kind, handler, result, from_status, "
             "to_status, attempts, created_at, updated_at) VALUES "
-            "(?, 'promote-to-terminated', 'SUCCESS', 'TERMINATING', 'TERMINATED', 1, ?, ?)",
+            "(?, 'session', 'promote-to-terminated', 'SUCCESS', 'TERMINATING', 'TERMINATED', "
+            "1, ?, ?)",
             ((sid, created + 60, created + 60) for sid in sids),
         )
         conn.executemany(
-            "INSERT INTO kernel_history (kernel_id, session_id, source, from_status, "
-            "to_status, created_at) VALUES (?, ?, 'backend', 'RUNNING', 'TERMINATED', ?)",
+            "INSERT INTO status_changes (entity_id, kind, parent_id, source, from_status, "
+            "to_status, created_at) VALUES (?, 'kernel', ?, 'backend', 'RUNNING', 'TERMINATED', ?)",
             ((kid, sid, created + 60) for kid, sid in zip(kids, sids, strict=True)),
         )
     conn.execute("COMMIT")
@@ -529,16 +499,20 @@ def populate_finished(path: Path, count: int, base_ms: int) -> float:
     return time.perf_counter() - started
 
 
-async def delete_sessions(h: CoordinatorHarness, ids: Sequence[str]) -> None:
+def delete_sessions(path: Path, ids: Sequence[str]) -> None:
     """Remove sessions with their kernels and history, restoring the database's population."""
-
-    async def work(conn: Any) -> None:
+    conn = connect_raw(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
         for chunk in chunked(ids):
-            for table in (kernel_history, scheduling_history, kernels):
-                await conn.execute(sa.delete(table).where(table.c.session_id.in_(chunk)))
-            await conn.execute(sa.delete(sessions).where(sessions.c.id.in_(chunk)))
-
-    await h.repository.write(work)
+            where = marks(len(chunk))
+            conn.execute(f"DELETE FROM status_changes WHERE parent_id IN ({where})", chunk)
+            conn.execute(f"DELETE FROM scheduling_history WHERE entity_id IN ({where})", chunk)
+            conn.execute(f"DELETE FROM entities WHERE parent_id IN ({where})", chunk)
+            conn.execute(f"DELETE FROM entities WHERE id IN ({where})", chunk)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
 
 
 async def checkpoint(h: CoordinatorHarness) -> None:
@@ -555,7 +529,7 @@ async def checkpoint(h: CoordinatorHarness) -> None:
 
 
 async def measure_ticks(
-    h: CoordinatorHarness, pending: int, kernels_per_session: int
+    h: CoordinatorHarness, path: Path, pending: int, kernels_per_session: int
 ) -> dict[str, float]:
     """Create fresh PENDING sessions, time one tick of each scaling handler, then clean up.
 
@@ -577,7 +551,7 @@ async def measure_ticks(
                 raise RuntimeError(f"{name} moved {moved} of {pending} sessions")
         await h.deliver()
     finally:
-        await delete_sessions(h, ids)
+        delete_sessions(path, ids)
     return seconds
 
 
@@ -611,16 +585,19 @@ async def run_scaling(
     print(f"  loaded in {result.populate_seconds:.1f} s", flush=True)
     try:
         async with make_harness(small) as h_small, make_harness(big) as h_big:
-            targets = {"alone": (h_small, result.alone), "finished": (h_big, result.among_finished)}
+            targets = {
+                "alone": (h_small, small, result.alone),
+                "finished": (h_big, big, result.among_finished),
+            }
             # One discarded run each warms the page cache and the statement caches.
-            for h, _ in targets.values():
-                await measure_ticks(h, pending, kernels_per_session)
+            for h, path, _ in targets.values():
+                await measure_ticks(h, path, pending, kernels_per_session)
             for run in range(runs):
                 # Alternate which goes first, so drift on a noisy machine hits both alike.
                 order = ["alone", "finished"] if run % 2 == 0 else ["finished", "alone"]
                 for key in order:
-                    h, sink = targets[key]
-                    seconds = await measure_ticks(h, pending, kernels_per_session)
+                    h, path, sink = targets[key]
+                    seconds = await measure_ticks(h, path, pending, kernels_per_session)
                     for name, value in seconds.items():
                         sink.setdefault(name, []).append(value)
                 line = "  ".join(

@@ -5,11 +5,12 @@ coordinator applies their declared transitions, judges retries and timeouts,
 and writes a scheduling-history row for every outcome.
 """
 
-from drover.backends.base import AgentBackend, AgentInfo, BackendError
+from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
 from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.store import CoordinatorStore
 from drover.coordinator.tick import Coordinator, TickReport
-from drover.model.clock import ManualClock, SystemClock
+from drover.model.clock import Clock, ManualClock, SystemClock
 from drover.model.errors import (
     DroverError,
     InvalidHandlerError,
@@ -18,6 +19,7 @@ from drover.model.errors import (
     UnknownKernelError,
     UnknownSessionError,
 )
+from drover.model.promotion import PromotionRule
 from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
     TERMINAL_SESSION_STATUSES,
@@ -32,14 +34,16 @@ from drover.model.values import (
     HistoryRecord,
     KernelHistoryRecord,
     KernelInfo,
+    KernelReport,
     SessionWithKernels,
     StatusInfoRule,
     StatusTransitions,
+    TerminationOutcome,
     TransitionStatus,
 )
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry, RuntimeContext
-from drover.storage.repository import KernelReport, Repository, TerminationOutcome
+from drover.storage.repository import Repository
 
 __version__ = "0.1.0"
 
@@ -49,7 +53,9 @@ __all__ = [
     "AgentBackend",
     "AgentInfo",
     "BackendError",
+    "Clock",
     "Coordinator",
+    "CoordinatorStore",
     "DroverError",
     "HandlerOptions",
     "HandlerRegistry",
@@ -61,9 +67,11 @@ __all__ = [
     "KernelInfo",
     "KernelMatchType",
     "KernelReport",
+    "KernelReporter",
     "KernelStatus",
     "LifecycleHandler",
     "ManualClock",
+    "PromotionRule",
     "Repository",
     "RuntimeContext",
     "SchedulingResult",

@@ -1,7 +1,14 @@
-"""Assembling drover from a configuration: engine, repository, backend, plugins, coordinator."""
+"""The one place a running drover is assembled: database, repository, plugins, backend, coordinator.
+
+The daemon (``drover run``), the dashboard (``drover serve``), every CLI
+command, the test harness and the benchmarks all build an :class:`App`; what
+differs is only what they pass in (a configuration, or a manual clock, a
+backend instance and explicit plugins for tests).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pluggy
@@ -9,9 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.backends.base import AgentBackend
 from drover.config import Config, LoadedConfig
+from drover.coordinator.handlers import Handler
+from drover.coordinator.observers import Observer
 from drover.coordinator.tick import Coordinator
-from drover.model.clock import SystemClock
+from drover.model.clock import Clock, SystemClock
 from drover.model.errors import DroverError
+from drover.model.values import HandlerOptions
 from drover.plugins.manager import (
     collect_backends,
     collect_handlers,
@@ -19,7 +29,7 @@ from drover.plugins.manager import (
     load_entry_points,
     make_plugin_manager,
 )
-from drover.plugins.registry import Observer, RegisteredHandler, RuntimeContext
+from drover.plugins.registry import RegisteredHandler, RuntimeContext
 from drover.storage.connect import create_engine
 from drover.storage.migrate import current_revision, head_revision, upgrade
 from drover.storage.repository import Repository
@@ -55,21 +65,44 @@ def handler_overrides(config: Config) -> dict[str, dict[str, Any]]:
 
 
 class App:
-    """The pieces of a running drover, built from a :class:`LoadedConfig`."""
+    """The pieces of a running drover.
 
-    def __init__(self, loaded: LoadedConfig) -> None:
-        self.loaded = loaded
-        self.config = loaded.config
+    ``config`` is the effective configuration (a :class:`LoadedConfig` keeps
+    where each value came from, for error messages). Tests and benchmarks pass
+    the rest: a ``clock``, a ``backend`` instance, a ``plugin_manager`` with
+    explicit plugins, and ``handler_options`` on top of the configuration's.
+    """
+
+    def __init__(
+        self,
+        config: LoadedConfig | Config,
+        *,
+        clock: Clock | None = None,
+        backend: AgentBackend | None = None,
+        plugin_manager: pluggy.PluginManager | None = None,
+        handler_options: Mapping[str, HandlerOptions | Mapping[str, Any]] | None = None,
+    ) -> None:
+        if isinstance(config, Config):
+            config = LoadedConfig(config=config, sources={}, file=None)
+        self.loaded = config
+        self.config = config.config
         self.engine: AsyncEngine = create_engine(
             self.config.database_url, schema=self.config.database_schema or None
         )
-        self.clock = SystemClock()
+        self.clock: Clock = clock or SystemClock()
         self.repository = Repository(self.engine, clock=self.clock)
-        self._backend: AgentBackend | None = None
+        self._backend = backend
+        self._plugin_manager = plugin_manager
+        self._handler_options: dict[str, Any] = {
+            **handler_overrides(self.config),
+            **dict(handler_options or {}),
+        }
         self.coordinator: Coordinator | None = None
         self.registered: list[RegisteredHandler] = []
         self.observers: list[tuple[str, Observer]] = []
-        self._plugin_manager: pluggy.PluginManager | None = None
+        self._backend_started = False
+        #: Called when the backend reported kernel changes (the daemon wakes promotions).
+        self.on_backend_change: Any = lambda: None
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
@@ -83,7 +116,7 @@ class App:
 
     @property
     def backend(self) -> AgentBackend:
-        """The configured backend, built by its registered factory on first use."""
+        """The backend: the one given, or the configured one built by its registered factory."""
         if self._backend is None:
             registry = collect_backends(self.plugin_manager)
             name = self.config.backend.name
@@ -94,6 +127,11 @@ class App:
                 )
             self._backend = registry.factories[name](self.config)
         return self._backend
+
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        """The loaded handlers by name (loading them first if needed)."""
+        return self.load_handlers().handlers
 
     async def check_schema(self, *, auto_upgrade: bool = False) -> None:
         """Upgrade (``auto_upgrade``) or insist that the database is at head."""
@@ -110,15 +148,33 @@ class App:
             )
 
     def load_handlers(self) -> Coordinator:
-        """Validate the plugins' handlers, collect observers, build the coordinator."""
-        context = RuntimeContext(self.repository, self.backend, self.clock)
-        handlers, self.registered = collect_handlers(self.plugin_manager, context)
-        self.observers = collect_observers(self.plugin_manager)
-        self.coordinator = Coordinator(
-            self.repository, handlers, options=handler_overrides(self.config), clock=self.clock
-        )
+        """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
+        if self.coordinator is None:
+            context = RuntimeContext(self.repository, self.backend, self.clock)
+            handlers, self.registered = collect_handlers(self.plugin_manager, context)
+            self.observers = collect_observers(self.plugin_manager)
+            max_requeues = self.config.max_requeues
+            self.coordinator = Coordinator(
+                self.repository,
+                handlers,
+                options=self._handler_options,
+                clock=self.clock,
+                max_requeues=None if max_requeues < 0 else max_requeues,
+            )
         return self.coordinator
 
+    async def start(self, *, auto_upgrade: bool = True) -> Coordinator:
+        """Ready to tick: schema checked (or upgraded), handlers loaded, backend started."""
+        await self.check_schema(auto_upgrade=auto_upgrade)
+        coordinator = self.load_handlers()
+        if not self._backend_started:
+            await self.backend.start(self.repository, lambda: self.on_backend_change())
+            self._backend_started = True
+        return coordinator
+
     async def close(self) -> None:
-        """Dispose of the database engine."""
+        """Stop the backend (its kernels keep running) and dispose of the database engine."""
+        if self._backend_started and self._backend is not None:
+            self._backend_started = False
+            await self._backend.stop()
         await self.engine.dispose()

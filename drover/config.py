@@ -125,6 +125,10 @@ class Config:
     shutdown_grace: float = 10.0
     #: Seconds between coordinator heartbeats.
     heartbeat_interval: float = 5.0
+    #: Times a session may be sent back to an earlier status by expiry or give-up
+    #: before it ends in ERROR (status_info REQUEUE_LIMIT); -1: no limit. A
+    #: session's spec["max_requeues"] overrides it.
+    max_requeues: int = 3
     handlers: dict[str, HandlerConfig] = attrs.field(factory=dict)
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
     backend: BackendConfig = attrs.field(factory=BackendConfig)
@@ -235,6 +239,7 @@ _ENV_SCALARS = {
     "DROVER_SAFETY_INTERVAL": "safety_interval",
     "DROVER_SHUTDOWN_GRACE": "shutdown_grace",
     "DROVER_HEARTBEAT_INTERVAL": "heartbeat_interval",
+    "DROVER_MAX_REQUEUES": "max_requeues",
     "DROVER_BACKEND": "backend.name",
 }
 

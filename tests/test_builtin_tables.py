@@ -18,6 +18,7 @@ from drover import (
     HandlerResult,
     KernelMatchType,
     KernelStatus,
+    PromotionRule,
     SchedulingResult,
     SessionStatus,
     SessionWithKernels,
@@ -583,14 +584,15 @@ async def test_schedule_skip_expires_with_a_configured_timeout(make_harness):
 
 @pytest.mark.parametrize("name", PROMOTION_NAMES)
 async def test_promotion_handler_declares_its_table_row(make_harness, name):
-    """The registered promotion handler's targets, check statuses, match and success."""
+    """The registered promotion rule's targets, check statuses, match and success."""
     row = PROMOTION[name]
     async with make_harness() as h:
-        handler = h.handlers[name]
-        assert handler.target_session_statuses == row.targets
-        assert frozenset(handler.check_kernel_statuses) == row.check
-        assert handler.match_type is row.match
-        assert type(handler).success_session_status() == row.success
+        rule = h.handlers[name]
+        assert isinstance(rule, PromotionRule)
+        assert rule.from_statuses == row.targets
+        assert rule.kernel_statuses == row.check
+        assert rule.match is row.match
+        assert rule.to_status == row.success
 
 
 #: Per promotion handler: (session status, kernel statuses, whether it is promoted).

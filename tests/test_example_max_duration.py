@@ -44,7 +44,7 @@ async def test_a_long_sleep_is_stopped_after_its_max_duration(database, tmp_path
     # A short interval so that the stop comes ~1 s after RUNNING, not up to 2 s later.
     fast = {f"handlers.{HANDLER}.interval": 0.2}
     async with running_daemon(database, tmp_path / "data", **fast) as (app, _daemon):
-        loaded = {(e.plugin, type(e.handler).name()) for e in app.registered}
+        loaded = {(e.plugin, e.name) for e in app.registered}
         assert ("max-duration", HANDLER) in loaded, f"plugin not loaded by App: {loaded}"
 
         (sid,) = await app.repository.create_sessions(

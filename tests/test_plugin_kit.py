@@ -265,6 +265,65 @@ async def test_graph_warnings_for_an_extra_plugin_handler():
     assert kinds == {("unreachable", S.PREPARED)}
 
 
+async def test_a_need_retry_that_moves_the_status_is_flagged():
+    """Moving the status on every retry resets the handler's tries: max_retries never fires."""
+    from scripted import ScriptedPlugin
+
+    from drover import StatusTransitions, TransitionStatus
+
+    plugin = ScriptedPlugin(
+        transitions=StatusTransitions(
+            success=TransitionStatus(S.SCHEDULED), need_retry=TransitionStatus(S.SCHEDULED)
+        )
+    )
+    async with CoordinatorHarness(plugins=[plugin]) as h:
+        warnings = [w for w in check_graph(h.handlers) if w.kind == "retry-moves"]
+    assert [(w.status, w.message) for w in warnings] == [
+        (
+            S.PENDING,
+            "handler scripted: need_retry moves PENDING to SCHEDULED, which resets its tries "
+            "on every retry, so max_retries can never give up",
+        )
+    ]
+
+
+async def test_hooks_are_called_through_pluggy_by_keyword():
+    """A hook wrapper sees drover_register_handlers(register=...), and attribution still works."""
+    seen: list[str] = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def drover_register_handlers(self, register):
+            seen.append(type(register).__name__)
+            return (yield)
+
+    async with CoordinatorHarness(plugins=[Wrapper()]) as h:
+        owners = {e.name: e.plugin for e in h.registered}
+    assert seen == ["Registry"]
+    assert owners["schedule-sessions"] == "drover.handlers.schedule-sessions"
+    assert owners["detect-termination"] == "drover.handlers.detect-termination"
+
+
+def test_drover_trace_plugins_prints_pluggys_hook_calls(tmp_path):
+    """DROVER_TRACE_PLUGINS=1 turns on pluggy's tracing of every hook call."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DROVER_TRACE_PLUGINS": "1", "DROVER_LOAD_PLUGINS": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "drover", "plugins", "check"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "drover_register_handlers" in done.stderr
+    assert "register: <drover.plugins.registry.Registry" in done.stderr
+
+
 def _cli(*args: str, env: dict[str, str] | None = None):
     return CliRunner().invoke(cli_main, list(args), env=env or {}, catch_exceptions=False)
 

@@ -39,14 +39,85 @@ async def test_migrations_create_the_schema_and_reach_head(database):
             indexes = await conn.run_sync(inspect)
     finally:
         await engine.dispose()
-    assert {"sessions", "kernels", "scheduling_history", "kernel_history"} <= set(indexes)
-    assert ("status",) in indexes["sessions"]
-    assert ("status",) in indexes["kernels"]
-    assert ("session_id",) in indexes["kernels"]
-    for table in ("scheduling_history", "kernel_history"):
-        assert ("session_id", "id") in indexes[table]
+    assert {"entities", "scheduling_history", "status_changes"} <= set(indexes)
+    assert not {"sessions", "kernels", "kernel_history"} & set(indexes)
+    # Mandatory for the hot path: candidates by status, children by parent.
+    assert ("kind", "status") in indexes["entities"]
+    assert ("parent_id",) in indexes["entities"]
+    for table in ("scheduling_history", "status_changes"):
+        assert ("entity_id", "id") in indexes[table]
         assert ("created_at",) in indexes[table]
+    assert ("parent_id", "id") in indexes["status_changes"]
     assert ("handler", "result") in indexes["scheduling_history"]
+
+
+async def test_upgrading_an_existing_database_carries_its_sessions_over(database):
+    """A database at 0003 (sessions and kernels tables) keeps every row through 0004."""
+    engine = create_engine(database.url, schema=database.schema)
+    try:
+        await upgrade(engine, "0003")
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO sessions (id, name, status, status_changed_at, try_count, "
+                    "priority, created_at, spec, status_info, result) VALUES "
+                    "('s1', 'old', 'TERMINATED', 20, 2, 5, 10, '{\"a\": 1}', 'KERNEL_EXITED', "
+                    "'SUCCESS'), ('s2', 'live', 'RUNNING', 30, 0, 0, 11, '{}', NULL, NULL)"
+                )
+            )
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO kernels (id, session_id, status, status_changed_at, agent_id, "
+                    "spec, exit_code, status_info, runtime) VALUES "
+                    "('k1', 's1', 'TERMINATED', 20, 'a1', '{\"cpu\": 1}', 0, NULL, 'null'), "
+                    "('k2', 's2', 'RUNNING', 30, 'a1', '{\"cpu\": 2}', NULL, NULL, "
+                    "'{\"pid\": 42}')"
+                )
+            )
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO scheduling_history (session_id, handler, result, from_status, "
+                    "to_status, attempts, created_at, updated_at) VALUES "
+                    "('s1', 'promote-to-terminated', 'SUCCESS', 'TERMINATING', 'TERMINATED', "
+                    "1, 20, 20)"
+                )
+            )
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO kernel_history (kernel_id, session_id, source, from_status, "
+                    "to_status, created_at) VALUES ('k1', 's1', 'backend', 'RUNNING', "
+                    "'TERMINATED', 19)"
+                )
+            )
+        await upgrade(engine)
+        repo = Repository(engine)
+        old, live = await repo.get_session("s1"), await repo.get_session("s2")
+        assert (old.name, old.status, old.priority, old.spec, old.result, old.status_info) == (
+            "old",
+            S.TERMINATED,
+            5,
+            {"a": 1},
+            "SUCCESS",
+            "KERNEL_EXITED",
+        )
+        assert [(k.id, k.status, k.exit_code, k.runtime) for k in old.kernels] == [
+            ("k1", K.TERMINATED, 0, None)
+        ]
+        assert [(k.id, k.agent_id, k.runtime) for k in live.kernels] == [("k2", "a1", {"pid": 42})]
+        rows = await repo.history("s1")
+        assert [(r.session_id, r.handler, r.to_status) for r in rows] == [
+            ("s1", "promote-to-terminated", S.TERMINATED)
+        ]
+        changes = await repo.kernel_history(session_id="s1")
+        assert [(c.kernel_id, c.source, c.to_status) for c in changes] == [
+            ("k1", "backend", K.TERMINATED)
+        ]
+        # New rows land after the copied ones.
+        await repo.report_kernel_status("k2", K.TERMINATED, exit_code=0)
+        assert [c.kernel_id for c in await repo.kernel_history()] == ["k1", "k2"]
+        assert (await repo.count_by_status()) == {S.TERMINATED: 1, S.RUNNING: 1}
+    finally:
+        await engine.dispose()
 
 
 async def test_sqlite_uses_wal(tmp_path):

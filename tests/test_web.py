@@ -21,16 +21,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from drover.app import App
-from drover.cli._common import session_json
 from drover.cli.serve import public_bind_warning
 from drover.config import load_config
 from drover.model.clock import ManualClock
 from drover.model.status import SessionStatus
+from drover.model.values import CoordinatorInfo
 from drover.plugins.graph import edges_of
-from drover.storage.repository import CoordinatorInfo, Repository
+from drover.serialization import session_json
+from drover.storage.repository import Repository
+from drover.storage.ticks import BUCKETS
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
-from drover.web.metrics import BUCKETS
 from drover.web.palette import STATUS_COLOURS
 from drover.web.svg_graph import render_svg
 
@@ -341,7 +342,7 @@ def test_healthz(database, harness, make_client):
     def beat(age: float, cid: str) -> None:
         async def go(h: CoordinatorHarness) -> None:
             repo = Repository(h.repository.engine, clock=ManualClock(time.time() - age))
-            await repo.heartbeat(
+            await repo.register_coordinator(
                 CoordinatorInfo(
                     id=cid, host="test-host", pid=os.getpid(), started_at=None,
                     heartbeat_at=None, version="test", stopped_at=None,

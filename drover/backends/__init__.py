@@ -1,6 +1,13 @@
 """Backends: where kernels run."""
 
-from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
+from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
 from drover.backends.simulated import SimulatedBackend
 
-__all__ = ["AgentBackend", "AgentInfo", "BackendError", "KernelReporter", "SimulatedBackend"]
+__all__ = [
+    "AgentBackend",
+    "AgentInfo",
+    "BackendError",
+    "KernelReporter",
+    "SimulatedBackend",
+    "Wake",
+]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import attrs
 
-from drover.model.values import SessionWithKernels
-from drover.storage.repository import KernelReport
+from drover.model.clock import Clock
+from drover.model.status import KernelStatus
+from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
-__all__ = ["AgentBackend", "AgentInfo", "BackendError", "KernelReporter"]
+__all__ = ["AgentBackend", "AgentInfo", "BackendError", "KernelReporter", "Wake"]
 
 
 class BackendError(Exception):
@@ -27,11 +28,31 @@ class AgentInfo:
 
 
 class KernelReporter(Protocol):
-    """Where a backend reports kernel status changes (the repository)."""
+    """What a backend may do with drover's storage: report kernels, and read them back.
+
+    :class:`drover.storage.Repository` is one.
+    """
+
+    @property
+    def clock(self) -> Clock:
+        """The clock drover runs on (a manual one in tests)."""
+        ...
 
     async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
         """Apply reports with compare-and-set; return which applied."""
         ...
+
+    async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
+        """Every kernel currently in one of ``statuses`` (to adopt them at start-up)."""
+        ...
+
+    async def kernel_statuses(self, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
+        """The current status of each kernel (unknown ids left out)."""
+        ...
+
+
+#: Called by a backend after reports applied, so the coordinator looks at once.
+Wake = Callable[[], None]
 
 
 class AgentBackend(ABC):
@@ -39,9 +60,29 @@ class AgentBackend(ABC):
 
     ``prepare``, ``create`` and ``destroy`` act on one session's kernels and
     return once the work is *started*; progress (PULLING, PREPARED, RUNNING,
-    exits) flows back later through the :class:`KernelReporter`. Raising
+    exits) flows back later through the :class:`KernelReporter` given to
+    :meth:`start`, followed by a call of ``wake``. Raising
     :class:`BackendError` makes the handler report the session as failed.
     """
+
+    async def start(self, reporter: KernelReporter, wake: Wake) -> None:  # noqa: B027
+        """Begin: remember where to report, adopt what is running, start watching.
+
+        The default does nothing; a backend that reports progress keeps
+        ``reporter`` and calls ``wake()`` after its reports applied.
+        """
+
+    async def stop(self) -> None:  # noqa: B027
+        """Stop watching; kernels keep running, to be adopted by the next start."""
+
+    async def deliver_due(self) -> int:
+        """Report progress that is due now; return how many reports applied.
+
+        For backends that queue progress on drover's clock (the simulated one):
+        the test harness calls it before every tick, so tests are deterministic.
+        Backends that report on their own return 0.
+        """
+        return 0
 
     @abstractmethod
     def agents(self) -> Sequence[AgentInfo]:

@@ -24,14 +24,13 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from drover.backends.base import AgentBackend, AgentInfo
+from drover.backends.base import AgentBackend, AgentInfo, KernelReporter, Wake
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.model.values import KernelInfo, SessionWithKernels
-from drover.storage.repository import KernelReport, Repository
+from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
 __all__ = ["LocalBackend", "process_identity"]
 
@@ -100,9 +99,9 @@ class LocalBackend(AgentBackend):
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
         self.sweep_interval = sweep_interval
-        self.repository: Repository | None = None
-        #: Called after reports applied, so the daemon can wake promotion handlers.
-        self.on_change: Callable[[], None] = lambda: None
+        self.reporter: KernelReporter | None = None
+        # Called after reports applied, so the daemon wakes promotion handlers.
+        self._wake: Wake = lambda: None
         self._procs: dict[str, _Proc] = {}
         self._setups: dict[str, asyncio.subprocess.Process] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -115,17 +114,15 @@ class LocalBackend(AgentBackend):
 
     # -- lifecycle of the backend itself ------------------------------------------
 
-    async def start(self, repository: Repository) -> dict[str, int]:
-        """Adopt live kernel processes and mark dead ones ``lost``; start watching.
-
-        Returns counts: ``adopted`` and ``lost``.
-        """
-        self.repository = repository
+    async def start(self, reporter: KernelReporter, wake: Wake) -> None:
+        """Adopt live kernel processes and mark dead ones ``lost``; start watching."""
+        self.reporter = reporter
+        self._wake = wake
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ours = {a.id for a in self._agents}
         adopted = lost = 0
         reports: list[KernelReport] = []
-        for kernel in await repository.kernels_in([_K.RUNNING]):
+        for kernel in await reporter.kernels_in([_K.RUNNING]):
             if kernel.agent_id not in ours:
                 continue
             if self._adoptable(kernel) is not None:
@@ -143,10 +140,9 @@ class LocalBackend(AgentBackend):
                 )
                 lost += 1
         if reports:
-            await repository.report_kernel_statuses(reports)
+            await reporter.report_kernel_statuses(reports)
         self._monitor = asyncio.create_task(self._watch(), name="drover-local-monitor")
         log.info("local backend started: adopted=%d lost=%d", adopted, lost)
-        return {"adopted": adopted, "lost": lost}
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop watching. Kernel processes keep running, to be adopted on restart.
@@ -170,9 +166,9 @@ class LocalBackend(AgentBackend):
         self._monitor = None
 
     async def _report(self, *reports: KernelReport) -> list[bool]:
-        assert self.repository is not None, "LocalBackend.start() was not called"
-        applied = await self.repository.report_kernel_statuses(list(reports))
-        self.on_change()
+        assert self.reporter is not None, "LocalBackend.start() was not called"
+        applied = await self.reporter.report_kernel_statuses(list(reports))
+        self._wake()
         return applied
 
     def _spawn_task(self, coro: Any) -> None:
@@ -355,11 +351,11 @@ class LocalBackend(AgentBackend):
         longer owns its process or setup: without this they would run on as
         orphans while the session is rescheduled.
         """
-        assert self.repository is not None
+        assert self.reporter is not None
         watched = list(self._procs) + list(self._setups)
         if not watched:
             return
-        statuses = await self.repository.kernel_statuses(watched)
+        statuses = await self.reporter.kernel_statuses(watched)
         for kernel_id, status in statuses.items():
             setup = self._setups.get(kernel_id)
             if setup is not None and status not in {_K.PREPARING, _K.PULLING, _K.SCHEDULED}:

@@ -34,6 +34,8 @@ def _simulated(config: Config) -> AgentBackend:
         pull_delay=config.backend.pull_delay,
         create_delay=config.backend.create_delay,
         run_for=config.backend.run_for,
+        # Under the daemon, due progress is delivered by the backend itself.
+        pump_interval=0.02,
     )
 
 

@@ -11,22 +11,31 @@ Per-kernel behaviour comes from the kernel spec's optional ``"sim"`` table:
 ``{"prepare": "hang"}`` / ``{"create": "hang"}``  the kernel never progresses;
 ``{"run_for": 5}``      seconds to run before exiting (overrides the backend's);
 ``{"exit_code": 3}``    exit code (non-zero exits end in ERROR).
+
+Under the daemon (``pump_interval`` set) the backend delivers due progress by
+itself every ``pump_interval`` seconds; in the test harness (``pump_interval``
+``None``) the harness calls :meth:`SimulatedBackend.deliver_due` before each
+tick.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import heapq
 import itertools
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
+from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
 from drover.model.clock import Clock, SystemClock
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.model.values import SessionWithKernels
-from drover.storage.repository import KernelReport
+from drover.model.values import KernelReport, SessionWithKernels
 
 __all__ = ["SimulatedBackend"]
+
+log = logging.getLogger("drover.backends.simulated")
 
 _K = KernelStatus
 _NON_TERMINAL = frozenset(s for s in KernelStatus if s not in TERMINAL_KERNEL_STATUSES)
@@ -39,7 +48,8 @@ _Event = tuple[float, int, KernelReport]
 class SimulatedBackend(AgentBackend):
     """In-memory agents; kernel progress on a timetable; failures injectable.
 
-    ``run_for=None`` keeps kernels RUNNING until destroyed.
+    ``run_for=None`` keeps kernels RUNNING until destroyed. ``clock``: the
+    clock progress is scheduled on (default: the reporter's, from :meth:`start`).
     """
 
     def __init__(
@@ -50,7 +60,7 @@ class SimulatedBackend(AgentBackend):
         create_delay: float = 0.0,
         run_for: float | None = None,
         clock: Clock | None = None,
-        reporter: KernelReporter | None = None,
+        pump_interval: float | None = None,
     ) -> None:
         self._agents = list(
             agents
@@ -60,8 +70,12 @@ class SimulatedBackend(AgentBackend):
         self.pull_delay = pull_delay
         self.create_delay = create_delay
         self.run_for = run_for
+        self._own_clock = clock
         self.clock: Clock = clock or SystemClock()
-        self.reporter = reporter
+        self.pump_interval = pump_interval
+        self.reporter: KernelReporter | None = None
+        self._wake: Wake = lambda: None
+        self._pump: asyncio.Task[None] | None = None
         self._events: list[_Event] = []
         # Kernels destroyed while events were queued: skipped at delivery.
         self._forgotten: set[str] = set()
@@ -70,10 +84,31 @@ class SimulatedBackend(AgentBackend):
         #: Every operation called, as ``(operation, session_id)``, for tests.
         self.calls: list[tuple[str, str]] = []
 
-    def bind(self, reporter: KernelReporter, clock: Clock) -> None:
-        """Attach the repository to report through and the clock to schedule on."""
+    async def start(self, reporter: KernelReporter, wake: Wake) -> None:
+        """Report through ``reporter`` (on its clock, unless given one); pump if configured."""
         self.reporter = reporter
-        self.clock = clock
+        self.clock = self._own_clock or reporter.clock
+        self._wake = wake
+        if self.pump_interval is not None and self._pump is None:
+            self._pump = asyncio.create_task(self._pump_loop(), name="drover-simulated-pump")
+
+    async def stop(self) -> None:
+        """Stop delivering by itself."""
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+            self._pump = None
+
+    async def _pump_loop(self) -> None:
+        assert self.pump_interval is not None
+        while True:
+            try:
+                await self.deliver_due()
+            except Exception as error:
+                log.error("simulated delivery failed: %s: %s", type(error).__name__, error)
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(self.pump_interval)
 
     def agents(self) -> Sequence[AgentInfo]:
         """The configured agents."""
@@ -174,15 +209,10 @@ class SimulatedBackend(AgentBackend):
         self._maybe_fail("destroy", session)
         self._forgotten.update(k.id for k in session.kernels)
 
-    @property
-    def pending_events(self) -> int:
-        """How many progress events are queued (for kernels not destroyed)."""
-        return sum(1 for e in self._events if e[2].kernel_id not in self._forgotten)
-
     async def deliver_due(self) -> int:
         """Report every event due by now, in one transaction; return how many applied."""
         if self.reporter is None:
-            raise RuntimeError("SimulatedBackend.bind(reporter, clock) was not called")
+            raise RuntimeError("SimulatedBackend.start(reporter, wake) was not called")
         now = self.clock.time()
         due: list[KernelReport] = []
         while self._events and self._events[0][0] <= now:
@@ -191,5 +221,7 @@ class SimulatedBackend(AgentBackend):
                 due.append(report)
         if not due:
             return 0
-        applied = await self.reporter.report_kernel_statuses(due)
-        return sum(applied)
+        applied = sum(await self.reporter.report_kernel_statuses(due))
+        if applied:
+            self._wake()
+        return applied

@@ -6,7 +6,6 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 import click
@@ -17,17 +16,14 @@ from sqlalchemy import exc
 from drover.app import App
 from drover.config import ConfigError, LoadedConfig, load_config
 from drover.model.errors import DroverError
-from drover.model.values import SessionWithKernels
 
 __all__ = [
     "CliState",
     "database_option",
     "emit_json",
-    "iso",
     "json_option",
     "print_table",
     "run_async",
-    "session_json",
     "with_app",
 ]
 
@@ -107,43 +103,6 @@ def with_app(
             await app.close()
 
     return run_async(runner)
-
-
-def iso(value: datetime | None) -> str | None:
-    """An aware datetime as ISO 8601 (UTC), or ``None``."""
-    return value.isoformat(timespec="milliseconds") if value is not None else None
-
-
-def session_json(session: SessionWithKernels) -> dict[str, Any]:
-    """A session as the stable JSON shape every command and the web API use."""
-    return {
-        "id": session.id,
-        "name": session.name,
-        "status": session.status.value,
-        "status_info": session.status_info,
-        "result": session.result,
-        "priority": session.priority,
-        "try_count": session.try_count,
-        "created_at": iso(session.created_at),
-        "status_changed_at": iso(session.status_changed_at),
-        "spec": session.spec,
-        "kernels": [
-            {
-                "id": k.id,
-                "index": i,
-                "status": k.status.value,
-                "status_info": k.status_info,
-                "agent_id": k.agent_id,
-                "exit_code": k.exit_code,
-                "pid": (k.runtime or {}).get("pid"),
-                "stdout": (k.runtime or {}).get("stdout"),
-                "stderr": (k.runtime or {}).get("stderr"),
-                "status_changed_at": iso(k.status_changed_at),
-                "spec": k.spec,
-            }
-            for i, k in enumerate(session.kernels, start=1)
-        ],
-    }
 
 
 def emit_json(data: Any) -> None:

@@ -21,12 +21,13 @@ from drover.cli._common import (
     with_app,
 )
 from drover.inspection._format import duration, parse_duration, parse_time
-from drover.inspection.history import history_json, kernel_history_json, search_history
+from drover.inspection.history import search_history
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
 from drover.plugins.graph import edges_of, graph_json, render_dot, render_mermaid, render_text
+from drover.serialization import history_json, kernel_history_json
 
 __all__ = ["graph", "history", "stats", "why"]
 
@@ -235,9 +236,7 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
     async def work(app: App) -> Any:
         coordinator = app.load_handlers()
         sid = await app.repository.resolve_session_id(session_id)
-        return await diagnose_session(
-            app.repository, coordinator.handlers, coordinator.options, sid, time.time()
-        )
+        return await diagnose_session(app.repository, coordinator, sid, time.time())
 
     try:
         diagnosis = with_app(ctx, work, database_url=database_url)

@@ -11,8 +11,9 @@ import click
 from drover import __version__
 from drover.app import App
 from drover.cli._common import CliState, emit_json, json_option, print_table
-from drover.coordinator.handlers import LifecycleHandler
+from drover.coordinator.handlers import target_statuses
 from drover.model.errors import DroverError
+from drover.model.promotion import PromotionRule
 from drover.plugins.graph import check_graph
 from drover.plugins.manager import BUILTIN_PREFIX, ENTRY_POINT_GROUP, collect_backends
 
@@ -38,9 +39,9 @@ def _describe(app: App) -> list[dict[str, Any]]:
         dist = dists.get(name)
         handlers = [
             {
-                "name": type(e.handler).name(),
-                "kind": "lifecycle" if isinstance(e.handler, LifecycleHandler) else "promotion",
-                "targets": sorted(s.value for s in e.handler.target_session_statuses),
+                "name": e.name,
+                "kind": "promotion" if isinstance(e.handler, PromotionRule) else "lifecycle",
+                "targets": sorted(s.value for s in target_statuses(e.handler)),
             }
             for e in app.registered
             if e.plugin == name

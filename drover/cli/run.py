@@ -15,8 +15,6 @@ import click
 
 from drover import __version__
 from drover.app import App
-from drover.backends.local import LocalBackend
-from drover.backends.simulated import SimulatedBackend
 from drover.cli._common import CliState, database_option, run_async
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.observers import ObserverDispatcher, events_of
@@ -45,29 +43,20 @@ async def serve_daemon(
     and stops with the daemon.
     """
     config = app.config
-    await app.check_schema(auto_upgrade=auto_upgrade)
-    coordinator = app.load_handlers()
-    backend = app.backend
-    pump = None
-    if isinstance(backend, SimulatedBackend):
-        backend.bind(app.repository, app.clock)
-        pump = backend.deliver_due
-    elif isinstance(backend, LocalBackend):
-        await backend.start(app.repository)
+    coordinator = await app.start(auto_upgrade=auto_upgrade)
     daemon = Daemon(
         coordinator,
+        app.repository,
         intervals={n: h.interval for n, h in config.handlers.items()},
         enabled={n: h.enabled for n, h in config.handlers.items()},
         safety_interval=config.safety_interval,
         heartbeat_interval=config.heartbeat_interval,
         shutdown_grace=config.shutdown_grace,
         version=__version__,
-        pump=pump,
         retention=(parse_duration(config.history.retention) if config.history.retention else None),
         prune_interval=config.history.prune_interval,
     )
-    if isinstance(backend, LocalBackend):
-        backend.on_change = daemon.wake_promotions
+    app.on_backend_change = daemon.wake_promotions
     dispatcher = ObserverDispatcher(app.observers)
     if app.observers:
         dispatcher.start()
@@ -113,8 +102,6 @@ async def serve_daemon(
         if install_signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
-        if isinstance(backend, LocalBackend):
-            await backend.stop()
         await dispatcher.close(grace=config.shutdown_grace)
     return 0
 

@@ -11,18 +11,10 @@ from typing import Any
 import click
 
 from drover.app import App
-from drover.cli._common import (
-    database_option,
-    emit_json,
-    iso,
-    json_option,
-    print_table,
-    session_json,
-    with_app,
-)
-from drover.inspection.history import history_json
+from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
+from drover.serialization import history_json, iso, session_json, termination_json
 
 __all__ = ["logs", "sessions", "show", "submit", "terminate"]
 
@@ -118,6 +110,13 @@ def _check_kernels(kernels: Any, where: str) -> None:
     help="HANDLER.FIELD=VALUE for this session only, e.g. prepare-sessions.timeout=60.",
 )
 @click.option(
+    "--max-requeues",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Times this session may be sent back to PENDING before it ends in ERROR "
+    "[default: the configuration's max_requeues, 3].",
+)
+@click.option(
     "--file",
     "file_path",
     type=click.Path(dir_okay=False),
@@ -138,6 +137,7 @@ def submit(
     setup: str | None,
     env_pairs: tuple[str, ...],
     option_items: tuple[str, ...],
+    max_requeues: int | None,
     file_path: str | None,
     as_json: bool,
     database_url: str | None,
@@ -161,6 +161,8 @@ def submit(
         request = _request_from_file(file_path)
         if name:
             request["name"] = name
+        if max_requeues is not None:
+            request["spec"]["max_requeues"] = max_requeues
         _check_kernels(request["kernels"], file_path)
     else:
         if not command:
@@ -175,6 +177,8 @@ def submit(
         options = _parse_options(option_items)
         if options:
             spec["options"] = options
+        if max_requeues is not None:
+            spec["max_requeues"] = max_requeues
         request = {
             "name": name,
             "priority": priority,
@@ -285,7 +289,9 @@ def show(
     click.echo(f"status       {session.status}  since {iso(session.status_changed_at)}")
     click.echo(f"status_info  {session.status_info or '-'}")
     click.echo(f"result       {session.result or '-'}")
-    click.echo(f"tries        {session.try_count}")
+    tries = ", ".join(f"{h} {n}" for h, n in sorted(session.tries.items())) or "none"
+    click.echo(f"tries        {tries}  (failures per handler in this status)")
+    click.echo(f"requeues     {session.requeues}")
     data = session_json(session)
     print_table(
         ["#", "kernel", "status", "agent", "pid", "exit", "status_info", "stdout"],
@@ -417,17 +423,7 @@ def terminate(
     except InvalidSpecError as error:  # pragma: no cover - run_async maps it already
         raise click.ClickException(str(error)) from None
     if as_json:
-        emit_json(
-            [
-                {
-                    "id": o.session_id,
-                    "from_status": o.from_status.value,
-                    "to_status": o.to_status.value,
-                    "changed": o.changed,
-                }
-                for o in outcomes
-            ]
-        )
+        emit_json([termination_json(o) for o in outcomes])
         return
     for o in outcomes:
         if o.changed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import click
@@ -12,13 +13,14 @@ from drover.cli._common import (
     CliState,
     database_option,
     emit_json,
-    iso,
     json_option,
     print_table,
     with_app,
 )
 from drover.config import flatten_config
+from drover.inspection.health import handler_errors_json, recent_handler_errors
 from drover.model.status import SessionStatus
+from drover.serialization import coordinator_json, iso
 
 __all__ = ["config", "status"]
 
@@ -28,10 +30,12 @@ __all__ = ["config", "status"]
 @database_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
-    """Show the live coordinators and the number of sessions in each status.
+    """Show the live coordinators, failing handlers and the sessions in each status.
 
     A coordinator is live if it has not stopped and its heartbeat is younger
-    than three heartbeat intervals.
+    than three heartbeat intervals. A handler is failing if its execute()
+    raised in the last 10 minutes (its targets are skipped and its ticks
+    backed off until it stops failing).
 
     Example: drover status --json
     """
@@ -39,26 +43,18 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
     window = 3 * loaded.config.heartbeat_interval
 
-    async def work(app: App) -> tuple[list[Any], dict[SessionStatus, int]]:
+    async def work(app: App) -> tuple[list[Any], list[Any], dict[SessionStatus, int]]:
         alive = await app.repository.coordinators(alive_within=window)
-        return alive, await app.repository.count_by_status()
+        errors = await recent_handler_errors(app.repository, time.time())
+        return alive, errors, await app.repository.count_by_status()
 
-    alive, counts = with_app(ctx, work, database_url=database_url)
+    alive, errors, counts = with_app(ctx, work, database_url=database_url)
     by_status = {s.value: counts.get(s, 0) for s in SessionStatus}
     if as_json:
         emit_json(
             {
-                "coordinators": [
-                    {
-                        "id": c.id,
-                        "host": c.host,
-                        "pid": c.pid,
-                        "version": c.version,
-                        "started_at": iso(c.started_at),
-                        "heartbeat_at": iso(c.heartbeat_at),
-                    }
-                    for c in alive
-                ],
+                "coordinators": [coordinator_json(c) for c in alive],
+                "handler_errors": handler_errors_json(errors),
                 "sessions": by_status,
             }
         )
@@ -75,6 +71,15 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     else:
         click.echo(
             f"no live coordinator (no heartbeat in the last {window:g}s): start `drover run`"
+        )
+    if errors:
+        print_table(
+            ["handler", "errors", "last", "last error"],
+            [
+                (e["handler"], e["errors"], e["last_at"], e["last_error"])
+                for e in handler_errors_json(errors)
+            ],
+            title="failing handlers (execute() raised in the last 10 minutes)",
         )
     print_table(["status", "sessions"], list(by_status.items()), title="sessions by status")
 

@@ -8,6 +8,12 @@ The rules, in order, for each target of a lifecycle handler:
 * listed in ``skipped`` or not mentioned: EXPIRED if the timeout has passed;
   otherwise a skipped target gets a SKIPPED row and an unmentioned one nothing.
   Neither changes ``try_count``.
+
+``try_count`` is the running handler's own count (tries are per handler).
+An EXPIRED or GIVE_UP transition that sends a session back to an earlier
+status is a *requeue*; past the session's requeue budget the session goes to
+:data:`~drover.model.rules.REQUEUE_LIMIT_STATUS` instead, with ``status_info``
+:data:`~drover.model.rules.REQUEUE_LIMIT`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from drover.model.plan import Change, TryCount
+from drover.model.rules import REQUEUE_LIMIT, REQUEUE_LIMIT_STATUS, is_requeue
 from drover.model.status import SchedulingResult
 from drover.model.values import (
     HandlerOptions,
@@ -27,6 +34,9 @@ from drover.model.values import (
 )
 
 __all__ = ["classify", "expired"]
+
+#: The outcomes whose transition may send a session back (and spend a requeue).
+_SENDS_BACK = frozenset({SchedulingResult.EXPIRED, SchedulingResult.GIVE_UP})
 
 
 def expired(session: SessionWithKernels, options: HandlerOptions, now: float) -> bool:
@@ -49,12 +59,17 @@ def classify(
     transitions: StatusTransitions,
     options_for: Callable[[SessionWithKernels], HandlerOptions],
     now: float,
+    max_requeues_for: Callable[[SessionWithKernels], int | None] = lambda _s: None,
 ) -> list[Change]:
-    """Decide each target's result class and transition from a (valid) handler result."""
+    """Decide each target's result class and transition from a (valid) handler result.
+
+    ``max_requeues_for`` gives a session's requeue budget (``None``: no limit).
+    """
     successes = set(result.successes)
     failures = set(result.failures)
     skipped = set(result.skipped)
     changes: list[Change] = []
+    by_id = {t.id: t for t in targets}
     infos = {sid: StatusInfoRule(default=text) for sid, text in result.status_infos.items()}
     for session in targets:
         sid = session.id
@@ -112,7 +127,36 @@ def classify(
             else c
             for c in changes
         ]
-    return changes
+    return [
+        _judge_requeue(c, by_id[c.session_id], max_requeues_for)
+        if c.result in _SENDS_BACK and c.changes_session
+        else c
+        for c in changes
+    ]
+
+
+def _judge_requeue(
+    change: Change,
+    session: SessionWithKernels,
+    max_requeues_for: Callable[[SessionWithKernels], int | None],
+) -> Change:
+    """Count a requeue, or end the session when its requeue budget is spent."""
+    if change.to_session is None or not is_requeue(change.from_status, change.to_session):
+        return change
+    limit = max_requeues_for(session)
+    if limit is None or session.requeues < limit:
+        return attrs.evolve(change, requeue=True)
+    note = (
+        f"sent back to {change.to_session} {session.requeues} time(s) already "
+        f"(max_requeues={limit}): {REQUEUE_LIMIT_STATUS} instead"
+    )
+    return attrs.evolve(
+        change,
+        to_session=REQUEUE_LIMIT_STATUS,
+        to_kernel=None,
+        status_info=StatusInfoRule(default=REQUEUE_LIMIT),
+        message=_join(change.message, note),
+    )
 
 
 def _join(first: str | None, second: str) -> str:

@@ -2,15 +2,19 @@
 
 * Each handler ticks every ``interval`` seconds, and at once when woken: a tick
   that moves sessions into a status wakes the handlers that target it, and a
-  backend report wakes the promotion handlers.
+  backend report wakes the promotion handlers (:meth:`Daemon.wake_promotions`).
 * New sessions submitted by other processes are noticed within
-  ``submission_poll`` seconds (the newest session id is polled: one index
-  lookup) and wake the handlers that target PENDING.
+  ``submission_poll`` seconds (the newest id is polled: one index lookup) and
+  wake the handlers that target PENDING.
 * Sessions ending wake the handlers that target PENDING: capacity was freed.
 * Every ``safety_interval`` seconds all handlers are woken unconditionally.
 * Ticks of one handler never overlap (one task per handler).
 * A tick that raises (the database went away, say) is logged and retried with
   tenacity's exponential backoff; the daemon goes on.
+* A handler whose ``execute`` raised is backed off: its next tick waits
+  ``interval * 2**errors`` (at most ``max_error_backoff``) whatever wakes it.
+  The error is recorded with the tick, for ``drover status``, ``/healthz`` and
+  ``/metrics``.
 * :meth:`Daemon.stop` stops starting ticks; :meth:`Daemon.run` then lets
   in-flight ticks finish within ``shutdown_grace`` before cancelling them
   (a cancelled apply is a rolled-back transaction).
@@ -24,17 +28,18 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from drover.coordinator.handlers import SessionPromotionHandler
+from drover.coordinator.handlers import handler_name
+from drover.coordinator.store import DaemonStore
 from drover.coordinator.tick import Coordinator, TickReport
-from drover.model.clock import from_timestamp
 from drover.model.ids import new_id
+from drover.model.promotion import PromotionRule
 from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
-from drover.storage.repository import CoordinatorInfo
+from drover.model.values import CoordinatorInfo
 
 __all__ = ["Daemon"]
 
@@ -47,6 +52,7 @@ class Daemon:
     def __init__(
         self,
         coordinator: Coordinator,
+        store: DaemonStore,
         *,
         intervals: Mapping[str, float] | None = None,
         enabled: Mapping[str, bool] | None = None,
@@ -55,26 +61,23 @@ class Daemon:
         heartbeat_interval: float = 5.0,
         shutdown_grace: float = 10.0,
         version: str = "",
-        pump: Callable[[], Awaitable[int]] | None = None,
-        pump_interval: float = 0.02,
         submission_poll: float = 0.1,
         on_tick: Callable[[TickReport], None] | None = None,
         retention: float | None = None,
         prune_interval: float = 3600.0,
+        max_error_backoff: float = 300.0,
     ) -> None:
         self.coordinator = coordinator
-        self.repository = coordinator.repository
-        names = list(coordinator.handlers)
-        self.names = [n for n in names if (enabled or {}).get(n, True)]
+        self.store = store
+        self.names = [n for n in coordinator.handlers if (enabled or {}).get(n, True)]
         self.intervals = {n: (intervals or {}).get(n, default_interval) for n in self.names}
         self.safety_interval = safety_interval
         self.heartbeat_interval = heartbeat_interval
         self.shutdown_grace = shutdown_grace
+        self.max_error_backoff = max_error_backoff
         self.version = version
         self.id = new_id()
-        self._pump = pump
-        self._pump_interval = pump_interval
-        #: Called with every tick's report (metrics, benchmarks).
+        #: Called with every tick's report (observers, metrics, benchmarks).
         self.on_tick = on_tick
         self._submission_poll = submission_poll
         self._retention = retention
@@ -84,14 +87,22 @@ class Daemon:
         self._wake = {n: asyncio.Event() for n in self.names}
         self._stopping = asyncio.Event()
         self._in_tick: set[str] = set()
+        #: Consecutive ticks of each handler whose execute() raised.
+        self.errors: dict[str, int] = dict.fromkeys(self.names, 0)
         # Which handlers to wake when sessions move into a status.
         self._targets: dict[str, set[str]] = {}
         self._promotions = [
-            n for n in self.names if isinstance(coordinator.handlers[n], SessionPromotionHandler)
+            n for n in self.names if isinstance(coordinator.handlers[n], PromotionRule)
         ]
         for name in self.names:
-            for status in coordinator.handlers[name].target_session_statuses:
-                self._targets.setdefault(str(status), set()).add(name)
+            handler = coordinator.handlers[name]
+            statuses = (
+                handler.from_statuses
+                if isinstance(handler, PromotionRule)
+                else handler.target_session_statuses
+            )
+            for status in statuses:
+                self._targets.setdefault(str(status), set()).add(handler_name(handler))
         self.ticks = 0
 
     def wake(self, *names: str) -> None:
@@ -102,7 +113,8 @@ class Daemon:
 
     def wake_promotions(self) -> None:
         """Wake the promotion handlers (kernel statuses changed)."""
-        self.wake(*self._promotions) if self._promotions else None
+        if self._promotions:
+            self.wake(*self._promotions)
 
     def stop(self) -> None:
         """Stop starting new ticks; :meth:`run` returns once in-flight ticks are done."""
@@ -112,20 +124,16 @@ class Daemon:
         for event in self._wake.values():
             event.set()
 
-    @property
-    def stopping(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stopping.is_set()
-
     async def run(self) -> None:
         """Run until :meth:`stop`; then finish in-flight ticks within the grace period."""
-        await self.repository.heartbeat(
+        now = datetime.now(UTC)
+        await self.store.register_coordinator(
             CoordinatorInfo(
                 id=self.id,
                 host=socket.gethostname(),
                 pid=os.getpid(),
-                started_at=_now(),
-                heartbeat_at=_now(),
+                started_at=now,
+                heartbeat_at=now,
                 version=self.version,
                 stopped_at=None,
             )
@@ -142,8 +150,6 @@ class Daemon:
         ]
         if self._retention is not None:
             helpers.append(asyncio.create_task(self._retention_loop(), name="drover-retention"))
-        if self._pump is not None:
-            helpers.append(asyncio.create_task(self._pump_loop(), name="drover-pump"))
         try:
             await self._stopping.wait()
         finally:
@@ -162,7 +168,7 @@ class Daemon:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(Exception):
-                await self.repository.coordinator_stopped(self.id)
+                await self.store.coordinator_stopped(self.id)
             log.info("coordinator %s stopped", self.id)
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
@@ -173,8 +179,14 @@ class Daemon:
         wake = self._wake[name]
         wake.set()  # tick once at start-up
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=self.intervals[name])
+            errors = self.errors[name]
+            if errors:
+                # A failing handler waits out its backoff whatever wakes it.
+                backoff = min(self.intervals[name] * 2**errors, self.max_error_backoff)
+                await self._sleep_unless_stopping(backoff)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout=self.intervals[name])
             if self._stopping.is_set():
                 return
             wake.clear()
@@ -218,17 +230,36 @@ class Daemon:
 
     def _after_tick(self, report: TickReport) -> None:
         self.ticks += 1
-        if report.fetched:
+        counts = {str(k): v for k, v in report.counts.items()}
+        if report.fetched or report.error:
             self._tick_rows.append(
                 {
                     "handler": report.handler,
                     "started_at": time.time() - report.duration,
                     "duration": report.duration,
                     "fetched": report.fetched,
-                    "counts": {str(k): v for k, v in report.counts.items()},
+                    "counts": counts,
+                    "error": report.error,
                 }
             )
-        counts = {str(k): v for k, v in report.counts.items()}
+        if report.error:
+            self.errors[report.handler] += 1
+            backoff = min(
+                self.intervals[report.handler] * 2 ** self.errors[report.handler],
+                self.max_error_backoff,
+            )
+            log.error(
+                "handler %s failed (%d in a row): %s; its %d target(s) were skipped; "
+                "next tick in %.0fs",
+                report.handler,
+                self.errors[report.handler],
+                report.error,
+                report.fetched,
+                backoff,
+                extra={"handler": report.handler, "error": report.error},
+            )
+        else:
+            self.errors[report.handler] = 0
         # A handler may fetch sessions every tick and act on none (a watchdog):
         # only ticks with outcomes are worth an INFO line.
         level = logging.INFO if report.changes else logging.DEBUG
@@ -256,8 +287,8 @@ class Daemon:
         if report.kernel_changes:
             self.wake_promotions()
         if (
-            report.fetched
-            and len(report.changes)
+            report.changes
+            and not report.error
             and report.fetched >= self.coordinator.options(report.handler).batch_size
         ):
             # A full batch: there may be more waiting.
@@ -277,7 +308,7 @@ class Daemon:
             if self._stopping.is_set():
                 return
             try:
-                await self.repository.heartbeat(coordinator_id=self.id)
+                await self.store.heartbeat(self.id)
             except Exception as error:
                 log.error("heartbeat failed: %s: %s", type(error).__name__, error)
 
@@ -285,7 +316,7 @@ class Daemon:
         rows, self._tick_rows = self._tick_rows, []
         if rows:
             try:
-                await self.repository.record_ticks(rows)
+                await self.store.record_ticks(rows)
             except Exception as error:
                 log.error(
                     "recording %d tick(s) failed: %s: %s", len(rows), type(error).__name__, error
@@ -301,20 +332,18 @@ class Daemon:
         assert self._retention is not None
         while not self._stopping.is_set():
             try:
-                report = await self.repository.prune_history(
-                    older_than=time.time() - self._retention
-                )
+                report = await self.store.prune_history(older_than=time.time() - self._retention)
                 log.info("history retention: deleted %s", report, extra={"pruned": report})
             except Exception as error:
                 log.error("history retention failed: %s: %s", type(error).__name__, error)
             await self._sleep_unless_stopping(self._prune_interval)
 
     async def _submission_loop(self) -> None:
-        pending = sorted(self._targets.get("PENDING", ()))
+        pending = sorted(self._targets.get(SessionStatus.PENDING.value, ()))
         last: str | None = None
         while not self._stopping.is_set():
             try:
-                newest = await self.repository.latest_session_id()
+                newest = await self.store.latest_entity_id()
                 if newest != last:
                     last = newest
                     if pending:
@@ -323,18 +352,3 @@ class Daemon:
                 log.error("polling for new sessions failed: %s: %s", type(error).__name__, error)
                 await self._sleep_unless_stopping(1.0)
             await self._sleep_unless_stopping(self._submission_poll)
-
-    async def _pump_loop(self) -> None:
-        assert self._pump is not None
-        while not self._stopping.is_set():
-            try:
-                if await self._pump():
-                    self.wake_promotions()
-            except Exception as error:
-                log.error("backend delivery failed: %s: %s", type(error).__name__, error)
-                await self._sleep_unless_stopping(1.0)
-            await self._sleep_unless_stopping(self._pump_interval)
-
-
-def _now() -> datetime:
-    return from_timestamp(time.time())

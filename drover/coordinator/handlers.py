@@ -1,11 +1,17 @@
-"""The two handler ABCs that plugins implement."""
+"""The handler ABCs that plugins implement, and promotions as data.
+
+A :class:`LifecycleHandler` runs code on its targets. A promotion runs no
+code: it is a :class:`~drover.model.promotion.PromotionRule`, which plugins may
+register as it is or spell as a :class:`SessionPromotionHandler` subclass.
+"""
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from drover.model.promotion import PromotionRule
+from drover.model.spec import is_kebab_case
 from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
 from drover.model.values import (
     HandlerOptions,
@@ -15,14 +21,16 @@ from drover.model.values import (
     StatusTransitions,
 )
 
-__all__ = ["Handler", "LifecycleHandler", "SessionPromotionHandler", "is_kebab_case"]
-
-_KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-
-
-def is_kebab_case(name: str) -> bool:
-    """Tell whether ``name`` is a valid handler name (``kebab-case``)."""
-    return bool(_KEBAB.match(name))
+__all__ = [
+    "Handler",
+    "LifecycleHandler",
+    "SessionPromotionHandler",
+    "handler_name",
+    "is_kebab_case",
+    "promotion_class",
+    "rule_of",
+    "target_statuses",
+]
 
 
 class LifecycleHandler(ABC):
@@ -110,4 +118,71 @@ class SessionPromotionHandler(ABC):
         return HandlerOptions(max_retries=None)
 
 
-Handler = LifecycleHandler | SessionPromotionHandler
+Handler = LifecycleHandler | PromotionRule
+"""What the coordinator runs: lifecycle handlers, and promotions as rules."""
+
+
+def handler_name(handler: Handler) -> str:
+    """The name a handler (or promotion rule) is registered under."""
+    if isinstance(handler, PromotionRule):
+        return handler.name
+    return type(handler).name()
+
+
+def target_statuses(handler: Handler) -> frozenset[SessionStatus]:
+    """The session statuses a handler (or promotion rule) acts on."""
+    if isinstance(handler, PromotionRule):
+        return handler.from_statuses
+    return handler.target_session_statuses
+
+
+def rule_of(handler: SessionPromotionHandler) -> PromotionRule:
+    """The :class:`PromotionRule` a :class:`SessionPromotionHandler` spells."""
+    cls = type(handler)
+    return PromotionRule(
+        name=cls.name(),
+        from_statuses=handler.target_session_statuses,
+        kernel_statuses=handler.check_kernel_statuses,
+        match=handler.match_type,
+        to_status=cls.success_session_status(),
+        status_info=cls.status_info_rule(),
+        options=cls.default_options(),
+    )
+
+
+def promotion_class(rule: PromotionRule) -> type[SessionPromotionHandler]:
+    """A :class:`SessionPromotionHandler` subclass spelling ``rule`` (for code that wants one)."""
+
+    class _Promotion(SessionPromotionHandler):
+        @classmethod
+        def name(cls) -> str:
+            return rule.name
+
+        @property
+        def target_session_statuses(self) -> frozenset[SessionStatus]:
+            return rule.from_statuses
+
+        @property
+        def check_kernel_statuses(self) -> frozenset[KernelStatus]:
+            return rule.kernel_statuses
+
+        @property
+        def match_type(self) -> KernelMatchType:
+            return rule.match
+
+        @classmethod
+        def success_session_status(cls) -> SessionStatus:
+            return rule.to_status
+
+        @classmethod
+        def status_info_rule(cls) -> StatusInfoRule | None:
+            return rule.status_info
+
+        @classmethod
+        def default_options(cls) -> HandlerOptions:
+            return rule.options
+
+    words = [w.capitalize() for w in rule.name.split("-")]
+    _Promotion.__name__ = _Promotion.__qualname__ = "".join(words)
+    _Promotion.__doc__ = f"The ``{rule.name}`` promotion rule as a SessionPromotionHandler."
+    return _Promotion

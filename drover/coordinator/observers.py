@@ -13,15 +13,15 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Protocol, runtime_checkable
 
 import attrs
 
 from drover.coordinator.tick import TickReport
 from drover.model.clock import from_timestamp
 from drover.model.status import SchedulingResult, SessionStatus
-from drover.plugins.registry import Observer
 
-__all__ = ["HistoryEvent", "ObserverDispatcher", "events_of"]
+__all__ = ["HistoryEvent", "Observer", "ObserverDispatcher", "events_of"]
 
 log = logging.getLogger("drover.observers")
 
@@ -38,6 +38,15 @@ class HistoryEvent:
     error_code: str | None
     message: str | None
     at: datetime
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """Anything with ``async def on_history(records)``."""
+
+    async def on_history(self, records: Sequence[HistoryEvent]) -> None:
+        """Receive one committed tick's history records."""
+        ...
 
 
 def events_of(report: TickReport, at: float) -> list[HistoryEvent]:

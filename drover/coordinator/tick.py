@@ -2,44 +2,55 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from drover.coordinator.classify import classify
-from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.handlers import Handler, LifecycleHandler
+from drover.coordinator.store import CoordinatorStore
 from drover.model.clock import Clock, SystemClock
 from drover.model.errors import UnknownHandlerError
-from drover.model.options import (
-    merge_options,
-    overrides_from,
-    session_options,
-    validate_options,
-)
+from drover.model.options import merge_options, overrides_from, session_options, validate_options
 from drover.model.plan import AppliedChange, ApplyOutcome, Change, TryCount
+from drover.model.promotion import PromotionRule
+from drover.model.rules import DEFAULT_MAX_REQUEUES
 from drover.model.status import SchedulingResult, SessionStatus
 from drover.model.values import HandlerOptions, HandlerResult, SessionWithKernels
-from drover.storage.repository import Repository
 
-__all__ = ["HANDLER_ERROR", "INVALID_RESULT", "Coordinator", "TickReport"]
+__all__ = [
+    "BLOCKING_THRESHOLD",
+    "HANDLER_ERROR",
+    "INVALID_RESULT",
+    "Coordinator",
+    "TickReport",
+]
 
 log = logging.getLogger("drover.coordinator")
 
-#: Error code when ``execute`` raised.
+#: Error code of the SKIPPED rows written when ``execute`` raised.
 HANDLER_ERROR = "handler-error"
-#: Error code when the handler's result listed one id in two lists.
+#: Error code of the SKIPPED rows written when the handler's result was invalid.
 INVALID_RESULT = "invalid-result"
+#: Seconds a handler may hold the event loop in one step of ``execute`` before it is logged.
+BLOCKING_THRESHOLD = 1.0
 
 _NOTHING = ApplyOutcome(changes=())
 
 
 @attrs.frozen
 class TickReport:
-    """What one tick of one handler did."""
+    """What one tick of one handler did.
+
+    ``error`` is set when the handler's ``execute`` raised or returned an
+    invalid result: its targets were then SKIPPED (a handler's fault is not
+    evidence against the sessions).
+    """
 
     handler: str
     fetched: int
@@ -47,6 +58,7 @@ class TickReport:
     duration: float
     ignored_ids: tuple[str, ...] = ()
     kernel_changes: int = 0
+    error: str | None = None
 
     @property
     def counts(self) -> dict[SchedulingResult, int]:
@@ -64,24 +76,28 @@ class TickReport:
 
 
 class Coordinator:
-    """Runs ticks of loaded handlers against a repository.
+    """Runs ticks of loaded handlers against a store (the repository).
 
     ``options`` maps a handler name to configuration overrides (a mapping of
     fields, or a :class:`HandlerOptions`); they sit between the handler's own
     ``default_options()`` and each session's ``spec["options"][name]``.
+    ``max_requeues`` is the requeue budget of sessions whose spec sets none
+    (``None``: no limit).
     """
 
     def __init__(
         self,
-        repository: Repository,
+        store: CoordinatorStore,
         handlers: Mapping[str, Handler],
         *,
         options: Mapping[str, HandlerOptions | Mapping[str, Any]] | None = None,
         clock: Clock | None = None,
+        max_requeues: int | None = DEFAULT_MAX_REQUEUES,
     ) -> None:
-        self.repository = repository
+        self.store = store
         self.handlers = dict(handlers)
         self.clock: Clock = clock or SystemClock()
+        self.max_requeues = max_requeues
         self._options: dict[str, HandlerOptions] = {}
         unknown = sorted(set(options or {}) - set(self.handlers))
         if unknown:
@@ -91,7 +107,10 @@ class Coordinator:
                 sorted(self.handlers),
             )
         for name, handler in self.handlers.items():
-            base = type(handler).default_options()
+            if isinstance(handler, PromotionRule):
+                base = handler.options
+            else:
+                base = type(handler).default_options()
             layer = overrides_from((options or {}).get(name))
             self._options[name] = validate_options(
                 merge_options(base, layer), where=f"options of handler {name!r}"
@@ -103,6 +122,13 @@ class Coordinator:
         """The resolved (handler default + configuration) options of handler ``name``."""
         self._handler(name)
         return self._options[name]
+
+    def max_requeues_for(self, session: SessionWithKernels) -> int | None:
+        """A session's requeue budget: its spec's ``max_requeues``, else the configured one."""
+        if "max_requeues" in session.spec:
+            value = session.spec["max_requeues"]
+            return value if isinstance(value, int) else None
+        return self.max_requeues
 
     def _handler(self, name: str) -> Handler:
         try:
@@ -116,10 +142,12 @@ class Coordinator:
         """Run exactly one tick of handler ``name``."""
         handler = self._handler(name)
         started = time.perf_counter()
-        if isinstance(handler, SessionPromotionHandler):
-            fetched, outcome, ignored = await self._promotion_tick(name, handler)
+        error: str | None = None
+        ignored: tuple[str, ...] = ()
+        if isinstance(handler, PromotionRule):
+            fetched, outcome = await self._promotion_tick(name, handler)
         else:
-            fetched, outcome, ignored = await self._lifecycle_tick(name, handler)
+            fetched, outcome, ignored, error = await self._lifecycle_tick(name, handler)
         report = TickReport(
             handler=name,
             fetched=fetched,
@@ -127,6 +155,7 @@ class Coordinator:
             duration=time.perf_counter() - started,
             ignored_ids=ignored,
             kernel_changes=outcome.kernel_changes,
+            error=error,
         )
         log.debug(
             "tick %s: fetched=%d counts=%s duration=%.3fs",
@@ -139,15 +168,18 @@ class Coordinator:
 
     async def _lifecycle_tick(
         self, name: str, handler: LifecycleHandler
-    ) -> tuple[int, ApplyOutcome, tuple[str, ...]]:
+    ) -> tuple[int, ApplyOutcome, tuple[str, ...], str | None]:
         options = self._options[name]
-        targets = await self.repository.fetch_lifecycle_targets(
-            handler.target_session_statuses, handler.target_kernel_statuses, options.batch_size
+        targets = await self.store.fetch_lifecycle_targets(
+            name,
+            handler.target_session_statuses,
+            handler.target_kernel_statuses,
+            options.batch_size,
         )
         if not targets:
-            return 0, _NOTHING, ()
+            return 0, _NOTHING, (), None
         # No transaction is open here: the handler may do slow I/O.
-        result, ignored = await _execute(name, handler, targets)
+        result, ignored, error = await _execute(name, handler, targets)
         now = self.clock.time()
         changes = classify(
             targets,
@@ -155,65 +187,110 @@ class Coordinator:
             type(handler).status_transitions(),
             lambda s: session_options(options, s, name),
             now,
+            self.max_requeues_for,
         )
-        outcome = await self.repository.apply(
+        outcome = await self.store.apply(
             name, changes, now=now, inject_failure=self.inject_apply_failure
         )
-        return len(targets), outcome, ignored
+        return len(targets), outcome, ignored, error
 
-    async def _promotion_tick(
-        self, name: str, handler: SessionPromotionHandler
-    ) -> tuple[int, ApplyOutcome, tuple[str, ...]]:
-        options = self._options[name]
-        candidates = await self.repository.fetch_promotion_candidates(
-            handler.target_session_statuses,
-            handler.check_kernel_statuses,
-            handler.match_type,
-            options.batch_size,
+    async def _promotion_tick(self, name: str, rule: PromotionRule) -> tuple[int, ApplyOutcome]:
+        candidates = await self.store.fetch_promotion_candidates(
+            rule, self._options[name].batch_size
         )
         if not candidates:
-            return 0, _NOTHING, ()
-        to_status = type(handler).success_session_status()
-        rule = type(handler).status_info_rule()
+            return 0, _NOTHING
         changes = [
             Change(
                 session_id=sid,
                 from_status=status,
                 result=SchedulingResult.SUCCESS,
-                to_session=to_status,
+                to_session=rule.to_status,
                 try_count=TryCount.RESET,
-                status_info=rule,
+                status_info=rule.status_info,
             )
             for sid, status in candidates
         ]
-        outcome = await self.repository.apply(
+        outcome = await self.store.apply(
             name, changes, now=self.clock.time(), inject_failure=self.inject_apply_failure
         )
-        return len(candidates), outcome, ()
+        return len(candidates), outcome
+
+
+class _Watched:
+    """Awaits ``execute()`` step by step, logging any step that holds the event loop too long.
+
+    A handler that calls blocking code stalls every other handler, backend and
+    the web dashboard; timing each step the loop spends inside the coroutine
+    names the culprit.
+    """
+
+    def __init__(self, awaitable: Awaitable[Any], name: str) -> None:
+        self._iterator = awaitable.__await__()
+        self._name = name
+
+    def _check(self, started: float) -> None:
+        held = time.perf_counter() - started
+        if held > BLOCKING_THRESHOLD:
+            log.warning(
+                "handler %s blocked the event loop for %.1fs inside execute(): "
+                "use await, or run blocking code with asyncio.to_thread",
+                self._name,
+                held,
+                extra={"handler": self._name, "blocked_s": round(held, 3)},
+            )
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        iterator = self._iterator
+        value: Any = None
+        thrown: BaseException | None = None
+        while True:
+            started = time.perf_counter()
+            try:
+                step = iterator.throw(thrown) if thrown is not None else iterator.send(value)
+            except StopIteration as stop:
+                self._check(started)
+                return stop.value
+            except BaseException:
+                self._check(started)
+                raise
+            self._check(started)
+            try:
+                value, thrown = (yield step), None
+            except BaseException as error:  # delivered into the handler, as await would
+                value, thrown = None, error
 
 
 async def _execute(
     name: str, handler: LifecycleHandler, targets: Sequence[SessionWithKernels]
-) -> tuple[HandlerResult, tuple[str, ...]]:
-    """Await the handler and normalise what it said. Never raises for the handler's faults."""
+) -> tuple[HandlerResult, tuple[str, ...], str | None]:
+    """Await the handler and normalise what it said. Never raises for the handler's faults.
+
+    A handler that raises (any Exception, SystemExit, KeyboardInterrupt, or a
+    CancelledError of its own) or returns an invalid result has every target SKIPPED with an error
+    code: its fault is not evidence against the sessions, so no try is counted
+    (expiry is still judged). Only a real cancellation of this tick propagates.
+    """
     ids = [t.id for t in targets]
     try:
-        result = await handler.execute(targets)
-    except Exception as error:
-        log.exception("handler %s raised; every target counts as a failure", name)
-        text = f"{type(error).__name__}: {error}"
-        return (
-            HandlerResult(
-                failures=ids,
-                messages=dict.fromkeys(ids, text),
-                error_codes=dict.fromkeys(ids, HANDLER_ERROR),
-            ),
-            (),
-        )
+        result = await _Watched(handler.execute(targets), name)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return _faulty(name, ids, HANDLER_ERROR, "CancelledError raised inside execute()")
+    except (Exception, SystemExit, KeyboardInterrupt) as error:
+        # SystemExit and KeyboardInterrupt from a handler must not stop the daemon
+        # (the daemon's own signals arrive through the event loop, not as these).
+        log.error("handler %s raised; its targets are skipped", name, exc_info=error)
+        return _faulty(name, ids, HANDLER_ERROR, f"{type(error).__name__}: {error}")
     if not isinstance(result, HandlerResult):
-        text = f"execute() returned {type(result).__name__}, not HandlerResult"
-        log.error("handler %s: %s", name, text)
-        return _all_failed(ids, text), ()
+        return _faulty(
+            name,
+            ids,
+            INVALID_RESULT,
+            f"execute() returned {type(result).__name__}, not HandlerResult",
+        )
     known = set(ids)
     listed = [*result.successes, *result.failures, *result.skipped]
     ignored = tuple(dict.fromkeys(i for i in listed if i not in known))
@@ -223,15 +300,21 @@ async def _execute(
     # The same id twice in one list is as contradictory as in two lists.
     duplicated = sorted(i for i, n in seen.items() if n > 1)
     if duplicated:
-        text = f"result lists session(s) {duplicated} more than once"
-        log.error("handler %s: invalid result: %s", name, text)
-        return _all_failed(ids, text), ignored
-    return result, ignored
+        text = f"invalid result: it lists session(s) {duplicated} more than once"
+        result, _, error_text = _faulty(name, ids, INVALID_RESULT, text)
+        return result, ignored, error_text
+    return result, ignored, None
 
 
-def _all_failed(ids: list[str], text: str) -> HandlerResult:
-    return HandlerResult(
-        failures=ids,
-        messages=dict.fromkeys(ids, text),
-        error_codes=dict.fromkeys(ids, INVALID_RESULT),
+def _faulty(
+    name: str, ids: list[str], code: str, text: str
+) -> tuple[HandlerResult, tuple[str, ...], str]:
+    if code == INVALID_RESULT:
+        log.error("handler %s: %s; its targets are skipped", name, text)
+    return (
+        HandlerResult(
+            skipped=ids, messages=dict.fromkeys(ids, text), error_codes=dict.fromkeys(ids, code)
+        ),
+        (),
+        text,
     )

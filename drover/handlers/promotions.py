@@ -1,19 +1,26 @@
-"""The four built-in promotion handlers, each registered by its own plugin."""
+"""The built-in promotions: a table of rules, each registered by its own plugin.
+
+``detect-start-failure`` is not in the Sokovan proposal: without it a session
+whose only kernel fails its setup is promoted to PREPARED and then waits
+forever, because ``start-sessions`` only fetches sessions with a PREPARED or
+CREATING kernel (and ``schedule-sessions`` likewise wants a PENDING one).
+CREATING is left to ``promote-to-running`` and ``detect-termination``: kernels
+may already have run there.
+"""
 
 from __future__ import annotations
 
-from drover.coordinator.handlers import SessionPromotionHandler
-from drover.model.status import (
-    TERMINAL_KERNEL_STATUSES,
-    KernelMatchType,
-    KernelStatus,
-    SessionStatus,
-)
+from drover.coordinator.handlers import promotion_class
+from drover.model.promotion import PromotionRule
+from drover.model.rules import NON_TERMINAL_KERNEL_STATUSES
+from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus, SessionStatus
+from drover.model.status import KernelMatchType as M
 from drover.model.values import StatusInfoRule
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
 
 __all__ = [
+    "BUILTIN_PROMOTIONS",
     "PROMOTION_PLUGINS",
     "DetectStartFailure",
     "DetectTermination",
@@ -22,214 +29,73 @@ __all__ = [
     "PromoteToTerminated",
 ]
 
-_K = KernelStatus
-_NON_TERMINAL = frozenset(s for s in KernelStatus if s not in TERMINAL_KERNEL_STATUSES)
+S = SessionStatus
+K = KernelStatus
 
+#: name, from statuses, kernel statuses, match, to status, status_info.
+BUILTIN_PROMOTIONS: tuple[PromotionRule, ...] = (
+    PromotionRule(
+        "promote-to-prepared",
+        {S.SCHEDULED, S.PREPARING},
+        {K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING},
+        M.NOT_ANY,
+        S.PREPARED,
+    ),
+    PromotionRule(
+        "promote-to-running",
+        {S.CREATING},
+        {K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING, K.PREPARED, K.CREATING},
+        M.NOT_ANY,
+        S.RUNNING,
+    ),
+    PromotionRule(
+        "promote-to-terminated",
+        {S.TERMINATING},
+        NON_TERMINAL_KERNEL_STATUSES,
+        M.NOT_ANY,
+        S.TERMINATED,
+    ),
+    PromotionRule(
+        "detect-termination",
+        {S.RUNNING},
+        TERMINAL_KERNEL_STATUSES,
+        M.ANY,
+        S.TERMINATING,
+        StatusInfoRule("KERNEL_EXITED", ((frozenset({K.ERROR}), "ABNORMAL_TERMINATION"),)),
+    ),
+    PromotionRule(
+        "detect-start-failure",
+        {S.PENDING, S.SCHEDULED, S.PREPARING, S.PREPARED},
+        TERMINAL_KERNEL_STATUSES,
+        M.ANY,
+        S.TERMINATING,
+        StatusInfoRule("KERNEL_EXITED", ((frozenset({K.ERROR}), "START_FAILED"),)),
+    ),
+)
 
-class PromoteToPrepared(SessionPromotionHandler):
-    """SCHEDULED/PREPARING -> PREPARED once no kernel is still being prepared."""
+_BY_NAME = {rule.name: rule for rule in BUILTIN_PROMOTIONS}
 
-    @classmethod
-    def name(cls) -> str:
-        """``promote-to-prepared``."""
-        return "promote-to-prepared"
-
-    @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """SCHEDULED and PREPARING."""
-        return frozenset({SessionStatus.SCHEDULED, SessionStatus.PREPARING})
-
-    @property
-    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
-        """PENDING, SCHEDULED, PREPARING and PULLING."""
-        return frozenset({_K.PENDING, _K.SCHEDULED, _K.PREPARING, _K.PULLING})
-
-    @property
-    def match_type(self) -> KernelMatchType:
-        """NOT_ANY."""
-        return KernelMatchType.NOT_ANY
-
-    @classmethod
-    def success_session_status(cls) -> SessionStatus:
-        """PREPARED."""
-        return SessionStatus.PREPARED
-
-
-class PromoteToRunning(SessionPromotionHandler):
-    """CREATING -> RUNNING once no kernel is in a status before RUNNING."""
-
-    @classmethod
-    def name(cls) -> str:
-        """``promote-to-running``."""
-        return "promote-to-running"
-
-    @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """CREATING."""
-        return frozenset({SessionStatus.CREATING})
-
-    @property
-    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
-        """Every non-terminal status before RUNNING."""
-        return frozenset(
-            {_K.PENDING, _K.SCHEDULED, _K.PREPARING, _K.PULLING, _K.PREPARED, _K.CREATING}
-        )
-
-    @property
-    def match_type(self) -> KernelMatchType:
-        """NOT_ANY."""
-        return KernelMatchType.NOT_ANY
-
-    @classmethod
-    def success_session_status(cls) -> SessionStatus:
-        """RUNNING."""
-        return SessionStatus.RUNNING
-
-
-class PromoteToTerminated(SessionPromotionHandler):
-    """TERMINATING -> TERMINATED once every kernel has ended."""
-
-    @classmethod
-    def name(cls) -> str:
-        """``promote-to-terminated``."""
-        return "promote-to-terminated"
-
-    @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """TERMINATING."""
-        return frozenset({SessionStatus.TERMINATING})
-
-    @property
-    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
-        """Every non-terminal status."""
-        return _NON_TERMINAL
-
-    @property
-    def match_type(self) -> KernelMatchType:
-        """NOT_ANY."""
-        return KernelMatchType.NOT_ANY
-
-    @classmethod
-    def success_session_status(cls) -> SessionStatus:
-        """TERMINATED."""
-        return SessionStatus.TERMINATED
-
-
-class DetectTermination(SessionPromotionHandler):
-    """RUNNING -> TERMINATING as soon as any kernel has ended.
-
-    ``status_info`` becomes ``ABNORMAL_TERMINATION`` if a kernel is in ERROR,
-    else ``KERNEL_EXITED``.
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        """``detect-termination``."""
-        return "detect-termination"
-
-    @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """RUNNING."""
-        return frozenset({SessionStatus.RUNNING})
-
-    @property
-    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
-        """TERMINATED, CANCELLED and ERROR."""
-        return TERMINAL_KERNEL_STATUSES
-
-    @property
-    def match_type(self) -> KernelMatchType:
-        """ANY."""
-        return KernelMatchType.ANY
-
-    @classmethod
-    def success_session_status(cls) -> SessionStatus:
-        """TERMINATING."""
-        return SessionStatus.TERMINATING
-
-    @classmethod
-    def status_info_rule(cls) -> StatusInfoRule:
-        """ABNORMAL_TERMINATION if any kernel is in ERROR, else KERNEL_EXITED."""
-        return StatusInfoRule(
-            default="KERNEL_EXITED",
-            if_any_kernel=((frozenset({_K.ERROR}), "ABNORMAL_TERMINATION"),),
-        )
-
-
-class DetectStartFailure(SessionPromotionHandler):
-    """Before any kernel can have run -> TERMINATING as soon as any kernel has ended.
-
-    Not in the Sokovan proposal: without it a session whose only kernel fails
-    its setup is promoted to PREPARED and then waits forever, because
-    ``start-sessions`` only fetches sessions with a PREPARED or CREATING kernel
-    (and a PENDING one likewise, as ``schedule-sessions`` wants a PENDING
-    kernel). CREATING is left to ``promote-to-running`` and
-    ``detect-termination``: kernels may already have run there.
-    ``status_info`` becomes ``START_FAILED`` if a kernel is in ERROR, else
-    ``KERNEL_EXITED``.
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        """``detect-start-failure``."""
-        return "detect-start-failure"
-
-    @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """PENDING, SCHEDULED, PREPARING and PREPARED."""
-        return frozenset(
-            {
-                SessionStatus.PENDING,
-                SessionStatus.SCHEDULED,
-                SessionStatus.PREPARING,
-                SessionStatus.PREPARED,
-            }
-        )
-
-    @property
-    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
-        """TERMINATED, CANCELLED and ERROR."""
-        return TERMINAL_KERNEL_STATUSES
-
-    @property
-    def match_type(self) -> KernelMatchType:
-        """ANY."""
-        return KernelMatchType.ANY
-
-    @classmethod
-    def success_session_status(cls) -> SessionStatus:
-        """TERMINATING."""
-        return SessionStatus.TERMINATING
-
-    @classmethod
-    def status_info_rule(cls) -> StatusInfoRule:
-        """START_FAILED if any kernel is in ERROR, else KERNEL_EXITED."""
-        return StatusInfoRule(
-            default="KERNEL_EXITED",
-            if_any_kernel=((frozenset({_K.ERROR}), "START_FAILED"),),
-        )
+# The same rules spelled as SessionPromotionHandler classes, for code that wants one.
+PromoteToPrepared = promotion_class(_BY_NAME["promote-to-prepared"])
+PromoteToRunning = promotion_class(_BY_NAME["promote-to-running"])
+PromoteToTerminated = promotion_class(_BY_NAME["promote-to-terminated"])
+DetectTermination = promotion_class(_BY_NAME["detect-termination"])
+DetectStartFailure = promotion_class(_BY_NAME["detect-start-failure"])
 
 
 class _PromotionPlugin:
-    """A plugin object that registers one promotion handler."""
+    """A plugin object that registers one promotion rule."""
 
-    def __init__(self, handler_class: type[SessionPromotionHandler]) -> None:
-        self.handler_class = handler_class
+    def __init__(self, rule: PromotionRule) -> None:
+        self.rule = rule
 
     @hookimpl
     def drover_register_handlers(self, register: HandlerRegistry) -> None:
-        """Register this plugin's promotion handler."""
-        register(self.handler_class())
+        """Register this plugin's promotion rule."""
+        register(self.rule)
 
 
-#: ``(plugin name, plugin)`` for each promotion handler.
+#: ``(plugin name, plugin)`` for each promotion rule.
 PROMOTION_PLUGINS: list[tuple[str, object]] = [
-    (f"drover.handlers.{cls.name()}", _PromotionPlugin(cls))
-    for cls in (
-        PromoteToPrepared,
-        PromoteToRunning,
-        PromoteToTerminated,
-        DetectTermination,
-        DetectStartFailure,
-    )
+    (f"drover.handlers.{rule.name}", _PromotionPlugin(rule)) for rule in BUILTIN_PROMOTIONS
 ]

@@ -5,41 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from drover.model.status import SchedulingResult
-from drover.model.values import HistoryRecord, KernelHistoryRecord
+from drover.model.values import HistoryRecord
+from drover.serialization import history_json, kernel_history_json
 from drover.storage.repository import Repository
 
-__all__ = ["history_json", "kernel_history_json", "search_history", "timeline"]
-
-
-def history_json(row: HistoryRecord) -> dict[str, Any]:
-    """A scheduling history row with the CLI's stable JSON field names."""
-    return {
-        "id": row.id,
-        "session_id": row.session_id,
-        "handler": row.handler,
-        "result": row.result.value,
-        "from_status": row.from_status.value,
-        "to_status": row.to_status.value,
-        "error_code": row.error_code,
-        "message": row.message,
-        "attempts": row.attempts,
-        "created_at": row.created_at.isoformat(timespec="milliseconds"),
-        "updated_at": row.updated_at.isoformat(timespec="milliseconds"),
-    }
-
-
-def kernel_history_json(row: KernelHistoryRecord) -> dict[str, Any]:
-    """A kernel history row with stable JSON field names."""
-    return {
-        "id": row.id,
-        "kernel_id": row.kernel_id,
-        "session_id": row.session_id,
-        "source": row.source,
-        "from_status": row.from_status.value,
-        "to_status": row.to_status.value,
-        "message": row.message,
-        "created_at": row.created_at.isoformat(timespec="milliseconds"),
-    }
+__all__ = ["search_history", "timeline"]
 
 
 async def search_history(

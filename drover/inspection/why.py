@@ -12,13 +12,15 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.handlers import Handler
+from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration
 from drover.model.options import session_options
 from drover.model.plan import STALE_STATUS
+from drover.model.promotion import PromotionRule
+from drover.model.rules import MATCH_CONDITIONS, promotion_matches
 from drover.model.status import (
     TERMINAL_SESSION_STATUSES,
-    KernelMatchType,
     SchedulingResult,
     SessionStatus,
 )
@@ -87,36 +89,34 @@ def _last_problem(rows: list[HistoryRecord], status: SessionStatus) -> HistoryRe
     return None
 
 
-def _promotion_wait(handler: SessionPromotionHandler, session: SessionWithKernels) -> str:
-    name = type(handler).name()
-    check = sorted(s.value for s in handler.check_kernel_statuses)
-    listed = ", ".join(check)
-    target = type(handler).success_session_status()
-    if handler.match_type is KernelMatchType.NOT_ANY:
-        blocking = [
-            f"k{i} is {k.status}"
-            for i, k in enumerate(session.kernels, start=1)
-            if k.status in handler.check_kernel_statuses
-        ]
-        condition = f"waits until no kernel is in {listed}"
-        state = (
-            "; ".join(blocking) if blocking else "no kernel blocks it: it moves at its next tick"
-        )
-    elif handler.match_type is KernelMatchType.ALL:
-        blocking = [
-            f"k{i} is {k.status}"
-            for i, k in enumerate(session.kernels, start=1)
-            if k.status not in handler.check_kernel_statuses
-        ]
-        condition = f"waits until every kernel is in {listed}"
-        state = "; ".join(blocking) if blocking else "all match: it moves at its next tick"
+def _promotion_wait(rule: PromotionRule, session: SessionWithKernels) -> str:
+    listed = ", ".join(sorted(s.value for s in rule.kernel_statuses))
+    condition = MATCH_CONDITIONS[rule.match]
+    inside = [
+        f"k{i} is {k.status}"
+        for i, k in enumerate(session.kernels, start=1)
+        if k.status in rule.kernel_statuses
+    ]
+    outside = [
+        f"k{i} is {k.status}"
+        for i, k in enumerate(session.kernels, start=1)
+        if k.status not in rule.kernel_statuses
+    ]
+    if condition.none_in:
+        wanted, blocking = f"waits until no kernel is in {listed}", inside
+    elif condition.none_outside:
+        wanted, blocking = f"waits until every kernel is in {listed}", outside
     else:
-        matching = [k for k in session.kernels if k.status in handler.check_kernel_statuses]
-        condition = f"acts as soon as any kernel is in {listed}"
-        state = "one does: it moves at its next tick" if matching else "none is yet"
-    if not session.kernels:
+        wanted, blocking = f"acts as soon as any kernel is in {listed}", []
+    if promotion_matches(rule.match, (k.status for k in session.kernels), rule.kernel_statuses):
+        state = "the condition holds: it moves at its next tick"
+    elif not session.kernels:
         state = "the session has no kernels, so it never matches"
-    return f"{name} → {target}: {condition}; {state}"
+    elif blocking:
+        state = "; ".join(blocking)
+    else:
+        state = "none is yet"
+    return f"{rule.name} → {rule.to_status}: {wanted}; {state}"
 
 
 def diagnose(
@@ -125,8 +125,12 @@ def diagnose(
     handlers: Mapping[str, Handler],
     options_for: Callable[[str], HandlerOptions],
     now: float,
+    requeue_limit: int | None = None,
 ) -> Diagnosis:
-    """Build the diagnosis from already-read data (pure; see :func:`diagnose_session`)."""
+    """Build the diagnosis from already-read data (pure; see :func:`diagnose_session`).
+
+    ``requeue_limit`` is the session's requeue budget (``None``: no limit).
+    """
     held = now - session.status_changed_at.timestamp()
     lines = [
         f"{session.name} ({session.id}) is {session.status}, "
@@ -137,9 +141,12 @@ def diagnose(
     owners: list[dict[str, Any]] = []
     waits: list[str] = []
     for name, handler in sorted(handlers.items()):
-        if session.status not in handler.target_session_statuses:
+        if isinstance(handler, PromotionRule):
+            if session.status in handler.from_statuses:
+                owners.append({"handler": name, "kind": "promotion"})
+                waits.append(_promotion_wait(handler, session))
             continue
-        if isinstance(handler, LifecycleHandler):
+        if session.status in handler.target_session_statuses:
             opts = session_options(options_for(name), session, name)
             owner: dict[str, Any] = {
                 "handler": name,
@@ -161,7 +168,9 @@ def diagnose(
                         " it expires at the handler's next tick"
                     )
             limit = "no limit" if opts.max_retries is None else f"max_retries {opts.max_retries}"
-            text += f"; tries {session.try_count} ({limit})"
+            tries = session.tries.get(name, 0)
+            owner["tries"] = tries
+            text += f"; tries {tries} ({limit})"
             kernel_filter = handler.target_kernel_statuses
             if kernel_filter is not None and not any(
                 k.status in kernel_filter for k in session.kernels
@@ -176,11 +185,14 @@ def diagnose(
                 owner["fetches_it"] = True
             lines.append(text)
             owners.append(owner)
-        elif isinstance(handler, SessionPromotionHandler):
-            owners.append({"handler": name, "kind": "promotion"})
-            waits.append(_promotion_wait(handler, session))
     if not owners:
         lines.append(f"no loaded handler targets {session.status}: nothing will move it")
+    if session.requeues:
+        budget = "no limit" if requeue_limit is None else f"max_requeues {requeue_limit}"
+        lines.append(
+            f"requeues: sent back {session.requeues} time(s) by expiry or give-up ({budget}; "
+            "past it the session ends in ERROR)"
+        )
     problem = _last_problem(rows, session.status)
     last: dict[str, Any] | None = None
     if problem is not None:
@@ -252,13 +264,16 @@ def _terminal(
 
 
 async def diagnose_session(
-    repo: Repository,
-    handlers: Mapping[str, Handler],
-    options_for: Callable[[str], HandlerOptions],
-    session_id: str,
-    now: float,
+    repo: Repository, coordinator: Coordinator, session_id: str, now: float
 ) -> Diagnosis:
-    """Read the session and its history, then :func:`diagnose` it."""
+    """Read the session and its history, then :func:`diagnose` it with the loaded handlers."""
     session = await repo.get_session(session_id)
     rows = await repo.history(session_id)
-    return diagnose(session, rows, handlers, options_for, now)
+    return diagnose(
+        session,
+        rows,
+        coordinator.handlers,
+        coordinator.options,
+        now,
+        coordinator.max_requeues_for(session),
+    )

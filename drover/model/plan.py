@@ -11,12 +11,12 @@ from drover.model.values import StatusInfoRule
 
 __all__ = ["STALE_STATUS", "AppliedChange", "ApplyOutcome", "Change", "TryCount"]
 
-#: Error code of the SKIPPED row written when a session's status changed underneath a tick.
+#: Error code of a change lost to a concurrent status change (reported, never written).
 STALE_STATUS = "stale-status"
 
 
 class TryCount(Enum):
-    """What a change does to the session's ``try_count`` when its status is kept."""
+    """What a change does to the applying handler's tries when the status is kept."""
 
     KEEP = "keep"
     INCREMENT = "increment"
@@ -27,8 +27,11 @@ class TryCount(Enum):
 class Change:
     """One session's outcome in one tick, decided by the coordinator.
 
-    ``to_session``/``to_kernel`` of ``None`` keep that side's status. A change of
-    session status always resets ``try_count`` and ``status_changed_at``.
+    ``to_session``/``to_kernel`` of ``None`` keep that side's status; a session
+    moving into a terminal status never keeps live kernels (storage ends them,
+    see :func:`drover.model.rules.kernel_end_status`). A change of session
+    status always resets every handler's tries and ``status_changed_at``;
+    ``requeue`` also counts it as a requeue.
     """
 
     session_id: str
@@ -40,7 +43,7 @@ class Change:
     message: str | None = None
     error_code: str | None = None
     status_info: StatusInfoRule | None = None
-    write_history: bool = True
+    requeue: bool = False
 
     @property
     def changes_session(self) -> bool:
@@ -50,7 +53,11 @@ class Change:
 
 @attrs.frozen
 class AppliedChange:
-    """What was actually written for one session (after compare-and-set)."""
+    """What was actually written for one session (after compare-and-set).
+
+    A change that lost the compare-and-set is reported with result SKIPPED and
+    error code :data:`STALE_STATUS`; nothing of it is written.
+    """
 
     session_id: str
     result: SchedulingResult
@@ -69,5 +76,5 @@ class ApplyOutcome:
 
     @property
     def stale(self) -> tuple[AppliedChange, ...]:
-        """The changes lost to a concurrent status change (``stale-status`` rows)."""
+        """The changes lost to a concurrent status change (not written)."""
         return tuple(c for c in self.changes if c.error_code == STALE_STATUS)

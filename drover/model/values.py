@@ -11,14 +11,17 @@ import attrs
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
 __all__ = [
+    "CoordinatorInfo",
     "HandlerOptions",
     "HandlerResult",
     "HistoryRecord",
     "KernelHistoryRecord",
     "KernelInfo",
+    "KernelReport",
     "SessionWithKernels",
     "StatusInfoRule",
     "StatusTransitions",
+    "TerminationOutcome",
     "TransitionStatus",
 ]
 
@@ -121,7 +124,15 @@ class KernelInfo:
 
 @attrs.frozen
 class SessionWithKernels:
-    """One session with all of its kernels, as a handler sees it."""
+    """One session with all of its kernels, as a handler sees it.
+
+    ``try_count`` is the number of failures of the handler being run on this
+    session in its current status (tries are counted per handler and reset by
+    a status change). Read outside a tick (``get_session``, listings), it is
+    the highest count of any handler; ``tries`` has every handler's count.
+    ``requeues`` counts the times the session was sent back to an earlier
+    status by expiry or give-up.
+    """
 
     id: str
     name: str
@@ -134,6 +145,8 @@ class SessionWithKernels:
     status_info: str | None
     result: str | None
     kernels: tuple[KernelInfo, ...] = ()
+    tries: dict[str, int] = attrs.field(factory=dict)
+    requeues: int = 0
 
 
 @attrs.frozen
@@ -165,3 +178,44 @@ class KernelHistoryRecord:
     to_status: KernelStatus
     message: str | None
     created_at: datetime
+
+
+@attrs.frozen
+class KernelReport:
+    """A backend's report of one kernel's new status.
+
+    ``expected``: apply only if the kernel is currently in one of these statuses
+    (compare-and-set); ``None`` applies to any non-terminal kernel. A terminal
+    kernel never changes again.
+    """
+
+    kernel_id: str
+    status: KernelStatus
+    expected: frozenset[KernelStatus] | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    #: Replaces the kernel's ``runtime`` bookkeeping when given.
+    runtime: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class CoordinatorInfo:
+    """One coordinator process, as its heartbeat row records it."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    version: str
+    stopped_at: datetime | None
+
+
+@attrs.frozen
+class TerminationOutcome:
+    """What a termination request did to one session."""
+
+    session_id: str
+    from_status: SessionStatus
+    to_status: SessionStatus
+    changed: bool

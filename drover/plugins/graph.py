@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.handlers import Handler, target_statuses
+from drover.model.promotion import PromotionRule
+from drover.model.rules import REQUEUE_LIMIT_STATUS, is_requeue, termination_of
 from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 
 __all__ = [
@@ -46,36 +48,39 @@ class GraphWarning:
 
 #: Changes the repository itself makes on a termination request (handler ``api``).
 API_EDGES = tuple(
-    Edge(
-        s, SessionStatus.CANCELLED if s == _START else SessionStatus.TERMINATING, "api", "terminate"
-    )
+    Edge(s, termination.to_session, "api", "terminate")
     for s in SessionStatus
-    if s not in TERMINAL_SESSION_STATUSES and s != SessionStatus.TERMINATING
+    if (termination := termination_of(s, has_kernels=True)) is not None
 )
 
 
 def edges_of(handlers: Mapping[str, Handler], *, include_api: bool = True) -> list[Edge]:
-    """Every session status change the handlers (and the API) can make."""
+    """Every session status change the handlers (and the API) can make.
+
+    An expired or give-up transition that sends sessions back also has a
+    ``requeue-limit`` edge: past their requeue budget they end there instead.
+    """
     edges: list[Edge] = []
     for name, handler in sorted(handlers.items()):
-        targets = sorted(handler.target_session_statuses)
-        if isinstance(handler, LifecycleHandler):
-            transitions = type(handler).status_transitions()
-            for outcome in _OUTCOMES:
-                transition = getattr(transitions, outcome)
-                if transition is None or transition.session is None:
-                    continue
-                edges.extend(
-                    Edge(s, transition.session, name, outcome)
-                    for s in targets
-                    if s != transition.session
-                )
-        elif isinstance(handler, SessionPromotionHandler):
-            to = type(handler).success_session_status()
+        targets = sorted(target_statuses(handler))
+        if isinstance(handler, PromotionRule):
+            to = handler.to_status
             edges.extend(Edge(s, to, name, "promotion") for s in targets if s != to)
+            continue
+        transitions = type(handler).status_transitions()
+        for outcome in _OUTCOMES:
+            transition = getattr(transitions, outcome)
+            if transition is None or transition.session is None:
+                continue
+            for s in targets:
+                if s == transition.session:
+                    continue
+                edges.append(Edge(s, transition.session, name, outcome))
+                if outcome in ("expired", "give_up") and is_requeue(s, transition.session):
+                    edges.append(Edge(s, REQUEUE_LIMIT_STATUS, name, "requeue-limit"))
     if include_api:
         edges.extend(API_EDGES)
-    return edges
+    return list(dict.fromkeys(edges))
 
 
 def _reachable(start: Iterable[SessionStatus], edges: list[Edge]) -> set[SessionStatus]:
@@ -94,6 +99,8 @@ def check_graph(handlers: Mapping[str, Handler]) -> list[GraphWarning]:
     """Warnings about the whole state machine built from ``handlers``.
 
     * a non-terminal status no handler targets: sessions there sit forever;
+    * a handler whose ``need_retry`` moves the status: every retry resets its
+      tries, so ``max_retries`` can never fire;
     * a non-terminal status from which no path leads to a terminal status;
     * a non-terminal status (other than PENDING, where sessions are created)
       that no transition can reach.
@@ -101,7 +108,7 @@ def check_graph(handlers: Mapping[str, Handler]) -> list[GraphWarning]:
     warnings: list[GraphWarning] = []
     edges = edges_of(handlers)
     handler_edges = edges_of(handlers, include_api=False)
-    targeted = {s for h in handlers.values() for s in h.target_session_statuses}
+    targeted = {s for h in handlers.values() for s in target_statuses(h)}
     live = [s for s in SessionStatus if s not in TERMINAL_SESSION_STATUSES]
     for status in live:
         if status not in targeted:
@@ -112,6 +119,22 @@ def check_graph(handlers: Mapping[str, Handler]) -> list[GraphWarning]:
                     f"no handler targets {status}: sessions in it would sit there forever",
                 )
             )
+    for name, handler in sorted(handlers.items()):
+        if isinstance(handler, PromotionRule):
+            continue
+        retry = type(handler).status_transitions().need_retry
+        if retry is None or retry.session is None:
+            continue
+        for status in sorted(target_statuses(handler)):
+            if retry.session != status:
+                warnings.append(
+                    GraphWarning(
+                        "retry-moves",
+                        status,
+                        f"handler {name}: need_retry moves {status} to {retry.session}, which "
+                        "resets its tries on every retry, so max_retries can never give up",
+                    )
+                )
     for status in live:
         # Only handler moves count here: a termination request needs a person.
         if not (_reachable([status], handler_edges) & TERMINAL_SESSION_STATUSES):

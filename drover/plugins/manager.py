@@ -1,28 +1,35 @@
-"""The plugin manager: built-in plugins, entry-point plugins, and handler collection."""
+"""The plugin manager: built-in plugins, entry-point plugins, and what their hooks register."""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import Iterable, Sequence
 
+import attrs
 import pluggy
 
-from drover.coordinator.handlers import Handler
+from drover.coordinator.handlers import Handler, handler_name
+from drover.coordinator.observers import Observer
 from drover.plugins import hookspecs
 from drover.plugins.markers import PROJECT
 from drover.plugins.registry import (
-    BackendRegistry,
-    HandlerRegistry,
-    Observer,
-    ObserverRegistry,
+    BackendFactory,
     RegisteredHandler,
+    Registry,
     RuntimeContext,
+    accept_backend,
+    accept_handlers,
+    accept_observers,
 )
 from drover.plugins.validation import validate_handlers
 
 __all__ = [
     "BUILTIN_PREFIX",
     "ENTRY_POINT_GROUP",
+    "TRACE_ENV",
+    "Backends",
     "collect_backends",
     "collect_handlers",
     "collect_observers",
@@ -36,6 +43,8 @@ log = logging.getLogger("drover.plugins")
 ENTRY_POINT_GROUP = "drover"
 #: Name prefix of the built-in plugins.
 BUILTIN_PREFIX = "drover.handlers."
+#: Set to 1 to print every hook call pluggy makes (and what it returned) to stderr.
+TRACE_ENV = "DROVER_TRACE_PLUGINS"
 
 
 def make_plugin_manager(
@@ -49,10 +58,14 @@ def make_plugin_manager(
 
     ``block`` lists plugin names that must not load (built-in or external). A
     built-in may be named in full (``drover.handlers.prepare-sessions``) or by
-    its handler name (``prepare-sessions``).
+    its handler name (``prepare-sessions``). With ``DROVER_TRACE_PLUGINS=1``
+    pluggy's hook-call tracing goes to stderr.
     """
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
+    if os.environ.get(TRACE_ENV) == "1":
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
     for name in block:
         pm.set_blocked(name)
         if not name.startswith(BUILTIN_PREFIX):
@@ -78,45 +91,46 @@ def make_plugin_manager(
 def collect_handlers(
     pm: pluggy.PluginManager, context: RuntimeContext
 ) -> tuple[dict[str, Handler], list[RegisteredHandler]]:
-    """Call every plugin's ``drover_register_handlers`` and validate what they register."""
-    registry = HandlerRegistry(context)
-    _call_register_hook(pm, "drover_register_handlers", registry)
-    validate_handlers(registry.registered)
-    handlers = {type(e.handler).name(): e.handler for e in registry.registered}
-    return handlers, registry.registered
+    """Call ``drover_register_handlers`` and validate what the plugins registered.
 
-
-def _plugin_name(pm: pluggy.PluginManager, plugin: object) -> str:
-    return pm.get_name(plugin) or repr(plugin)
-
-
-def _call_register_hook(
-    pm: pluggy.PluginManager,
-    hook: str,
-    registry: HandlerRegistry | BackendRegistry | ObserverRegistry,
-) -> None:
-    """Call each plugin's implementation of a register hook, one plugin at a time.
-
-    Calling the implementations ourselves (not ``pm.hook.<name>(...)``) lets the
-    registry attribute every registration to the plugin that made it, so load
-    errors can name the plugin.
+    Promotions come back as :class:`~drover.model.promotion.PromotionRule`\\ s
+    whichever way they were spelled.
     """
-    for impl in getattr(pm.hook, hook).get_hookimpls():
-        impl.function(registry.for_plugin(_plugin_name(pm, impl.plugin)))
+    registry = Registry(pm, "drover_register_handlers", accept_handlers, context).call_hook()
+    registered = [entry.item for entry in registry]
+    validate_handlers(registered)
+    handlers = {handler_name(e.handler): e.handler for e in registered}
+    return handlers, registered
 
 
-def collect_backends(pm: pluggy.PluginManager) -> BackendRegistry:
-    """Call every ``drover_register_backends``; return the registry of backend factories."""
-    registry = BackendRegistry()
-    _call_register_hook(pm, "drover_register_backends", registry)
-    return registry
+@attrs.frozen
+class Backends:
+    """Registered backend factories by name, and the plugin that registered each."""
+
+    factories: dict[str, BackendFactory]
+    owners: dict[str, str]
+
+
+def collect_backends(pm: pluggy.PluginManager) -> Backends:
+    """Call ``drover_register_backends``; a name registered twice is an error naming both."""
+    factories: dict[str, BackendFactory] = {}
+    owners: dict[str, str] = {}
+    for entry in Registry(pm, "drover_register_backends", accept_backend).call_hook():
+        name, factory = entry.item
+        if name in factories:
+            raise ValueError(
+                f"duplicate backend name {name!r}: registered by plugin {owners[name]!r} "
+                f"and by plugin {entry.plugin!r}"
+            )
+        factories[name] = factory
+        owners[name] = entry.plugin
+    return Backends(factories, owners)
 
 
 def collect_observers(pm: pluggy.PluginManager) -> list[tuple[str, Observer]]:
-    """Call every ``drover_register_observers``; return ``(plugin name, observer)`` pairs."""
-    registry = ObserverRegistry()
-    _call_register_hook(pm, "drover_register_observers", registry)
-    return registry.observers
+    """Call ``drover_register_observers``; return ``(plugin name, observer)`` pairs."""
+    registry = Registry(pm, "drover_register_observers", accept_observers).call_hook()
+    return [(entry.plugin, entry.item) for entry in registry]
 
 
 def load_entry_points(

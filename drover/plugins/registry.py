@@ -1,43 +1,57 @@
-"""The ``register`` callable handed to ``drover_register_handlers``, and what it collects."""
+"""The ``register`` callables handed to register hooks, and what they collect.
+
+One generic :class:`Registry` serves every hook. The hook is called by keyword
+through pluggy (``pm.hook.drover_register_handlers(register=registry)``), so
+hook wrappers and pluggy's tracing see every call; each registration is still
+attributed to the plugin whose hook implementation made it, by finding that
+implementation's frame on the stack, so that errors can name the plugin.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
+import pluggy
 
-from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.handlers import (
+    Handler,
+    LifecycleHandler,
+    SessionPromotionHandler,
+    handler_name,
+    rule_of,
+)
+from drover.coordinator.observers import Observer
+from drover.model.promotion import PromotionRule
+from drover.plugins.validation import validate_promotion_handler
 
 if TYPE_CHECKING:
     from drover.backends.base import AgentBackend
     from drover.config import Config
-    from drover.coordinator.observers import HistoryEvent
     from drover.model.clock import Clock
     from drover.storage.repository import Repository
-
-#: ``factory(config) -> AgentBackend``.
-BackendFactory = Callable[["Config"], "AgentBackend"]
-
-
-@runtime_checkable
-class Observer(Protocol):
-    """Anything with ``async def on_history(records)``."""
-
-    async def on_history(self, records: Sequence[HistoryEvent]) -> None:
-        """Receive one committed tick's history records."""
-        ...
-
 
 __all__ = [
     "BackendFactory",
     "BackendRegistry",
     "HandlerRegistry",
-    "Observer",
     "ObserverRegistry",
+    "Registered",
     "RegisteredHandler",
+    "Registry",
     "RuntimeContext",
+    "accept_backend",
+    "accept_handlers",
+    "accept_observers",
 ]
+
+T = TypeVar("T")
+
+#: ``factory(config) -> AgentBackend``.
+BackendFactory = Callable[["Config"], "AgentBackend"]
 
 
 @attrs.frozen
@@ -50,90 +64,136 @@ class RuntimeContext:
 
 
 @attrs.frozen
-class RegisteredHandler:
-    """A handler instance and the plugin that registered it."""
+class Registered(Generic[T]):
+    """One registered thing and the plugin that registered it."""
 
-    handler: Handler
+    item: T
     plugin: str
 
 
-class HandlerRegistry:
-    """Callable passed as ``register``: ``register(handler, ...)`` records handlers."""
+@attrs.frozen
+class RegisteredHandler:
+    """A handler (or promotion rule) as registered, and the plugin that registered it.
 
-    def __init__(self, context: RuntimeContext) -> None:
+    ``original`` is what the plugin passed (a SessionPromotionHandler is kept
+    here; ``handler`` is then its rule).
+    """
+
+    handler: Handler
+    plugin: str
+    original: object
+
+    @property
+    def name(self) -> str:
+        """The handler's (or rule's) name."""
+        return handler_name(self.handler)
+
+
+#: ``accept(plugin, *args, **kwargs)`` checks one call of ``register`` and returns its items.
+Accept = Callable[..., Sequence[T]]
+
+
+class Registry(Generic[T]):
+    """The ``register`` callable of one hook; ``context`` is what the hook may use."""
+
+    def __init__(
+        self, pm: pluggy.PluginManager, hook: str, accept: Accept[T], context: Any = None
+    ) -> None:
         self.context = context
-        self.registered: list[RegisteredHandler] = []
-        self._current_plugin = "?"
+        self.hook = hook
+        self._accept = accept
+        self._pm = pm
+        self._entries: list[Registered[T]] = []
+        # code object -> [(the instance a method is bound to, or None; plugin name)]:
+        # instances of one plugin class share their methods' code.
+        self._codes: dict[object, list[tuple[object, str]]] = {}
+        for impl in getattr(pm.hook, hook).get_hookimpls():
+            code = getattr(impl.function, "__code__", None)
+            bound = getattr(impl.function, "__self__", None)
+            self._codes.setdefault(code, []).append((bound, impl.plugin_name))
 
-    def for_plugin(self, plugin_name: str) -> HandlerRegistry:
-        """Attribute the following registrations to ``plugin_name``."""
-        self._current_plugin = plugin_name
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """Register what the hook's documentation says (``register(handler, …)``, …)."""
+        plugin = self._calling_plugin(sys._getframe(1))
+        for item in self._accept(plugin, *args, **kwargs):
+            self._entries.append(Registered(item, plugin))
+
+    def _calling_plugin(self, frame: FrameType | None) -> str:
+        while frame is not None:
+            for bound, name in self._codes.get(frame.f_code, ()):
+                if bound is None or frame.f_locals.get("self") is bound:
+                    return name
+            frame = frame.f_back
+        return "?"
+
+    def call_hook(self) -> Registry[T]:
+        """Call every plugin's implementation of the hook, by keyword, through pluggy.
+
+        pluggy calls the newest plugin first; the entries are then put back in
+        the order the plugins were registered (the built-in lifecycle first),
+        keeping each plugin's own order.
+        """
+        getattr(self._pm.hook, self.hook)(register=self)
+        order = {name: i for i, (name, _plugin) in enumerate(self._pm.list_name_plugin())}
+        self._entries.sort(key=lambda entry: order.get(entry.plugin, len(order)))
         return self
 
-    def __call__(self, *handlers: Any) -> None:
-        """Register one or more handler instances."""
-        for handler in handlers:
-            if isinstance(handler, type):
-                raise TypeError(
-                    f"plugin {self._current_plugin!r} registered the class {handler.__name__}; "
-                    "register an instance, e.g. register(MyHandler())"
-                )
-            if not isinstance(handler, LifecycleHandler | SessionPromotionHandler):
-                raise TypeError(
-                    f"plugin {self._current_plugin!r} registered {handler!r}, which is neither "
-                    "a LifecycleHandler nor a SessionPromotionHandler"
-                )
-            self.registered.append(RegisteredHandler(handler, self._current_plugin))
+    @property
+    def entries(self) -> list[Registered[T]]:
+        """Everything registered, in order."""
+        return list(self._entries)
+
+    def __iter__(self) -> Iterator[Registered[T]]:
+        return iter(self._entries)
 
 
-class BackendRegistry:
-    """Callable passed as ``register`` to ``drover_register_backends``."""
+HandlerRegistry = Registry[RegisteredHandler]
+"""``register`` of ``drover_register_handlers``; ``register.context``: a RuntimeContext."""
+BackendRegistry = Registry[tuple[str, BackendFactory]]
+"""``register`` of ``drover_register_backends``: ``register(name, factory)``."""
+ObserverRegistry = Registry[Observer]
+"""``register`` of ``drover_register_observers``: ``register(observer, …)``."""
 
-    def __init__(self) -> None:
-        self.factories: dict[str, BackendFactory] = {}
-        self.owners: dict[str, str] = {}
-        self._current_plugin = "?"
 
-    def for_plugin(self, plugin_name: str) -> BackendRegistry:
-        """Attribute the following registrations to ``plugin_name``."""
-        self._current_plugin = plugin_name
-        return self
-
-    def __call__(self, name: str, factory: BackendFactory) -> None:
-        """Register ``factory`` under the backend ``name``."""
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"plugin {self._current_plugin!r}: a backend name must be a string")
-        if not callable(factory):
+def accept_handlers(plugin: str, *handlers: Any) -> list[RegisteredHandler]:
+    """``register(handler, …)``: lifecycle handlers, promotion rules, promotion handlers."""
+    out: list[RegisteredHandler] = []
+    for handler in handlers:
+        if isinstance(handler, type):
             raise TypeError(
-                f"plugin {self._current_plugin!r}: the factory of backend {name!r} is not callable"
+                f"plugin {plugin!r} registered the class {handler.__name__}; "
+                "register an instance, e.g. register(MyHandler())"
             )
-        if name in self.factories:
-            raise ValueError(
-                f"duplicate backend name {name!r}: registered by plugin {self.owners[name]!r} "
-                f"and by plugin {self._current_plugin!r}"
+        if isinstance(handler, LifecycleHandler | PromotionRule):
+            out.append(RegisteredHandler(handler, plugin, handler))
+        elif isinstance(handler, SessionPromotionHandler):
+            validate_promotion_handler(handler, plugin)
+            out.append(RegisteredHandler(rule_of(handler), plugin, handler))
+        else:
+            raise TypeError(
+                f"plugin {plugin!r} registered {handler!r}, which is neither a LifecycleHandler, "
+                "a PromotionRule nor a SessionPromotionHandler"
             )
-        self.factories[name] = factory
-        self.owners[name] = self._current_plugin
+    return out
 
 
-class ObserverRegistry:
-    """Callable passed as ``register`` to ``drover_register_observers``."""
+def accept_backend(
+    plugin: str, name: str, factory: BackendFactory
+) -> list[tuple[str, BackendFactory]]:
+    """``register(name, factory)``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"plugin {plugin!r}: a backend name must be a string")
+    if not callable(factory):
+        raise TypeError(f"plugin {plugin!r}: the factory of backend {name!r} is not callable")
+    return [(name, factory)]
 
-    def __init__(self) -> None:
-        self.observers: list[tuple[str, Observer]] = []
-        self._current_plugin = "?"
 
-    def for_plugin(self, plugin_name: str) -> ObserverRegistry:
-        """Attribute the following registrations to ``plugin_name``."""
-        self._current_plugin = plugin_name
-        return self
-
-    def __call__(self, *observers: Any) -> None:
-        """Register observers: objects with ``async def on_history(records)``."""
-        for observer in observers:
-            if not isinstance(observer, Observer):
-                raise TypeError(
-                    f"plugin {self._current_plugin!r} registered {observer!r}, which has no "
-                    "`async def on_history(records)`"
-                )
-            self.observers.append((self._current_plugin, observer))
+def accept_observers(plugin: str, *observers: Any) -> list[Observer]:
+    """``register(observer, …)``: objects with ``async def on_history(records)``."""
+    for observer in observers:
+        if not isinstance(observer, Observer):
+            raise TypeError(
+                f"plugin {plugin!r} registered {observer!r}, which has no "
+                "`async def on_history(records)`"
+            )
+    return list(observers)

@@ -1,14 +1,12 @@
-"""Storage: schema, migrations, engine and the repository (SQLAlchemy Core)."""
+"""Storage: schema, migrations, engines and the repository (SQLAlchemy Core)."""
 
 from drover.storage.connect import DEFAULT_DATABASE_URL, create_engine
 from drover.storage.migrate import current_revision, head_revision, upgrade
-from drover.storage.repository import KernelReport, Repository, TerminationOutcome
+from drover.storage.repository import Repository
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
-    "KernelReport",
     "Repository",
-    "TerminationOutcome",
     "create_engine",
     "current_revision",
     "head_revision",

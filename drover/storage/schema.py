@@ -1,22 +1,27 @@
 """SQLAlchemy Core tables. Times are stored as epoch seconds (double precision, UTC).
 
+Every entity of every kind (sessions, their kernels, and whatever kinds plugins
+register) is one row of ``entities``: one engine, one compare-and-set, one
+history for all of them. A child (a kernel) points at its parent (its session)
+with ``parent_id``.
+
 Epoch floats keep the hot path free of per-row datetime parsing on SQLite and
-compare the same way on both databases; the repository turns them into aware
+compare the same way on both databases; storage turns them into aware
 datetimes at the edge.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 __all__ = [
     "coordinators",
+    "entities",
     "handler_ticks",
-    "kernel_history",
-    "kernels",
     "metadata",
     "scheduling_history",
-    "sessions",
+    "status_changes",
 ]
 
 metadata = sa.MetaData(
@@ -31,80 +36,86 @@ metadata = sa.MetaData(
 
 # An autoincrementing 64-bit key that is a rowid alias on SQLite.
 _BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+# jsonb on PostgreSQL: its operators patch and read JSON inside statements
+# (per-handler try counts, data patches, filters); NULL stays SQL NULL.
+_Json = sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
 
-sessions = sa.Table(
-    "sessions",
+entities = sa.Table(
+    "entities",
     metadata,
     sa.Column("id", sa.String(36), primary_key=True),
-    sa.Column("name", sa.String(255), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column(
+        "parent_id",
+        sa.String(36),
+        sa.ForeignKey("entities.id", ondelete="CASCADE"),
+        nullable=True,
+    ),
+    sa.Column("name", sa.String(255), nullable=True),
+    sa.Column("status", sa.String(32), nullable=False),
     sa.Column("status_changed_at", sa.Double(), nullable=False),
-    sa.Column("try_count", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("priority", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("created_at", sa.Double(), nullable=False),
-    sa.Column("spec", sa.JSON(), nullable=False),
+    # Desired state, written only through the API.
+    sa.Column("spec", _Json, nullable=False),
+    # Handler-owned state, patched in the apply.
+    sa.Column("data", _Json, nullable=True),
     sa.Column("status_info", sa.Text(), nullable=True),
     sa.Column("result", sa.String(16), nullable=True),
-    sa.Index(None, "status"),
-)
-
-kernels = sa.Table(
-    "kernels",
-    metadata,
-    sa.Column("id", sa.String(36), primary_key=True),
-    sa.Column(
-        "session_id",
-        sa.String(36),
-        sa.ForeignKey("sessions.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("status_changed_at", sa.Double(), nullable=False),
+    # {handler name: failures in the current status}; NULL when none.
+    sa.Column("tries", _Json, nullable=True),
+    # Times moved back to an earlier status by expiry or give-up.
+    sa.Column("requeues", sa.Integer(), nullable=False, server_default="0"),
+    # {budget name: amount spent}; NULL when nothing was spent.
+    sa.Column("budgets", _Json, nullable=True),
+    # Kernels: where they run, how they ended, and the backend's bookkeeping.
     sa.Column("agent_id", sa.String(255), nullable=True),
-    sa.Column("spec", sa.JSON(), nullable=False),
     sa.Column("exit_code", sa.Integer(), nullable=True),
-    sa.Column("status_info", sa.Text(), nullable=True),
-    # Backend bookkeeping: pid, process identity, working directory, log paths.
-    sa.Column("runtime", sa.JSON(), nullable=True),
-    sa.Index(None, "session_id"),
-    sa.Index(None, "status"),
+    sa.Column("runtime", _Json, nullable=True),
+    sa.Index(None, "kind", "status"),
+    sa.Index(None, "parent_id"),
     postgresql_with={"fillfactor": 85},
 )
 
+# One row per outcome a handler (or the API, handler "api") had on an entity
+# it targeted; repeats of an entity's latest row merge into ``attempts``.
 scheduling_history = sa.Table(
     "scheduling_history",
     metadata,
     sa.Column("id", _BigId, primary_key=True, autoincrement=True),
-    sa.Column("session_id", sa.String(36), nullable=False),
+    sa.Column("entity_id", sa.String(36), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
     sa.Column("handler", sa.String(128), nullable=False),
-    sa.Column("result", sa.String(16), nullable=False),
-    sa.Column("from_status", sa.String(16), nullable=False),
-    sa.Column("to_status", sa.String(16), nullable=False),
+    sa.Column("result", sa.String(64), nullable=False),
+    sa.Column("from_status", sa.String(32), nullable=False),
+    sa.Column("to_status", sa.String(32), nullable=False),
     sa.Column("error_code", sa.String(128), nullable=True),
     sa.Column("message", sa.Text(), nullable=True),
     sa.Column("attempts", sa.Integer(), nullable=False, server_default="1"),
     sa.Column("created_at", sa.Double(), nullable=False),
     sa.Column("updated_at", sa.Double(), nullable=False),
-    sa.Index(None, "session_id", "id"),
+    sa.Index(None, "entity_id", "id"),
     sa.Index(None, "created_at"),
     sa.Index(None, "handler", "result"),
 )
 
-kernel_history = sa.Table(
-    "kernel_history",
+# Every other status change: children moved by their parent's transition
+# (source: the handler) and changes a backend reported (source: "backend").
+status_changes = sa.Table(
+    "status_changes",
     metadata,
     sa.Column("id", _BigId, primary_key=True, autoincrement=True),
-    sa.Column("kernel_id", sa.String(36), nullable=False),
-    sa.Column("session_id", sa.String(36), nullable=False),
+    sa.Column("entity_id", sa.String(36), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("parent_id", sa.String(36), nullable=True),
     sa.Column("source", sa.String(128), nullable=False),
-    sa.Column("from_status", sa.String(16), nullable=False),
-    sa.Column("to_status", sa.String(16), nullable=False),
+    sa.Column("from_status", sa.String(32), nullable=False),
+    sa.Column("to_status", sa.String(32), nullable=False),
     sa.Column("message", sa.Text(), nullable=True),
     sa.Column("created_at", sa.Double(), nullable=False),
-    sa.Index(None, "session_id", "id"),
-    sa.Index(None, "kernel_id", "id"),
+    sa.Index(None, "parent_id", "id"),
+    sa.Index(None, "entity_id", "id"),
     sa.Index(None, "created_at"),
-    sa.Index(None, "source", "to_status"),
 )
 
 coordinators = sa.Table(
@@ -120,8 +131,9 @@ coordinators = sa.Table(
     sa.Index(None, "heartbeat_at"),
 )
 
-# One row per tick that fetched something (idle ticks are not recorded), for
-# `drover stats` and the dashboard's handler table. Pruned with the history.
+# One row per tick that fetched something or failed (idle ticks are not
+# recorded), for `drover stats`, `drover status`, /healthz and /metrics.
+# Pruned with the history.
 handler_ticks = sa.Table(
     "handler_ticks",
     metadata,
@@ -131,6 +143,8 @@ handler_ticks = sa.Table(
     sa.Column("duration", sa.Double(), nullable=False),
     sa.Column("fetched", sa.Integer(), nullable=False),
     sa.Column("counts", sa.JSON(), nullable=False),
+    # The exception a handler's execute() raised in this tick, if any.
+    sa.Column("error", sa.Text(), nullable=True),
     sa.Index(None, "started_at"),
     sa.Index(None, "handler", "started_at"),
 )

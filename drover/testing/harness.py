@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from drover.app import App
 from drover.backends.base import AgentBackend
 from drover.backends.simulated import SimulatedBackend
+from drover.config import Config
 from drover.coordinator.handlers import Handler
-from drover.coordinator.observers import ObserverDispatcher, events_of
+from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator, TickReport
 from drover.model.clock import ManualClock
 from drover.model.status import KernelStatus, SessionStatus
@@ -22,12 +22,11 @@ from drover.model.values import (
     HistoryRecord,
     KernelHistoryRecord,
     SessionWithKernels,
+    TerminationOutcome,
 )
-from drover.plugins.manager import collect_handlers, collect_observers, make_plugin_manager
-from drover.plugins.registry import Observer, RegisteredHandler, RuntimeContext
-from drover.storage.connect import create_engine
-from drover.storage.migrate import upgrade
-from drover.storage.repository import Repository, TerminationOutcome
+from drover.plugins.manager import make_plugin_manager
+from drover.plugins.registry import RegisteredHandler
+from drover.storage.repository import Repository
 
 __all__ = ["CoordinatorHarness"]
 
@@ -41,6 +40,7 @@ class CoordinatorHarness:
     run until destroyed; its queued progress is delivered before every tick.
     ``database_schema`` selects a PostgreSQL schema (``search_path``).
     ``load_entrypoints`` also loads installed plugins (entry-point group ``drover``).
+    ``max_requeues`` is the sessions' requeue budget (``None``: no limit).
     """
 
     def __init__(
@@ -53,6 +53,7 @@ class CoordinatorHarness:
         backend: AgentBackend | None = None,
         database_schema: str | None = None,
         load_entrypoints: bool = False,
+        max_requeues: int | None = 3,
     ) -> None:
         self._plugins = list(plugins)
         self._include_builtins = include_builtin_handlers
@@ -60,15 +61,11 @@ class CoordinatorHarness:
         self._database_url = database_url
         self._schema = database_schema
         self._load_entrypoints = load_entrypoints
+        self._max_requeues = max_requeues
         self._tmpdir: str | None = None
-        self._engine: AsyncEngine | None = None
+        self._app: App | None = None
         self.clock = ManualClock()
         self.backend: Any = backend if backend is not None else SimulatedBackend()
-        self.handlers: dict[str, Handler] = {}
-        self.registered: list[RegisteredHandler] = []
-        self._repository: Repository | None = None
-        self._coordinator: Coordinator | None = None
-        self.observers: list[tuple[str, Observer]] = []
         self._dispatcher: ObserverDispatcher | None = None
 
     async def __aenter__(self) -> CoordinatorHarness:
@@ -76,25 +73,27 @@ class CoordinatorHarness:
         if url is None:
             self._tmpdir = tempfile.mkdtemp(prefix="drover-harness-")
             url = f"sqlite+aiosqlite:///{self._tmpdir}/drover.db"
-        self._engine = create_engine(url, schema=self._schema)
+        config = Config(
+            database_url=url,
+            database_schema=self._schema or "",
+            max_requeues=-1 if self._max_requeues is None else self._max_requeues,
+        )
         try:
-            await upgrade(self._engine)
-            self._repository = Repository(self._engine, clock=self.clock)
-            if isinstance(self.backend, SimulatedBackend):
-                self.backend.bind(self._repository, self.clock)
             pm = make_plugin_manager(
                 plugins=self._plugins,
                 include_builtins=self._include_builtins,
                 load_entrypoints=self._load_entrypoints,
             )
-            context = RuntimeContext(self._repository, self.backend, self.clock)
-            self.handlers, self.registered = collect_handlers(pm, context)
-            self.observers = collect_observers(pm)
-            self._dispatcher = ObserverDispatcher(self.observers)
-            self._dispatcher.start()
-            self._coordinator = Coordinator(
-                self._repository, self.handlers, options=self._handler_options, clock=self.clock
+            self._app = App(
+                config,
+                clock=self.clock,
+                backend=self.backend,
+                plugin_manager=pm,
+                handler_options=self._handler_options,
             )
+            await self._app.start(auto_upgrade=True)
+            self._dispatcher = ObserverDispatcher(self._app.observers)
+            self._dispatcher.start()
         except BaseException:
             await self._close()
             raise
@@ -112,26 +111,44 @@ class CoordinatorHarness:
         if self._dispatcher is not None:
             await self._dispatcher.close()
             self._dispatcher = None
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        if self._app is not None:
+            await self._app.close()
+            self._app = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
 
     @property
+    def app(self) -> App:
+        """The assembled system under test."""
+        if self._app is None:
+            raise RuntimeError("use the harness as `async with CoordinatorHarness(...) as h`")
+        return self._app
+
+    @property
     def repository(self) -> Repository:
         """The repository on the harness's database."""
-        if self._repository is None:
-            raise RuntimeError("use the harness as `async with CoordinatorHarness(...) as h`")
-        return self._repository
+        return self.app.repository
 
     @property
     def coordinator(self) -> Coordinator:
         """The coordinator running the loaded handlers."""
-        if self._coordinator is None:
-            raise RuntimeError("use the harness as `async with CoordinatorHarness(...) as h`")
-        return self._coordinator
+        return self.app.load_handlers()
+
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        """The loaded handlers (promotions as rules) by name."""
+        return self.coordinator.handlers
+
+    @property
+    def registered(self) -> list[RegisteredHandler]:
+        """Every handler as registered, with the plugin that registered it."""
+        return self.app.registered
+
+    @property
+    def observers(self) -> list[tuple[str, Observer]]:
+        """The observers plugins registered, with their plugin names."""
+        return self.app.observers
 
     async def create_session(
         self,
@@ -147,10 +164,8 @@ class CoordinatorHarness:
         )
 
     async def deliver(self) -> int:
-        """Deliver the simulated backend's progress that is due by the clock."""
-        if isinstance(self.backend, SimulatedBackend):
-            return await self.backend.deliver_due()
-        return 0
+        """Deliver the backend's progress that is due by the clock (simulated backends)."""
+        return await self.backend.deliver_due()  # type: ignore[no-any-return]
 
     async def tick(self, name: str) -> TickReport:
         """Deliver due backend progress, then run exactly one tick of handler ``name``.

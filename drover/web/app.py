@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import sqlalchemy as sa
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.applications import Starlette
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
@@ -31,18 +29,19 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drover.app import App
-from drover.cli._common import session_json
 from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration, parse_time
-from drover.inspection.history import history_json, search_history, timeline
+from drover.inspection.health import recent_handler_errors
+from drover.inspection.history import search_history, timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError, UnknownSessionError
 from drover.model.status import TERMINAL_SESSION_STATUSES, SchedulingResult, SessionStatus
 from drover.plugins.graph import edges_of, graph_json
-from drover.web.metrics import render_metrics, snapshot
+from drover.serialization import display_time, history_json, session_json
+from drover.storage.sessions import SessionFilter
+from drover.web.metrics import render_metrics
 from drover.web.palette import STATUS_COLOURS, badge_css
-from drover.web.queries import SessionFilter, filtered_sessions
 from drover.web.svg_graph import render_svg
 
 __all__ = ["CONTENT_TYPE_METRICS", "Dashboard", "create_app"]
@@ -64,10 +63,6 @@ class Dashboard:
         self.app = app
         self.auth_token = auth_token or None
         self.refresh_seconds = refresh_seconds
-
-    @property
-    def repository(self) -> Any:
-        return self.app.repository
 
     def coordinator(self) -> Coordinator:
         """The daemon's coordinator, or one built (not run) from the configuration."""
@@ -189,12 +184,6 @@ def _ago(value: datetime | str | None, now: float) -> str:
     return duration(now - value.timestamp()) + " ago"
 
 
-def _iso(value: datetime | None) -> str:
-    if value is None:
-        return ""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _templates(dashboard: Dashboard) -> Jinja2Templates:
     env = Environment(
         loader=FileSystemLoader(str(_HERE / "templates")),
@@ -206,7 +195,7 @@ def _templates(dashboard: Dashboard) -> Jinja2Templates:
     env.globals["statuses"] = [s.value for s in SessionStatus]
     env.globals["status_colours"] = STATUS_COLOURS
     env.globals["badge_css"] = badge_css()
-    env.globals["iso"] = _iso
+    env.globals["iso"] = display_time
     env.globals["refresh_ms"] = int(dashboard.refresh_seconds * 1000)
     env.globals["terminal_statuses"] = {s.value for s in TERMINAL_SESSION_STATUSES}
 
@@ -267,7 +256,7 @@ def create_app(
             f = _session_filter(request.query_params, now)
         except BadFilterError as error:
             return bad_request(request, str(error), api=False)
-        found = await filtered_sessions(repo, f)
+        found = await repo.filtered_sessions(f)
         counts = await repo.count_by_status()
         params = {
             "status": [s.value for s in f.statuses],
@@ -305,9 +294,7 @@ def create_app(
         why_error = None
         try:
             coordinator = dashboard.coordinator()
-            diagnosis = await diagnose_session(
-                repo, coordinator.handlers, coordinator.options, sid, now
-            )
+            diagnosis = await diagnose_session(repo, coordinator, sid, now)
             why_lines = list(diagnosis.lines)
         except DroverError as error:
             why_error = str(error)
@@ -374,7 +361,7 @@ def create_app(
             f = _session_filter(request.query_params, time.time())
         except BadFilterError as error:
             return bad_request(request, str(error), api=True)
-        return JSONResponse([session_json(s) for s in await filtered_sessions(repo, f)])
+        return JSONResponse([session_json(s) for s in await repo.filtered_sessions(f)])
 
     async def api_session(request: Request) -> Response:
         sid = await resolve(request, api=True)
@@ -385,9 +372,7 @@ def create_app(
     async def api_session_why(request: Request) -> Response:
         sid = await resolve(request, api=True)
         coordinator = dashboard.coordinator()
-        diagnosis = await diagnose_session(
-            repo, coordinator.handlers, coordinator.options, sid, time.time()
-        )
+        diagnosis = await diagnose_session(repo, coordinator, sid, time.time())
         return JSONResponse(diagnosis.to_json())
 
     async def api_session_timeline(request: Request) -> Response:
@@ -443,16 +428,15 @@ def create_app(
     # -- operations --------------------------------------------------------------------
 
     async def metrics(request: Request) -> Response:
-        return Response(render_metrics(await snapshot(repo)), media_type=CONTENT_TYPE_METRICS)
+        return Response(
+            render_metrics(await repo.metrics_snapshot()), media_type=CONTENT_TYPE_METRICS
+        )
 
     async def healthz(request: Request) -> Response:
         window = 3 * app.config.heartbeat_interval
 
-        async def ping(conn: AsyncConnection) -> None:
-            await conn.execute(sa.text("SELECT 1"))
-
         try:
-            await repo.read(ping)
+            await repo.ping()
         except Exception as error:  # any failure to answer is unhealthy
             detail = str(getattr(error, "orig", None) or error).splitlines()[0]
             return PlainTextResponse(
@@ -473,12 +457,25 @@ def create_app(
                 status_code=503,
             )
         newest = alive[0]
-        age = time.time() - max(c.heartbeat_at.timestamp() for c in alive)
-        return PlainTextResponse(
-            f"ok: the database answers; {len(alive)} live coordinator(s), "
+        now = time.time()
+        age = now - max(c.heartbeat_at.timestamp() for c in alive)
+        liveness = (
+            f"the database answers; {len(alive)} live coordinator(s), "
             f"newest {newest.id} on {newest.host} (pid {newest.pid}), "
-            f"last heartbeat {age:.1f}s ago\n"
+            f"last heartbeat {age:.1f}s ago"
         )
+        failing = await recent_handler_errors(repo, now)
+        if failing:
+            # Still 200: the coordinator runs and other handlers make progress.
+            names = "; ".join(
+                f"handler {e.handler} failed {e.count} time(s), last: {e.last_error}"
+                for e in failing
+            )
+            return PlainTextResponse(
+                f"degraded: {names} (in the last 10 minutes); {liveness}\n",
+                headers={"X-Drover-Health": "degraded"},
+            )
+        return PlainTextResponse(f"ok: {liveness}\n", headers={"X-Drover-Health": "ok"})
 
     # -- errors ----------------------------------------------------------------------
 

@@ -10,13 +10,8 @@ counter reset.
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
-import attrs
-import sqlalchemy as sa
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -25,67 +20,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from drover.model.status import SessionStatus
-from drover.storage.repository import Repository
-from drover.storage.schema import handler_ticks, sessions
+from drover.storage.ticks import BUCKETS, MetricsSnapshot
 
-__all__ = ["BUCKETS", "MetricsSnapshot", "render_metrics", "snapshot"]
-
-#: Upper bounds (seconds) of the tick duration histogram.
-BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-
-
-@attrs.frozen
-class MetricsSnapshot:
-    """Everything one scrape reports."""
-
-    ticks: dict[str, int]
-    results: dict[tuple[str, str], int]
-    #: handler -> (cumulative counts per bucket of BUCKETS, count, sum)
-    durations: dict[str, tuple[list[int], int, float]]
-    sessions: dict[str, int]
-
-
-async def snapshot(repo: Repository) -> MetricsSnapshot:
-    """Read the figures in one read transaction; aggregation happens in SQL."""
-    t = handler_ticks
-    bucket_columns = [
-        sa.func.sum(sa.case((t.c.duration <= bound, 1), else_=0)).label(f"b{i}")
-        for i, bound in enumerate(BUCKETS)
-    ]
-    per_handler = sa.select(
-        t.c.handler, sa.func.count(), sa.func.sum(t.c.duration), *bucket_columns
-    ).group_by(t.c.handler)
-    # counts is a small JSON object; identical objects are grouped in SQL.
-    counts_text = sa.cast(t.c.counts, sa.Text)
-    per_counts = sa.select(t.c.handler, counts_text, sa.func.count()).group_by(
-        t.c.handler, counts_text
-    )
-    by_status = sa.select(sessions.c.status, sa.func.count()).group_by(sessions.c.status)
-
-    async def work(conn: AsyncConnection) -> MetricsSnapshot:
-        ticks: dict[str, int] = {}
-        durations: dict[str, tuple[list[int], int, float]] = {}
-        for row in await conn.execute(per_handler):
-            handler, count, total = row[0], int(row[1]), float(row[2] or 0.0)
-            ticks[handler] = count
-            durations[handler] = ([int(v or 0) for v in row[3:]], count, total)
-        results: Counter[tuple[str, str]] = Counter()
-        for handler, text, n in await conn.execute(per_counts):
-            counts: Any = json.loads(text) if isinstance(text, str) else text
-            for result, value in (counts or {}).items():
-                results[(handler, str(result))] += int(value) * int(n)
-        found = {str(s): int(n) for s, n in await conn.execute(by_status)}
-        return MetricsSnapshot(
-            ticks=ticks,
-            results=dict(results),
-            durations=durations,
-            sessions={s.value: found.get(s.value, 0) for s in SessionStatus},
-        )
-
-    return await repo.read(work)
+__all__ = ["render_metrics"]
 
 
 class _SnapshotCollector(Collector):
@@ -122,6 +60,14 @@ class _SnapshotCollector(Collector):
             buckets.append(("+Inf", count))
             seconds.add_metric([handler], buckets, total)
         yield seconds
+        errors = CounterMetricFamily(
+            "drover_handler_errors",
+            "Ticks whose execute() raised or returned an invalid result, per handler.",
+            labels=["handler"],
+        )
+        for handler, n in sorted(snap.errors.items()):
+            errors.add_metric([handler], n)
+        yield errors
         gauge = GaugeMetricFamily(
             "drover_sessions", "Sessions currently in each status.", labels=["status"]
         )

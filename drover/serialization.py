@@ -1,0 +1,138 @@
+"""Every JSON shape drover prints or serves, and every timestamp format, defined once.
+
+The CLI's ``--json`` and the dashboard's ``/api/…`` both use these functions,
+so a field has the same name and format wherever it appears. Timestamps in
+JSON are ISO 8601 in UTC with milliseconds; on pages and in tables they are
+``YYYY-MM-DD HH:MM:SS`` UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from drover.model.values import (
+    CoordinatorInfo,
+    HistoryRecord,
+    KernelHistoryRecord,
+    KernelInfo,
+    SessionWithKernels,
+    TerminationOutcome,
+)
+
+__all__ = [
+    "coordinator_json",
+    "display_time",
+    "history_json",
+    "iso",
+    "kernel_history_json",
+    "kernel_json",
+    "session_json",
+    "termination_json",
+]
+
+
+def iso(value: datetime | None) -> str | None:
+    """An aware datetime as ISO 8601 in UTC with milliseconds, or ``None``."""
+    return value.astimezone(UTC).isoformat(timespec="milliseconds") if value is not None else None
+
+
+def display_time(value: datetime | None) -> str:
+    """An aware datetime as ``YYYY-MM-DD HH:MM:SS`` (UTC) for pages and tables; ``""`` for none."""
+    if value is None:
+        return ""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def kernel_json(kernel: KernelInfo, index: int) -> dict[str, Any]:
+    """One kernel; ``index`` is its 1-based position in its session (as ``drover show``)."""
+    runtime = kernel.runtime or {}
+    return {
+        "id": kernel.id,
+        "index": index,
+        "status": kernel.status.value,
+        "status_info": kernel.status_info,
+        "agent_id": kernel.agent_id,
+        "exit_code": kernel.exit_code,
+        "pid": runtime.get("pid"),
+        "stdout": runtime.get("stdout"),
+        "stderr": runtime.get("stderr"),
+        "status_changed_at": iso(kernel.status_changed_at),
+        "spec": kernel.spec,
+    }
+
+
+def session_json(session: SessionWithKernels) -> dict[str, Any]:
+    """A session with its kernels.
+
+    ``tries`` maps each handler to its failures in the current status;
+    ``try_count`` is the highest of them.
+    """
+    return {
+        "id": session.id,
+        "name": session.name,
+        "status": session.status.value,
+        "status_info": session.status_info,
+        "result": session.result,
+        "priority": session.priority,
+        "try_count": session.try_count,
+        "tries": dict(session.tries),
+        "requeues": session.requeues,
+        "created_at": iso(session.created_at),
+        "status_changed_at": iso(session.status_changed_at),
+        "spec": session.spec,
+        "kernels": [kernel_json(k, i) for i, k in enumerate(session.kernels, start=1)],
+    }
+
+
+def history_json(row: HistoryRecord) -> dict[str, Any]:
+    """A scheduling history row."""
+    return {
+        "id": row.id,
+        "session_id": row.session_id,
+        "handler": row.handler,
+        "result": row.result.value,
+        "from_status": row.from_status.value,
+        "to_status": row.to_status.value,
+        "error_code": row.error_code,
+        "message": row.message,
+        "attempts": row.attempts,
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at),
+    }
+
+
+def kernel_history_json(row: KernelHistoryRecord) -> dict[str, Any]:
+    """A kernel status change."""
+    return {
+        "id": row.id,
+        "kernel_id": row.kernel_id,
+        "session_id": row.session_id,
+        "source": row.source,
+        "from_status": row.from_status.value,
+        "to_status": row.to_status.value,
+        "message": row.message,
+        "created_at": iso(row.created_at),
+    }
+
+
+def coordinator_json(info: CoordinatorInfo) -> dict[str, Any]:
+    """A coordinator process and its heartbeat."""
+    return {
+        "id": info.id,
+        "host": info.host,
+        "pid": info.pid,
+        "version": info.version,
+        "started_at": iso(info.started_at),
+        "heartbeat_at": iso(info.heartbeat_at),
+    }
+
+
+def termination_json(outcome: TerminationOutcome) -> dict[str, Any]:
+    """What a termination request did to one session."""
+    return {
+        "id": outcome.session_id,
+        "from_status": outcome.from_status.value,
+        "to_status": outcome.to_status.value,
+        "changed": outcome.changed,
+    }

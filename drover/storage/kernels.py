@@ -1,0 +1,233 @@
+"""Kernels and agents: backend reports, placements, and the resources agents hold."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from drover.model.errors import UnknownKernelError
+from drover.model.rules import HOLDING_KERNEL_STATUSES
+from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
+from drover.model.values import KernelInfo, KernelReport
+from drover.storage._db import Database
+from drover.storage._sql import chunked
+from drover.storage.rows import KERNEL_COLUMNS, KERNEL_KIND, Times, kernel_from_row
+from drover.storage.schema import entities, status_changes
+
+__all__ = [
+    "BACKEND_SOURCE",
+    "agent_usage",
+    "assign_agents",
+    "get_kernel",
+    "kernel_statuses",
+    "kernels_in",
+    "report_kernel_statuses",
+]
+
+#: ``source`` of the status changes a backend reports.
+BACKEND_SOURCE = "backend"
+
+e = entities
+
+_APPLY_REPORT = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"), e.c.status == sa.bindparam("from_status"))
+    .values(
+        status=sa.bindparam("to_status"),
+        status_changed_at=sa.bindparam("now"),
+        exit_code=sa.func.coalesce(sa.bindparam("exit_code"), e.c.exit_code),
+        status_info=sa.func.coalesce(sa.bindparam("info"), e.c.status_info),
+        agent_id=sa.case((sa.bindparam("clear_agent"), sa.null()), else_=e.c.agent_id),
+    )
+)
+_SET_RUNTIME = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"))
+    .values(runtime=sa.bindparam("rt", type_=e.c.runtime.type))
+)
+
+
+async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) -> list[bool]:
+    """Apply backend reports in one transaction; return, per report, whether it applied.
+
+    Each report is compare-and-set: it applies only if the kernel is not
+    terminal and (when ``expected`` is given) is in an expected status. Each
+    applied report records a status change with source ``backend``. Raises
+    UnknownKernelError, writing nothing, for an unknown kernel id.
+    """
+    if not reports:
+        return []
+    now = db.clock.time()
+
+    async def work(conn: AsyncConnection) -> list[bool]:
+        ids = list({r.kernel_id for r in reports})
+        current: dict[str, tuple[str, str]] = {}
+        for chunk in chunked(ids):
+            query = sa.select(e.c.id, e.c.parent_id, e.c.status).where(
+                e.c.id.in_(chunk), e.c.kind == KERNEL_KIND
+            )
+            if db.postgres:
+                query = query.with_for_update()
+            for kid, sid, status in await conn.execute(query):
+                current[kid] = (sid, status)
+        applied: list[bool] = []
+        updates: list[dict[str, Any]] = []
+        changes: list[dict[str, Any]] = []
+        for report in reports:
+            if report.kernel_id not in current:
+                raise UnknownKernelError(report.kernel_id)
+            sid, status = current[report.kernel_id]
+            ok = (
+                status not in TERMINAL_KERNEL_STATUSES
+                and status != report.status
+                and (report.expected is None or status in report.expected)
+            )
+            applied.append(ok)
+            if not ok:
+                continue
+            current[report.kernel_id] = (sid, report.status.value)
+            updates.append(
+                {
+                    "kid": report.kernel_id,
+                    "from_status": status,
+                    "to_status": report.status.value,
+                    "now": now,
+                    "exit_code": report.exit_code,
+                    "info": report.message,
+                    "clear_agent": report.status == KernelStatus.PENDING,
+                    # not "runtime": a key named like a column becomes an implicit SET
+                    "new_runtime": report.runtime,
+                }
+            )
+            changes.append(
+                {
+                    "entity_id": report.kernel_id,
+                    "kind": KERNEL_KIND,
+                    "parent_id": sid,
+                    "source": BACKEND_SOURCE,
+                    "from_status": status,
+                    "to_status": report.status.value,
+                    "message": report.message,
+                    "created_at": now,
+                }
+            )
+        if updates:
+            await conn.execute(_APPLY_REPORT, updates)
+            runtimes = [
+                {"kid": u["kid"], "rt": u["new_runtime"]}
+                for u in updates
+                if u["new_runtime"] is not None
+            ]
+            if runtimes:
+                await conn.execute(_SET_RUNTIME, runtimes)
+            await conn.execute(sa.insert(status_changes), changes)
+        return applied
+
+    return await db.write(work)
+
+
+def _numeric_request(slot: str, postgres: bool) -> sa.ColumnElement[Any]:
+    """``spec[slot]`` when it is a JSON number, else 0: a bad value never breaks the sum."""
+    if postgres:
+        is_number = sa.func.jsonb_typeof(e.c.spec[slot]) == "number"
+    else:
+        is_number = sa.func.json_type(e.c.spec, f'$."{slot}"').in_(["integer", "real"])
+    return sa.case((is_number, e.c.spec[slot].as_float()), else_=0.0)
+
+
+async def agent_usage(db: Database, slots: Iterable[str]) -> dict[str, dict[str, float]]:
+    """Resources held per agent: the sum of each slot over its placed, live kernels.
+
+    A kernel holds resources while it has an agent and is neither PENDING nor
+    ended (:data:`drover.model.rules.HOLDING_KERNEL_STATUSES`). It asks for
+    slot ``X`` with ``spec["X"]`` (default 0).
+    """
+    slot_names = sorted(set(slots))
+    columns = [
+        sa.func.sum(_numeric_request(name, db.postgres)).label(f"s{i}")
+        for i, name in enumerate(slot_names)
+    ]
+    query = (
+        sa.select(e.c.agent_id, *columns)
+        .where(
+            e.c.kind == KERNEL_KIND,
+            # A positive list so the (kind, status) index serves it: ended
+            # kernels, the bulk of the table, are never read.
+            e.c.status.in_(sorted(s.value for s in HOLDING_KERNEL_STATUSES)),
+            e.c.agent_id.is_not(None),
+        )
+        .group_by(e.c.agent_id)
+    )
+
+    async def work(conn: AsyncConnection) -> dict[str, dict[str, float]]:
+        usage: dict[str, dict[str, float]] = {}
+        for row in await conn.execute(query):
+            usage[row[0]] = {name: float(row[i + 1] or 0) for i, name in enumerate(slot_names)}
+        return usage
+
+    return await db.read(work)
+
+
+_ASSIGN = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"), e.c.status == KernelStatus.PENDING.value)
+    .values(agent_id=sa.bindparam("agent"))
+)
+
+
+async def assign_agents(db: Database, placements: Mapping[str, str]) -> int:
+    """Set ``agent_id`` on PENDING kernels (``kernel_id -> agent_id``); return how many."""
+    if not placements:
+        return 0
+    params = [{"kid": kid, "agent": agent} for kid, agent in placements.items()]
+
+    async def work(conn: AsyncConnection) -> int:
+        await conn.execute(_ASSIGN, params)
+        return len(params)
+
+    return await db.write(work)
+
+
+async def kernels_in(db: Database, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
+    """Every kernel currently in one of ``statuses`` (a backend's view at start-up)."""
+    query = (
+        sa.select(*KERNEL_COLUMNS)
+        .where(e.c.kind == KERNEL_KIND, e.c.status.in_(sorted(s.value for s in statuses)))
+        .order_by(e.c.id)
+    )
+
+    async def work(conn: AsyncConnection) -> list[KernelInfo]:
+        times = Times()
+        return [kernel_from_row(r, times) for r in await conn.execute(query)]
+
+    return await db.read(work)
+
+
+async def kernel_statuses(db: Database, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
+    """Current status of each of ``kernel_ids`` (unknown ids are left out)."""
+
+    async def work(conn: AsyncConnection) -> dict[str, KernelStatus]:
+        found: dict[str, KernelStatus] = {}
+        for chunk in chunked(list(kernel_ids)):
+            query = sa.select(e.c.id, e.c.status).where(e.c.id.in_(chunk), e.c.kind == KERNEL_KIND)
+            for kid, status in await conn.execute(query):
+                found[kid] = KernelStatus(status)
+        return found
+
+    return await db.read(work)
+
+
+async def get_kernel(db: Database, kernel_id: str) -> KernelInfo:
+    """One kernel, or UnknownKernelError."""
+
+    async def work(conn: AsyncConnection) -> KernelInfo:
+        query = sa.select(*KERNEL_COLUMNS).where(e.c.id == kernel_id, e.c.kind == KERNEL_KIND)
+        row = (await conn.execute(query)).first()
+        if row is None:
+            raise UnknownKernelError(kernel_id)
+        return kernel_from_row(row, Times())
+
+    return await db.read(work)

@@ -1,0 +1,195 @@
+"""Turning rows into drover's values, fast.
+
+Rows come from statements that select the columns below, in this order, and
+are read by position. Statuses are looked up in plain dicts (an enum call per
+row costs more), and a timestamp shared by many rows (everything one tick
+moved) becomes one datetime per read, not one per row: the database already
+validated what it stores, so nothing is checked twice here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
+from drover.model.values import (
+    CoordinatorInfo,
+    HistoryRecord,
+    KernelHistoryRecord,
+    KernelInfo,
+    SessionWithKernels,
+)
+from drover.storage.schema import entities
+
+__all__ = [
+    "KERNEL_COLUMNS",
+    "KERNEL_KIND",
+    "SESSION_COLUMNS",
+    "SESSION_KIND",
+    "Times",
+    "coordinator_from_row",
+    "history_from_row",
+    "kernel_from_row",
+    "kernel_history_from_row",
+    "session_from_row",
+    "sessions_with_kernels",
+]
+
+SESSION_KIND = "session"
+KERNEL_KIND = "kernel"
+
+_e = entities
+SESSION_COLUMNS = (
+    _e.c.id,
+    _e.c.name,
+    _e.c.status,
+    _e.c.status_changed_at,
+    _e.c.priority,
+    _e.c.created_at,
+    _e.c.spec,
+    _e.c.status_info,
+    _e.c.result,
+    _e.c.tries,
+    _e.c.requeues,
+)
+KERNEL_COLUMNS = (
+    _e.c.id,
+    _e.c.parent_id,
+    _e.c.status,
+    _e.c.status_changed_at,
+    _e.c.agent_id,
+    _e.c.spec,
+    _e.c.exit_code,
+    _e.c.status_info,
+    _e.c.runtime,
+)
+
+_SESSION_STATUS: dict[str, SessionStatus] = {s.value: s for s in SessionStatus}
+_KERNEL_STATUS: dict[str, KernelStatus] = {s.value: s for s in KernelStatus}
+_RESULT: dict[str, SchedulingResult] = {r.value: r for r in SchedulingResult}
+
+
+class Times:
+    """Epoch seconds to aware UTC datetimes, one datetime per distinct value."""
+
+    def __init__(self) -> None:
+        self._seen: dict[float, datetime] = {}
+
+    def __call__(self, ts: float) -> datetime:
+        """The datetime of ``ts``."""
+        value = self._seen.get(ts)
+        if value is None:
+            value = self._seen[ts] = datetime.fromtimestamp(ts, UTC)
+        return value
+
+
+def kernel_from_row(row: Sequence[Any], times: Times) -> KernelInfo:
+    """A :class:`KernelInfo` from a row of :data:`KERNEL_COLUMNS`."""
+    return KernelInfo(
+        row[0],
+        row[1],
+        _KERNEL_STATUS[row[2]],
+        times(row[3]),
+        row[4],
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+    )
+
+
+def session_from_row(
+    row: Sequence[Any],
+    kernels: Sequence[KernelInfo],
+    times: Times,
+    handler: str | None = None,
+) -> SessionWithKernels:
+    """A session from a row of :data:`SESSION_COLUMNS` and its kernels.
+
+    ``try_count`` is ``handler``'s count, or the highest of any handler.
+    """
+    tries: dict[str, int] = row[9] or {}
+    try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
+    return SessionWithKernels(
+        row[0],
+        row[1] or "",
+        _SESSION_STATUS[row[2]],
+        times(row[3]),
+        try_count,
+        row[4],
+        times(row[5]),
+        row[6],
+        row[7],
+        row[8],
+        tuple(kernels),
+        tries,
+        row[10],
+    )
+
+
+def sessions_with_kernels(
+    session_rows: Iterable[Sequence[Any]],
+    kernel_rows: Iterable[Sequence[Any]],
+    handler: str | None = None,
+) -> list[SessionWithKernels]:
+    """Sessions in the order of ``session_rows``, each with its kernels in id order."""
+    times = Times()
+    by_session: dict[str, list[KernelInfo]] = {}
+    for krow in kernel_rows:
+        kernel = kernel_from_row(krow, times)
+        found = by_session.get(kernel.session_id)
+        if found is None:
+            by_session[kernel.session_id] = [kernel]
+        else:
+            found.append(kernel)
+    return [
+        session_from_row(row, by_session.get(row[0], ()), times, handler) for row in session_rows
+    ]
+
+
+def history_from_row(row: Any) -> HistoryRecord:
+    """A :class:`HistoryRecord` from a ``scheduling_history`` row."""
+    return HistoryRecord(
+        id=row.id,
+        session_id=row.entity_id,
+        handler=row.handler,
+        result=_RESULT[row.result],
+        from_status=_SESSION_STATUS[row.from_status],
+        to_status=_SESSION_STATUS[row.to_status],
+        error_code=row.error_code,
+        message=row.message,
+        attempts=row.attempts,
+        created_at=datetime.fromtimestamp(row.created_at, UTC),
+        updated_at=datetime.fromtimestamp(row.updated_at, UTC),
+    )
+
+
+def kernel_history_from_row(row: Any) -> KernelHistoryRecord:
+    """A :class:`KernelHistoryRecord` from a ``status_changes`` row of a kernel."""
+    return KernelHistoryRecord(
+        id=row.id,
+        kernel_id=row.entity_id,
+        session_id=row.parent_id,
+        source=row.source,
+        from_status=_KERNEL_STATUS[row.from_status],
+        to_status=_KERNEL_STATUS[row.to_status],
+        message=row.message,
+        created_at=datetime.fromtimestamp(row.created_at, UTC),
+    )
+
+
+def coordinator_from_row(row: Any) -> CoordinatorInfo:
+    """A :class:`CoordinatorInfo` from a ``coordinators`` row."""
+    return CoordinatorInfo(
+        id=row.id,
+        host=row.host,
+        pid=row.pid,
+        started_at=datetime.fromtimestamp(row.started_at, UTC),
+        heartbeat_at=datetime.fromtimestamp(row.heartbeat_at, UTC),
+        version=row.version,
+        stopped_at=(
+            datetime.fromtimestamp(row.stopped_at, UTC) if row.stopped_at is not None else None
+        ),
+    )

@@ -1,0 +1,229 @@
+"""Sessions and their kernels: creating them and reading them back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from drover.model.errors import InvalidSpecError, UnknownSessionError
+from drover.model.ids import new_id
+from drover.model.spec import SessionRequest
+from drover.model.status import SessionStatus
+from drover.model.values import SessionWithKernels
+from drover.storage._db import Database
+from drover.storage._sql import chunked
+from drover.storage.rows import (
+    KERNEL_COLUMNS,
+    KERNEL_KIND,
+    SESSION_COLUMNS,
+    SESSION_KIND,
+    sessions_with_kernels,
+)
+from drover.storage.schema import entities, scheduling_history
+
+__all__ = [
+    "FETCH_ORDER",
+    "SessionFilter",
+    "count_by_status",
+    "create_sessions",
+    "filtered_sessions",
+    "get_session",
+    "latest_entity_id",
+    "list_sessions",
+    "read_kernels_of",
+    "resolve_session_id",
+]
+
+e = entities
+#: The order handlers see sessions in: highest priority, then oldest.
+FETCH_ORDER = (e.c.priority.desc(), e.c.created_at, e.c.id)
+
+_KERNELS_OF = (
+    sa.select(*KERNEL_COLUMNS)
+    .where(e.c.parent_id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(e.c.parent_id, e.c.id)
+)
+_ROW_KEYS = [c.name for c in e.c]
+
+
+def _row(**values: Any) -> dict[str, Any]:
+    # executemany needs every row to name the same columns.
+    row = dict.fromkeys(_ROW_KEYS)
+    row["requeues"] = 0
+    row.update(values)
+    return row
+
+
+async def create_sessions(db: Database, requests: Sequence[SessionRequest]) -> list[str]:
+    """Create sessions with their kernels in one transaction; return their ids."""
+    now = db.clock.time()
+    session_rows: list[dict[str, Any]] = []
+    kernel_rows: list[dict[str, Any]] = []
+    for request in requests:
+        sid = new_id()
+        session_rows.append(
+            _row(
+                id=sid,
+                kind=SESSION_KIND,
+                name=request.name or f"session-{sid[-12:]}",
+                status=request.status.value,
+                status_changed_at=now,
+                priority=request.priority,
+                created_at=now,
+                spec=request.spec,
+            )
+        )
+        kernel_rows.extend(
+            _row(
+                id=new_id(),
+                kind=KERNEL_KIND,
+                parent_id=sid,
+                status=(kernel.status or request.status).value,
+                status_changed_at=now,
+                priority=0,
+                created_at=now,
+                spec=kernel.spec,
+                agent_id=kernel.agent_id,
+            )
+            for kernel in request.kernels
+        )
+
+    async def work(conn: AsyncConnection) -> None:
+        # Parents first: the kernels' foreign key is checked row by row.
+        await conn.execute(sa.insert(e), session_rows + kernel_rows)
+
+    if session_rows:
+        await db.write(work)
+    return [row["id"] for row in session_rows]
+
+
+async def read_kernels_of(conn: AsyncConnection, ids: Sequence[str]) -> list[Any]:
+    """Kernel rows (:data:`KERNEL_COLUMNS`) of the sessions ``ids``, in (session, id) order."""
+    rows: list[Any] = []
+    for chunk in chunked(ids):
+        rows.extend((await conn.execute(_KERNELS_OF, {"ids": chunk})).all())
+    return rows
+
+
+async def _sessions(
+    conn: AsyncConnection, query: sa.Select[Any], handler: str | None = None
+) -> list[SessionWithKernels]:
+    rows = (await conn.execute(query)).all()
+    kernel_rows = await read_kernels_of(conn, [r[0] for r in rows])
+    return sessions_with_kernels(rows, kernel_rows, handler)
+
+
+async def get_session(db: Database, session_id: str) -> SessionWithKernels:
+    """One session with its kernels, or UnknownSessionError."""
+    query = sa.select(*SESSION_COLUMNS).where(e.c.id == session_id, e.c.kind == SESSION_KIND)
+    found = await db.read(lambda conn: _sessions(conn, query))
+    if not found:
+        raise UnknownSessionError(session_id)
+    return found[0]
+
+
+async def resolve_session_id(db: Database, prefix: str) -> str:
+    """The id of the one session whose id starts with ``prefix`` (or equals it)."""
+    if not prefix:
+        raise UnknownSessionError(prefix)
+    query = (
+        sa.select(e.c.id)
+        .where(e.c.id.startswith(prefix, autoescape=True), e.c.kind == SESSION_KIND)
+        .order_by(e.c.id)
+        .limit(3)
+    )
+
+    async def work(conn: AsyncConnection) -> list[str]:
+        return [r[0] for r in await conn.execute(query)]
+
+    found = await db.read(work)
+    if prefix in found:
+        return prefix
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise UnknownSessionError(prefix)
+    raise InvalidSpecError(
+        f"session id prefix {prefix!r} is ambiguous: it matches {', '.join(found[:2])}, …"
+    )
+
+
+async def list_sessions(
+    db: Database, *, statuses: Iterable[SessionStatus] | None = None, limit: int | None = None
+) -> list[SessionWithKernels]:
+    """Sessions (with kernels), in fetch order, optionally filtered by status."""
+    query = sa.select(*SESSION_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*FETCH_ORDER)
+    if statuses is not None:
+        query = query.where(e.c.status.in_([s.value for s in statuses]))
+    if limit is not None:
+        query = query.limit(limit)
+    return await db.read(lambda conn: _sessions(conn, query))
+
+
+@attrs.frozen
+class SessionFilter:
+    """The dashboard's session filters; every one that is set must hold."""
+
+    statuses: tuple[SessionStatus, ...] = ()
+    #: A case-insensitive substring of the session's name.
+    name: str | None = None
+    #: Sessions whose latest scheduling history row was written by this handler.
+    handler: str | None = None
+    #: Created at or after / at or before (epoch seconds).
+    since: float | None = None
+    until: float | None = None
+    limit: int = 100
+
+
+async def filtered_sessions(db: Database, f: SessionFilter) -> list[SessionWithKernels]:
+    """Sessions (with kernels) matching ``f``, in fetch order."""
+    query = sa.select(*SESSION_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*FETCH_ORDER)
+    if f.statuses:
+        query = query.where(e.c.status.in_([s.value for s in f.statuses]))
+    if f.name:
+        query = query.where(sa.func.lower(e.c.name).contains(f.name.lower(), autoescape=True))
+    if f.handler:
+        h = scheduling_history
+        latest = (
+            sa.select(h.c.entity_id, sa.func.max(h.c.id).label("latest_id"))
+            .group_by(h.c.entity_id)
+            .subquery()
+        )
+        by_handler = (
+            sa.select(latest.c.entity_id)
+            .join(h, h.c.id == latest.c.latest_id)
+            .where(h.c.handler == f.handler)
+        )
+        query = query.where(e.c.id.in_(by_handler))
+    if f.since is not None:
+        query = query.where(e.c.created_at >= f.since)
+    if f.until is not None:
+        query = query.where(e.c.created_at <= f.until)
+    query = query.limit(f.limit)
+    return await db.read(lambda conn: _sessions(conn, query))
+
+
+async def count_by_status(db: Database) -> dict[SessionStatus, int]:
+    """The number of sessions in each status (statuses with none are omitted)."""
+    query = (
+        sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
+    )
+
+    async def work(conn: AsyncConnection) -> dict[SessionStatus, int]:
+        return {SessionStatus(status): count for status, count in await conn.execute(query)}
+
+    return await db.read(work)
+
+
+async def latest_entity_id(db: Database) -> str | None:
+    """The newest entity id (ids are time-ordered): one primary-key index lookup."""
+
+    async def work(conn: AsyncConnection) -> str | None:
+        value = (await conn.execute(sa.select(sa.func.max(e.c.id)))).scalar()
+        return str(value) if value is not None else None
+
+    return await db.read(work)

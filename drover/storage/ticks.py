@@ -1,0 +1,189 @@
+"""Tick records and the figures read from them: stats, metrics and handler errors."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from drover.model.status import SessionStatus
+from drover.storage._db import Database
+from drover.storage.rows import SESSION_KIND
+from drover.storage.schema import entities, handler_ticks
+
+__all__ = [
+    "BUCKETS",
+    "HandlerErrors",
+    "MetricsSnapshot",
+    "handler_errors",
+    "metrics_snapshot",
+    "record_ticks",
+    "status_ages",
+    "tick_rows",
+]
+
+t = handler_ticks
+e = entities
+
+#: Upper bounds (seconds) of the tick duration histogram.
+BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+async def record_ticks(db: Database, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Store tick summaries (handler, started_at, duration, fetched, counts, error)."""
+    if not rows:
+        return
+    values = [{"error": None, **row} for row in rows]
+
+    async def work(conn: AsyncConnection) -> None:
+        await conn.execute(sa.insert(t), values)
+
+    await db.write(work)
+
+
+async def tick_rows(db: Database, since: float | None) -> list[tuple[str, float, dict[str, int]]]:
+    """``(handler, duration, counts)`` of the recorded ticks since ``since``."""
+    query = sa.select(t.c.handler, t.c.duration, t.c.counts)
+    if since is not None:
+        query = query.where(t.c.started_at >= since)
+
+    async def work(conn: AsyncConnection) -> list[tuple[str, float, dict[str, int]]]:
+        return [(r[0], float(r[1]), dict(r[2] or {})) for r in await conn.execute(query)]
+
+    return await db.read(work)
+
+
+@attrs.frozen
+class HandlerErrors:
+    """A handler whose ``execute`` raised lately: how often, when last, and what."""
+
+    handler: str
+    count: int
+    last_at: float
+    last_error: str
+
+
+async def handler_errors(db: Database, since: float) -> list[HandlerErrors]:
+    """Handlers whose ticks recorded an error since ``since``, most errors first."""
+    per_handler = (
+        sa.select(t.c.handler, sa.func.count(), sa.func.max(t.c.id))
+        .where(t.c.started_at >= since, t.c.error.is_not(None))
+        .group_by(t.c.handler)
+    )
+
+    async def work(conn: AsyncConnection) -> list[HandlerErrors]:
+        found = (await conn.execute(per_handler)).all()
+        if not found:
+            return []
+        last = {
+            row.id: row
+            for row in await conn.execute(
+                sa.select(t.c.id, t.c.started_at, t.c.error).where(
+                    t.c.id.in_([f[2] for f in found])
+                )
+            )
+        }
+        out = [
+            HandlerErrors(handler, int(count), float(last[lid].started_at), str(last[lid].error))
+            for handler, count, lid in found
+        ]
+        return sorted(out, key=lambda x: (-x.count, x.handler))
+
+    return await db.read(work)
+
+
+async def status_ages(db: Database, now: float) -> dict[SessionStatus, tuple[int, float, float]]:
+    """Per status: sessions, and the p50 / p95 of the time they have held it (seconds)."""
+    counts_query = (
+        sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
+    )
+
+    async def work(conn: AsyncConnection) -> dict[SessionStatus, tuple[int, float, float]]:
+        out: dict[SessionStatus, tuple[int, float, float]] = {}
+        for raw, n in (await conn.execute(counts_query)).all():
+            status = SessionStatus(raw)
+            ages = []
+            # Percentiles by offset into the sorted column: no sorting in Python.
+            for q in (0.5, 0.95):
+                # Newest first: the age at offset i grows with i.
+                offset = min(n - 1, int(q * (n - 1) + 0.5))
+                value = (
+                    await conn.execute(
+                        sa.select(e.c.status_changed_at)
+                        .where(e.c.kind == SESSION_KIND, e.c.status == status.value)
+                        .order_by(e.c.status_changed_at.desc())
+                        .offset(offset)
+                        .limit(1)
+                    )
+                ).scalar()
+                ages.append(max(0.0, now - float(value)) if value is not None else 0.0)
+            out[status] = (n, ages[0], ages[1])
+        return out
+
+    return await db.read(work)
+
+
+@attrs.frozen
+class MetricsSnapshot:
+    """Everything one scrape of ``/metrics`` reports."""
+
+    ticks: dict[str, int]
+    results: dict[tuple[str, str], int]
+    #: handler -> (cumulative counts per bucket of BUCKETS, count, sum)
+    durations: dict[str, tuple[list[int], int, float]]
+    sessions: dict[str, int]
+    #: handler -> ticks whose execute() raised
+    errors: dict[str, int] = attrs.field(factory=dict)
+
+
+async def metrics_snapshot(db: Database) -> MetricsSnapshot:
+    """Read the figures in one read transaction; aggregation happens in SQL."""
+    bucket_columns = [
+        sa.func.sum(sa.case((t.c.duration <= bound, 1), else_=0)).label(f"b{i}")
+        for i, bound in enumerate(BUCKETS)
+    ]
+    per_handler = sa.select(
+        t.c.handler,
+        sa.func.count(),
+        sa.func.sum(t.c.duration),
+        sa.func.sum(sa.case((t.c.error.is_not(None), 1), else_=0)),
+        *bucket_columns,
+    ).group_by(t.c.handler)
+    # counts is a small JSON object; identical objects are grouped in SQL.
+    counts_text = sa.cast(t.c.counts, sa.Text)
+    per_counts = sa.select(t.c.handler, counts_text, sa.func.count()).group_by(
+        t.c.handler, counts_text
+    )
+    by_status = (
+        sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
+    )
+
+    async def work(conn: AsyncConnection) -> MetricsSnapshot:
+        ticks: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        durations: dict[str, tuple[list[int], int, float]] = {}
+        for row in await conn.execute(per_handler):
+            handler, count, total = row[0], int(row[1]), float(row[2] or 0.0)
+            ticks[handler] = count
+            errors[handler] = int(row[3] or 0)
+            durations[handler] = ([int(v or 0) for v in row[4:]], count, total)
+        results: Counter[tuple[str, str]] = Counter()
+        for handler, text, n in await conn.execute(per_counts):
+            counts: Any = json.loads(text) if isinstance(text, str) else text
+            for result, value in (counts or {}).items():
+                results[(handler, str(result))] += int(value) * int(n)
+        found = {str(s): int(n) for s, n in await conn.execute(by_status)}
+        return MetricsSnapshot(
+            ticks=ticks,
+            results=dict(results),
+            durations=durations,
+            sessions={s.value: found.get(s.value, 0) for s in SessionStatus},
+            errors=errors,
+        )
+
+    return await db.read(work)
