@@ -8,9 +8,13 @@ JSON are ISO 8601 in UTC with milliseconds; on pages and in tables they are
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
+
+from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
     HistoryRecord,
@@ -20,14 +24,24 @@ from drover.model.values import (
     TerminationOutcome,
 )
 
+if TYPE_CHECKING:
+    from drover.inspection.stats import Stats
+    from drover.inspection.why import Diagnosis
+    from drover.plugins.graph import Edge
+    from drover.storage.ticks import HandlerErrors
+
 __all__ = [
     "coordinator_json",
+    "diagnosis_json",
     "display_time",
+    "graph_json",
+    "handler_errors_json",
     "history_json",
     "iso",
     "kernel_history_json",
     "kernel_json",
     "session_json",
+    "stats_json",
     "termination_json",
 ]
 
@@ -136,3 +150,67 @@ def termination_json(outcome: TerminationOutcome) -> dict[str, Any]:
         "to_status": outcome.to_status.value,
         "changed": outcome.changed,
     }
+
+
+def diagnosis_json(diagnosis: Diagnosis) -> dict[str, Any]:
+    """``drover why``: why a session is where it is."""
+    return {
+        "session_id": diagnosis.session_id,
+        "name": diagnosis.name,
+        "status": diagnosis.status.value,
+        "held_for_s": round(diagnosis.held_for_s, 3),
+        "terminal": diagnosis.terminal,
+        "owners": list(diagnosis.owners),
+        "last_problem": diagnosis.last_problem,
+        "lines": list(diagnosis.lines),
+    }
+
+
+def stats_json(stats: Stats) -> dict[str, Any]:
+    """``drover stats``: per-handler tick figures and per-status ages."""
+    return {
+        "since": stats.since,
+        "handlers": [attrs.asdict(h) for h in stats.handlers],
+        "statuses": [
+            {
+                "status": s.status.value,
+                "sessions": s.sessions,
+                "p50_age_s": round(s.p50_age_s, 3),
+                "p95_age_s": round(s.p95_age_s, 3),
+            }
+            for s in stats.statuses
+        ],
+    }
+
+
+def graph_json(edges: Iterable[Edge]) -> dict[str, Any]:
+    """The state machine: nodes (every session status) and edges."""
+    from drover.plugins.graph import ordered_edges
+
+    return {
+        "nodes": [
+            {"status": s.value, "terminal": s in TERMINAL_SESSION_STATUSES} for s in SessionStatus
+        ],
+        "edges": [
+            {
+                "source": e.source.value,
+                "target": e.target.value,
+                "handler": e.handler,
+                "outcome": e.outcome,
+            }
+            for e in ordered_edges(edges)
+        ],
+    }
+
+
+def handler_errors_json(errors: Iterable[HandlerErrors]) -> list[dict[str, Any]]:
+    """Failing handlers: how often, when last, and what."""
+    return [
+        {
+            "handler": e.handler,
+            "errors": e.count,
+            "last_at": iso(datetime.fromtimestamp(e.last_at, UTC)),
+            "last_error": e.last_error,
+        }
+        for e in errors
+    ]

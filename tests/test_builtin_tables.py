@@ -176,6 +176,7 @@ class FlakySchedule(ScheduleSessions):
             skipped=result.skipped,
             messages={**result.messages, **dict.fromkeys(failing, "simulated failure")},
             error_codes={**result.error_codes, **dict.fromkeys(failing, "backend-error")},
+            placements=result.placements,
         )
 
 

@@ -90,26 +90,33 @@ async def test_match_types(make_harness, match):
         assert (await h.session(other)).status == S.CREATING
 
 
-async def test_promotion_is_compare_and_set(make_harness):
-    """A promotion that lost a race changes nothing and writes nothing; the tick reports it."""
+async def test_a_promotion_selects_and_moves_in_one_transaction(make_harness):
+    """Candidates are selected and moved in one transaction: all of it, or nothing.
+
+    A session the API moved first is not selected, and a failure in the middle
+    of the apply leaves no change and no row behind.
+    """
     async with make_harness(
         plugins=[promotion(KernelMatchType.ANY)], include_builtin_handlers=False
     ) as h:
         sid = await h.create_session(status=S.RUNNING, kernels=[{"status": "TERMINATED"}])
-        repo = h.repository
-        original = repo.fetch_promotion_candidates
+        other = await h.create_session(status=S.RUNNING, kernels=[{"status": "TERMINATED"}])
+        await h.request_termination(other)  # RUNNING -> TERMINATING before the tick
 
-        async def racing_fetch(*args, **kwargs):
-            found = await original(*args, **kwargs)
-            await h.request_termination(sid)  # RUNNING -> TERMINATING by the API meanwhile
-            return found
+        def explode(step: str) -> None:
+            if step == "after-sessions":
+                raise RuntimeError("injected")
 
-        repo.fetch_promotion_candidates = racing_fetch  # type: ignore[method-assign]
+        h.coordinator.inject_apply_failure = explode
+        with pytest.raises(RuntimeError, match="injected"):
+            await h.tick("promote-test")
+        assert (await h.session(sid)).status == S.RUNNING
+        assert await h.history(sid) == []
+        h.coordinator.inject_apply_failure = None
         report = await h.tick("promote-test")
-        assert [(c.result, c.error_code) for c in report.changes] == [
-            (SchedulingResult.SKIPPED, "stale-status")
-        ]
-        rows = await h.history(sid)
+        assert [c.session_id for c in report.changes] == [sid]
+        assert (await h.session(sid)).status == S.TERMINATING
+        rows = await h.history(other)
         assert [(r.handler, r.to_status) for r in rows] == [("api", S.TERMINATING)]
 
 

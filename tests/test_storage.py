@@ -42,7 +42,7 @@ async def test_migrations_create_the_schema_and_reach_head(database):
     assert {"entities", "scheduling_history", "status_changes"} <= set(indexes)
     assert not {"sessions", "kernels", "kernel_history"} & set(indexes)
     # Mandatory for the hot path: candidates by status, children by parent.
-    assert ("kind", "status") in indexes["entities"]
+    assert ("kind", "status", "priority", "created_at", "id") in indexes["entities"]
     assert ("parent_id",) in indexes["entities"]
     for table in ("scheduling_history", "status_changes"):
         assert ("entity_id", "id") in indexes[table]

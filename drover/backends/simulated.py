@@ -38,11 +38,19 @@ __all__ = ["SimulatedBackend"]
 log = logging.getLogger("drover.backends.simulated")
 
 _K = KernelStatus
-_NON_TERMINAL = frozenset(s for s in KernelStatus if s not in TERMINAL_KERNEL_STATUSES)
 
 
-# (due, sequence, report): plain tuples keep heap comparisons cheap.
-_Event = tuple[float, int, KernelReport]
+# What a report needs; the KernelReport itself is built when it is delivered.
+_Report = tuple[str, KernelStatus, frozenset[KernelStatus], int | None, str | None]
+# (due, sequence, the reports of one session's kernels): plain tuples keep heap
+# comparisons cheap, and one event per session step, not per kernel.
+_Event = tuple[float, int, list[_Report]]
+
+_NO_SIM: Mapping[str, Any] = {}
+_BEFORE_PULL = frozenset({_K.SCHEDULED, _K.PREPARING})
+_PULLING = frozenset({_K.PREPARING, _K.PULLING})
+_STARTING = frozenset({_K.PREPARED, _K.CREATING})
+_RUNNING = frozenset({_K.RUNNING})
 
 
 class SimulatedBackend(AgentBackend):
@@ -139,70 +147,65 @@ class SimulatedBackend(AgentBackend):
                 del queue[index]
                 raise BackendError(message)
 
-    def _at(self, delay: float, report: KernelReport) -> None:
-        self._forgotten.discard(report.kernel_id)
-        heapq.heappush(self._events, (self.clock.time() + delay, next(self._seq), report))
+    def _at(self, delay: float, reports: list[_Report]) -> None:
+        if not reports:
+            return
+        for report in reports:
+            self._forgotten.discard(report[0])
+        heapq.heappush(self._events, (self.clock.time() + delay, next(self._seq), reports))
 
     @staticmethod
     def _sim(spec: Mapping[str, Any]) -> Mapping[str, Any]:
         sim = spec.get("sim")
-        return sim if isinstance(sim, Mapping) else {}
+        return sim if isinstance(sim, Mapping) else _NO_SIM
 
     async def prepare(self, session: SessionWithKernels) -> None:
         """Queue PULLING now, then PREPARED (or ERROR) after ``pull_delay``."""
         self._maybe_fail("prepare", session)
+        pulling: list[_Report] = []
+        done: list[_Report] = []
         for kernel in session.kernels:
             if kernel.status in TERMINAL_KERNEL_STATUSES:
                 continue
             sim = self._sim(kernel.spec)
             if sim.get("prepare") == "hang":
                 continue
-            self._at(
-                0.0,
-                KernelReport(
-                    kernel.id, _K.PULLING, expected=frozenset({_K.SCHEDULED, _K.PREPARING})
-                ),
-            )
+            pulling.append((kernel.id, _K.PULLING, _BEFORE_PULL, None, None))
             if sim.get("prepare") == "fail":
-                done = KernelReport(
-                    kernel.id,
-                    _K.ERROR,
-                    expected=frozenset({_K.PREPARING, _K.PULLING}),
-                    message="simulated setup failure",
-                )
+                done.append((kernel.id, _K.ERROR, _PULLING, None, "simulated setup failure"))
             else:
-                done = KernelReport(
-                    kernel.id, _K.PREPARED, expected=frozenset({_K.PREPARING, _K.PULLING})
-                )
-            self._at(self.pull_delay, done)
+                done.append((kernel.id, _K.PREPARED, _PULLING, None, None))
+        self._at(0.0, pulling)
+        self._at(self.pull_delay, done)
 
     async def create(self, session: SessionWithKernels) -> None:
         """Queue RUNNING after ``create_delay``, then the exit after ``run_for``."""
         self._maybe_fail("create", session)
+        running: list[_Report] = []
+        exits: dict[float, list[_Report]] = {}
         for kernel in session.kernels:
             if kernel.status in TERMINAL_KERNEL_STATUSES:
                 continue
             sim = self._sim(kernel.spec)
             if sim.get("create") == "hang":
                 continue
-            self._at(
-                self.create_delay,
-                KernelReport(kernel.id, _K.RUNNING, expected=frozenset({_K.PREPARED, _K.CREATING})),
-            )
+            running.append((kernel.id, _K.RUNNING, _STARTING, None, None))
             run_for = sim.get("run_for", self.run_for)
             if run_for is None:
                 continue
-            exit_code = int(sim.get("exit_code", 0))
-            self._at(
-                self.create_delay + float(run_for),
-                KernelReport(
+            code = int(sim.get("exit_code", 0))
+            exits.setdefault(float(run_for), []).append(
+                (
                     kernel.id,
-                    _K.TERMINATED if exit_code == 0 else _K.ERROR,
-                    expected=frozenset({_K.RUNNING}),
-                    exit_code=exit_code,
-                    message=None if exit_code == 0 else f"exited with code {exit_code}",
-                ),
+                    _K.TERMINATED if code == 0 else _K.ERROR,
+                    _RUNNING,
+                    code,
+                    None if code == 0 else f"exited with code {code}",
+                )
             )
+        self._at(self.create_delay, running)
+        for run_for, reports in exits.items():
+            self._at(self.create_delay + run_for, reports)
 
     async def destroy(self, session: SessionWithKernels) -> None:
         """Forget the kernels' queued progress; the handler's transition ends them."""
@@ -216,9 +219,9 @@ class SimulatedBackend(AgentBackend):
         now = self.clock.time()
         due: list[KernelReport] = []
         while self._events and self._events[0][0] <= now:
-            report = heapq.heappop(self._events)[2]
-            if report.kernel_id not in self._forgotten:
-                due.append(report)
+            for kid, status, expected, exit_code, message in heapq.heappop(self._events)[2]:
+                if kid not in self._forgotten:
+                    due.append(KernelReport(kid, status, expected, exit_code, message))
         if not due:
             return 0
         applied = sum(await self.reporter.report_kernel_statuses(due))

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import exc
+from sqlalchemy import exc  # error types only: no SQL is built here
 
 from drover.app import App
 from drover.config import ConfigError, LoadedConfig, load_config

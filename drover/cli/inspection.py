@@ -26,8 +26,14 @@ from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
-from drover.plugins.graph import edges_of, graph_json, render_dot, render_mermaid, render_text
-from drover.serialization import history_json, kernel_history_json
+from drover.plugins.graph import edges_of, render_dot, render_mermaid, render_text
+from drover.serialization import (
+    diagnosis_json,
+    graph_json,
+    history_json,
+    kernel_history_json,
+    stats_json,
+)
 
 __all__ = ["graph", "history", "stats", "why"]
 
@@ -243,7 +249,7 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
     except (TypeError, ValueError) as error:
         raise click.ClickException(str(error)) from None
     if as_json:
-        emit_json(diagnosis.to_json())
+        emit_json(diagnosis_json(diagnosis))
         return
     for line in diagnosis.lines:
         click.echo(line)
@@ -268,7 +274,7 @@ def stats(ctx: click.Context, since: str | None, as_json: bool, database_url: st
         return await collect_stats(app.repository, since=since_t, now=time.time())
 
     result = with_app(ctx, work, database_url=database_url)
-    data = result.to_json()
+    data = stats_json(result)
     if as_json:
         emit_json(data)
         return

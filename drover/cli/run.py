@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from drover import __version__
-from drover.app import App
+from drover.app import App, tune_gc
 from drover.cli._common import CliState, database_option, run_async
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.observers import ObserverDispatcher, events_of
@@ -44,6 +44,7 @@ async def serve_daemon(
     """
     config = app.config
     coordinator = await app.start(auto_upgrade=auto_upgrade)
+    tune_gc()
     daemon = Daemon(
         coordinator,
         app.repository,

@@ -18,9 +18,9 @@ from drover.cli._common import (
     with_app,
 )
 from drover.config import flatten_config
-from drover.inspection.health import handler_errors_json, recent_handler_errors
+from drover.inspection.health import recent_handler_errors
 from drover.model.status import SessionStatus
-from drover.serialization import coordinator_json, iso
+from drover.serialization import coordinator_json, handler_errors_json, iso
 
 __all__ = ["config", "status"]
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import attrs
-
 from drover.model.plan import Change, TryCount
 from drover.model.rules import REQUEUE_LIMIT, REQUEUE_LIMIT_STATUS, is_requeue
 from drover.model.status import SchedulingResult
@@ -68,120 +66,85 @@ def classify(
     successes = set(result.successes)
     failures = set(result.failures)
     skipped = set(result.skipped)
+    messages, codes = result.messages, result.error_codes
+    infos, placements = result.status_infos, result.placements
     changes: list[Change] = []
-    by_id = {t.id: t for t in targets}
-    infos = {sid: StatusInfoRule(default=text) for sid, text in result.status_infos.items()}
     for session in targets:
         sid = session.id
         options = options_for(session)
-        message = result.messages.get(sid)
-        code = result.error_codes.get(sid)
+        message = messages.get(sid)
+        code = codes.get(sid)
         if sid in successes:
-            changes.append(
-                _change(
-                    session, SchedulingResult.SUCCESS, transitions, TryCount.RESET, message, code
-                )
-            )
+            outcome, tries = SchedulingResult.SUCCESS, TryCount.RESET
         elif sid in failures:
-            tries = session.try_count + 1
-            if options.max_retries is not None and tries > options.max_retries:
+            tries = TryCount.INCREMENT
+            count = session.try_count + 1
+            if options.max_retries is not None and count > options.max_retries:
                 outcome = SchedulingResult.GIVE_UP
                 message = _join(
-                    message, f"failed {tries} times (max_retries={options.max_retries})"
+                    message, f"failed {count} times (max_retries={options.max_retries})"
                 )
             elif expired(session, options, now):
                 outcome = SchedulingResult.EXPIRED
-                message = _join(
-                    message,
-                    f"in {session.status} for {_elapsed(session, now)} "
-                    f"(timeout={options.timeout:g}s)",
-                )
+                message = _join(message, _timeout_note(session, options, now))
             else:
                 outcome = SchedulingResult.NEED_RETRY
-            changes.append(
-                _change(session, outcome, transitions, TryCount.INCREMENT, message, code)
-            )
         elif expired(session, options, now):
-            assert options.timeout is not None
-            note = (
-                f"in {session.status} for {_elapsed(session, now)} (timeout={options.timeout:g}s)"
-            )
-            changes.append(
-                _change(
-                    session,
-                    SchedulingResult.EXPIRED,
-                    transitions,
-                    TryCount.KEEP,
-                    _join(message, note),
-                    code or "timeout",
-                )
-            )
+            outcome, tries = SchedulingResult.EXPIRED, TryCount.KEEP
+            message = _join(message, _timeout_note(session, options, now))
+            code = code or "timeout"
         elif sid in skipped:
-            changes.append(
-                _change(session, SchedulingResult.SKIPPED, None, TryCount.KEEP, message, code)
+            outcome, tries = SchedulingResult.SKIPPED, TryCount.KEEP
+        else:
+            continue
+        transition = transitions.for_result(outcome)
+        to_session = transition.session if transition is not None else None
+        to_kernel = transition.kernel if transition is not None else None
+        moves = to_session is not None and to_session != session.status
+        info = StatusInfoRule(default=infos[sid]) if moves and sid in infos else None
+        requeue = False
+        if (
+            to_session is not None
+            and moves
+            and outcome in _SENDS_BACK
+            and is_requeue(session.status, to_session)
+        ):
+            limit = max_requeues_for(session)
+            if limit is None or session.requeues < limit:
+                requeue = True
+            else:
+                message = _join(
+                    message,
+                    f"sent back to {to_session} {session.requeues} time(s) already "
+                    f"(max_requeues={limit}): {REQUEUE_LIMIT_STATUS} instead",
+                )
+                to_session, to_kernel = REQUEUE_LIMIT_STATUS, None
+                info = StatusInfoRule(default=REQUEUE_LIMIT)
+        placed: tuple[tuple[str, str], ...] = ()
+        if placements:
+            placed = tuple((k.id, placements[k.id]) for k in session.kernels if k.id in placements)
+        # A change of session status resets every try count in storage.
+        changes.append(
+            Change(
+                sid,
+                session.status,
+                outcome,
+                to_session,
+                to_kernel,
+                tries,
+                message,
+                code,
+                info,
+                requeue,
+                placed,
             )
-    if infos:
-        changes = [
-            attrs.evolve(c, status_info=infos[c.session_id])
-            if c.session_id in infos and c.changes_session
-            else c
-            for c in changes
-        ]
-    return [
-        _judge_requeue(c, by_id[c.session_id], max_requeues_for)
-        if c.result in _SENDS_BACK and c.changes_session
-        else c
-        for c in changes
-    ]
+        )
+    return changes
 
 
-def _judge_requeue(
-    change: Change,
-    session: SessionWithKernels,
-    max_requeues_for: Callable[[SessionWithKernels], int | None],
-) -> Change:
-    """Count a requeue, or end the session when its requeue budget is spent."""
-    if change.to_session is None or not is_requeue(change.from_status, change.to_session):
-        return change
-    limit = max_requeues_for(session)
-    if limit is None or session.requeues < limit:
-        return attrs.evolve(change, requeue=True)
-    note = (
-        f"sent back to {change.to_session} {session.requeues} time(s) already "
-        f"(max_requeues={limit}): {REQUEUE_LIMIT_STATUS} instead"
-    )
-    return attrs.evolve(
-        change,
-        to_session=REQUEUE_LIMIT_STATUS,
-        to_kernel=None,
-        status_info=StatusInfoRule(default=REQUEUE_LIMIT),
-        message=_join(change.message, note),
-    )
+def _timeout_note(session: SessionWithKernels, options: HandlerOptions, now: float) -> str:
+    return f"in {session.status} for {_elapsed(session, now)} (timeout={options.timeout:g}s)"
 
 
 def _join(first: str | None, second: str) -> str:
     return f"{first}; {second}" if first else second
-
-
-def _change(
-    session: SessionWithKernels,
-    outcome: SchedulingResult,
-    transitions: StatusTransitions | None,
-    try_count: TryCount,
-    message: str | None,
-    code: str | None,
-) -> Change:
-    transition = transitions.for_result(outcome) if transitions is not None else None
-    to_session = transition.session if transition is not None else None
-    to_kernel = transition.kernel if transition is not None else None
-    # A change of session status resets try_count in storage whatever we ask here.
-    return Change(
-        session_id=session.id,
-        from_status=session.status,
-        result=outcome,
-        to_session=to_session,
-        to_kernel=to_kernel,
-        try_count=try_count,
-        message=message,
-        error_code=code,
-    )

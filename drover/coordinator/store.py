@@ -18,7 +18,12 @@ __all__ = ["CoordinatorStore", "DaemonStore"]
 
 
 class CoordinatorStore(Protocol):
-    """The three operations of a tick: fetch targets, fetch promotion candidates, apply."""
+    """The operations of a tick: fetch a handler's targets, apply its changes, promote.
+
+    A promotion selects its candidates and moves them in one transaction
+    (``promote``): it runs no handler code, so nothing needs to leave the
+    database between the two.
+    """
 
     async def fetch_lifecycle_targets(
         self,
@@ -33,10 +38,15 @@ class CoordinatorStore(Protocol):
         """
         ...
 
-    async def fetch_promotion_candidates(
-        self, rule: PromotionRule, limit: int
-    ) -> Sequence[tuple[str, SessionStatus]]:
-        """Ids and current statuses of the sessions ``rule`` would promote."""
+    async def promote(
+        self,
+        rule: PromotionRule,
+        limit: int,
+        *,
+        now: float,
+        inject_failure: Callable[[str], None] | None = None,
+    ) -> ApplyOutcome:
+        """Promote (up to ``limit`` of) the sessions ``rule`` matches, in one transaction."""
         ...
 
     async def apply(

@@ -17,7 +17,7 @@ from drover.coordinator.store import CoordinatorStore
 from drover.model.clock import Clock, SystemClock
 from drover.model.errors import UnknownHandlerError
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
-from drover.model.plan import AppliedChange, ApplyOutcome, Change, TryCount
+from drover.model.plan import AppliedChange, ApplyOutcome
 from drover.model.promotion import PromotionRule
 from drover.model.rules import DEFAULT_MAX_REQUEUES
 from drover.model.status import SchedulingResult, SessionStatus
@@ -195,26 +195,13 @@ class Coordinator:
         return len(targets), outcome, ignored, error
 
     async def _promotion_tick(self, name: str, rule: PromotionRule) -> tuple[int, ApplyOutcome]:
-        candidates = await self.store.fetch_promotion_candidates(
-            rule, self._options[name].batch_size
+        outcome = await self.store.promote(
+            rule,
+            self._options[name].batch_size,
+            now=self.clock.time(),
+            inject_failure=self.inject_apply_failure,
         )
-        if not candidates:
-            return 0, _NOTHING
-        changes = [
-            Change(
-                session_id=sid,
-                from_status=status,
-                result=SchedulingResult.SUCCESS,
-                to_session=rule.to_status,
-                try_count=TryCount.RESET,
-                status_info=rule.status_info,
-            )
-            for sid, status in candidates
-        ]
-        outcome = await self.store.apply(
-            name, changes, now=self.clock.time(), inject_failure=self.inject_apply_failure
-        )
-        return len(candidates), outcome
+        return len(outcome.changes), outcome
 
 
 class _Watched:

@@ -26,28 +26,34 @@ async def run_per_session(
     only judges their timeout. A :class:`BackendError` (or any exception) from
     one session fails that session only.
     """
-    semaphore = asyncio.Semaphore(CONCURRENCY)
     successes: list[str] = []
     failures: list[str] = []
     messages: dict[str, str] = {}
     codes: dict[str, str] = {}
 
     async def one(session: SessionWithKernels) -> None:
-        async with semaphore:
-            try:
-                await operation(session)
-            except BackendError as error:
-                failures.append(session.id)
-                messages[session.id] = str(error)
-                codes[session.id] = "backend-error"
-            except Exception as error:
-                failures.append(session.id)
-                messages[session.id] = f"{type(error).__name__}: {error}"
-                codes[session.id] = "backend-exception"
-            else:
-                successes.append(session.id)
+        try:
+            await operation(session)
+        except BackendError as error:
+            failures.append(session.id)
+            messages[session.id] = str(error)
+            codes[session.id] = "backend-error"
+        except Exception as error:
+            failures.append(session.id)
+            messages[session.id] = f"{type(error).__name__}: {error}"
+            codes[session.id] = "backend-exception"
+        else:
+            successes.append(session.id)
 
-    await asyncio.gather(*(one(s) for s in targets if not skip(s)))
+    # A fixed pool of workers, not a task per session: a thousand targets cost
+    # CONCURRENCY tasks, with at most CONCURRENCY backend calls in flight.
+    todo = iter([s for s in targets if not skip(s)])
+
+    async def worker() -> None:
+        for session in todo:
+            await one(session)
+
+    await asyncio.gather(*(worker() for _ in range(min(CONCURRENCY, len(targets)))))
     return HandlerResult(
         successes=successes, failures=failures, messages=messages, error_codes=codes
     )

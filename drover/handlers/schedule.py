@@ -72,7 +72,11 @@ class ScheduleSessions(LifecycleHandler):
         return HandlerOptions(max_retries=5, timeout=None)
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
-        """Fit sessions onto agents; record placements; skip what does not fit."""
+        """Fit sessions onto agents; skip what does not fit.
+
+        The placements travel in the result and are written by the apply, in
+        the same transaction as the sessions' move to SCHEDULED.
+        """
         agents = list(self.backend.agents())
         agent_slots = sorted({slot for agent in agents for slot in agent.capacity})
         used = await self.repository.agent_usage(agent_slots)
@@ -94,42 +98,50 @@ class ScheduleSessions(LifecycleHandler):
             for a in agents
         }
         capacity = {a.id: {s: float(a.capacity.get(s, 0.0)) for s in slots} for a in agents}
+        order = sorted(free)
+        # Kernels read together with identical specs share one spec object.
+        needs: dict[int, dict[str, float]] = {}
         placements: dict[str, str] = {}
         successes: list[str] = []
         skipped: list[str] = []
         messages: dict[str, str] = {}
         codes: dict[str, str] = {}
         for session in targets:
+            # What this session's kernels take, per agent, until it fits whole.
+            taken: dict[str, dict[str, float]] = {}
             tentative: dict[str, str] = {}
-            reserved = {agent: dict(amounts) for agent, amounts in free.items()}
             pending = [k for k in session.kernels if k.status == KernelStatus.PENDING]
             problem: str | None = None
             for index, kernel in enumerate(pending, start=1):
-                need = {s: _request(kernel.spec, s) for s in slots}
-                asked = [s for s in slots if need[s] or s in ("cpu", "mem")]
-                fitting = [
-                    agent
-                    for agent in sorted(reserved)
-                    if all(reserved[agent][s] >= need[s] for s in slots)
-                ]
-                if not fitting:
+                need = needs.get(id(kernel.spec))
+                if need is None:
+                    need = needs[id(kernel.spec)] = {s: _request(kernel.spec, s) for s in slots}
+                chosen = _most_free_fitting(order, free, taken, need, slots)
+                if chosen is None:
+                    asked = [s for s in slots if need[s] or s in ("cpu", "mem")]
+                    reserved = {a: _left(free[a], taken.get(a), slots) for a in order}
                     problem = self._explain(index, len(pending), need, reserved, capacity, asked)
                     break
-                chosen = max(fitting, key=lambda a: (reserved[a].get("cpu", 0.0), a))
+                used_here = taken.setdefault(chosen, dict.fromkeys(slots, 0.0))
                 for s in slots:
-                    reserved[chosen][s] -= need[s]
+                    used_here[s] += need[s]
                 tentative[kernel.id] = chosen
             if problem is None:
-                free = reserved
+                for agent, amounts in taken.items():
+                    for s in slots:
+                        free[agent][s] -= amounts[s]
                 placements.update(tentative)
                 successes.append(session.id)
             else:
                 skipped.append(session.id)
                 messages[session.id] = problem
                 codes[session.id] = INSUFFICIENT_RESOURCES
-        await self.repository.assign_agents(placements)
         return HandlerResult(
-            successes=successes, skipped=skipped, messages=messages, error_codes=codes
+            successes=successes,
+            skipped=skipped,
+            messages=messages,
+            error_codes=codes,
+            placements=placements,
         )
 
     @staticmethod
@@ -152,6 +164,36 @@ class ScheduleSessions(LifecycleHandler):
         if not any(all(capacity[a][s] >= need[s] for s in slots) for a in capacity):
             text += " (no agent is that large even when idle)"
         return text
+
+
+def _left(
+    free: Mapping[str, float], taken: Mapping[str, float] | None, slots: Sequence[str]
+) -> dict[str, float]:
+    return {s: free[s] - (taken[s] if taken else 0.0) for s in slots}
+
+
+def _most_free_fitting(
+    order: Sequence[str],
+    free: Mapping[str, Mapping[str, float]],
+    taken: Mapping[str, Mapping[str, float]],
+    need: Mapping[str, float],
+    slots: Sequence[str],
+) -> str | None:
+    """The agent that fits ``need`` with the most free cpu (ties: the greatest id)."""
+    best: str | None = None
+    best_cpu = 0.0
+    for agent in order:
+        have = free[agent]
+        used = taken.get(agent)
+        for s in slots:
+            left = have[s] - used[s] if used else have[s]
+            if left < need[s]:
+                break
+        else:
+            cpu = have.get("cpu", 0.0) - (used.get("cpu", 0.0) if used else 0.0)
+            if best is None or cpu >= best_cpu:
+                best, best_cpu = agent, cpu
+    return best
 
 
 def _is_amount(value: object) -> bool:

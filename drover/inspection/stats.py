@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from typing import Any
 
 import attrs
 
@@ -42,22 +41,6 @@ class Stats:
     handlers: tuple[HandlerStats, ...]
     statuses: tuple[StatusStats, ...]
     since: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        """Stable JSON field names, shared with the web API."""
-        return {
-            "since": self.since,
-            "handlers": [attrs.asdict(h) for h in self.handlers],
-            "statuses": [
-                {
-                    "status": s.status.value,
-                    "sessions": s.sessions,
-                    "p50_age_s": round(s.p50_age_s, 3),
-                    "p95_age_s": round(s.p95_age_s, 3),
-                }
-                for s in self.statuses
-            ],
-        }
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -46,19 +46,6 @@ class Diagnosis:
     owners: tuple[dict[str, Any], ...] = ()
     last_problem: dict[str, Any] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """Stable JSON field names, shared with the web API."""
-        return {
-            "session_id": self.session_id,
-            "name": self.name,
-            "status": self.status.value,
-            "held_for_s": round(self.held_for_s, 3),
-            "terminal": self.terminal,
-            "owners": list(self.owners),
-            "last_problem": self.last_problem,
-            "lines": list(self.lines),
-        }
-
 
 def _kernel_summary(session: SessionWithKernels) -> str:
     if not session.kernels:

@@ -44,6 +44,8 @@ class Change:
     error_code: str | None = None
     status_info: StatusInfoRule | None = None
     requeue: bool = False
+    #: ``(kernel_id, agent_id)`` of this session's kernels to place, if applied.
+    placements: tuple[tuple[str, str], ...] = ()
 
     @property
     def changes_session(self) -> bool:

@@ -69,7 +69,10 @@ class HandlerResult:
     and ``error_codes`` map a session id to the reason, which the coordinator
     copies into the history row. ``status_infos`` (optional, a drover
     addition) maps a session id to the ``status_info`` it gets *if* this tick
-    changes its status (say ``MAX_DURATION_EXCEEDED``).
+    changes its status (say ``MAX_DURATION_EXCEEDED``). ``placements`` maps a
+    kernel id to the agent it was placed on: it is written in the same
+    transaction as the outcome, and only for sessions whose outcome was
+    applied (a scheduler's decisions).
     """
 
     successes: list[str] = attrs.field(factory=list, converter=_str_list)
@@ -78,6 +81,7 @@ class HandlerResult:
     messages: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     error_codes: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     status_infos: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+    placements: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
 
 
 @attrs.frozen
@@ -108,7 +112,11 @@ class StatusInfoRule:
 
 @attrs.frozen
 class KernelInfo:
-    """One kernel as a handler sees it."""
+    """One kernel as a handler sees it.
+
+    Like every value drover hands out, treat ``spec`` and ``runtime`` as
+    read-only: kernels read together with identical specs share one object.
+    """
 
     id: str
     session_id: str

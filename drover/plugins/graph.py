@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import attrs
 
@@ -17,7 +16,7 @@ __all__ = [
     "GraphWarning",
     "check_graph",
     "edges_of",
-    "graph_json",
+    "ordered_edges",
     "render_dot",
     "render_mermaid",
     "render_text",
@@ -163,7 +162,7 @@ def _label(edge: Edge) -> str:
     return f"{edge.handler}: {edge.outcome}"
 
 
-def _ordered(edges: Iterable[Edge]) -> list[Edge]:
+def ordered_edges(edges: Iterable[Edge]) -> list[Edge]:
     order = {s: i for i, s in enumerate(SessionStatus)}
     return sorted(edges, key=lambda e: (order[e.source], order[e.target], e.handler, e.outcome))
 
@@ -171,14 +170,14 @@ def _ordered(edges: Iterable[Edge]) -> list[Edge]:
 def render_text(edges: Iterable[Edge]) -> str:
     """One line per edge: ``PENDING -> SCHEDULED  [schedule-sessions: success]``."""
     return "\n".join(
-        f"{e.source.value:<11} -> {e.target.value:<11}  [{_label(e)}]" for e in _ordered(edges)
+        f"{e.source.value:<11} -> {e.target.value:<11}  [{_label(e)}]" for e in ordered_edges(edges)
     )
 
 
 def render_mermaid(edges: Iterable[Edge]) -> str:
     """A Mermaid ``stateDiagram-v2``; ``#58;`` stands for the colon inside labels."""
     lines = ["stateDiagram-v2", "    [*] --> PENDING"]
-    for e in _ordered(edges):
+    for e in ordered_edges(edges):
         lines.append(f"    {e.source.value} --> {e.target.value} : {e.handler}#58; {e.outcome}")
     for status in sorted(TERMINAL_SESSION_STATUSES):
         lines.append(f"    {status.value} --> [*]")
@@ -190,25 +189,7 @@ def render_dot(edges: Iterable[Edge]) -> str:
     lines = ["digraph drover {", "    rankdir=LR;", "    node [shape=box, style=rounded];"]
     for status in sorted(TERMINAL_SESSION_STATUSES):
         lines.append(f'    "{status.value}" [peripheries=2];')
-    for e in _ordered(edges):
+    for e in ordered_edges(edges):
         lines.append(f'    "{e.source.value}" -> "{e.target.value}" [label="{_label(e)}"];')
     lines.append("}")
     return "\n".join(lines)
-
-
-def graph_json(edges: Iterable[Edge]) -> dict[str, Any]:
-    """Nodes (every session status) and edges, with stable field names."""
-    return {
-        "nodes": [
-            {"status": s.value, "terminal": s in TERMINAL_SESSION_STATUSES} for s in SessionStatus
-        ],
-        "edges": [
-            {
-                "source": e.source.value,
-                "target": e.target.value,
-                "handler": e.handler,
-                "outcome": e.outcome,
-            }
-            for e in _ordered(edges)
-        ],
-    }

@@ -7,13 +7,16 @@ status_info rule, requeue), so that each group is a few set-based statements:
    a session no longer in the status the tick read gets nothing, and the race
    is only reported (``stale-status``): it never becomes the session's latest
    history row;
-2. move the kernels of the sessions that passed, writing their status changes
-   in SQL (no kernel row travels to Python);
+2. move the kernels of the sessions that passed, recording their status
+   changes in SQL (no kernel row travels to Python);
 3. set ``result`` of sessions that ended;
 4. write the history: a row that changes the status is always new (the
    latest row of a session always ends in its current status, so it cannot
    repeat); a row that keeps it merges into the session's latest row when
    they are equal in handler, result, statuses and error code.
+
+Every statement is built once per shape (see :func:`drover.storage._sql.statement`)
+and takes its ids as one parameter.
 """
 
 from __future__ import annotations
@@ -26,34 +29,32 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.plan import STALE_STATUS, AppliedChange, ApplyOutcome, Change, TryCount
-from drover.model.rules import eligible_kernel_statuses, kernel_end_status
+from drover.model.promotion import PromotionRule
+from drover.model.rules import (
+    NON_TERMINAL_KERNEL_STATUSES,
+    eligible_kernel_statuses,
+    kernel_end_status,
+)
 from drover.model.status import (
     TERMINAL_SESSION_STATUSES,
+    KernelMatchType,
     KernelStatus,
     SchedulingResult,
     SessionStatus,
 )
 from drover.model.values import StatusInfoRule
-from drover.storage._children import K, kernel_exists, kernel_status_in
-from drover.storage._sql import chunked
+from drover.storage._children import K, kernel_exists, kernel_status_in, match_condition
+from drover.storage._db import Database
+from drover.storage._sql import ids_param, ids_value, statement
 from drover.storage.rows import SESSION_KIND
 from drover.storage.schema import entities, scheduling_history, status_changes
+from drover.storage.sessions import FETCH_ORDER
 
-__all__ = ["Apply"]
+__all__ = ["Apply", "promote"]
 
 e = entities
 h = scheduling_history
 
-_LATEST_HISTORY = sa.select(
-    h.c.id, h.c.entity_id, h.c.handler, h.c.result, h.c.from_status, h.c.to_status, h.c.error_code
-).where(
-    h.c.id.in_(
-        sa.select(sa.func.max(h.c.id))
-        .where(h.c.entity_id.in_(sa.bindparam("ids", expanding=True)))
-        .group_by(h.c.entity_id)
-        .scalar_subquery()
-    )
-)
 _MERGE_HISTORY = (
     sa.update(h)
     .where(h.c.id == sa.bindparam("hid"))
@@ -100,6 +101,235 @@ def _kernel_side(change: Change) -> KernelStatus | None:
     return change.to_kernel
 
 
+# -- statements, built once per shape ----------------------------------------------------
+
+
+def _session_guard(postgres: bool) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        ids_param(e.c.id, "ids", postgres),
+        e.c.status == sa.bindparam("from_status"),
+        e.c.kind == SESSION_KIND,
+    )
+
+
+def _lock_sessions(postgres: bool) -> sa.Select[Any]:
+    query = sa.select(e.c.id).where(_session_guard(postgres))
+    return query.with_for_update() if postgres else query
+
+
+def _move_sessions(postgres: bool, requeue: bool, rule: StatusInfoRule | None) -> sa.Update:
+    values: dict[str, Any] = {
+        "status": sa.bindparam("to_status"),
+        "status_changed_at": sa.bindparam("now"),
+        "tries": None,
+    }
+    if requeue:
+        values["requeues"] = e.c.requeues + 1
+    if rule is not None:
+        values["status_info"] = _status_info_expression(rule)
+    return sa.update(e).where(_session_guard(postgres)).values(**values).returning(e.c.id)
+
+
+def _promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
+    """One session ``rule`` would promote, if there is any."""
+    return (
+        sa.select(e.c.id)
+        .where(
+            e.c.kind == SESSION_KIND,
+            e.c.status.in_(sorted(s.value for s in rule.from_statuses)),
+            match_condition(rule.match, rule.kernel_statuses),
+        )
+        .limit(1)
+    )
+
+
+def _leaves_no_live_kernel(rule: PromotionRule) -> bool:
+    """Whether a session the rule matches has no live kernel left (nothing to end)."""
+    return (
+        rule.match is KernelMatchType.NOT_ANY
+        and (rule.kernel_statuses) >= NON_TERMINAL_KERNEL_STATUSES
+    )
+
+
+def _promote_sessions(postgres: bool, rule: PromotionRule, from_status: SessionStatus) -> sa.Update:
+    """Move the sessions in ``from_status`` that ``rule`` matches, up to ``:limit``."""
+    chosen = (
+        sa.select(e.c.id)
+        .where(
+            e.c.kind == SESSION_KIND,
+            e.c.status == from_status.value,
+            match_condition(rule.match, rule.kernel_statuses),
+        )
+        .order_by(*FETCH_ORDER)
+        .limit(sa.bindparam("limit"))
+        # Its own FROM: not correlated to the table being updated.
+        .correlate(None)
+    )
+    if postgres:
+        chosen = chosen.with_for_update(skip_locked=True)
+    values: dict[str, Any] = {
+        "status": sa.bindparam("to_status"),
+        "status_changed_at": sa.bindparam("now"),
+        "tries": None,
+    }
+    if rule.status_info is not None:
+        values["status_info"] = _status_info_expression(rule.status_info)
+    return (
+        sa.update(e)
+        .where(e.c.id.in_(chosen), e.c.status == from_status.value)
+        .values(**values)
+        .returning(e.c.id)
+    )
+
+
+def _count_try(postgres: bool) -> sa.Update:
+    """``tries[:handler] += 1`` (``:path`` is the SQLite JSON path of the handler)."""
+    expression: sa.ColumnElement[Any]
+    if postgres:
+        handler = sa.bindparam("handler", type_=sa.String)
+        current = sa.cast(e.c.tries.op("->>")(handler), sa.Integer)
+        expression = sa.func.coalesce(e.c.tries, sa.func.jsonb_build_object()).op("||")(
+            sa.func.jsonb_build_object(handler, sa.func.coalesce(current, 0) + 1)
+        )
+    else:
+        path = sa.bindparam("path", type_=sa.String)
+        expression = sa.func.json_set(
+            sa.func.coalesce(e.c.tries, "{}"),
+            path,
+            sa.func.coalesce(sa.func.json_extract(e.c.tries, path), 0) + 1,
+        )
+    return sa.update(e).where(_session_guard(postgres)).values(tries=expression).returning(e.c.id)
+
+
+def _reset_tries(postgres: bool) -> sa.Update:
+    """Forget ``tries[:handler]``."""
+    expression: sa.ColumnElement[Any]
+    if postgres:
+        expression = e.c.tries.op("-")(sa.bindparam("handler", type_=sa.String))
+    else:
+        expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
+    return sa.update(e).where(_session_guard(postgres)).values(tries=expression).returning(e.c.id)
+
+
+def _place_kernels(postgres: bool) -> sa.Update:
+    """``agent_id = :agent_id`` on the PENDING kernels ``:ids``."""
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", postgres), e.c.status == KernelStatus.PENDING.value)
+        .values(agent_id=sa.bindparam("agent_id"))
+    )
+
+
+def _change_values(from_status: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement[Any], ...]:
+    """source, from_status, to_status, message, created_at of a recorded status change."""
+    return (
+        sa.bindparam("source", type_=sa.String),
+        from_status,
+        sa.bindparam("to_status", type_=sa.String),
+        sa.null(),
+        sa.bindparam("now", type_=sa.Double),
+    )
+
+
+def _move_kernels(postgres: bool, target: KernelStatus) -> list[sa.Executable]:
+    """Statements recording and moving the eligible kernels of the sessions ``:ids``.
+
+    On SQLite, BEGIN IMMEDIATE already serialises writers, so INSERT…SELECT
+    then UPDATE with the same condition see the same rows. On PostgreSQL one
+    data-modifying CTE locks the rows, updates them and records them from the
+    old statuses it returns.
+    """
+    eligible = sorted(s.value for s in eligible_kernel_statuses(target))
+    where = sa.and_(ids_param(e.c.parent_id, "ids", postgres), e.c.status.in_(eligible))
+    values: dict[str, Any] = {
+        "status": sa.bindparam("to_status"),
+        "status_changed_at": sa.bindparam("now"),
+    }
+    if target == KernelStatus.PENDING:
+        values["agent_id"] = None
+    if postgres:
+        old = sa.select(e.c.id, e.c.status).where(where).with_for_update().cte("old")
+        moved = (
+            sa.update(e)
+            .where(e.c.id == old.c.id)
+            .values(**values)
+            .returning(e.c.id, e.c.kind, e.c.parent_id, old.c.status)
+            .cte("moved")
+        )
+        source = sa.select(
+            moved.c.id, moved.c.kind, moved.c.parent_id, *_change_values(moved.c.status)
+        )
+        return [sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)]
+    source = sa.select(e.c.id, e.c.kind, e.c.parent_id, *_change_values(e.c.status)).where(where)
+    return [
+        sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source),
+        sa.update(e).where(where).values(**values),
+    ]
+
+
+def _set_result(postgres: bool) -> sa.Update:
+    """SUCCESS iff the session TERMINATED and every kernel TERMINATED with exit code 0."""
+    bad_kernel = kernel_exists(
+        sa.or_(
+            ~kernel_status_in([KernelStatus.TERMINATED]),
+            K.c.exit_code.is_(None),
+            K.c.exit_code != 0,
+        )
+    )
+    result = sa.case(
+        (sa.and_(e.c.status == SessionStatus.TERMINATED.value, ~bad_kernel), "SUCCESS"),
+        else_="FAILURE",
+    )
+    return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(result=result)
+
+
+def _insert_history(postgres: bool) -> sa.Insert:
+    """One history row per session ``:ids``, all alike."""
+    now = sa.bindparam("now", type_=sa.Double)
+    source = sa.select(
+        e.c.id,
+        e.c.kind,
+        sa.bindparam("handler", type_=sa.String),
+        sa.bindparam("result", type_=sa.String),
+        sa.bindparam("from_status", type_=sa.String),
+        sa.bindparam("to_status", type_=sa.String),
+        sa.bindparam("error_code", type_=sa.String),
+        sa.bindparam("message", type_=sa.Text),
+        sa.literal(1),
+        now,
+        now,
+    ).where(ids_param(e.c.id, "ids", postgres))
+    return sa.insert(h).from_select(_HISTORY_COLUMNS, source)
+
+
+def _latest_history(postgres: bool) -> sa.Select[Any]:
+    """The latest history row of each entity ``:ids``."""
+    newest = (
+        sa.select(sa.func.max(h.c.id))
+        .where(ids_param(h.c.entity_id, "ids", postgres))
+        .group_by(h.c.entity_id)
+    )
+    return sa.select(
+        h.c.id, h.c.entity_id, h.c.handler, h.c.result, h.c.from_status, h.c.to_status,
+        h.c.error_code,
+    ).where(h.c.id.in_(newest))  # fmt: skip
+
+
+def _status_info_expression(rule: StatusInfoRule) -> sa.ColumnElement[Any]:
+    """``status_info`` for a status change from a rule, evaluated per session in SQL."""
+    whens: list[tuple[sa.ColumnElement[bool], Any]] = [
+        (kernel_exists(kernel_status_in(statuses)), sa.literal(text))
+        for statuses, text in rule.if_any_kernel
+    ]
+    default: Any = sa.literal(rule.default) if rule.default is not None else e.c.status_info
+    if not whens:
+        return default  # type: ignore[no-any-return]
+    return sa.case(*whens, else_=default)
+
+
+# -- the apply ----------------------------------------------------------------------------
+
+
 class Apply:
     """One apply, inside one open write transaction."""
 
@@ -118,10 +348,17 @@ class Apply:
         self.postgres = postgres
         self.inject = inject_failure or (lambda _step: None)
         self.kernel_changes = 0
-        # History of status changes: (ids, result, from, to, code, message) per group.
+        # History of status changes, all alike per group: (ids, row).
         self._moved_history: list[tuple[list[str], AppliedChange]] = []
         self._moved_rows: list[AppliedChange] = []
         self._kept_rows: list[AppliedChange] = []
+
+    def _ids(self, ids: Sequence[str]) -> Any:
+        return ids_value(ids, self.postgres)
+
+    def _handler_param(self) -> dict[str, str]:
+        # Handler names are kebab-case, so the JSON path needs no escaping.
+        return {"handler": self.source} if self.postgres else {"path": f'$."{self.source}"'}
 
     async def run(self, changes: Sequence[Change]) -> ApplyOutcome:
         """Apply ``changes``; return what was written (stale ones as SKIPPED)."""
@@ -152,6 +389,9 @@ class Apply:
         live = set(await self._guard_sessions(first, ids))
         self.inject("after-sessions")
         live_ids = [sid for sid in ids if sid in live]
+        placements = [p for c in group if c.session_id in live for p in c.placements]
+        if placements:
+            await self._place_kernels(placements)
         to_kernel = _kernel_side(first)
         if live_ids and to_kernel is not None:
             await self._move_kernels(live_ids, to_kernel)
@@ -159,31 +399,32 @@ class Apply:
         to_status = first.to_session if first.changes_session else from_status
         assert to_status is not None
         if live_ids and first.changes_session and to_status in TERMINAL_SESSION_STATUSES:
-            await self._set_result(live_ids)
+            await self.conn.execute(
+                statement(("result", self.postgres), lambda: _set_result(self.postgres)),
+                {"ids": self._ids(live_ids)},
+            )
         out: list[AppliedChange] = []
         written: list[AppliedChange] = []
         for change in group:
             if change.session_id in live:
                 row = AppliedChange(
-                    session_id=change.session_id,
-                    result=change.result,
-                    from_status=from_status,
-                    to_status=to_status,
-                    error_code=change.error_code,
-                    message=change.message,
+                    change.session_id,
+                    change.result,
+                    from_status,
+                    to_status,
+                    change.error_code,
+                    change.message,
                 )
                 written.append(row)
             else:
                 row = AppliedChange(
-                    session_id=change.session_id,
-                    result=SchedulingResult.SKIPPED,
-                    from_status=from_status,
-                    to_status=from_status,
-                    error_code=STALE_STATUS,
-                    message=(
-                        f"status changed underneath (no longer {from_status}); "
-                        f"{change.result} by {self.source} not applied"
-                    ),
+                    change.session_id,
+                    SchedulingResult.SKIPPED,
+                    from_status,
+                    from_status,
+                    STALE_STATUS,
+                    f"status changed underneath (no longer {from_status}); "
+                    f"{change.result} by {self.source} not applied",
                 )
             out.append(row)
         if not written:
@@ -201,159 +442,104 @@ class Apply:
             self._kept_rows.extend(written)
         return out
 
-    # -- 1. compare-and-set ------------------------------------------------------------
-
-    def _tries_increment(self) -> sa.ColumnElement[Any]:
-        if self.postgres:
-            current = sa.cast(e.c.tries.op("->>")(self.source), sa.Integer)
-            return sa.func.coalesce(e.c.tries, sa.func.jsonb_build_object()).op("||")(
-                sa.func.jsonb_build_object(self.source, sa.func.coalesce(current, 0) + 1)
-            )
-        path = f'$."{self.source}"'
-        return sa.func.json_set(
-            sa.func.coalesce(e.c.tries, "{}"),
-            path,
-            sa.func.coalesce(sa.func.json_extract(e.c.tries, path), 0) + 1,
+    async def promote(
+        self, rule: PromotionRule, from_status: SessionStatus, limit: int
+    ) -> list[AppliedChange]:
+        """Select and move the sessions in ``from_status`` that ``rule`` matches."""
+        pg = self.postgres
+        stmt = statement(
+            ("promote", pg, rule, from_status), lambda: _promote_sessions(pg, rule, from_status)
         )
-
-    def _tries_reset(self) -> sa.ColumnElement[Any]:
-        if self.postgres:
-            return e.c.tries.op("-")(sa.literal(self.source, sa.String))
-        return sa.func.json_remove(e.c.tries, f'$."{self.source}"')
+        params = {"limit": limit, "to_status": rule.to_status.value, "now": self.now}
+        live_ids = [r[0] for r in await self.conn.execute(stmt, params)]
+        self.inject("after-sessions")
+        if not live_ids:
+            return []
+        if rule.to_status in TERMINAL_SESSION_STATUSES:
+            if not _leaves_no_live_kernel(rule):
+                await self._move_kernels(live_ids, kernel_end_status(rule.to_status))
+                self.inject("after-kernels")
+            await self.conn.execute(
+                statement(("result", pg), lambda: _set_result(pg)), {"ids": self._ids(live_ids)}
+            )
+        done = SchedulingResult.SUCCESS
+        rows = [
+            AppliedChange(sid, done, from_status, rule.to_status, None, None) for sid in live_ids
+        ]
+        self._moved_history.append((live_ids, rows[0]))
+        return rows
 
     async def _guard_sessions(self, first: Change, ids: list[str]) -> list[str]:
         """Compare-and-set the group's sessions; return the ids still in ``from_status``."""
-        where = sa.and_(e.c.status == first.from_status.value, e.c.kind == SESSION_KIND)
-        values: dict[str, Any] | None = None
+        pg = self.postgres
+        params: dict[str, Any] = {"ids": self._ids(ids), "from_status": first.from_status.value}
+        stmt: sa.Executable
         if first.changes_session:
             assert first.to_session is not None
-            values = {
-                "status": first.to_session.value,
-                "status_changed_at": self.now,
-                "tries": None,
-            }
-            if first.requeue:
-                values["requeues"] = e.c.requeues + 1
-            if first.status_info is not None:
-                values["status_info"] = _status_info_expression(first.status_info)
+            requeue, rule = first.requeue, first.status_info
+            stmt = statement(
+                ("move-sessions", pg, requeue, rule), lambda: _move_sessions(pg, requeue, rule)
+            )
+            params.update(to_status=first.to_session.value, now=self.now)
         elif first.try_count is TryCount.INCREMENT:
-            values = {"tries": self._tries_increment()}
+            stmt = statement(("count-try", pg), lambda: _count_try(pg))
+            params.update(self._handler_param())
         elif first.try_count is TryCount.RESET:
-            values = {"tries": self._tries_reset()}
-        live: list[str] = []
-        for chunk in chunked(ids):
-            if values is None:
-                query = sa.select(e.c.id).where(e.c.id.in_(chunk), where)
-                if self.postgres:
-                    query = query.with_for_update()
-                live.extend(r[0] for r in await self.conn.execute(query))
-            else:
-                stmt = (
-                    sa.update(e).where(e.c.id.in_(chunk), where).values(**values).returning(e.c.id)
-                )
-                live.extend(r[0] for r in await self.conn.execute(stmt))
-        return live
+            stmt = statement(("reset-tries", pg), lambda: _reset_tries(pg))
+            params.update(self._handler_param())
+        else:
+            stmt = statement(("lock-sessions", pg), lambda: _lock_sessions(pg))
+        return [r[0] for r in await self.conn.execute(stmt, params)]
 
-    # -- 2. kernels --------------------------------------------------------------------
+    async def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
+        """Set the agents of PENDING kernels: one statement per agent."""
+        by_agent: dict[str, list[str]] = defaultdict(list)
+        for kernel_id, agent_id in placements:
+            by_agent[agent_id].append(kernel_id)
+        pg = self.postgres
+        stmt = statement(("place-kernels", pg), lambda: _place_kernels(pg))
+        for agent_id, kernel_ids in by_agent.items():
+            await self.conn.execute(stmt, {"ids": self._ids(kernel_ids), "agent_id": agent_id})
 
     async def _move_kernels(self, session_ids: list[str], target: KernelStatus) -> None:
-        """Move the sessions' eligible kernels to ``target``, recording each change in SQL.
-
-        On SQLite, BEGIN IMMEDIATE already serialises writers, so INSERT…SELECT
-        then UPDATE with the same condition see the same rows. On PostgreSQL one
-        data-modifying CTE locks the rows, updates them and records them from
-        the old statuses it returns.
-        """
-        eligible = sorted(s.value for s in eligible_kernel_statuses(target))
-        values: dict[str, Any] = {"status": target.value, "status_changed_at": self.now}
-        if target == KernelStatus.PENDING:
-            values["agent_id"] = None
-        for chunk in chunked(session_ids):
-            where = sa.and_(e.c.parent_id.in_(chunk), e.c.status.in_(eligible))
-            if self.postgres:
-                old = sa.select(e.c.id, e.c.status).where(where).with_for_update().cte("old")
-                moved = (
-                    sa.update(e)
-                    .where(e.c.id == old.c.id)
-                    .values(**values)
-                    .returning(e.c.id, e.c.kind, e.c.parent_id, old.c.status)
-                    .cte("moved")
-                )
-                source = sa.select(
-                    moved.c.id,
-                    moved.c.kind,
-                    moved.c.parent_id,
-                    sa.literal(self.source),
-                    moved.c.status,
-                    sa.literal(target.value),
-                    sa.null(),
-                    sa.literal(self.now, sa.Double()),
-                )
-                result = await self.conn.execute(
-                    sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)
-                )
-            else:
-                source = sa.select(
-                    e.c.id,
-                    e.c.kind,
-                    e.c.parent_id,
-                    sa.literal(self.source),
-                    e.c.status,
-                    sa.literal(target.value),
-                    sa.null(),
-                    sa.literal(self.now, sa.Double()),
-                ).where(where)
-                result = await self.conn.execute(
-                    sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)
-                )
-                if result.rowcount:
-                    await self.conn.execute(sa.update(e).where(where).values(**values))
-            self.kernel_changes += max(result.rowcount, 0)
-
-    # -- 3. result ---------------------------------------------------------------------
-
-    async def _set_result(self, session_ids: list[str]) -> None:
-        """SUCCESS iff the session TERMINATED and every kernel TERMINATED with exit code 0."""
-        bad_kernel = kernel_exists(
-            sa.or_(
-                ~kernel_status_in([KernelStatus.TERMINATED]),
-                K.c.exit_code.is_(None),
-                K.c.exit_code != 0,
-            )
-        )
-        result = sa.case(
-            (sa.and_(e.c.status == SessionStatus.TERMINATED.value, ~bad_kernel), "SUCCESS"),
-            else_="FAILURE",
-        )
-        for chunk in chunked(session_ids):
-            await self.conn.execute(sa.update(e).where(e.c.id.in_(chunk)).values(result=result))
-
-    # -- 4. history --------------------------------------------------------------------
+        pg = self.postgres
+        record, *move = statement(("move-kernels", pg, target), lambda: _move_kernels(pg, target))
+        params = {
+            "ids": self._ids(session_ids),
+            "to_status": target.value,
+            "now": self.now,
+            "source": self.source,
+        }
+        result = await self.conn.execute(record, params)
+        if result.rowcount and move:
+            await self.conn.execute(move[0], params)
+        self.kernel_changes += max(result.rowcount, 0)
 
     async def _write_history(self) -> None:
+        pg = self.postgres
         for ids, row in self._moved_history:
-            for chunk in chunked(ids):
-                source = sa.select(
-                    e.c.id,
-                    e.c.kind,
-                    sa.literal(self.source),
-                    sa.literal(row.result.value),
-                    sa.literal(row.from_status.value),
-                    sa.literal(row.to_status.value),
-                    sa.literal(row.error_code, sa.String()),
-                    sa.literal(row.message, sa.Text()),
-                    sa.literal(1),
-                    sa.literal(self.now, sa.Double()),
-                    sa.literal(self.now, sa.Double()),
-                ).where(e.c.id.in_(chunk))
-                await self.conn.execute(sa.insert(h).from_select(_HISTORY_COLUMNS, source))
+            await self.conn.execute(
+                statement(("insert-history", pg), lambda: _insert_history(pg)),
+                {
+                    "ids": self._ids(ids),
+                    "handler": self.source,
+                    "result": row.result.value,
+                    "from_status": row.from_status.value,
+                    "to_status": row.to_status.value,
+                    "error_code": row.error_code,
+                    "message": row.message,
+                    "now": self.now,
+                },
+            )
         inserts = [self._history_row(r) for r in self._moved_rows]
         merges: list[dict[str, Any]] = []
         if self._kept_rows:
-            latest: dict[str, Any] = {}
-            for chunk in chunked([r.session_id for r in self._kept_rows]):
-                for hrow in await self.conn.execute(_LATEST_HISTORY, {"ids": chunk}):
-                    latest[hrow.entity_id] = hrow
+            kept = [r.session_id for r in self._kept_rows]
+            query = statement(("latest-history", pg), lambda: _latest_history(pg))
+            latest = {
+                row.entity_id: row
+                for row in await self.conn.execute(query, {"ids": self._ids(kept)})
+            }
             for row in self._kept_rows:
                 prev = latest.get(row.session_id)
                 if (
@@ -388,13 +574,43 @@ class Apply:
         }
 
 
-def _status_info_expression(rule: StatusInfoRule) -> sa.ColumnElement[Any]:
-    """``status_info`` for a status change from a rule, evaluated per session in SQL."""
-    whens: list[tuple[sa.ColumnElement[bool], Any]] = [
-        (kernel_exists(kernel_status_in(statuses)), sa.literal(text))
-        for statuses, text in rule.if_any_kernel
-    ]
-    default: Any = sa.literal(rule.default) if rule.default is not None else e.c.status_info
-    if not whens:
-        return default  # type: ignore[no-any-return]
-    return sa.case(*whens, else_=default)
+async def promote(
+    db: Database,
+    rule: PromotionRule,
+    limit: int,
+    now: float,
+    inject_failure: Callable[[str], None] | None = None,
+) -> ApplyOutcome:
+    """Promote the sessions ``rule`` matches, up to ``limit``, in one write transaction.
+
+    No value is built for the sessions and no id list goes back and forth: for
+    each of the rule's from statuses one ``UPDATE … WHERE id IN (SELECT …
+    LIMIT)`` selects and moves the sessions (the selection locks and skips
+    locked rows on PostgreSQL), then their kernels, result and history follow
+    as in any apply. The statuses are taken one after another, each in fetch
+    order.
+    """
+
+    # Most promotion ticks find nothing: a read probe first keeps them from
+    # taking the write lock (SQLite has one writer) for nothing.
+    probe = statement(("promote-probe", rule), lambda: _promotion_probe(rule))
+
+    async def any_candidate(conn: AsyncConnection) -> bool:
+        return (await conn.execute(probe)).first() is not None
+
+    if not await db.read(any_candidate):
+        return ApplyOutcome(changes=())
+
+    async def work(conn: AsyncConnection) -> ApplyOutcome:
+        apply = Apply(conn, rule.name, now, postgres=db.postgres, inject_failure=inject_failure)
+        applied: list[AppliedChange] = []
+        for from_status in sorted(rule.from_statuses):
+            if len(applied) >= limit:
+                break
+            applied.extend(await apply.promote(rule, from_status, limit - len(applied)))
+        apply.inject("before-history")
+        await apply._write_history()
+        apply.inject("after-history")
+        return ApplyOutcome(changes=tuple(applied), kernel_changes=apply.kernel_changes)
+
+    return await db.write(work)

@@ -18,15 +18,27 @@ from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._children import kernel_exists, kernel_status_in, match_condition
 from drover.storage._db import Database
+from drover.storage._sql import statement
 from drover.storage.rows import SESSION_COLUMNS, SESSION_KIND, sessions_with_kernels
 from drover.storage.schema import entities
 from drover.storage.sessions import FETCH_ORDER, read_kernels_of
 
-__all__ = ["fetch_lifecycle_targets", "fetch_promotion_candidates"]
+__all__ = ["candidates_query", "fetch_lifecycle_targets", "fetch_promotion_candidates"]
 
 e = entities
 
 _SESSION_STATUS = {s.value: s for s in SessionStatus}
+
+
+def _targets_query(
+    session_statuses: frozenset[SessionStatus], kernel_statuses: frozenset[KernelStatus] | None
+) -> sa.Select[Any]:
+    query = sa.select(*SESSION_COLUMNS).where(
+        e.c.kind == SESSION_KIND, e.c.status.in_(sorted(s.value for s in session_statuses))
+    )
+    if kernel_statuses is not None:
+        query = query.where(kernel_exists(kernel_status_in(kernel_statuses)))
+    return query.order_by(*FETCH_ORDER).limit(sa.bindparam("limit"))
 
 
 async def fetch_lifecycle_targets(
@@ -40,15 +52,12 @@ async def fetch_lifecycle_targets(
 
     Each session's ``try_count`` is ``handler``'s.
     """
-    query = sa.select(*SESSION_COLUMNS).where(
-        e.c.kind == SESSION_KIND, e.c.status.in_(sorted(s.value for s in session_statuses))
-    )
-    if kernel_statuses is not None:
-        query = query.where(kernel_exists(kernel_status_in(kernel_statuses)))
-    query = query.order_by(*FETCH_ORDER).limit(limit)
+    statuses = frozenset(session_statuses)
+    kernels = None if kernel_statuses is None else frozenset(kernel_statuses)
+    query = statement(("targets", statuses, kernels), lambda: _targets_query(statuses, kernels))
 
     async def work(conn: AsyncConnection) -> list[SessionWithKernels]:
-        rows = (await conn.execute(query)).all()
+        rows = (await conn.execute(query, {"limit": limit})).all()
         if not rows:
             return []
         kernel_rows = await read_kernels_of(conn, [r[0] for r in rows])
@@ -57,11 +66,13 @@ async def fetch_lifecycle_targets(
     return await db.read(work)
 
 
-async def fetch_promotion_candidates(
-    db: Database, rule: PromotionRule, limit: int
-) -> list[tuple[str, SessionStatus]]:
-    """Ids and statuses of sessions the rule promotes, in fetch order (no values built)."""
-    query: sa.Select[Any] = (
+def candidates_query(rule: PromotionRule, *, lock: bool = False) -> sa.Select[Any]:
+    """Ids and statuses of the sessions ``rule`` promotes, in fetch order, up to ``:limit``.
+
+    ``lock`` (PostgreSQL) locks them for the transaction, skipping rows another
+    transaction holds.
+    """
+    query = (
         sa.select(e.c.id, e.c.status)
         .where(
             e.c.kind == SESSION_KIND,
@@ -69,10 +80,20 @@ async def fetch_promotion_candidates(
             match_condition(rule.match, rule.kernel_statuses),
         )
         .order_by(*FETCH_ORDER)
-        .limit(limit)
+        .limit(sa.bindparam("limit"))
     )
+    return query.with_for_update(skip_locked=True, of=e) if lock else query
+
+
+async def fetch_promotion_candidates(
+    db: Database, rule: PromotionRule, limit: int
+) -> list[tuple[str, SessionStatus]]:
+    """Ids and statuses of sessions the rule promotes, in fetch order (no values built)."""
+    query = statement(("candidates", rule), lambda: candidates_query(rule))
 
     async def work(conn: AsyncConnection) -> list[tuple[str, SessionStatus]]:
-        return [(sid, _SESSION_STATUS[st]) for sid, st in await conn.execute(query)]
+        return [
+            (sid, _SESSION_STATUS[st]) for sid, st in await conn.execute(query, {"limit": limit})
+        ]
 
     return await db.read(work)

@@ -171,24 +171,29 @@ async def agent_usage(db: Database, slots: Iterable[str]) -> dict[str, dict[str,
     return await db.read(work)
 
 
-_ASSIGN = (
-    sa.update(e)
-    .where(e.c.id == sa.bindparam("kid"), e.c.status == KernelStatus.PENDING.value)
-    .values(agent_id=sa.bindparam("agent"))
-)
-
-
 async def assign_agents(db: Database, placements: Mapping[str, str]) -> int:
-    """Set ``agent_id`` on PENDING kernels (``kernel_id -> agent_id``); return how many."""
-    if not placements:
-        return 0
-    params = [{"kid": kid, "agent": agent} for kid, agent in placements.items()]
+    """Set ``agent_id`` on PENDING kernels (``kernel_id -> agent_id``); return how many.
+
+    One statement per agent and chunk of kernels: a thousand placements on a
+    few agents are a few statements, not a thousand.
+    """
+    by_agent: dict[str, list[str]] = {}
+    for kid, agent in placements.items():
+        by_agent.setdefault(agent, []).append(kid)
 
     async def work(conn: AsyncConnection) -> int:
-        await conn.execute(_ASSIGN, params)
-        return len(params)
+        placed = 0
+        for agent, kernel_ids in by_agent.items():
+            for chunk in chunked(kernel_ids):
+                result = await conn.execute(
+                    sa.update(e)
+                    .where(e.c.id.in_(chunk), e.c.status == KernelStatus.PENDING.value)
+                    .values(agent_id=agent)
+                )
+                placed += max(result.rowcount, 0)
+        return placed
 
-    return await db.write(work)
+    return await db.write(work) if by_agent else 0
 
 
 async def kernels_in(db: Database, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:

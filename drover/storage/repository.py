@@ -38,7 +38,7 @@ from drover.storage import sessions as _sessions
 from drover.storage import termination as _termination
 from drover.storage import ticks as _ticks
 from drover.storage._db import Database
-from drover.storage.apply import Apply
+from drover.storage.apply import Apply, promote
 from drover.storage.sessions import SessionFilter
 from drover.storage.ticks import HandlerErrors, MetricsSnapshot
 
@@ -157,6 +157,17 @@ class Repository:
     ) -> list[tuple[str, SessionStatus]]:
         """Ids and statuses of the sessions ``rule`` promotes, evaluated in SQL."""
         return await _fetch.fetch_promotion_candidates(self._db, rule, limit)
+
+    async def promote(
+        self,
+        rule: PromotionRule,
+        limit: int,
+        *,
+        now: float,
+        inject_failure: Callable[[str], None] | None = None,
+    ) -> ApplyOutcome:
+        """Select the sessions ``rule`` promotes and promote them, in one transaction."""
+        return await promote(self._db, rule, limit, now, inject_failure)
 
     async def apply(
         self,

@@ -2,16 +2,20 @@
 
 Rows come from statements that select the columns below, in this order, and
 are read by position. Statuses are looked up in plain dicts (an enum call per
-row costs more), and a timestamp shared by many rows (everything one tick
-moved) becomes one datetime per read, not one per row: the database already
-validated what it stores, so nothing is checked twice here.
+row costs more), a timestamp shared by many rows (everything one tick moved)
+becomes one datetime per read, not one per row, and JSON columns arrive as
+text decoded here once (not through two layers of type processors): the
+database already validated what it stores, so nothing is checked twice.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import sqlalchemy as sa
 
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
@@ -28,6 +32,7 @@ __all__ = [
     "KERNEL_KIND",
     "SESSION_COLUMNS",
     "SESSION_KIND",
+    "Specs",
     "Times",
     "coordinator_from_row",
     "history_from_row",
@@ -41,6 +46,13 @@ SESSION_KIND = "session"
 KERNEL_KIND = "kernel"
 
 _e = entities
+
+
+def _text(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+    # The JSON as the driver returns it (SQLite: text, decoded by _json).
+    return sa.type_coerce(column, sa.Text).label(column.name)
+
+
 SESSION_COLUMNS = (
     _e.c.id,
     _e.c.name,
@@ -48,10 +60,10 @@ SESSION_COLUMNS = (
     _e.c.status_changed_at,
     _e.c.priority,
     _e.c.created_at,
-    _e.c.spec,
+    _text(_e.c.spec),
     _e.c.status_info,
     _e.c.result,
-    _e.c.tries,
+    _text(_e.c.tries),
     _e.c.requeues,
 )
 KERNEL_COLUMNS = (
@@ -60,11 +72,22 @@ KERNEL_COLUMNS = (
     _e.c.status,
     _e.c.status_changed_at,
     _e.c.agent_id,
-    _e.c.spec,
+    _text(_e.c.spec),
     _e.c.exit_code,
     _e.c.status_info,
-    _e.c.runtime,
+    _text(_e.c.runtime),
 )
+_loads = json.loads
+
+
+def _json(text: Any) -> Any:
+    # asyncpg hands PostgreSQL's JSON over already decoded; SQLite's is text.
+    if text.__class__ is not str:
+        return text
+    if text == "{}":
+        return {}
+    return _loads(text)
+
 
 _SESSION_STATUS: dict[str, SessionStatus] = {s.value: s for s in SessionStatus}
 _KERNEL_STATUS: dict[str, KernelStatus] = {s.value: s for s in KernelStatus}
@@ -85,7 +108,27 @@ class Times:
         return value
 
 
-def kernel_from_row(row: Sequence[Any], times: Times) -> KernelInfo:
+class Specs:
+    """JSON text to values, decoded once per distinct text in one read.
+
+    A session's kernels usually share one spec; their values then share one
+    decoded object, which, like every value drover hands out, is read-only.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, Any] = {}
+
+    def __call__(self, text: Any) -> Any:
+        """The decoded value of ``text``."""
+        if text.__class__ is not str:
+            return text
+        value = self._seen.get(text)
+        if value is None:
+            value = self._seen[text] = _json(text)
+        return value
+
+
+def kernel_from_row(row: Sequence[Any], times: Times, specs: Specs | None = None) -> KernelInfo:
     """A :class:`KernelInfo` from a row of :data:`KERNEL_COLUMNS`."""
     return KernelInfo(
         row[0],
@@ -93,10 +136,10 @@ def kernel_from_row(row: Sequence[Any], times: Times) -> KernelInfo:
         _KERNEL_STATUS[row[2]],
         times(row[3]),
         row[4],
-        row[5],
+        specs(row[5]) if specs is not None else _json(row[5]),
         row[6],
         row[7],
-        row[8],
+        _json(row[8]),
     )
 
 
@@ -110,7 +153,7 @@ def session_from_row(
 
     ``try_count`` is ``handler``'s count, or the highest of any handler.
     """
-    tries: dict[str, int] = row[9] or {}
+    tries: dict[str, int] = _json(row[9]) or {}
     try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
     return SessionWithKernels(
         row[0],
@@ -120,7 +163,7 @@ def session_from_row(
         try_count,
         row[4],
         times(row[5]),
-        row[6],
+        _json(row[6]),
         row[7],
         row[8],
         tuple(kernels),
@@ -134,19 +177,43 @@ def sessions_with_kernels(
     kernel_rows: Iterable[Sequence[Any]],
     handler: str | None = None,
 ) -> list[SessionWithKernels]:
-    """Sessions in the order of ``session_rows``, each with its kernels in id order."""
+    """Sessions in the order of ``session_rows``, each with its kernels in id order.
+
+    The hot path of every lifecycle tick: the per-row work is inlined.
+    """
     times = Times()
+    specs = Specs()
+    kernel_status = _KERNEL_STATUS
     by_session: dict[str, list[KernelInfo]] = {}
-    for krow in kernel_rows:
-        kernel = kernel_from_row(krow, times)
-        found = by_session.get(kernel.session_id)
+    for kid, sid, status, changed, agent, spec, code, info, runtime in kernel_rows:
+        kernel = KernelInfo(
+            kid,
+            sid,
+            kernel_status[status],
+            times(changed),
+            agent,
+            specs(spec),
+            code,
+            info,
+            runtime if runtime is None else _json(runtime),
+        )
+        found = by_session.get(sid)
         if found is None:
-            by_session[kernel.session_id] = [kernel]
+            by_session[sid] = [kernel]
         else:
             found.append(kernel)
+    for kernels in by_session.values():
+        if len(kernels) > 1:
+            # Ids are time-ordered: id order is creation order. Rows mostly
+            # arrive in it already, which a sort sees in one pass.
+            kernels.sort(key=_kernel_id)
     return [
         session_from_row(row, by_session.get(row[0], ()), times, handler) for row in session_rows
     ]
+
+
+def _kernel_id(kernel: KernelInfo) -> str:
+    return kernel.id
 
 
 def history_from_row(row: Any) -> HistoryRecord:

@@ -15,7 +15,7 @@ from drover.model.spec import SessionRequest
 from drover.model.status import SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import chunked
+from drover.storage._sql import ids_param, ids_value, statement
 from drover.storage.rows import (
     KERNEL_COLUMNS,
     KERNEL_KIND,
@@ -42,11 +42,6 @@ e = entities
 #: The order handlers see sessions in: highest priority, then oldest.
 FETCH_ORDER = (e.c.priority.desc(), e.c.created_at, e.c.id)
 
-_KERNELS_OF = (
-    sa.select(*KERNEL_COLUMNS)
-    .where(e.c.parent_id.in_(sa.bindparam("ids", expanding=True)))
-    .order_by(e.c.parent_id, e.c.id)
-)
 _ROW_KEYS = [c.name for c in e.c]
 
 
@@ -101,11 +96,21 @@ async def create_sessions(db: Database, requests: Sequence[SessionRequest]) -> l
     return [row["id"] for row in session_rows]
 
 
-async def read_kernels_of(conn: AsyncConnection, ids: Sequence[str]) -> list[Any]:
-    """Kernel rows (:data:`KERNEL_COLUMNS`) of the sessions ``ids``, in (session, id) order."""
-    rows: list[Any] = []
-    for chunk in chunked(ids):
-        rows.extend((await conn.execute(_KERNELS_OF, {"ids": chunk})).all())
+def _kernels_of(postgres: bool) -> sa.Select[Any]:
+    return sa.select(*KERNEL_COLUMNS).where(ids_param(e.c.parent_id, "ids", postgres))
+
+
+async def read_kernels_of(conn: AsyncConnection, ids: Sequence[str]) -> Sequence[Any]:
+    """Kernel rows (:data:`KERNEL_COLUMNS`) of the sessions ``ids``, in no particular order.
+
+    :func:`~drover.storage.rows.sessions_with_kernels` orders them; sorting a
+    few kernels per session in Python is cheaper than a sort in SQL.
+    """
+    if not ids:
+        return []
+    postgres = conn.dialect.name == "postgresql"
+    query: sa.Select[Any] = statement(("kernels-of", postgres), lambda: _kernels_of(postgres))
+    rows: Sequence[Any] = (await conn.execute(query, {"ids": ids_value(ids, postgres)})).all()
     return rows
 
 

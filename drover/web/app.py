@@ -37,8 +37,15 @@ from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError, UnknownSessionError
 from drover.model.status import TERMINAL_SESSION_STATUSES, SchedulingResult, SessionStatus
-from drover.plugins.graph import edges_of, graph_json
-from drover.serialization import display_time, history_json, session_json
+from drover.plugins.graph import edges_of
+from drover.serialization import (
+    diagnosis_json,
+    display_time,
+    graph_json,
+    history_json,
+    session_json,
+    stats_json,
+)
 from drover.storage.sessions import SessionFilter
 from drover.web.metrics import render_metrics
 from drover.web.palette import STATUS_COLOURS, badge_css
@@ -322,7 +329,7 @@ def create_app(
             since = _time_param(request.query_params, "since", now)
         except BadFilterError as error:
             return bad_request(request, str(error), api=False)
-        stats = (await collect_stats(repo, since=since, now=now)).to_json()
+        stats = stats_json(await collect_stats(repo, since=since, now=now))
         results = sorted({r for h in stats["handlers"] for r in h["results"]})
         ordered = [r.value for r in SchedulingResult if r.value in results]
         ordered += [r for r in results if r not in ordered]
@@ -373,7 +380,7 @@ def create_app(
         sid = await resolve(request, api=True)
         coordinator = dashboard.coordinator()
         diagnosis = await diagnose_session(repo, coordinator, sid, time.time())
-        return JSONResponse(diagnosis.to_json())
+        return JSONResponse(diagnosis_json(diagnosis))
 
     async def api_session_timeline(request: Request) -> Response:
         sid = await resolve(request, api=True)
@@ -416,7 +423,7 @@ def create_app(
             since = _time_param(request.query_params, "since", now)
         except BadFilterError as error:
             return bad_request(request, str(error), api=True)
-        return JSONResponse((await collect_stats(repo, since=since, now=now)).to_json())
+        return JSONResponse(stats_json(await collect_stats(repo, since=since, now=now)))
 
     async def api_graph(request: Request) -> Response:
         return JSONResponse(graph_json(edges_of(dashboard.coordinator().handlers)))

@@ -68,7 +68,10 @@ def upgrade() -> None:
         postgresql_with={"fillfactor": 85},
     )
     with op.batch_alter_table("entities", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_entities_kind_status"), ["kind", "status"])
+        batch_op.create_index(
+            "ix_entities_queue",
+            ["kind", "status", sa.text("priority DESC"), "created_at", "id"],
+        )
         batch_op.create_index(batch_op.f("ix_entities_parent_id"), ["parent_id"])
 
     spec = _json("spec", postgres)
@@ -144,9 +147,7 @@ def upgrade() -> None:
         batch_op.alter_column(
             "kind", server_default=None, existing_type=sa.String(length=64), existing_nullable=False
         )
-        batch_op.create_index(
-            batch_op.f("ix_scheduling_history_entity_id_id"), ["entity_id", "id"]
-        )
+        batch_op.create_index(batch_op.f("ix_scheduling_history_entity_id_id"), ["entity_id", "id"])
 
     with op.batch_alter_table("handler_ticks", schema=None) as batch_op:
         batch_op.add_column(sa.Column("error", sa.Text(), nullable=True))

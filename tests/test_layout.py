@@ -1,0 +1,106 @@
+"""The package layout's rules, read from the source (docs/architecture.md, "The layout")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import drover
+
+ROOT = Path(drover.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute names; drover uses no relative imports).
+
+    ``from package import module`` counts as importing ``package.module``.
+    """
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            if node.module == "sqlalchemy":
+                found.update(f"sqlalchemy.{alias.name}" for alias in node.names)
+                found.discard("sqlalchemy")
+    return found
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _drover_imports(path: Path) -> set[str]:
+    return {m for m in _imports(path) if m == "drover" or m.startswith("drover.")}
+
+
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [
+        ("model", ("drover.model",)),
+        ("coordinator", ("drover.model", "drover.coordinator")),
+        ("storage", ("drover.model", "drover.storage")),
+    ],
+)
+def test_model_is_a_leaf_and_coordinator_and_storage_never_import_each_other(package, allowed):
+    """model imports nothing of drover; coordinator and storage depend on model only."""
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in _modules(package)
+        for module in _drover_imports(path)
+        if not module.startswith(allowed)
+    }
+    assert not bad, sorted(bad)
+
+
+def test_backends_import_no_storage():
+    """A backend reports through the KernelReporter it is given; it never imports storage."""
+    bad = {
+        f"{path.name}: {module}"
+        for path in _modules("backends")
+        if path.name != "plugin.py"  # the registration plugin reads the configuration
+        for module in _drover_imports(path)
+        if not module.startswith(("drover.model", "drover.backends"))
+    }
+    assert not bad, sorted(bad)
+
+
+def test_sql_is_built_only_in_storage():
+    """Outside drover.storage, sqlalchemy is imported only for its error and engine types."""
+    allowed = {"sqlalchemy.exc", "sqlalchemy.ext.asyncio"}
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in ROOT.rglob("*.py")
+        if "storage" not in path.relative_to(ROOT).parts
+        for module in _imports(path)
+        if module.split(".")[0] == "sqlalchemy" and module not in allowed
+    }
+    assert not bad, sorted(bad)
+
+
+def test_no_code_outside_a_backend_checks_which_backend_it_has():
+    """No isinstance() on backend classes outside drover.backends."""
+    names = {"SimulatedBackend", "LocalBackend"}
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        if "backends" in path.relative_to(ROOT).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+                and any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+            ):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, bad
+
+
+def test_the_public_api_is_explicit():
+    """drover/__init__.py lists every public name, and each one is importable."""
+    assert len(drover.__all__) == len(set(drover.__all__))
+    for name in drover.__all__:
+        assert getattr(drover, name) is not None, name
