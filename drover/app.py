@@ -203,4 +203,5 @@ class App:
         if self._backend_started and self._backend is not None:
             self._backend_started = False
             await self._backend.stop()
+        await self.repository.close()
         await self.engine.dispose()

@@ -134,9 +134,11 @@ def test_healthz_is_degraded_naming_the_handler(seeded):
             from datetime import UTC, datetime
 
             stamp = datetime.fromtimestamp(now, UTC)
-            await Repository(engine).register_coordinator(
+            repo = Repository(engine)
+            await repo.register_coordinator(
                 CoordinatorInfo("c1", "host", 1, stamp, stamp, "test", None)
             )
+            await repo.close()
         finally:
             await engine.dispose()
 

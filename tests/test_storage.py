@@ -116,6 +116,7 @@ async def test_upgrading_an_existing_database_carries_its_sessions_over(database
         await repo.report_kernel_status("k2", K.TERMINATED, exit_code=0)
         assert [c.kernel_id for c in await repo.kernel_history()] == ["k1", "k2"]
         assert (await repo.count_by_status()) == {S.TERMINATED: 1, S.RUNNING: 1}
+        await repo.close()
     finally:
         await engine.dispose()
 
@@ -244,6 +245,7 @@ async def test_repository_on_its_own(database):
         assert [s.name for s in listed] == ["s3", "s2", "s1"]  # priority descending
         assert set(ids) == {s.id for s in listed}
         assert await repo.count_by_status() == {S.PENDING: 3}
+        await repo.close()
     finally:
         await engine.dispose()
 

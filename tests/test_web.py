@@ -348,6 +348,7 @@ def test_healthz(database, harness, make_client):
                     heartbeat_at=None, version="test", stopped_at=None,
                 )
             )  # fmt: skip
+            await repo.close()
 
         harness(go)
 

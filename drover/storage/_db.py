@@ -1,48 +1,90 @@
-"""One database: its engines, its dialect, and transactions retried whole on hiccups.
+"""One database: its engines, and transactions run whole, retried on hiccups.
 
 Private to ``drover.storage``: every statement drover runs is built inside
 this package, and callers outside it use the repository's named operations.
+
+Every storage operation is a synchronous function of one ``Connection``,
+run as one transaction:
+
+* on a SQLite file, whole in a worker thread, on a synchronous (pysqlite)
+  engine: one thread hop per transaction instead of several per statement,
+  and a writer that waits for SQLite's lock waits in its thread, never in the
+  event loop;
+* on PostgreSQL (and in-memory SQLite), through ``AsyncConnection.run_sync``
+  on the async engine (asyncpg, aiosqlite).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.model.clock import Clock, SystemClock
-from drover.storage.connect import WRITE_OPTION
+from drover.storage.connect import WRITE_OPTION, threaded_sqlite_engine
 from drover.storage.retry import run_transaction
 
-__all__ = ["Database"]
+__all__ = ["Database", "Work"]
 
 T = TypeVar("T")
+#: A storage operation: a synchronous function of one open transaction.
+Work = Callable[[sa.Connection], T]
+
+# Reads run beside the writer (WAL); writers queue on SQLite's lock in their threads.
+_THREADS = 4
 
 
 class Database:
-    """An async engine with read and write transactions (``BEGIN IMMEDIATE`` on SQLite)."""
+    """An engine with read and write transactions (``BEGIN IMMEDIATE`` on SQLite)."""
 
     def __init__(self, engine: AsyncEngine, clock: Clock | None = None) -> None:
         self.engine = engine
         self.clock: Clock = clock or SystemClock()
         self.postgres = engine.dialect.name == "postgresql"
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+        self._threaded = threaded_sqlite_engine(engine)
+        self._threaded_write = (
+            self._threaded.execution_options(**{WRITE_OPTION: True})
+            if self._threaded is not None
+            else None
+        )
+        self._executor: ThreadPoolExecutor | None = None
 
-    async def write(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    def _in_thread(self, engine: sa.Engine, work: Work[T], write: bool) -> T:
+        with engine.begin() if write else engine.connect() as conn:
+            return work(conn)
+
+    async def _run(self, work: Work[T], write: bool) -> T:
+        if self._threaded is not None:
+            engine = self._threaded_write if write else self._threaded
+            assert engine is not None
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(_THREADS, thread_name_prefix="drover-sqlite")
+            call = functools.partial(self._in_thread, engine, work, write)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        if write:
+            async with self._write_engine.begin() as aconn:
+                return await aconn.run_sync(work)
+        async with self.engine.connect() as aconn:
+            return await aconn.run_sync(work)
+
+    async def write(self, work: Work[T]) -> T:
         """Run ``work`` in one write transaction, retried whole on transient errors."""
+        return await run_transaction(lambda: self._run(work, write=True))
 
-        async def attempt() -> T:
-            async with self._write_engine.begin() as conn:
-                return await work(conn)
-
-        return await run_transaction(attempt)
-
-    async def read(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def read(self, work: Work[T]) -> T:
         """Run ``work`` in one read transaction, retried whole on transient errors."""
+        return await run_transaction(lambda: self._run(work, write=False))
 
-        async def attempt() -> T:
-            async with self.engine.connect() as conn:
-                return await work(conn)
-
-        return await run_transaction(attempt)
+    def close(self) -> None:
+        """Release the worker threads and the synchronous engine's connections."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._threaded is not None:
+            self._threaded.dispose()

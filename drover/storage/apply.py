@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.plan import STALE_STATUS, AppliedChange, ApplyOutcome, Change, TryCount
 from drover.model.promotion import PromotionRule
@@ -220,6 +219,20 @@ def _place_kernels(postgres: bool) -> sa.Update:
     )
 
 
+def _place_and_move_kernels(target: KernelStatus) -> sa.Update:
+    """SQLite: set the agent of, and move, the eligible kernels ``:kids``."""
+    eligible = sorted(s.value for s in eligible_kernel_statuses(target))
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "kids", False), e.c.status.in_(eligible))
+        .values(
+            agent_id=sa.bindparam("agent_id"),
+            status=sa.bindparam("to_status"),
+            status_changed_at=sa.bindparam("now"),
+        )
+    )
+
+
 def _change_values(from_status: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement[Any], ...]:
     """source, from_status, to_status, message, created_at of a recorded status change."""
     return (
@@ -335,7 +348,7 @@ class Apply:
 
     def __init__(
         self,
-        conn: AsyncConnection,
+        conn: sa.Connection,
         source: str,
         now: float,
         *,
@@ -360,7 +373,7 @@ class Apply:
         # Handler names are kebab-case, so the JSON path needs no escaping.
         return {"handler": self.source} if self.postgres else {"path": f'$."{self.source}"'}
 
-    async def run(self, changes: Sequence[Change]) -> ApplyOutcome:
+    def run(self, changes: Sequence[Change]) -> ApplyOutcome:
         """Apply ``changes``; return what was written (stale ones as SKIPPED)."""
         groups: dict[tuple[Any, ...], list[Change]] = defaultdict(list)
         for change in changes:
@@ -376,30 +389,31 @@ class Apply:
             groups[key].append(change)
         applied: list[AppliedChange] = []
         for group in groups.values():
-            applied.extend(await self._apply_group(group))
+            applied.extend(self._apply_group(group))
         self.inject("before-history")
-        await self._write_history()
+        self._write_history()
         self.inject("after-history")
         return ApplyOutcome(changes=tuple(applied), kernel_changes=self.kernel_changes)
 
-    async def _apply_group(self, group: list[Change]) -> list[AppliedChange]:
+    def _apply_group(self, group: list[Change]) -> list[AppliedChange]:
         first = group[0]
         from_status = first.from_status
         ids = [c.session_id for c in group]
-        live = set(await self._guard_sessions(first, ids))
+        live = set(self._guard_sessions(first, ids))
         self.inject("after-sessions")
         live_ids = [sid for sid in ids if sid in live]
         placements = [p for c in group if c.session_id in live for p in c.placements]
-        if placements:
-            await self._place_kernels(placements)
         to_kernel = _kernel_side(first)
+        if placements and (self.postgres or to_kernel is None):
+            self._place_kernels(placements)
+            placements = []
         if live_ids and to_kernel is not None:
-            await self._move_kernels(live_ids, to_kernel)
+            self._move_kernels(live_ids, to_kernel, placements)
             self.inject("after-kernels")
         to_status = first.to_session if first.changes_session else from_status
         assert to_status is not None
         if live_ids and first.changes_session and to_status in TERMINAL_SESSION_STATUSES:
-            await self.conn.execute(
+            self.conn.execute(
                 statement(("result", self.postgres), lambda: _set_result(self.postgres)),
                 {"ids": self._ids(live_ids)},
             )
@@ -442,7 +456,7 @@ class Apply:
             self._kept_rows.extend(written)
         return out
 
-    async def promote(
+    def promote(
         self, rule: PromotionRule, from_status: SessionStatus, limit: int
     ) -> list[AppliedChange]:
         """Select and move the sessions in ``from_status`` that ``rule`` matches."""
@@ -451,15 +465,15 @@ class Apply:
             ("promote", pg, rule, from_status), lambda: _promote_sessions(pg, rule, from_status)
         )
         params = {"limit": limit, "to_status": rule.to_status.value, "now": self.now}
-        live_ids = [r[0] for r in await self.conn.execute(stmt, params)]
+        live_ids = [r[0] for r in self.conn.execute(stmt, params)]
         self.inject("after-sessions")
         if not live_ids:
             return []
         if rule.to_status in TERMINAL_SESSION_STATUSES:
             if not _leaves_no_live_kernel(rule):
-                await self._move_kernels(live_ids, kernel_end_status(rule.to_status))
+                self._move_kernels(live_ids, kernel_end_status(rule.to_status))
                 self.inject("after-kernels")
-            await self.conn.execute(
+            self.conn.execute(
                 statement(("result", pg), lambda: _set_result(pg)), {"ids": self._ids(live_ids)}
             )
         done = SchedulingResult.SUCCESS
@@ -469,7 +483,7 @@ class Apply:
         self._moved_history.append((live_ids, rows[0]))
         return rows
 
-    async def _guard_sessions(self, first: Change, ids: list[str]) -> list[str]:
+    def _guard_sessions(self, first: Change, ids: list[str]) -> list[str]:
         """Compare-and-set the group's sessions; return the ids still in ``from_status``."""
         pg = self.postgres
         params: dict[str, Any] = {"ids": self._ids(ids), "from_status": first.from_status.value}
@@ -489,9 +503,9 @@ class Apply:
             params.update(self._handler_param())
         else:
             stmt = statement(("lock-sessions", pg), lambda: _lock_sessions(pg))
-        return [r[0] for r in await self.conn.execute(stmt, params)]
+        return [r[0] for r in self.conn.execute(stmt, params)]
 
-    async def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
+    def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
         """Set the agents of PENDING kernels: one statement per agent."""
         by_agent: dict[str, list[str]] = defaultdict(list)
         for kernel_id, agent_id in placements:
@@ -499,9 +513,19 @@ class Apply:
         pg = self.postgres
         stmt = statement(("place-kernels", pg), lambda: _place_kernels(pg))
         for agent_id, kernel_ids in by_agent.items():
-            await self.conn.execute(stmt, {"ids": self._ids(kernel_ids), "agent_id": agent_id})
+            self.conn.execute(stmt, {"ids": self._ids(kernel_ids), "agent_id": agent_id})
 
-    async def _move_kernels(self, session_ids: list[str], target: KernelStatus) -> None:
+    def _move_kernels(
+        self,
+        session_ids: list[str],
+        target: KernelStatus,
+        placements: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Record and move the sessions' eligible kernels (SQLite: placing them as they move).
+
+        On SQLite the kernels being placed are moved by the statement that sets
+        their agent, one per agent: each row is written once, not twice.
+        """
         pg = self.postgres
         record, *move = statement(("move-kernels", pg, target), lambda: _move_kernels(pg, target))
         params = {
@@ -510,15 +534,27 @@ class Apply:
             "now": self.now,
             "source": self.source,
         }
-        result = await self.conn.execute(record, params)
-        if result.rowcount and move:
-            await self.conn.execute(move[0], params)
-        self.kernel_changes += max(result.rowcount, 0)
+        recorded = max(self.conn.execute(record, params).rowcount, 0)
+        moved = 0
+        if placements:
+            place = statement(("place-and-move", target), lambda: _place_and_move_kernels(target))
+            by_agent: dict[str, list[str]] = defaultdict(list)
+            for kernel_id, agent_id in placements:
+                by_agent[agent_id].append(kernel_id)
+            for agent_id, kernel_ids in by_agent.items():
+                values = {"kids": self._ids(kernel_ids), "agent_id": agent_id}
+                result = self.conn.execute(
+                    place, {**values, "to_status": target.value, "now": self.now}
+                )
+                moved += max(result.rowcount, 0)
+        if move and recorded > moved:
+            self.conn.execute(move[0], params)
+        self.kernel_changes += recorded
 
-    async def _write_history(self) -> None:
+    def _write_history(self) -> None:
         pg = self.postgres
         for ids, row in self._moved_history:
-            await self.conn.execute(
+            self.conn.execute(
                 statement(("insert-history", pg), lambda: _insert_history(pg)),
                 {
                     "ids": self._ids(ids),
@@ -537,8 +573,7 @@ class Apply:
             kept = [r.session_id for r in self._kept_rows]
             query = statement(("latest-history", pg), lambda: _latest_history(pg))
             latest = {
-                row.entity_id: row
-                for row in await self.conn.execute(query, {"ids": self._ids(kept)})
+                row.entity_id: row for row in self.conn.execute(query, {"ids": self._ids(kept)})
             }
             for row in self._kept_rows:
                 prev = latest.get(row.session_id)
@@ -554,9 +589,9 @@ class Apply:
                 else:
                     inserts.append(self._history_row(row))
         if merges:
-            await self.conn.execute(_MERGE_HISTORY, merges)
+            self.conn.execute(_MERGE_HISTORY, merges)
         if inserts:
-            await self.conn.execute(sa.insert(h), inserts)
+            self.conn.execute(sa.insert(h), inserts)
 
     def _history_row(self, row: AppliedChange) -> dict[str, Any]:
         return {
@@ -595,21 +630,21 @@ async def promote(
     # taking the write lock (SQLite has one writer) for nothing.
     probe = statement(("promote-probe", rule), lambda: _promotion_probe(rule))
 
-    async def any_candidate(conn: AsyncConnection) -> bool:
-        return (await conn.execute(probe)).first() is not None
+    def any_candidate(conn: sa.Connection) -> bool:
+        return (conn.execute(probe)).first() is not None
 
     if not await db.read(any_candidate):
         return ApplyOutcome(changes=())
 
-    async def work(conn: AsyncConnection) -> ApplyOutcome:
+    def work(conn: sa.Connection) -> ApplyOutcome:
         apply = Apply(conn, rule.name, now, postgres=db.postgres, inject_failure=inject_failure)
         applied: list[AppliedChange] = []
         for from_status in sorted(rule.from_statuses):
             if len(applied) >= limit:
                 break
-            applied.extend(await apply.promote(rule, from_status, limit - len(applied)))
+            applied.extend(apply.promote(rule, from_status, limit - len(applied)))
         apply.inject("before-history")
-        await apply._write_history()
+        apply._write_history()
         apply.inject("after-history")
         return ApplyOutcome(changes=tuple(applied), kernel_changes=apply.kernel_changes)
 

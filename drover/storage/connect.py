@@ -9,7 +9,13 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-__all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "create_engine", "is_sqlite"]
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "WRITE_OPTION",
+    "create_engine",
+    "is_sqlite",
+    "threaded_sqlite_engine",
+]
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./drover.db"
 
@@ -54,12 +60,33 @@ def create_engine(url: str, *, schema: str | None = None, echo: bool = False) ->
         kwargs["pool_pre_ping"] = True
     engine = create_async_engine(parsed, **kwargs)
     if engine.dialect.name == "sqlite":
-        _install_sqlite_hooks(engine)
+        _install_sqlite_hooks(engine.sync_engine)
     return engine
 
 
-def _install_sqlite_hooks(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def threaded_sqlite_engine(engine: AsyncEngine) -> sa.Engine | None:
+    """A synchronous (pysqlite) engine on the same SQLite file, or ``None``.
+
+    drover runs each SQLite transaction whole in a worker thread on this
+    engine: one thread hop per transaction, where the async adapter makes
+    several per statement. ``None`` for PostgreSQL, and for an in-memory
+    database (another engine would see another database).
+    """
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    sync = sa.create_engine(
+        url.set(drivername="sqlite+pysqlite"),
+        # Connections move between the worker threads, one at a time.
+        connect_args={"timeout": 30, "check_same_thread": False},
+        echo=engine.echo,
+    )
+    _install_sqlite_hooks(sync)
+    return sync
+
+
+def _install_sqlite_hooks(engine: sa.Engine) -> None:
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's begin event, not pysqlite, decide how transactions start.
         dbapi_connection.isolation_level = None
@@ -70,7 +97,7 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         finally:
             cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         if conn.get_execution_options().get(WRITE_OPTION):
             conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.values import CoordinatorInfo
 from drover.storage._db import Database
@@ -28,8 +27,8 @@ async def register_coordinator(db: Database, info: CoordinatorInfo) -> None:
         "stopped_at": None,
     }
 
-    async def work(conn: AsyncConnection) -> None:
-        await conn.execute(sa.insert(t).values(**row))
+    def work(conn: sa.Connection) -> None:
+        conn.execute(sa.insert(t).values(**row))
 
     await db.write(work)
 
@@ -38,8 +37,8 @@ async def heartbeat(db: Database, coordinator_id: str) -> None:
     """Refresh a coordinator's ``heartbeat_at``."""
     now = db.clock.time()
 
-    async def work(conn: AsyncConnection) -> None:
-        await conn.execute(sa.update(t).where(t.c.id == coordinator_id).values(heartbeat_at=now))
+    def work(conn: sa.Connection) -> None:
+        conn.execute(sa.update(t).where(t.c.id == coordinator_id).values(heartbeat_at=now))
 
     await db.write(work)
 
@@ -48,8 +47,8 @@ async def coordinator_stopped(db: Database, coordinator_id: str) -> None:
     """Mark a coordinator as cleanly stopped."""
     now = db.clock.time()
 
-    async def work(conn: AsyncConnection) -> None:
-        await conn.execute(
+    def work(conn: sa.Connection) -> None:
+        conn.execute(
             sa.update(t).where(t.c.id == coordinator_id).values(stopped_at=now, heartbeat_at=now)
         )
 
@@ -66,7 +65,7 @@ async def list_coordinators(
             t.c.stopped_at.is_(None), t.c.heartbeat_at >= db.clock.time() - alive_within
         )
 
-    async def work(conn: AsyncConnection) -> list[CoordinatorInfo]:
-        return [coordinator_from_row(r) for r in await conn.execute(query)]
+    def work(conn: sa.Connection) -> list[CoordinatorInfo]:
+        return [coordinator_from_row(r) for r in conn.execute(query)]
 
     return await db.read(work)

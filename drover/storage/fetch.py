@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelStatus, SessionStatus
@@ -56,11 +55,11 @@ async def fetch_lifecycle_targets(
     kernels = None if kernel_statuses is None else frozenset(kernel_statuses)
     query = statement(("targets", statuses, kernels), lambda: _targets_query(statuses, kernels))
 
-    async def work(conn: AsyncConnection) -> list[SessionWithKernels]:
-        rows = (await conn.execute(query, {"limit": limit})).all()
+    def work(conn: sa.Connection) -> list[SessionWithKernels]:
+        rows = (conn.execute(query, {"limit": limit})).all()
         if not rows:
             return []
-        kernel_rows = await read_kernels_of(conn, [r[0] for r in rows])
+        kernel_rows = read_kernels_of(conn, [r[0] for r in rows])
         return sessions_with_kernels(rows, kernel_rows, handler)
 
     return await db.read(work)
@@ -91,9 +90,7 @@ async def fetch_promotion_candidates(
     """Ids and statuses of sessions the rule promotes, in fetch order (no values built)."""
     query = statement(("candidates", rule), lambda: candidates_query(rule))
 
-    async def work(conn: AsyncConnection) -> list[tuple[str, SessionStatus]]:
-        return [
-            (sid, _SESSION_STATUS[st]) for sid, st in await conn.execute(query, {"limit": limit})
-        ]
+    def work(conn: sa.Connection) -> list[tuple[str, SessionStatus]]:
+        return [(sid, _SESSION_STATUS[st]) for sid, st in conn.execute(query, {"limit": limit})]
 
     return await db.read(work)

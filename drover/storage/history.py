@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.status import TERMINAL_SESSION_STATUSES, SchedulingResult
 from drover.model.values import HistoryRecord, KernelHistoryRecord
@@ -26,15 +25,15 @@ c = status_changes
 
 
 async def _history_rows(db: Database, query: sa.Select[Any]) -> list[HistoryRecord]:
-    async def work(conn: AsyncConnection) -> list[HistoryRecord]:
-        return [history_from_row(r) for r in await conn.execute(query)]
+    def work(conn: sa.Connection) -> list[HistoryRecord]:
+        return [history_from_row(r) for r in conn.execute(query)]
 
     return await db.read(work)
 
 
 async def _change_rows(db: Database, query: sa.Select[Any]) -> list[KernelHistoryRecord]:
-    async def work(conn: AsyncConnection) -> list[KernelHistoryRecord]:
-        return [kernel_history_from_row(r) for r in await conn.execute(query)]
+    def work(conn: sa.Connection) -> list[KernelHistoryRecord]:
+        return [kernel_history_from_row(r) for r in conn.execute(query)]
 
     return await db.read(work)
 
@@ -133,19 +132,19 @@ async def prune_history(
     for name, (table, condition) in targets.items():
         if dry_run:
 
-            async def count(conn: AsyncConnection, t: Any = table, w: Any = condition) -> int:
+            def count(conn: sa.Connection, t: Any = table, w: Any = condition) -> int:
                 query = sa.select(sa.func.count()).select_from(t).where(w)
-                return int((await conn.execute(query)).scalar() or 0)
+                return int((conn.execute(query)).scalar() or 0)
 
             report[name] = await db.read(count)
             continue
         total = 0
         while True:
 
-            async def delete(conn: AsyncConnection, t: Any = table, w: Any = condition) -> int:
-                ids = [r[0] for r in await conn.execute(sa.select(t.c.id).where(w).limit(batch))]
+            def delete(conn: sa.Connection, t: Any = table, w: Any = condition) -> int:
+                ids = [r[0] for r in conn.execute(sa.select(t.c.id).where(w).limit(batch))]
                 if ids:
-                    await conn.execute(sa.delete(t).where(t.c.id.in_(ids)))
+                    conn.execute(sa.delete(t).where(t.c.id.in_(ids)))
                 return len(ids)
 
             deleted = await db.write(delete)

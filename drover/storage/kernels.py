@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.errors import UnknownKernelError
 from drover.model.rules import HOLDING_KERNEL_STATUSES
@@ -62,7 +61,7 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
         return []
     now = db.clock.time()
 
-    async def work(conn: AsyncConnection) -> list[bool]:
+    def work(conn: sa.Connection) -> list[bool]:
         ids = list({r.kernel_id for r in reports})
         current: dict[str, tuple[str, str]] = {}
         for chunk in chunked(ids):
@@ -71,7 +70,7 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
             )
             if db.postgres:
                 query = query.with_for_update()
-            for kid, sid, status in await conn.execute(query):
+            for kid, sid, status in conn.execute(query):
                 current[kid] = (sid, status)
         applied: list[bool] = []
         updates: list[dict[str, Any]] = []
@@ -115,15 +114,15 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
                 }
             )
         if updates:
-            await conn.execute(_APPLY_REPORT, updates)
+            conn.execute(_APPLY_REPORT, updates)
             runtimes = [
                 {"kid": u["kid"], "rt": u["new_runtime"]}
                 for u in updates
                 if u["new_runtime"] is not None
             ]
             if runtimes:
-                await conn.execute(_SET_RUNTIME, runtimes)
-            await conn.execute(sa.insert(status_changes), changes)
+                conn.execute(_SET_RUNTIME, runtimes)
+            conn.execute(sa.insert(status_changes), changes)
         return applied
 
     return await db.write(work)
@@ -162,9 +161,9 @@ async def agent_usage(db: Database, slots: Iterable[str]) -> dict[str, dict[str,
         .group_by(e.c.agent_id)
     )
 
-    async def work(conn: AsyncConnection) -> dict[str, dict[str, float]]:
+    def work(conn: sa.Connection) -> dict[str, dict[str, float]]:
         usage: dict[str, dict[str, float]] = {}
-        for row in await conn.execute(query):
+        for row in conn.execute(query):
             usage[row[0]] = {name: float(row[i + 1] or 0) for i, name in enumerate(slot_names)}
         return usage
 
@@ -181,11 +180,11 @@ async def assign_agents(db: Database, placements: Mapping[str, str]) -> int:
     for kid, agent in placements.items():
         by_agent.setdefault(agent, []).append(kid)
 
-    async def work(conn: AsyncConnection) -> int:
+    def work(conn: sa.Connection) -> int:
         placed = 0
         for agent, kernel_ids in by_agent.items():
             for chunk in chunked(kernel_ids):
-                result = await conn.execute(
+                result = conn.execute(
                     sa.update(e)
                     .where(e.c.id.in_(chunk), e.c.status == KernelStatus.PENDING.value)
                     .values(agent_id=agent)
@@ -204,9 +203,9 @@ async def kernels_in(db: Database, statuses: Iterable[KernelStatus]) -> list[Ker
         .order_by(e.c.id)
     )
 
-    async def work(conn: AsyncConnection) -> list[KernelInfo]:
+    def work(conn: sa.Connection) -> list[KernelInfo]:
         times = Times()
-        return [kernel_from_row(r, times) for r in await conn.execute(query)]
+        return [kernel_from_row(r, times) for r in conn.execute(query)]
 
     return await db.read(work)
 
@@ -214,11 +213,11 @@ async def kernels_in(db: Database, statuses: Iterable[KernelStatus]) -> list[Ker
 async def kernel_statuses(db: Database, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
     """Current status of each of ``kernel_ids`` (unknown ids are left out)."""
 
-    async def work(conn: AsyncConnection) -> dict[str, KernelStatus]:
+    def work(conn: sa.Connection) -> dict[str, KernelStatus]:
         found: dict[str, KernelStatus] = {}
         for chunk in chunked(list(kernel_ids)):
             query = sa.select(e.c.id, e.c.status).where(e.c.id.in_(chunk), e.c.kind == KERNEL_KIND)
-            for kid, status in await conn.execute(query):
+            for kid, status in conn.execute(query):
                 found[kid] = KernelStatus(status)
         return found
 
@@ -228,9 +227,9 @@ async def kernel_statuses(db: Database, kernel_ids: Sequence[str]) -> dict[str, 
 async def get_kernel(db: Database, kernel_id: str) -> KernelInfo:
     """One kernel, or UnknownKernelError."""
 
-    async def work(conn: AsyncConnection) -> KernelInfo:
+    def work(conn: sa.Connection) -> KernelInfo:
         query = sa.select(*KERNEL_COLUMNS).where(e.c.id == kernel_id, e.c.kind == KERNEL_KIND)
-        row = (await conn.execute(query)).first()
+        row = (conn.execute(query)).first()
         if row is None:
             raise UnknownKernelError(kernel_id)
         return kernel_from_row(row, Times())

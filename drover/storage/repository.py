@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.model.clock import Clock
 from drover.model.plan import ApplyOutcome, Change
@@ -61,11 +61,18 @@ class Repository:
         """The clock used to stamp writes made outside a tick."""
         return self._db.clock
 
+    async def close(self) -> None:
+        """Release the worker threads and connections this repository holds.
+
+        The engine it was given stays open: whoever created it disposes of it.
+        """
+        self._db.close()
+
     async def ping(self) -> None:
         """Run ``SELECT 1``: raises if the database does not answer."""
 
-        async def work(conn: AsyncConnection) -> None:
-            await conn.execute(sa.text("SELECT 1"))
+        def work(conn: sa.Connection) -> None:
+            conn.execute(sa.text("SELECT 1"))
 
         await self._db.read(work)
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import attrs
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.errors import InvalidSpecError, UnknownSessionError
 from drover.model.ids import new_id
@@ -87,9 +86,9 @@ async def create_sessions(db: Database, requests: Sequence[SessionRequest]) -> l
             for kernel in request.kernels
         )
 
-    async def work(conn: AsyncConnection) -> None:
+    def work(conn: sa.Connection) -> None:
         # Parents first: the kernels' foreign key is checked row by row.
-        await conn.execute(sa.insert(e), session_rows + kernel_rows)
+        conn.execute(sa.insert(e), session_rows + kernel_rows)
 
     if session_rows:
         await db.write(work)
@@ -100,7 +99,7 @@ def _kernels_of(postgres: bool) -> sa.Select[Any]:
     return sa.select(*KERNEL_COLUMNS).where(ids_param(e.c.parent_id, "ids", postgres))
 
 
-async def read_kernels_of(conn: AsyncConnection, ids: Sequence[str]) -> Sequence[Any]:
+def read_kernels_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
     """Kernel rows (:data:`KERNEL_COLUMNS`) of the sessions ``ids``, in no particular order.
 
     :func:`~drover.storage.rows.sessions_with_kernels` orders them; sorting a
@@ -110,15 +109,15 @@ async def read_kernels_of(conn: AsyncConnection, ids: Sequence[str]) -> Sequence
         return []
     postgres = conn.dialect.name == "postgresql"
     query: sa.Select[Any] = statement(("kernels-of", postgres), lambda: _kernels_of(postgres))
-    rows: Sequence[Any] = (await conn.execute(query, {"ids": ids_value(ids, postgres)})).all()
+    rows: Sequence[Any] = (conn.execute(query, {"ids": ids_value(ids, postgres)})).all()
     return rows
 
 
-async def _sessions(
-    conn: AsyncConnection, query: sa.Select[Any], handler: str | None = None
+def _sessions(
+    conn: sa.Connection, query: sa.Select[Any], handler: str | None = None
 ) -> list[SessionWithKernels]:
-    rows = (await conn.execute(query)).all()
-    kernel_rows = await read_kernels_of(conn, [r[0] for r in rows])
+    rows = (conn.execute(query)).all()
+    kernel_rows = read_kernels_of(conn, [r[0] for r in rows])
     return sessions_with_kernels(rows, kernel_rows, handler)
 
 
@@ -142,8 +141,8 @@ async def resolve_session_id(db: Database, prefix: str) -> str:
         .limit(3)
     )
 
-    async def work(conn: AsyncConnection) -> list[str]:
-        return [r[0] for r in await conn.execute(query)]
+    def work(conn: sa.Connection) -> list[str]:
+        return [r[0] for r in conn.execute(query)]
 
     found = await db.read(work)
     if prefix in found:
@@ -218,8 +217,8 @@ async def count_by_status(db: Database) -> dict[SessionStatus, int]:
         sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
     )
 
-    async def work(conn: AsyncConnection) -> dict[SessionStatus, int]:
-        return {SessionStatus(status): count for status, count in await conn.execute(query)}
+    def work(conn: sa.Connection) -> dict[SessionStatus, int]:
+        return {SessionStatus(status): count for status, count in conn.execute(query)}
 
     return await db.read(work)
 
@@ -227,8 +226,8 @@ async def count_by_status(db: Database) -> dict[SessionStatus, int]:
 async def latest_entity_id(db: Database) -> str | None:
     """The newest entity id (ids are time-ordered): one primary-key index lookup."""
 
-    async def work(conn: AsyncConnection) -> str | None:
-        value = (await conn.execute(sa.select(sa.func.max(e.c.id)))).scalar()
+    def work(conn: sa.Connection) -> str | None:
+        value = (conn.execute(sa.select(sa.func.max(e.c.id)))).scalar()
         return str(value) if value is not None else None
 
     return await db.read(work)

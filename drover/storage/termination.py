@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.errors import UnknownSessionError
 from drover.model.plan import Change
@@ -39,18 +38,18 @@ async def request_termination(db: Database, session_ids: Sequence[str]) -> list[
     """
     now = db.clock.time()
 
-    async def work(conn: AsyncConnection) -> list[TerminationOutcome]:
+    def work(conn: sa.Connection) -> list[TerminationOutcome]:
         found: dict[str, SessionStatus] = {}
         with_kernels: set[str] = set()
         for chunk in chunked(list(dict.fromkeys(session_ids))):
             query = sa.select(e.c.id, e.c.status).where(e.c.id.in_(chunk), e.c.kind == SESSION_KIND)
             if db.postgres:
                 query = query.with_for_update()
-            for sid, status in await conn.execute(query):
+            for sid, status in conn.execute(query):
                 found[sid] = SessionStatus(status)
             with_kernels.update(
                 r[0]
-                for r in await conn.execute(
+                for r in conn.execute(
                     sa.select(e.c.parent_id).where(e.c.parent_id.in_(chunk)).distinct()
                 )
             )
@@ -78,7 +77,7 @@ async def request_termination(db: Database, session_ids: Sequence[str]) -> list[
             )
             outcomes.append(TerminationOutcome(sid, status, termination.to_session, changed=True))
         if changes:
-            await Apply(conn, API_SOURCE, now, postgres=db.postgres).run(changes)
+            Apply(conn, API_SOURCE, now, postgres=db.postgres).run(changes)
         return outcomes
 
     return await db.write(work)

@@ -9,7 +9,6 @@ from typing import Any
 
 import attrs
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from drover.model.status import SessionStatus
 from drover.storage._db import Database
@@ -40,8 +39,8 @@ async def record_ticks(db: Database, rows: Sequence[Mapping[str, Any]]) -> None:
         return
     values = [{"error": None, **row} for row in rows]
 
-    async def work(conn: AsyncConnection) -> None:
-        await conn.execute(sa.insert(t), values)
+    def work(conn: sa.Connection) -> None:
+        conn.execute(sa.insert(t), values)
 
     await db.write(work)
 
@@ -52,8 +51,8 @@ async def tick_rows(db: Database, since: float | None) -> list[tuple[str, float,
     if since is not None:
         query = query.where(t.c.started_at >= since)
 
-    async def work(conn: AsyncConnection) -> list[tuple[str, float, dict[str, int]]]:
-        return [(r[0], float(r[1]), dict(r[2] or {})) for r in await conn.execute(query)]
+    def work(conn: sa.Connection) -> list[tuple[str, float, dict[str, int]]]:
+        return [(r[0], float(r[1]), dict(r[2] or {})) for r in conn.execute(query)]
 
     return await db.read(work)
 
@@ -76,13 +75,13 @@ async def handler_errors(db: Database, since: float) -> list[HandlerErrors]:
         .group_by(t.c.handler)
     )
 
-    async def work(conn: AsyncConnection) -> list[HandlerErrors]:
-        found = (await conn.execute(per_handler)).all()
+    def work(conn: sa.Connection) -> list[HandlerErrors]:
+        found = (conn.execute(per_handler)).all()
         if not found:
             return []
         last = {
             row.id: row
-            for row in await conn.execute(
+            for row in conn.execute(
                 sa.select(t.c.id, t.c.started_at, t.c.error).where(
                     t.c.id.in_([f[2] for f in found])
                 )
@@ -103,9 +102,9 @@ async def status_ages(db: Database, now: float) -> dict[SessionStatus, tuple[int
         sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
     )
 
-    async def work(conn: AsyncConnection) -> dict[SessionStatus, tuple[int, float, float]]:
+    def work(conn: sa.Connection) -> dict[SessionStatus, tuple[int, float, float]]:
         out: dict[SessionStatus, tuple[int, float, float]] = {}
-        for raw, n in (await conn.execute(counts_query)).all():
+        for raw, n in (conn.execute(counts_query)).all():
             status = SessionStatus(raw)
             ages = []
             # Percentiles by offset into the sorted column: no sorting in Python.
@@ -113,7 +112,7 @@ async def status_ages(db: Database, now: float) -> dict[SessionStatus, tuple[int
                 # Newest first: the age at offset i grows with i.
                 offset = min(n - 1, int(q * (n - 1) + 0.5))
                 value = (
-                    await conn.execute(
+                    conn.execute(
                         sa.select(e.c.status_changed_at)
                         .where(e.c.kind == SESSION_KIND, e.c.status == status.value)
                         .order_by(e.c.status_changed_at.desc())
@@ -163,21 +162,21 @@ async def metrics_snapshot(db: Database) -> MetricsSnapshot:
         sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
     )
 
-    async def work(conn: AsyncConnection) -> MetricsSnapshot:
+    def work(conn: sa.Connection) -> MetricsSnapshot:
         ticks: dict[str, int] = {}
         errors: dict[str, int] = {}
         durations: dict[str, tuple[list[int], int, float]] = {}
-        for row in await conn.execute(per_handler):
+        for row in conn.execute(per_handler):
             handler, count, total = row[0], int(row[1]), float(row[2] or 0.0)
             ticks[handler] = count
             errors[handler] = int(row[3] or 0)
             durations[handler] = ([int(v or 0) for v in row[4:]], count, total)
         results: Counter[tuple[str, str]] = Counter()
-        for handler, text, n in await conn.execute(per_counts):
+        for handler, text, n in conn.execute(per_counts):
             counts: Any = json.loads(text) if isinstance(text, str) else text
             for result, value in (counts or {}).items():
                 results[(handler, str(result))] += int(value) * int(n)
-        found = {str(s): int(n) for s, n in await conn.execute(by_status)}
+        found = {str(s): int(n) for s, n in conn.execute(by_status)}
         return MetricsSnapshot(
             ticks=ticks,
             results=dict(results),
