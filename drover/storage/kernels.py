@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from drover.model.rules import HOLDING_KERNEL_STATUSES
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport
 from drover.storage._db import Database
-from drover.storage._sql import chunked
+from drover.storage._sql import chunked, ids_param, ids_value, statement
 from drover.storage.rows import KERNEL_COLUMNS, KERNEL_KIND, Times, kernel_from_row
 from drover.storage.schema import entities, status_changes
 
@@ -31,17 +32,32 @@ BACKEND_SOURCE = "backend"
 
 e = entities
 
-_APPLY_REPORT = (
-    sa.update(e)
-    .where(e.c.id == sa.bindparam("kid"), e.c.status == sa.bindparam("from_status"))
-    .values(
-        status=sa.bindparam("to_status"),
-        status_changed_at=sa.bindparam("now"),
-        exit_code=sa.func.coalesce(sa.bindparam("exit_code"), e.c.exit_code),
-        status_info=sa.func.coalesce(sa.bindparam("info"), e.c.status_info),
-        agent_id=sa.case((sa.bindparam("clear_agent"), sa.null()), else_=e.c.agent_id),
+
+def _current(postgres: bool) -> sa.Select[Any]:
+    """The session and status of the kernels ``:ids`` (locked on PostgreSQL)."""
+    query = sa.select(e.c.id, e.c.parent_id, e.c.status).where(
+        ids_param(e.c.id, "ids", postgres), e.c.kind == KERNEL_KIND
     )
-)
+    return query.with_for_update() if postgres else query
+
+
+def _apply_reports(postgres: bool) -> sa.Update:
+    """Move the kernels ``:ids`` from ``:from_status`` as their reports say."""
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", postgres), e.c.status == sa.bindparam("from_status"))
+        .values(
+            status=sa.bindparam("to_status"),
+            status_changed_at=sa.bindparam("now"),
+            exit_code=sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
+            status_info=sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
+            agent_id=sa.case(
+                (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
+            ),
+        )
+    )
+
+
 _SET_RUNTIME = (
     sa.update(e)
     .where(e.c.id == sa.bindparam("kid"))
@@ -63,17 +79,14 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
 
     def work(conn: sa.Connection) -> list[bool]:
         ids = list({r.kernel_id for r in reports})
-        current: dict[str, tuple[str, str]] = {}
-        for chunk in chunked(ids):
-            query = sa.select(e.c.id, e.c.parent_id, e.c.status).where(
-                e.c.id.in_(chunk), e.c.kind == KERNEL_KIND
-            )
-            if db.postgres:
-                query = query.with_for_update()
-            for kid, sid, status in conn.execute(query):
-                current[kid] = (sid, status)
+        query = statement(("kernels-current", db.postgres), lambda: _current(db.postgres))
+        current: dict[str, tuple[str, str]] = {
+            kid: (sid, status)
+            for kid, sid, status in conn.execute(query, {"ids": ids_value(ids, db.postgres)})
+        }
         applied: list[bool] = []
-        updates: list[dict[str, Any]] = []
+        # kernel id -> [status before the call, to, exit_code, info, clear agent, runtime]
+        finals: dict[str, list[Any]] = {}
         changes: list[dict[str, Any]] = []
         for report in reports:
             if report.kernel_id not in current:
@@ -88,19 +101,16 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
             if not ok:
                 continue
             current[report.kernel_id] = (sid, report.status.value)
-            updates.append(
-                {
-                    "kid": report.kernel_id,
-                    "from_status": status,
-                    "to_status": report.status.value,
-                    "now": now,
-                    "exit_code": report.exit_code,
-                    "info": report.message,
-                    "clear_agent": report.status == KernelStatus.PENDING,
-                    # not "runtime": a key named like a column becomes an implicit SET
-                    "new_runtime": report.runtime,
-                }
-            )
+            final = finals.setdefault(report.kernel_id, [status, None, None, None, False, None])
+            final[1] = report.status.value
+            if report.exit_code is not None:
+                final[2] = report.exit_code
+            if report.message is not None:
+                final[3] = report.message
+            if report.status == KernelStatus.PENDING:
+                final[4] = True
+            if report.runtime is not None:
+                final[5] = report.runtime
             changes.append(
                 {
                     "entity_id": report.kernel_id,
@@ -113,16 +123,33 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
                     "created_at": now,
                 }
             )
-        if updates:
-            conn.execute(_APPLY_REPORT, updates)
-            runtimes = [
-                {"kid": u["kid"], "rt": u["new_runtime"]}
-                for u in updates
-                if u["new_runtime"] is not None
-            ]
-            if runtimes:
-                conn.execute(_SET_RUNTIME, runtimes)
-            conn.execute(sa.insert(status_changes), changes)
+        if not finals:
+            return applied
+        # Each kernel is written once, in its final state; kernels alike are
+        # written together (a backend reports many kernels the same way).
+        groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+        runtimes: list[dict[str, Any]] = []
+        for kid, (before, to, code, info, clear, runtime) in finals.items():
+            groups[(before, to, code, info, clear)].append(kid)
+            if runtime is not None:
+                runtimes.append({"kid": kid, "rt": runtime})
+        update = statement(("apply-reports", db.postgres), lambda: _apply_reports(db.postgres))
+        for (before, to, code, info, clear), kids in groups.items():
+            conn.execute(
+                update,
+                {
+                    "ids": ids_value(kids, db.postgres),
+                    "from_status": before,
+                    "to_status": to,
+                    "now": now,
+                    "exit_code": code,
+                    "info": info,
+                    "clear_agent": clear,
+                },
+            )
+        if runtimes:
+            conn.execute(_SET_RUNTIME, runtimes)
+        conn.execute(sa.insert(status_changes), changes)
         return applied
 
     return await db.write(work)
