@@ -47,6 +47,8 @@ _Report = tuple[str, KernelStatus, frozenset[KernelStatus], int | None, str | No
 _Event = tuple[float, int, list[_Report]]
 
 _NO_SIM: Mapping[str, Any] = {}
+_RUNNING_S, _TERMINATED, _ERROR = _K.RUNNING, _K.TERMINATED, _K.ERROR
+_PULLING_S, _PREPARED = _K.PULLING, _K.PREPARED
 _BEFORE_PULL = frozenset({_K.SCHEDULED, _K.PREPARING})
 _PULLING = frozenset({_K.PREPARING, _K.PULLING})
 _STARTING = frozenset({_K.PREPARED, _K.CREATING})
@@ -150,13 +152,16 @@ class SimulatedBackend(AgentBackend):
     def _at(self, delay: float, reports: list[_Report]) -> None:
         if not reports:
             return
-        for report in reports:
-            self._forgotten.discard(report[0])
+        if self._forgotten:
+            for report in reports:
+                self._forgotten.discard(report[0])
         heapq.heappush(self._events, (self.clock.time() + delay, next(self._seq), reports))
 
     @staticmethod
     def _sim(spec: Mapping[str, Any]) -> Mapping[str, Any]:
         sim = spec.get("sim")
+        if sim is None:
+            return _NO_SIM
         return sim if isinstance(sim, Mapping) else _NO_SIM
 
     async def prepare(self, session: SessionWithKernels) -> None:
@@ -170,34 +175,47 @@ class SimulatedBackend(AgentBackend):
             sim = self._sim(kernel.spec)
             if sim.get("prepare") == "hang":
                 continue
-            pulling.append((kernel.id, _K.PULLING, _BEFORE_PULL, None, None))
+            pulling.append((kernel.id, _PULLING_S, _BEFORE_PULL, None, None))
             if sim.get("prepare") == "fail":
-                done.append((kernel.id, _K.ERROR, _PULLING, None, "simulated setup failure"))
+                done.append((kernel.id, _ERROR, _PULLING, None, "simulated setup failure"))
             else:
-                done.append((kernel.id, _K.PREPARED, _PULLING, None, None))
+                done.append((kernel.id, _PREPARED, _PULLING, None, None))
         self._at(0.0, pulling)
         self._at(self.pull_delay, done)
+
+    def _exit_plan(self, spec: Mapping[str, Any]) -> tuple[bool, float | None, int]:
+        """(hangs at create, seconds it runs or None, exit code) of a kernel spec."""
+        sim = self._sim(spec)
+        run_for = sim.get("run_for", self.run_for)
+        return (
+            sim.get("create") == "hang",
+            None if run_for is None else float(run_for),
+            int(sim.get("exit_code", 0)),
+        )
 
     async def create(self, session: SessionWithKernels) -> None:
         """Queue RUNNING after ``create_delay``, then the exit after ``run_for``."""
         self._maybe_fail("create", session)
         running: list[_Report] = []
         exits: dict[float, list[_Report]] = {}
+        # A session's kernels usually share one spec object: read it once.
+        plans: dict[int, tuple[bool, float | None, int]] = {}
         for kernel in session.kernels:
             if kernel.status in TERMINAL_KERNEL_STATUSES:
                 continue
-            sim = self._sim(kernel.spec)
-            if sim.get("create") == "hang":
+            plan = plans.get(id(kernel.spec))
+            if plan is None:
+                plan = plans[id(kernel.spec)] = self._exit_plan(kernel.spec)
+            hangs, run_for, code = plan
+            if hangs:
                 continue
-            running.append((kernel.id, _K.RUNNING, _STARTING, None, None))
-            run_for = sim.get("run_for", self.run_for)
+            running.append((kernel.id, _RUNNING_S, _STARTING, None, None))
             if run_for is None:
                 continue
-            code = int(sim.get("exit_code", 0))
-            exits.setdefault(float(run_for), []).append(
+            exits.setdefault(run_for, []).append(
                 (
                     kernel.id,
-                    _K.TERMINATED if code == 0 else _K.ERROR,
+                    _TERMINATED if code == 0 else _ERROR,
                     _RUNNING,
                     code,
                     None if code == 0 else f"exited with code {code}",

@@ -33,6 +33,15 @@ from drover.model.values import (
 
 __all__ = ["classify", "expired"]
 
+# Enum members read once: attribute access on an enum class is a descriptor call.
+_SUCCESS, _NEED_RETRY = SchedulingResult.SUCCESS, SchedulingResult.NEED_RETRY
+_EXPIRED, _GIVE_UP, _SKIPPED = (
+    SchedulingResult.EXPIRED,
+    SchedulingResult.GIVE_UP,
+    SchedulingResult.SKIPPED,
+)
+_RESET, _INCREMENT, _KEEP = TryCount.RESET, TryCount.INCREMENT, TryCount.KEEP
+
 #: The outcomes whose transition may send a session back (and spend a requeue).
 _SENDS_BACK = frozenset({SchedulingResult.EXPIRED, SchedulingResult.GIVE_UP})
 
@@ -68,6 +77,12 @@ def classify(
     skipped = set(result.skipped)
     messages, codes = result.messages, result.error_codes
     infos, placements = result.status_infos, result.placements
+    by_outcome = {
+        _SUCCESS: transitions.success,
+        _NEED_RETRY: transitions.need_retry,
+        _EXPIRED: transitions.expired,
+        _GIVE_UP: transitions.give_up,
+    }
     changes: list[Change] = []
     for session in targets:
         sid = session.id
@@ -75,29 +90,29 @@ def classify(
         message = messages.get(sid)
         code = codes.get(sid)
         if sid in successes:
-            outcome, tries = SchedulingResult.SUCCESS, TryCount.RESET
+            outcome, tries = _SUCCESS, _RESET
         elif sid in failures:
-            tries = TryCount.INCREMENT
+            tries = _INCREMENT
             count = session.try_count + 1
             if options.max_retries is not None and count > options.max_retries:
-                outcome = SchedulingResult.GIVE_UP
+                outcome = _GIVE_UP
                 message = _join(
                     message, f"failed {count} times (max_retries={options.max_retries})"
                 )
             elif expired(session, options, now):
-                outcome = SchedulingResult.EXPIRED
+                outcome = _EXPIRED
                 message = _join(message, _timeout_note(session, options, now))
             else:
-                outcome = SchedulingResult.NEED_RETRY
+                outcome = _NEED_RETRY
         elif expired(session, options, now):
-            outcome, tries = SchedulingResult.EXPIRED, TryCount.KEEP
+            outcome, tries = _EXPIRED, _KEEP
             message = _join(message, _timeout_note(session, options, now))
             code = code or "timeout"
         elif sid in skipped:
-            outcome, tries = SchedulingResult.SKIPPED, TryCount.KEEP
+            outcome, tries = _SKIPPED, _KEEP
         else:
             continue
-        transition = transitions.for_result(outcome)
+        transition = by_outcome.get(outcome)
         to_session = transition.session if transition is not None else None
         to_kernel = transition.kernel if transition is not None else None
         moves = to_session is not None and to_session != session.status

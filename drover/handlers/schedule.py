@@ -20,6 +20,8 @@ from drover.storage.repository import Repository
 
 __all__ = ["INSUFFICIENT_RESOURCES", "ScheduleSessions", "drover_register_handlers"]
 
+_PENDING = KernelStatus.PENDING
+
 #: Error code of the SKIPPED row of a session that does not fit.
 INSUFFICIENT_RESOURCES = "insufficient-resources"
 
@@ -82,16 +84,12 @@ class ScheduleSessions(LifecycleHandler):
         used = await self.repository.agent_usage(agent_slots)
         # A kernel asks for every slot it names with a number, so a request for
         # a slot no agent offers (say gpu) cannot be placed anywhere.
+        # Kernels read together with identical specs share one spec object.
+        specs = {id(k.spec): k.spec for s in targets for k in s.kernels}
         slots = sorted(
             set(agent_slots)
             | {"cpu", "mem"}
-            | {
-                k
-                for s in targets
-                for kern in s.kernels
-                for k in kern.spec
-                if _is_amount(kern.spec[k])
-            }
+            | {k for spec in specs.values() for k, v in spec.items() if _is_amount(v)}
         )
         free = {
             a.id: {s: float(a.capacity.get(s, 0.0)) - used.get(a.id, {}).get(s, 0.0) for s in slots}
@@ -110,7 +108,7 @@ class ScheduleSessions(LifecycleHandler):
             # What this session's kernels take, per agent, until it fits whole.
             taken: dict[str, dict[str, float]] = {}
             tentative: dict[str, str] = {}
-            pending = [k for k in session.kernels if k.status == KernelStatus.PENDING]
+            pending = [k for k in session.kernels if k.status is _PENDING]
             problem: str | None = None
             for index, kernel in enumerate(pending, start=1):
                 need = needs.get(id(kernel.spec))

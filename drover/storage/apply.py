@@ -615,6 +615,8 @@ async def promote(
     limit: int,
     now: float,
     inject_failure: Callable[[str], None] | None = None,
+    *,
+    probe_first: bool = True,
 ) -> ApplyOutcome:
     """Promote the sessions ``rule`` matches, up to ``limit``, in one write transaction.
 
@@ -626,14 +628,15 @@ async def promote(
     order.
     """
 
-    # Most promotion ticks find nothing: a read probe first keeps them from
-    # taking the write lock (SQLite has one writer) for nothing.
+    # Most promotion ticks find nothing: unless the last one found work
+    # (``probe_first=False``), a read probe first keeps them from taking the
+    # write lock (SQLite has one writer) for nothing.
     probe = statement(("promote-probe", rule), lambda: _promotion_probe(rule))
 
     def any_candidate(conn: sa.Connection) -> bool:
         return (conn.execute(probe)).first() is not None
 
-    if not await db.read(any_candidate):
+    if probe_first and not await db.read(any_candidate):
         return ApplyOutcome(changes=())
 
     def work(conn: sa.Connection) -> ApplyOutcome:

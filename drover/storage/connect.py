@@ -82,6 +82,13 @@ def threaded_sqlite_engine(engine: AsyncEngine) -> sa.Engine | None:
         echo=engine.echo,
     )
     _install_sqlite_hooks(sync)
+
+    @event.listens_for(sync, "connect")
+    def _no_checkpoint_in_commit(dbapi_connection: Any, _record: Any) -> None:
+        # The WAL is checkpointed by a thread of its own (storage/_db.py), not
+        # inside whichever commit happens to cross SQLite's threshold.
+        dbapi_connection.execute("PRAGMA wal_autocheckpoint=0")
+
     return sync
 
 

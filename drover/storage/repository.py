@@ -50,6 +50,7 @@ class Repository:
 
     def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
         self._db = Database(engine, clock)
+        self._busy_promotions: set[str] = set()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -173,8 +174,18 @@ class Repository:
         now: float,
         inject_failure: Callable[[str], None] | None = None,
     ) -> ApplyOutcome:
-        """Select the sessions ``rule`` promotes and promote them, in one transaction."""
-        return await promote(self._db, rule, limit, now, inject_failure)
+        """Select the sessions ``rule`` promotes and promote them, in one transaction.
+
+        A rule whose last promotion found work goes straight to the write (work
+        tends to come in runs); otherwise a read probe comes first.
+        """
+        busy = rule.name in self._busy_promotions
+        outcome = await promote(self._db, rule, limit, now, inject_failure, probe_first=not busy)
+        if outcome.changes:
+            self._busy_promotions.add(rule.name)
+        else:
+            self._busy_promotions.discard(rule.name)
+        return outcome
 
     async def apply(
         self,
