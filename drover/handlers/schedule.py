@@ -120,7 +120,9 @@ class ScheduleSessions(LifecycleHandler):
                     reserved = {a: _left(free[a], taken.get(a), slots) for a in order}
                     problem = self._explain(index, len(pending), need, reserved, capacity, asked)
                     break
-                used_here = taken.setdefault(chosen, dict.fromkeys(slots, 0.0))
+                used_here = taken.get(chosen)
+                if used_here is None:
+                    used_here = taken[chosen] = dict.fromkeys(slots, 0.0)
                 for s in slots:
                     used_here[s] += need[s]
                 tentative[kernel.id] = chosen
