@@ -19,6 +19,16 @@ from drover.model.errors import (
     UnknownKernelError,
     UnknownSessionError,
 )
+from drover.model.filters import (
+    AnyOf,
+    CandidateFilter,
+    ChildCount,
+    Children,
+    DependenciesSucceeded,
+    Field,
+    StatusAge,
+)
+from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
 from drover.model.promotion import PromotionRule
 from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
@@ -29,20 +39,24 @@ from drover.model.status import (
     SessionStatus,
 )
 from drover.model.values import (
+    Entity,
     HandlerOptions,
     HandlerResult,
     HistoryRecord,
     KernelHistoryRecord,
     KernelInfo,
     KernelReport,
+    NewEntity,
     SessionWithKernels,
     StatusInfoRule,
     StatusTransitions,
     TerminationOutcome,
+    Transition,
     TransitionStatus,
 )
+from drover.plugins.hookspecs import drover_register_kinds
 from drover.plugins.markers import hookimpl
-from drover.plugins.registry import HandlerRegistry, RuntimeContext
+from drover.plugins.registry import HandlerRegistry, KindRegistry, RuntimeContext
 from drover.storage.repository import Repository
 
 __version__ = "0.1.0"
@@ -52,11 +66,20 @@ __all__ = [
     "TERMINAL_SESSION_STATUSES",
     "AgentBackend",
     "AgentInfo",
+    "AnyOf",
     "BackendError",
+    "Budget",
+    "CandidateFilter",
+    "ChildCount",
+    "Children",
     "Clock",
     "Coordinator",
     "CoordinatorStore",
+    "DependenciesSucceeded",
     "DroverError",
+    "Entity",
+    "EntityKind",
+    "Field",
     "HandlerOptions",
     "HandlerRegistry",
     "HandlerResult",
@@ -69,8 +92,11 @@ __all__ = [
     "KernelReport",
     "KernelReporter",
     "KernelStatus",
+    "KindRegistry",
+    "Kinds",
     "LifecycleHandler",
     "ManualClock",
+    "NewEntity",
     "PromotionRule",
     "Repository",
     "RuntimeContext",
@@ -79,15 +105,19 @@ __all__ = [
     "SessionStatus",
     "SessionWithKernels",
     "SimulatedBackend",
+    "StatusAge",
     "StatusInfoRule",
     "StatusTransitions",
     "SystemClock",
     "TerminationOutcome",
+    "TerminationRule",
     "TickReport",
+    "Transition",
     "TransitionStatus",
     "UnknownHandlerError",
     "UnknownKernelError",
     "UnknownSessionError",
     "__version__",
+    "drover_register_kinds",
     "hookimpl",
 ]

@@ -22,10 +22,12 @@ from drover.coordinator.observers import Observer
 from drover.coordinator.tick import Coordinator
 from drover.model.clock import Clock, SystemClock
 from drover.model.errors import DroverError
+from drover.model.kinds import Kinds
 from drover.model.values import HandlerOptions
 from drover.plugins.manager import (
     collect_backends,
     collect_handlers,
+    collect_kinds,
     collect_observers,
     load_entry_points,
     make_plugin_manager,
@@ -124,6 +126,7 @@ class App:
             **dict(handler_options or {}),
         }
         self.coordinator: Coordinator | None = None
+        self._kinds: Kinds | None = None
         self.registered: list[RegisteredHandler] = []
         self.observers: list[tuple[str, Observer]] = []
         self._backend_started = False
@@ -139,6 +142,14 @@ class App:
             load_entry_points(pm, plugins.load, plugins.block)
             self._plugin_manager = pm
         return self._plugin_manager
+
+    @property
+    def kinds(self) -> Kinds:
+        """The registered entity kinds (built-in and plugins'); the repository uses them."""
+        if self._kinds is None:
+            self._kinds = collect_kinds(self.plugin_manager)
+            self.repository.use_kinds(self._kinds)
+        return self._kinds
 
     @property
     def backend(self) -> AgentBackend:
@@ -176,8 +187,9 @@ class App:
     def load_handlers(self) -> Coordinator:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
         if self.coordinator is None:
+            kinds = self.kinds
             context = RuntimeContext(self.repository, self.backend, self.clock)
-            handlers, self.registered = collect_handlers(self.plugin_manager, context)
+            handlers, self.registered = collect_handlers(self.plugin_manager, context, kinds)
             self.observers = collect_observers(self.plugin_manager)
             max_requeues = self.config.max_requeues
             self.coordinator = Coordinator(
@@ -186,6 +198,8 @@ class App:
                 options=self._handler_options,
                 clock=self.clock,
                 max_requeues=None if max_requeues < 0 else max_requeues,
+                kinds=kinds,
+                budgets=self.config.budgets,
             )
         return self.coordinator
 

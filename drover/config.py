@@ -130,6 +130,9 @@ class Config:
     #: session's spec["max_requeues"] overrides it.
     max_requeues: int = 3
     handlers: dict[str, HandlerConfig] = attrs.field(factory=dict)
+    #: ``[budgets.<kind>]``: limits of a kind's named budgets (an entity's
+    #: spec["budgets"] overrides them).
+    budgets: dict[str, dict[str, int]] = attrs.field(factory=dict)
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
     backend: BackendConfig = attrs.field(factory=BackendConfig)
     history: HistoryConfig = attrs.field(factory=HistoryConfig)

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
+from drover.model.kinds import SESSION, EntityKind
 from drover.model.values import (
     CoordinatorInfo,
+    Entity,
     HistoryRecord,
     KernelHistoryRecord,
     KernelInfo,
@@ -34,6 +35,7 @@ __all__ = [
     "coordinator_json",
     "diagnosis_json",
     "display_time",
+    "entity_json",
     "graph_json",
     "handler_errors_json",
     "history_json",
@@ -99,15 +101,50 @@ def session_json(session: SessionWithKernels) -> dict[str, Any]:
     }
 
 
+def entity_json(entity: Entity) -> dict[str, Any]:
+    """An entity of any kind with its children (sessions: :func:`session_json`)."""
+    return {
+        "id": entity.id,
+        "kind": entity.kind,
+        "name": entity.name,
+        "parent_id": entity.parent_id,
+        "status": str(entity.status),
+        "status_info": entity.status_info,
+        "result": entity.result,
+        "priority": entity.priority,
+        "tries": dict(entity.tries),
+        "requeues": entity.requeues,
+        "budgets": dict(entity.budgets or {}),
+        "created_at": iso(entity.created_at),
+        "status_changed_at": iso(entity.status_changed_at),
+        "spec": entity.spec,
+        "data": entity.data,
+        "children": [
+            {
+                "id": c.id,
+                "kind": c.kind,
+                "status": str(c.status),
+                "status_info": c.status_info,
+                "result": c.result,
+                "exit_code": c.exit_code,
+                "spec": c.spec,
+                "data": c.data,
+            }
+            for c in entity.children
+        ],
+    }
+
+
 def history_json(row: HistoryRecord) -> dict[str, Any]:
     """A scheduling history row."""
     return {
         "id": row.id,
         "session_id": row.session_id,
         "handler": row.handler,
-        "result": row.result.value,
-        "from_status": row.from_status.value,
-        "to_status": row.to_status.value,
+        "kind": row.kind,
+        "result": str(row.result),
+        "from_status": str(row.from_status),
+        "to_status": str(row.to_status),
         "error_code": row.error_code,
         "message": row.message,
         "attempts": row.attempts,
@@ -123,8 +160,8 @@ def kernel_history_json(row: KernelHistoryRecord) -> dict[str, Any]:
         "kernel_id": row.kernel_id,
         "session_id": row.session_id,
         "source": row.source,
-        "from_status": row.from_status.value,
-        "to_status": row.to_status.value,
+        "from_status": str(row.from_status),
+        "to_status": str(row.to_status),
         "message": row.message,
         "created_at": iso(row.created_at),
     }
@@ -146,8 +183,9 @@ def termination_json(outcome: TerminationOutcome) -> dict[str, Any]:
     """What a termination request did to one session."""
     return {
         "id": outcome.session_id,
-        "from_status": outcome.from_status.value,
-        "to_status": outcome.to_status.value,
+        "kind": outcome.kind,
+        "from_status": str(outcome.from_status),
+        "to_status": str(outcome.to_status),
         "changed": outcome.changed,
     }
 
@@ -157,7 +195,7 @@ def diagnosis_json(diagnosis: Diagnosis) -> dict[str, Any]:
     return {
         "session_id": diagnosis.session_id,
         "name": diagnosis.name,
-        "status": diagnosis.status.value,
+        "status": str(diagnosis.status),
         "held_for_s": round(diagnosis.held_for_s, 3),
         "terminal": diagnosis.terminal,
         "owners": list(diagnosis.owners),
@@ -170,10 +208,11 @@ def stats_json(stats: Stats) -> dict[str, Any]:
     """``drover stats``: per-handler tick figures and per-status ages."""
     return {
         "since": stats.since,
+        "kind": stats.kind,
         "handlers": [attrs.asdict(h) for h in stats.handlers],
         "statuses": [
             {
-                "status": s.status.value,
+                "status": str(s.status),
                 "sessions": s.sessions,
                 "p50_age_s": round(s.p50_age_s, 3),
                 "p95_age_s": round(s.p95_age_s, 3),
@@ -183,22 +222,21 @@ def stats_json(stats: Stats) -> dict[str, Any]:
     }
 
 
-def graph_json(edges: Iterable[Edge]) -> dict[str, Any]:
-    """The state machine: nodes (every session status) and edges."""
+def graph_json(edges: Iterable[Edge], kind: EntityKind = SESSION) -> dict[str, Any]:
+    """The state machine of ``kind``: nodes (every status of the kind) and edges."""
     from drover.plugins.graph import ordered_edges
 
     return {
-        "nodes": [
-            {"status": s.value, "terminal": s in TERMINAL_SESSION_STATUSES} for s in SessionStatus
-        ],
+        "kind": kind.name,
+        "nodes": [{"status": s, "terminal": s in kind.terminal} for s in kind.status_names],
         "edges": [
             {
-                "source": e.source.value,
-                "target": e.target.value,
+                "source": str(e.source),
+                "target": str(e.target),
                 "handler": e.handler,
                 "outcome": e.outcome,
             }
-            for e in ordered_edges(edges)
+            for e in ordered_edges(edges, kind)
         ],
     }
 

@@ -69,7 +69,7 @@ def run(
 
 def test_success_takes_the_success_transition_and_resets_tries():
     (change,) = run([session(tries=1)], HandlerResult(successes=["s1"]))
-    assert (change.result, change.to_session, change.to_kernel, change.try_count) == (
+    assert (change.result, change.to_status, change.to_children, change.try_count) == (
         R.SUCCESS,
         S.PREPARING,
         K.PREPARING,
@@ -108,7 +108,7 @@ def test_unmentioned_targets_produce_nothing_until_they_expire():
 
 def test_skips_keep_tries_and_status():
     (change,) = run([session(tries=1)], HandlerResult(skipped=["s1"], messages={"s1": "busy"}))
-    assert (change.result, change.to_session, change.try_count, change.message) == (
+    assert (change.result, change.to_status, change.try_count, change.message) == (
         R.SKIPPED,
         None,
         TryCount.KEEP,
@@ -118,13 +118,13 @@ def test_skips_keep_tries_and_status():
 
 def test_a_requeue_is_counted():
     (change,) = run([session(held=61.0, requeues=1)], HandlerResult())
-    assert (change.to_session, change.requeue) == (S.PENDING, True)
+    assert (change.to_status, change.requeue) == (S.PENDING, True)
 
 
 def test_past_the_requeue_budget_the_session_ends_in_error():
     (change,) = run([session(tries=2, requeues=3)], HandlerResult(failures=["s1"]))
     assert change.result == R.GIVE_UP
-    assert (change.to_session, change.to_kernel, change.requeue) == (S.ERROR, None, False)
+    assert (change.to_status, change.to_children, change.requeue) == (S.ERROR, None, False)
     assert change.status_info == StatusInfoRule(default="REQUEUE_LIMIT")
     assert "sent back to PENDING 3 time(s) already (max_requeues=3): ERROR instead" in (
         change.message or ""
@@ -133,12 +133,12 @@ def test_past_the_requeue_budget_the_session_ends_in_error():
 
 def test_no_requeue_budget_never_ends_a_session():
     (change,) = run([session(held=61.0, requeues=50)], HandlerResult(), max_requeues=None)
-    assert (change.to_session, change.requeue) == (S.PENDING, True)
+    assert (change.to_status, change.requeue) == (S.PENDING, True)
 
 
 def test_status_infos_apply_only_to_status_changes():
     result = HandlerResult(successes=["a"], skipped=["b"], status_infos={"a": "FAST", "b": "SLOW"})
-    changes = {c.session_id: c for c in run([session("a"), session("b")], result)}
+    changes = {c.entity_id: c for c in run([session("a"), session("b")], result)}
     assert changes["a"].status_info == StatusInfoRule(default="FAST")
     assert changes["b"].status_info is None
 

@@ -92,7 +92,13 @@ def test_submit_then_sessions_show_and_terminate(cli, harness):
 
     out = json.loads(cli("terminate", sid, "--json").output)
     assert out == [
-        {"id": sid, "from_status": "SCHEDULED", "to_status": "TERMINATING", "changed": True}
+        {
+            "id": sid,
+            "kind": "session",
+            "from_status": "SCHEDULED",
+            "to_status": "TERMINATING",
+            "changed": True,
+        }
     ]
     again = cli("terminate", sid)
     assert again.output.strip() == f"{sid}: already TERMINATING, nothing to do"

@@ -26,10 +26,11 @@ def test_every_hookspec_is_documented_with_its_signature():
     assert documented == set(_hookspecs().values())
 
 
-def test_there_are_four_register_callback_hooks():
-    """The issue's four hooks, no more, no fewer."""
+def test_there_are_five_register_callback_hooks():
+    """The four hooks of the plugin issue and the kinds issue's one, no more, no fewer."""
     assert set(_hookspecs()) == {
         "drover_register_handlers",
+        "drover_register_kinds",
         "drover_register_backends",
         "drover_register_commands",
         "drover_register_observers",

@@ -357,7 +357,7 @@ def test_plugins_check_warns_and_strict_fails(tmp_path, monkeypatch):
     }
     lax = _cli("plugins", "check", env=env)
     assert lax.exit_code == 0
-    assert "warning: [untargeted] no handler targets TERMINATING" in lax.output
+    assert "warning: [session: untargeted] no handler targets TERMINATING" in lax.output
     strict = _cli("plugins", "check", "--strict", "--json", env=env)
     assert strict.exit_code == 1
     data = json.loads(strict.output)

@@ -134,7 +134,7 @@ def test_api_session_history_stats_and_graph(harness, make_client):
             ("schedule-sessions", "SKIPPED", 3)
         ]
         assert set(data["history"][0]) == {
-            "id", "session_id", "handler", "result", "from_status", "to_status",
+            "id", "session_id", "kind", "handler", "result", "from_status", "to_status",
             "error_code", "message", "attempts", "created_at", "updated_at",
         }  # fmt: skip
         assert client.get("/api/sessions/nope").status_code == 404

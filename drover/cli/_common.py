@@ -96,6 +96,7 @@ def with_app(
     async def runner() -> T:
         app = App(loaded)
         try:
+            _ = app.kinds
             if check_schema:
                 await app.check_schema()
             return await work(app)

@@ -23,19 +23,21 @@ from drover.cli._common import (
 from drover.inspection._format import duration, parse_duration, parse_time
 from drover.inspection.history import search_history
 from drover.inspection.stats import collect_stats
-from drover.inspection.why import diagnose_session
+from drover.inspection.why import diagnose_entity, diagnose_session
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
 from drover.plugins.graph import edges_of, render_dot, render_mermaid, render_text
 from drover.serialization import (
     diagnosis_json,
+    entity_json,
     graph_json,
     history_json,
+    iso,
     kernel_history_json,
     stats_json,
 )
 
-__all__ = ["graph", "history", "stats", "why"]
+__all__ = ["entities", "graph", "history", "stats", "why"]
 
 _COLUMNS = [
     "time",
@@ -94,9 +96,15 @@ def history() -> None:
 @click.option("--handler", default=None, help="Only rows written by this handler.")
 @click.option(
     "--result",
-    type=click.Choice([r.value for r in SchedulingResult], case_sensitive=False),
     default=None,
-    help="Only rows with this result.",
+    help="Only rows with this result: SUCCESS, NEED_RETRY, EXPIRED, GIVE_UP, SKIPPED, "
+    "CREATED, or a named outcome such as stale.",
+)
+@click.option(
+    "--kind",
+    "kind_name",
+    default=None,
+    help="Only rows about entities of this kind (session, or a plugin's kind).",
 )
 @click.option("--since", default=None, help="1h, 30m, 2d… ago, or an ISO time.")
 @click.option("--until", default=None, help="1h, 30m, 2d… ago, or an ISO time.")
@@ -112,6 +120,7 @@ def history_list(
     kernel_id: str | None,
     handler: str | None,
     result: str | None,
+    kind_name: str | None,
     since: str | None,
     until: str | None,
     limit: int,
@@ -124,13 +133,16 @@ def history_list(
     error code, message. SESSION may be a unique id prefix.
 
     Example: drover history 01a2f3 --result SKIPPED --since 1h --json
+    Example: drover history --kind route --result stale
     """
     since_t, until_t = _when(since, "--since"), _when(until, "--until")
-    wanted = SchedulingResult(result.upper()) if result else None
+    wanted: SchedulingResult | str | None = result
+    if result and result.upper() in SchedulingResult.__members__:
+        wanted = SchedulingResult(result.upper())
 
     async def work(app: App) -> list[dict[str, Any]]:
         repo = app.repository
-        sid = await repo.resolve_session_id(session_id) if session_id else None
+        sid = await repo.resolve_entity_id(session_id) if session_id else None
         if kernel_id is not None:
             krows = await repo.search_kernel_history(
                 kernel_id=kernel_id, since=since_t, until=until_t, limit=limit
@@ -138,6 +150,7 @@ def history_list(
             return [kernel_history_json(r) for r in krows]
         rows = await search_history(
             repo,
+            kind=kind_name,
             session_id=sid,
             handler=handler,
             result=wanted,
@@ -154,7 +167,7 @@ def history_list(
             await asyncio.sleep(1.0)
             new = await repo.search_history(
                 session_id=sid, handler=handler, result=wanted, after_id=last,
-                limit=1000, newest_first=False,
+                limit=1000, newest_first=False, kind=kind_name,
             )  # fmt: skip
             for row in new:
                 item = history_json(row)
@@ -234,15 +247,22 @@ def prune(
 @database_option
 @click.pass_context
 def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | None) -> None:
-    """Explain, in plain words, why a session is where it is and what would move it next.
+    """Explain, in plain words, why a session (or an entity of any kind) is where it is
+    and what would move it next.
 
     Example: drover why 01a2f3
     """
 
     async def work(app: App) -> Any:
         coordinator = app.load_handlers()
-        sid = await app.repository.resolve_session_id(session_id)
-        return await diagnose_session(app.repository, coordinator, sid, time.time())
+        repo = app.repository
+        sid = await repo.resolve_entity_id(session_id)
+        entity = await repo.get_entity(sid)
+        if entity.kind == "session":
+            return await diagnose_session(repo, coordinator, sid, time.time())
+        rows = await repo.history(sid)
+        kind = app.kinds[entity.kind]
+        return diagnose_entity(entity, rows, coordinator.handlers, kind, time.time())
 
     try:
         diagnosis = with_app(ctx, work, database_url=database_url)
@@ -257,21 +277,32 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
 
 @click.command()
 @click.option("--since", default=None, help="Only ticks since: 1h, 30m, 2d… ago, or an ISO time.")
+@click.option(
+    "--kind",
+    "kind_name",
+    default="session",
+    show_default=True,
+    help="Whose statuses to count (session, kernel, or a plugin's kind).",
+)
 @json_option
 @database_option
 @click.pass_context
-def stats(ctx: click.Context, since: str | None, as_json: bool, database_url: str | None) -> None:
+def stats(
+    ctx: click.Context, since: str | None, kind_name: str, as_json: bool, database_url: str | None
+) -> None:
     """Per handler: ticks, sessions per result, p50/p95 tick duration. Per status: sessions
     and p50/p95 of the time they have held it.
 
     Ticks are recorded by `drover run` (those that fetched something).
 
     Example: drover stats --since 1h
+    Example: drover stats --kind job --json
     """
     since_t = _when(since, "--since")
 
     async def work(app: App) -> Any:
-        return await collect_stats(app.repository, since=since_t, now=time.time())
+        _ = app.kinds[kind_name]
+        return await collect_stats(app.repository, since=since_t, now=time.time(), kind=kind_name)
 
     result = with_app(ctx, work, database_url=database_url)
     data = stats_json(result)
@@ -293,13 +324,13 @@ def stats(ctx: click.Context, since: str | None, as_json: bool, database_url: st
         title="handlers",
     )
     print_table(
-        ["status", "sessions", "p50 time in status", "p95 time in status"],
+        ["status", f"{kind_name}s", "p50 time in status", "p95 time in status"],
         [
             (s["status"], s["sessions"], duration(s["p50_age_s"]), duration(s["p95_age_s"]))
             for s in data["statuses"]
             if s["sessions"]
         ],
-        title="sessions",
+        title=f"{kind_name}s",
     )
 
 
@@ -311,25 +342,83 @@ def stats(ctx: click.Context, since: str | None, as_json: bool, database_url: st
     default="text",
     show_default=True,
 )
+@click.option(
+    "--kind",
+    "kind_name",
+    default="session",
+    show_default=True,
+    help="Which kind's state machine (session, kernel, or a plugin's kind).",
+)
 @click.pass_context
-def graph(ctx: click.Context, fmt: str) -> None:
-    """Draw the session state machine of the handlers actually loaded, plugins included.
+def graph(ctx: click.Context, fmt: str, kind_name: str) -> None:
+    """Draw the state machine of one kind, from the handlers actually loaded, plugins included.
 
     Each edge is labelled with its handler and outcome (success, need_retry,
-    expired, give_up, promotion; `api: terminate` for termination requests).
+    expired, give_up, a named outcome, promotion; `api: terminate` for
+    termination requests).
 
     Example: drover graph --format mermaid > docs/state-machine.mmd
+    Example: drover graph --kind deployment --format dot | dot -Tsvg > deployment.svg
     """
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     try:
         app = App(state.loaded())
         coordinator = app.load_handlers()
+        kind = app.kinds[kind_name]
         asyncio.run(app.close())
     except (DroverError, TypeError, ValueError) as error:
         raise click.ClickException(str(error)) from None
-    edges = edges_of(coordinator.handlers)
+    edges = edges_of(coordinator.handlers, kind=kind)
     if fmt == "json":
-        emit_json(graph_json(edges))
+        emit_json(graph_json(edges, kind))
     else:
         renderer = {"mermaid": render_mermaid, "dot": render_dot, "text": render_text}[fmt]
-        click.echo(renderer(edges))
+        click.echo(renderer(edges, kind))
+
+
+@click.command()
+@click.argument("kind_name", metavar="KIND")
+@click.option("--status", "statuses", multiple=True, help="Only entities in this status.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@json_option
+@database_option
+@click.pass_context
+def entities(
+    ctx: click.Context,
+    kind_name: str,
+    statuses: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+    database_url: str | None,
+) -> None:
+    """List entities of any kind (a plugin's, or session/kernel), newest first.
+
+    Example: drover entities job --status RUNNING --json
+    """
+
+    async def work(app: App) -> list[Any]:
+        kind = app.kinds[kind_name]
+        wanted = [s.upper() for s in statuses]
+        unknown = sorted(set(wanted) - set(kind.status_names))
+        if unknown:
+            raise click.ClickException(
+                f"--status {', '.join(unknown)}: not a status of kind {kind.name!r}; "
+                f"its statuses are {', '.join(kind.status_names)}"
+            )
+        return await app.repository.list_entities(kind.name, statuses=wanted or None, limit=limit)
+
+    try:
+        found = with_app(ctx, work, database_url=database_url)
+    except (DroverError, TypeError, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+    if as_json:
+        emit_json([entity_json(x) for x in found])
+        return
+    print_table(
+        ["id", "name", "status", "result", "children", "created"],
+        [
+            (x.id, x.name or "", str(x.status), x.result or "", len(x.children), iso(x.created_at))
+            for x in found
+        ],
+        title=f"{kind_name} entities",
+    )

@@ -7,7 +7,7 @@ import pluggy
 
 from drover.cli._common import CliState
 from drover.cli.db import db
-from drover.cli.inspection import graph, history, stats, why
+from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
 from drover.cli.run import run
@@ -64,6 +64,7 @@ for command in (
     why,
     stats,
     graph,
+    entities,
     serve,
 ):
     main.add_command(command)

@@ -21,7 +21,7 @@ __all__ = ["plugins"]
 
 
 def _builtin(name: str) -> bool:
-    return name.startswith(BUILTIN_PREFIX) or name == "drover.backends"
+    return name.startswith(BUILTIN_PREFIX) or name in ("drover.backends", "drover.kinds")
 
 
 def _describe(app: App) -> list[dict[str, Any]]:
@@ -41,7 +41,7 @@ def _describe(app: App) -> list[dict[str, Any]]:
             {
                 "name": e.name,
                 "kind": "promotion" if isinstance(e.handler, PromotionRule) else "lifecycle",
-                "targets": sorted(s.value for s in target_statuses(e.handler)),
+                "targets": sorted(str(s) for s in target_statuses(e.handler)),
             }
             for e in app.registered
             if e.plugin == name
@@ -115,12 +115,13 @@ def plugins(ctx: click.Context, show_all: bool, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
-    """Load every plugin and validate the handler set and the whole state machine.
+    """Load every plugin and validate the handler set and the state machine of every kind.
 
-    Errors (the daemon refuses to start): duplicate handler names, statuses
-    that are not enum members, a promotion into its own target, an empty
-    target set, invalid options. Warnings: a status no handler targets, a
-    status with no way to a terminal one, a status nothing can reach.
+    Errors (the daemon refuses to start): duplicate handler or kind names,
+    statuses that are not members of the handler's kind, a promotion into its
+    own target, an empty target set, invalid options. Warnings, per kind: a
+    status no handler targets, a status with no way to a terminal one, a
+    status nothing can reach.
 
     Example: drover plugins check --strict
     """
@@ -133,8 +134,14 @@ def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
         assert app.coordinator is not None
         count = len(app.coordinator.handlers)
         warnings = [
-            {"kind": w.kind, "status": w.status.value, "message": w.message}
-            for w in check_graph(app.coordinator.handlers)
+            {
+                "kind": w.kind,
+                "entity_kind": kind.name,
+                "status": str(w.status),
+                "message": w.message,
+            }
+            for kind in app.kinds.values()
+            for w in check_graph(app.coordinator.handlers, kind)
         ]
     except (DroverError, TypeError, ValueError) as error:
         errors.append(str(error))
@@ -144,7 +151,10 @@ def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
         for text in errors:
             click.echo(f"error: {text}", err=True)
         for warning in warnings:
-            click.echo(f"warning: [{warning['kind']}] {warning['message']}", err=True)
+            click.echo(
+                f"warning: [{warning['entity_kind']}: {warning['kind']}] {warning['message']}",
+                err=True,
+            )
         if not errors:
             click.echo(f"{count} handlers loaded; {len(warnings)} warning(s)")
     if errors or (strict and warnings):

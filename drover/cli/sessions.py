@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -14,7 +15,8 @@ from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
-from drover.serialization import history_json, iso, session_json, termination_json
+from drover.model.values import Entity, HistoryRecord, SessionWithKernels
+from drover.serialization import entity_json, history_json, iso, session_json, termination_json
 
 __all__ = ["logs", "sessions", "show", "submit", "terminate"]
 
@@ -266,7 +268,8 @@ def show(
     as_json: bool,
     database_url: str | None,
 ) -> None:
-    """Show a session, its kernels (agent, pid, exit code, logs) and its last history rows.
+    """Show a session, its kernels (agent, pid, exit code, logs) and its last history rows;
+    or an entity of any other kind, its children, data and history.
 
     SESSION_ID may be any unique prefix of the id.
 
@@ -274,12 +277,17 @@ def show(
     """
 
     async def work(app: App) -> tuple[Any, list[Any]]:
-        sid = await app.repository.resolve_session_id(session_id)
-        session = await app.repository.get_session(sid)
+        sid = await app.repository.resolve_entity_id(session_id)
+        entity: Entity | SessionWithKernels = await app.repository.get_entity(sid)
+        if entity.kind == "session":
+            entity = await app.repository.get_session(sid)
         rows = await app.repository.history(sid)
-        return session, rows[-history_rows:] if history_rows > 0 else []
+        return entity, rows[-history_rows:] if history_rows > 0 else []
 
     session, rows = with_app(ctx, work, database_url=database_url)
+    if not isinstance(session, SessionWithKernels):
+        _show_entity(session, rows, as_json)
+        return
     if as_json:
         data = session_json(session)
         data["history"] = [history_json(r) for r in rows]
@@ -316,7 +324,7 @@ def show(
             (
                 iso(r.updated_at),
                 r.handler,
-                r.result.value,
+                str(r.result),
                 f"{r.from_status} → {r.to_status}",
                 r.attempts,
                 r.error_code,
@@ -407,7 +415,9 @@ def _read_from(path: str, offset: int) -> bytes:
 def terminate(
     ctx: click.Context, session_ids: tuple[str, ...], as_json: bool, database_url: str | None
 ) -> None:
-    """Ask for sessions to end: PENDING ones are cancelled, live ones terminated.
+    """Ask for sessions (or entities of any kind) to end, each by its kind's rule:
+    PENDING sessions are cancelled, live ones terminated; a plugin's kind goes
+    to its own cleanup status.
 
     SESSION_IDS may be unique prefixes. Nothing is changed if any id is unknown.
 
@@ -415,7 +425,7 @@ def terminate(
     """
 
     async def work(app: App) -> list[Any]:
-        ids = [await app.repository.resolve_session_id(s) for s in session_ids]
+        ids = [await app.repository.resolve_entity_id(s) for s in session_ids]
         return await app.repository.request_termination(ids)
 
     try:
@@ -430,3 +440,45 @@ def terminate(
             click.echo(f"{o.session_id}: {o.from_status} -> {o.to_status}")
         else:
             click.echo(f"{o.session_id}: already {o.to_status}, nothing to do")
+
+
+def _show_entity(entity: Entity, rows: list[HistoryRecord], as_json: bool) -> None:
+    """``drover show`` of an entity that is not a session."""
+    if as_json:
+        data = entity_json(entity)
+        data["history"] = [history_json(r) for r in rows]
+        emit_json(data)
+        return
+    click.echo(f"{entity.kind:<12} {entity.id}  ({entity.name or '-'})")
+    click.echo(f"status       {entity.status}  since {iso(entity.status_changed_at)}")
+    click.echo(f"status_info  {entity.status_info or '-'}")
+    click.echo(f"result       {entity.result or '-'}")
+    if entity.parent_id:
+        click.echo(f"parent       {entity.parent_id}")
+    tries = ", ".join(f"{h} {n}" for h, n in sorted(entity.tries.items())) or "none"
+    click.echo(f"tries        {tries}  (failures per handler in this status)")
+    budgets = ", ".join(f"{b} {n}" for b, n in sorted((entity.budgets or {}).items())) or "none"
+    click.echo(f"budgets      {budgets}")
+    click.echo(f"spec         {json.dumps(entity.spec, sort_keys=True)}")
+    click.echo(f"data         {json.dumps(entity.data, sort_keys=True)}")
+    print_table(
+        ["#", "child", "kind", "status", "result"],
+        [(i, c.id, c.kind, c.status, c.result) for i, c in enumerate(entity.children, start=1)],
+        title="children",
+    )
+    print_table(
+        ["time", "handler", "result", "from → to", "attempts", "error code", "message"],
+        [
+            (
+                iso(r.updated_at),
+                r.handler,
+                str(r.result),
+                f"{r.from_status} → {r.to_status}",
+                r.attempts,
+                r.error_code,
+                r.message,
+            )
+            for r in rows
+        ],
+        title="history (latest last)",
+    )

@@ -3,30 +3,35 @@
 The rules, in order, for each target of a lifecycle handler:
 
 * listed in ``successes``: SUCCESS, with the ``success`` transition;
-* listed in ``failures``: ``try_count + 1``; GIVE_UP if that exceeds
-  ``max_retries``; else EXPIRED if the timeout has passed; else NEED_RETRY;
+* listed in ``outcomes``: that named outcome, with its declared transition;
+* listed in ``failures``: if the failure names a budget (``budgets``), that
+  budget's spending + 1, else the handler's ``try_count + 1``; GIVE_UP if
+  that exceeds the budget's limit (``max_retries`` for tries); else EXPIRED
+  if the timeout has passed; else NEED_RETRY;
 * listed in ``skipped`` or not mentioned: EXPIRED if the timeout has passed;
   otherwise a skipped target gets a SKIPPED row and an unmentioned one nothing.
   Neither changes ``try_count``.
 
 ``try_count`` is the running handler's own count (tries are per handler).
-An EXPIRED or GIVE_UP transition that sends a session back to an earlier
-status is a *requeue*; past the session's requeue budget the session goes to
-:data:`~drover.model.rules.REQUEUE_LIMIT_STATUS` instead, with ``status_info``
-:data:`~drover.model.rules.REQUEUE_LIMIT`.
+An EXPIRED or GIVE_UP transition that sends an entity back to an earlier
+status of its kind is a *requeue*; past the entity's requeue budget it goes
+to its kind's :attr:`~drover.model.kinds.EntityKind.limit_status` instead,
+with ``status_info`` :data:`~drover.model.rules.REQUEUE_LIMIT`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from drover.model.kinds import SESSION, EntityKind
 from drover.model.plan import Change, TryCount
-from drover.model.rules import REQUEUE_LIMIT, REQUEUE_LIMIT_STATUS, is_requeue
+from drover.model.rules import REQUEUE_LIMIT
 from drover.model.status import SchedulingResult
 from drover.model.values import (
     HandlerOptions,
     HandlerResult,
-    SessionWithKernels,
+    NewEntity,
     StatusInfoRule,
     StatusTransitions,
 )
@@ -46,59 +51,88 @@ _RESET, _INCREMENT, _KEEP = TryCount.RESET, TryCount.INCREMENT, TryCount.KEEP
 _SENDS_BACK = frozenset({SchedulingResult.EXPIRED, SchedulingResult.GIVE_UP})
 
 
-def expired(session: SessionWithKernels, options: HandlerOptions, now: float) -> bool:
+def expired(session: Any, options: HandlerOptions, now: float) -> bool:
     """Whether ``session`` has held its status longer than ``options.timeout``."""
     if options.timeout is None:
         return False
     # Whole microseconds: the datetime round-trip must not turn "exactly the
     # timeout" into "just past it".
-    elapsed_us = round(now * 1_000_000) - round(session.status_changed_at.timestamp() * 1_000_000)
+    changed: float = session.status_changed_at.timestamp()
+    elapsed_us = round(now * 1_000_000) - round(changed * 1_000_000)
     return elapsed_us > round(options.timeout * 1_000_000)
 
 
-def _elapsed(session: SessionWithKernels, now: float) -> str:
+def _elapsed(session: Any, now: float) -> str:
     return f"{now - session.status_changed_at.timestamp():.0f}s"
 
 
 def classify(
-    targets: Sequence[SessionWithKernels],
+    targets: Sequence[Any],
     result: HandlerResult,
     transitions: StatusTransitions,
-    options_for: Callable[[SessionWithKernels], HandlerOptions],
+    options_for: Callable[[Any], HandlerOptions],
     now: float,
-    max_requeues_for: Callable[[SessionWithKernels], int | None] = lambda _s: None,
+    max_requeues_for: Callable[[Any], int | None] = lambda _s: None,
+    *,
+    kind: EntityKind = SESSION,
+    budget_limit_for: Callable[[Any, str], int | None] = lambda _s, _b: None,
 ) -> list[Change]:
     """Decide each target's result class and transition from a (valid) handler result.
 
-    ``max_requeues_for`` gives a session's requeue budget (``None``: no limit).
+    ``targets`` are :class:`~drover.model.values.SessionWithKernels` or
+    :class:`~drover.model.values.Entity` values of ``kind``.
+    ``max_requeues_for`` gives an entity's requeue budget (``None``: no
+    limit); ``budget_limit_for(entity, name)`` a named budget's limit.
     """
     successes = set(result.successes)
     failures = set(result.failures)
     skipped = set(result.skipped)
+    named = result.outcomes
+    charged = result.budgets
+    patches = result.data
     messages, codes = result.messages, result.error_codes
     infos, placements = result.status_infos, result.placements
-    by_outcome = {
+    creates: dict[str, list[NewEntity]] = {}
+    for new in result.create:
+        creator = new.creator
+        if creator is not None:
+            creates.setdefault(creator, []).append(new)
+    by_outcome: dict[Any, Any] = {
         _SUCCESS: transitions.success,
         _NEED_RETRY: transitions.need_retry,
         _EXPIRED: transitions.expired,
         _GIVE_UP: transitions.give_up,
     }
+    by_outcome.update(transitions.outcomes)
+    kind_name = kind.name
     changes: list[Change] = []
     for session in targets:
         sid = session.id
         options = options_for(session)
         message = messages.get(sid)
         code = codes.get(sid)
+        budget: str | None = None
+        outcome: SchedulingResult | str
         if sid in successes:
             outcome, tries = _SUCCESS, _RESET
+        elif sid in named:
+            outcome, tries = named[sid], _KEEP
         elif sid in failures:
-            tries = _INCREMENT
-            count = session.try_count + 1
-            if options.max_retries is not None and count > options.max_retries:
+            budget = charged.get(sid)
+            if budget is not None:
+                tries = _KEEP
+                count = (session.budgets or {}).get(budget, 0) + 1
+                limit = budget_limit_for(session, budget)
+                over = limit is not None and count > limit
+                note = f"spent budget {budget!r} {count} times (limit={limit})"
+            else:
+                tries = _INCREMENT
+                count = session.try_count + 1
+                over = options.max_retries is not None and count > options.max_retries
+                note = f"failed {count} times (max_retries={options.max_retries})"
+            if over:
                 outcome = _GIVE_UP
-                message = _join(
-                    message, f"failed {count} times (max_retries={options.max_retries})"
-                )
+                message = _join(message, note)
             elif expired(session, options, now):
                 outcome = _EXPIRED
                 message = _join(message, _timeout_note(session, options, now))
@@ -113,51 +147,56 @@ def classify(
         else:
             continue
         transition = by_outcome.get(outcome)
-        to_session = transition.session if transition is not None else None
-        to_kernel = transition.kernel if transition is not None else None
-        moves = to_session is not None and to_session != session.status
+        to_status = transition.to if transition is not None else None
+        to_children = transition.children if transition is not None else None
+        moves = to_status is not None and to_status != session.status
         info = StatusInfoRule(default=infos[sid]) if moves and sid in infos else None
         requeue = False
         if (
-            to_session is not None
+            to_status is not None
             and moves
             and outcome in _SENDS_BACK
-            and is_requeue(session.status, to_session)
+            and kind.is_requeue(session.status, to_status)
         ):
             limit = max_requeues_for(session)
             if limit is None or session.requeues < limit:
                 requeue = True
             else:
+                end = kind.limit_status
                 message = _join(
                     message,
-                    f"sent back to {to_session} {session.requeues} time(s) already "
-                    f"(max_requeues={limit}): {REQUEUE_LIMIT_STATUS} instead",
+                    f"sent back to {to_status} {session.requeues} time(s) already "
+                    f"(max_requeues={limit}): {end} instead",
                 )
-                to_session, to_kernel = REQUEUE_LIMIT_STATUS, None
+                to_status, to_children = end, None
                 info = StatusInfoRule(default=REQUEUE_LIMIT)
         placed: tuple[tuple[str, str], ...] = ()
         if placements:
-            placed = tuple((k.id, placements[k.id]) for k in session.kernels if k.id in placements)
-        # A change of session status resets every try count in storage.
+            placed = tuple((k.id, placements[k.id]) for k in session.children if k.id in placements)
+        # A change of status resets every try count in storage.
         changes.append(
             Change(
                 sid,
                 session.status,
                 outcome,
-                to_session,
-                to_kernel,
+                to_status,
+                to_children,
                 tries,
                 message,
                 code,
                 info,
                 requeue,
                 placed,
+                kind_name,
+                budget,
+                patches.get(sid),
+                tuple(creates.get(sid, ())),
             )
         )
     return changes
 
 
-def _timeout_note(session: SessionWithKernels, options: HandlerOptions, now: float) -> str:
+def _timeout_note(session: Any, options: HandlerOptions, now: float) -> str:
     return f"in {session.status} for {_elapsed(session, now)} (timeout={options.timeout:g}s)"
 
 

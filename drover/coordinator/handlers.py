@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
+from drover.model.filters import CandidateFilter, Children
 from drover.model.promotion import PromotionRule
 from drover.model.spec import is_kebab_case
 from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
 from drover.model.values import (
     HandlerOptions,
     HandlerResult,
-    SessionWithKernels,
     StatusInfoRule,
     StatusTransitions,
 )
@@ -25,8 +26,10 @@ __all__ = [
     "Handler",
     "LifecycleHandler",
     "SessionPromotionHandler",
+    "fetch_filters",
     "handler_name",
     "is_kebab_case",
+    "kind_of",
     "promotion_class",
     "rule_of",
     "target_statuses",
@@ -34,15 +37,25 @@ __all__ = [
 
 
 class LifecycleHandler(ABC):
-    """A handler that acts on sessions and reports which succeeded, failed or were skipped.
+    """A handler that acts on entities and reports which succeeded, failed or were skipped.
 
-    The coordinator fetches the sessions whose status is in
-    :attr:`target_session_statuses` (and, if :attr:`target_kernel_statuses` is
-    not ``None``, that have at least one kernel in those statuses), awaits
-    :meth:`execute`, and then applies :meth:`status_transitions` itself:
-    retries, give-ups and timeouts are the coordinator's judgement, not the
-    handler's.
+    :attr:`kind` says which entities (default ``"session"``). The coordinator
+    fetches those whose status is in :attr:`target_statuses` (and, if
+    :attr:`target_child_statuses` is not ``None``, that have at least one
+    child in those statuses, and that pass every :attr:`candidate_filters`),
+    awaits :meth:`execute`, and then applies :meth:`status_transitions`
+    itself: retries, give-ups and timeouts are the coordinator's judgement,
+    not the handler's.
+
+    Session handlers may spell the targets ``target_session_statuses`` and
+    ``target_kernel_statuses``; handlers of other kinds use
+    ``target_statuses`` and ``target_child_statuses``. Session handlers'
+    ``execute`` gets :class:`SessionWithKernels` values, other kinds'
+    :class:`~drover.model.values.Entity` values (the same attributes).
     """
+
+    #: The kind of entity this handler acts on.
+    kind: ClassVar[str] = "session"
 
     @classmethod
     @abstractmethod
@@ -50,28 +63,56 @@ class LifecycleHandler(ABC):
         """Return the handler's unique kebab-case name."""
 
     @property
-    @abstractmethod
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """Session statuses this handler acts on (and owns, for timeouts)."""
+    def target_statuses(self) -> frozenset[str]:
+        """Statuses this handler acts on (and owns, for timeouts)."""
+        return frozenset(self.target_session_statuses)
 
     @property
-    @abstractmethod
+    def target_child_statuses(self) -> frozenset[str] | None:
+        """Keep only entities with at least one child in these statuses (``None``: no filter)."""
+        found = self.target_kernel_statuses
+        return None if found is None else frozenset(found)
+
+    @property
+    def target_session_statuses(self) -> frozenset[SessionStatus]:
+        """The session kind's spelling of :attr:`target_statuses`."""
+        raise NotImplementedError(
+            f"handler {type(self).name()!r} defines neither target_statuses "
+            "nor target_session_statuses"
+        )
+
+    @property
     def target_kernel_statuses(self) -> list[KernelStatus] | None:
-        """Keep only sessions with at least one kernel in these statuses (``None``: no filter)."""
+        """The session kind's spelling of :attr:`target_child_statuses`."""
+        return None
+
+    @property
+    def candidate_filters(self) -> tuple[CandidateFilter, ...]:
+        """Conditions compiled into the fetch, before its LIMIT (:mod:`drover.model.filters`)."""
+        return ()
 
     @classmethod
     @abstractmethod
     def status_transitions(cls) -> StatusTransitions:
-        """Declare the transitions for success, need_retry, expired and give_up."""
+        """Declare the transitions for success, need_retry, expired, give_up and named outcomes."""
 
     @abstractmethod
-    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+    async def execute(self, targets: Sequence[Any]) -> HandlerResult:
         """Act on ``targets`` and say which succeeded, failed or were skipped."""
 
     @classmethod
     def default_options(cls) -> HandlerOptions:
-        """Options used unless the configuration or a session's spec overrides them."""
+        """Options used unless the configuration or an entity's spec overrides them."""
         return HandlerOptions()
+
+
+def fetch_filters(handler: LifecycleHandler) -> tuple[CandidateFilter, ...]:
+    """Every filter the fetch applies: the child-status filter, then the declared ones."""
+    child = handler.target_child_statuses
+    declared = tuple(handler.candidate_filters)
+    if child is None:
+        return declared
+    return (Children(frozenset(child)), *declared)
 
 
 class SessionPromotionHandler(ABC):
@@ -129,11 +170,16 @@ def handler_name(handler: Handler) -> str:
     return type(handler).name()
 
 
-def target_statuses(handler: Handler) -> frozenset[SessionStatus]:
-    """The session statuses a handler (or promotion rule) acts on."""
+def target_statuses(handler: Handler) -> frozenset[str]:
+    """The statuses a handler (or promotion rule) acts on."""
     if isinstance(handler, PromotionRule):
         return handler.from_statuses
-    return handler.target_session_statuses
+    return handler.target_statuses
+
+
+def kind_of(handler: Handler) -> str:
+    """The kind of entity a handler (or promotion rule) acts on."""
+    return handler.kind
 
 
 def rule_of(handler: SessionPromotionHandler) -> PromotionRule:
@@ -160,11 +206,11 @@ def promotion_class(rule: PromotionRule) -> type[SessionPromotionHandler]:
 
         @property
         def target_session_statuses(self) -> frozenset[SessionStatus]:
-            return rule.from_statuses
+            return frozenset(SessionStatus(s) for s in rule.from_statuses)
 
         @property
         def check_kernel_statuses(self) -> frozenset[KernelStatus]:
-            return rule.kernel_statuses
+            return frozenset(KernelStatus(s) for s in rule.kernel_statuses)
 
         @property
         def match_type(self) -> KernelMatchType:
@@ -172,7 +218,7 @@ def promotion_class(rule: PromotionRule) -> type[SessionPromotionHandler]:
 
         @classmethod
         def success_session_status(cls) -> SessionStatus:
-            return rule.to_status
+            return SessionStatus(rule.to_status)
 
         @classmethod
         def status_info_rule(cls) -> StatusInfoRule | None:

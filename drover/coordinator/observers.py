@@ -28,16 +28,23 @@ log = logging.getLogger("drover.observers")
 
 @attrs.frozen
 class HistoryEvent:
-    """One session outcome of a committed tick, as observers receive it."""
+    """One entity's outcome of a committed tick, as observers receive it.
+
+    ``session_id`` is the entity's id (a session's for the session kind);
+    ``kind`` says which kind it is. Statuses are the kind's (strings equal to
+    :class:`SessionStatus` members for sessions); ``result`` is a
+    :class:`SchedulingResult` or a named outcome.
+    """
 
     handler: str
     session_id: str
-    result: SchedulingResult
-    from_status: SessionStatus
-    to_status: SessionStatus
+    result: SchedulingResult | str
+    from_status: SessionStatus | str
+    to_status: SessionStatus | str
     error_code: str | None
     message: str | None
     at: datetime
+    kind: str = "session"
 
 
 @runtime_checkable
@@ -62,6 +69,7 @@ def events_of(report: TickReport, at: float) -> list[HistoryEvent]:
             error_code=c.error_code,
             message=c.message,
             at=when,
+            kind=c.kind,
         )
         for c in report.changes
     ]

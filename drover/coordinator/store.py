@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from drover.model.filters import CandidateFilter
 from drover.model.plan import ApplyOutcome, Change
 from drover.model.promotion import PromotionRule
-from drover.model.status import KernelStatus, SessionStatus
-from drover.model.values import CoordinatorInfo, SessionWithKernels
+from drover.model.values import CoordinatorInfo
 
 __all__ = ["CoordinatorStore", "DaemonStore"]
 
@@ -28,13 +28,19 @@ class CoordinatorStore(Protocol):
     async def fetch_lifecycle_targets(
         self,
         handler: str,
-        session_statuses: Iterable[SessionStatus],
-        kernel_statuses: Iterable[KernelStatus] | None,
+        kind: str,
+        statuses: Iterable[str],
+        filters: Sequence[CandidateFilter],
         limit: int,
-    ) -> Sequence[SessionWithKernels]:
-        """Sessions in the statuses (with a kernel in ``kernel_statuses``), in fetch order.
+        *,
+        now: float,
+    ) -> Sequence[Any]:
+        """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
-        Each target's ``try_count`` is ``handler``'s count.
+        Sessions come as :class:`~drover.model.values.SessionWithKernels`,
+        other kinds as :class:`~drover.model.values.Entity`. Each target's
+        ``try_count`` is ``handler``'s count; ``now`` is the time filters on
+        ages compare with.
         """
         ...
 

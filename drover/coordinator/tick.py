@@ -12,16 +12,17 @@ from typing import Any
 import attrs
 
 from drover.coordinator.classify import classify
-from drover.coordinator.handlers import Handler, LifecycleHandler
+from drover.coordinator.handlers import Handler, LifecycleHandler, fetch_filters
 from drover.coordinator.store import CoordinatorStore
 from drover.model.clock import Clock, SystemClock
-from drover.model.errors import UnknownHandlerError
+from drover.model.errors import InvalidHandlerError, UnknownHandlerError
+from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
 from drover.model.plan import AppliedChange, ApplyOutcome
 from drover.model.promotion import PromotionRule
 from drover.model.rules import DEFAULT_MAX_REQUEUES
-from drover.model.status import SchedulingResult, SessionStatus
-from drover.model.values import HandlerOptions, HandlerResult, SessionWithKernels
+from drover.model.status import SchedulingResult
+from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions
 
 __all__ = [
     "BLOCKING_THRESHOLD",
@@ -61,16 +62,16 @@ class TickReport:
     error: str | None = None
 
     @property
-    def counts(self) -> dict[SchedulingResult, int]:
-        """Sessions per result class (stale sessions count as SKIPPED)."""
+    def counts(self) -> dict[SchedulingResult | str, int]:
+        """Entities per result class or named outcome (stale ones count as SKIPPED)."""
         return dict(Counter(c.result for c in self.changes))
 
     @property
-    def moved_to(self) -> dict[SessionStatus, int]:
-        """Sessions per status they were moved into by this tick."""
+    def moved_to(self) -> dict[str, int]:
+        """Entities per status they were moved into by this tick."""
         return dict(Counter(c.to_status for c in self.changes if c.to_status != c.from_status))
 
-    def count(self, result: SchedulingResult) -> int:
+    def count(self, result: SchedulingResult | str) -> int:
         """How many sessions got ``result`` in this tick."""
         return sum(1 for c in self.changes if c.result == result)
 
@@ -81,8 +82,11 @@ class Coordinator:
     ``options`` maps a handler name to configuration overrides (a mapping of
     fields, or a :class:`HandlerOptions`); they sit between the handler's own
     ``default_options()`` and each session's ``spec["options"][name]``.
-    ``max_requeues`` is the requeue budget of sessions whose spec sets none
-    (``None``: no limit).
+    ``max_requeues`` is the requeue budget of entities whose spec sets none
+    (``None``: no limit). ``kinds`` are the registered entity kinds (default:
+    the built-in session and kernel); ``budgets`` maps a kind to configured
+    limits of its named budgets, between the kind's defaults and an
+    entity's ``spec["budgets"]``.
     """
 
     def __init__(
@@ -93,9 +97,22 @@ class Coordinator:
         options: Mapping[str, HandlerOptions | Mapping[str, Any]] | None = None,
         clock: Clock | None = None,
         max_requeues: int | None = DEFAULT_MAX_REQUEUES,
+        kinds: Kinds | None = None,
+        budgets: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         self.store = store
         self.handlers = dict(handlers)
+        self.kinds = kinds if kinds is not None else Kinds()
+        self._budgets = {k: dict(v) for k, v in (budgets or {}).items()}
+        for kind_name, limits in self._budgets.items():
+            kind = self.kinds[kind_name]
+            declared = {b.name for b in kind.budgets}
+            unknown = sorted(set(limits) - declared)
+            if unknown:
+                raise InvalidHandlerError(
+                    f"budgets of kind {kind_name!r}: unknown budget(s) {unknown}; "
+                    f"declared: {sorted(declared)}"
+                )
         self.clock: Clock = clock or SystemClock()
         self.max_requeues = max_requeues
         self._options: dict[str, HandlerOptions] = {}
@@ -123,12 +140,27 @@ class Coordinator:
         self._handler(name)
         return self._options[name]
 
-    def max_requeues_for(self, session: SessionWithKernels) -> int | None:
-        """A session's requeue budget: its spec's ``max_requeues``, else the configured one."""
+    def max_requeues_for(self, session: Any) -> int | None:
+        """An entity's requeue budget: its spec's ``max_requeues``, else the configured one."""
         if "max_requeues" in session.spec:
             value = session.spec["max_requeues"]
             return value if isinstance(value, int) else None
         return self.max_requeues
+
+    def budget_limit_for(self, entity: Any, budget: str) -> int | None:
+        """A named budget's limit: the entity's ``spec["budgets"]``, else configuration, else
+        the kind's default."""
+        per_entity = entity.spec.get("budgets")
+        if isinstance(per_entity, dict) and budget in per_entity:
+            value = per_entity[budget]
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+        configured = self._budgets.get(entity.kind, {})
+        if budget in configured:
+            return configured[budget]
+        for declared in self.kinds[entity.kind].budgets:
+            if declared.name == budget:
+                return declared.limit
+        return None
 
     def _handler(self, name: str) -> Handler:
         try:
@@ -170,24 +202,32 @@ class Coordinator:
         self, name: str, handler: LifecycleHandler
     ) -> tuple[int, ApplyOutcome, tuple[str, ...], str | None]:
         options = self._options[name]
+        kind = self.kinds[handler.kind]
         targets = await self.store.fetch_lifecycle_targets(
             name,
-            handler.target_session_statuses,
-            handler.target_kernel_statuses,
+            kind.name,
+            handler.target_statuses,
+            fetch_filters(handler),
             options.batch_size,
+            now=self.clock.time(),
         )
         if not targets:
             return 0, _NOTHING, (), None
+        transitions = type(handler).status_transitions()
         # No transaction is open here: the handler may do slow I/O.
-        result, ignored, error = await _execute(name, handler, targets)
+        result, ignored, error = await _execute(
+            name, handler, targets, transitions, kind, self.kinds
+        )
         now = self.clock.time()
         changes = classify(
             targets,
             result,
-            type(handler).status_transitions(),
+            transitions,
             lambda s: session_options(options, s, name),
             now,
             self.max_requeues_for,
+            kind=kind,
+            budget_limit_for=self.budget_limit_for,
         )
         outcome = await self.store.apply(
             name, changes, now=now, inject_failure=self.inject_apply_failure
@@ -249,7 +289,12 @@ class _Watched:
 
 
 async def _execute(
-    name: str, handler: LifecycleHandler, targets: Sequence[SessionWithKernels]
+    name: str,
+    handler: LifecycleHandler,
+    targets: Sequence[Any],
+    transitions: StatusTransitions | None = None,
+    kind: EntityKind | None = None,
+    kinds: Kinds | None = None,
 ) -> tuple[HandlerResult, tuple[str, ...], str | None]:
     """Await the handler and normalise what it said. Never raises for the handler's faults.
 
@@ -279,7 +324,7 @@ async def _execute(
             f"execute() returned {type(result).__name__}, not HandlerResult",
         )
     known = set(ids)
-    listed = [*result.successes, *result.failures, *result.skipped]
+    listed = [*result.successes, *result.failures, *result.skipped, *result.outcomes]
     ignored = tuple(dict.fromkeys(i for i in listed if i not in known))
     if ignored:
         log.warning("handler %s reported ids that were not among its targets: %s", name, ignored)
@@ -290,7 +335,60 @@ async def _execute(
         text = f"invalid result: it lists session(s) {duplicated} more than once"
         result, _, error_text = _faulty(name, ids, INVALID_RESULT, text)
         return result, ignored, error_text
+    problem = _extension_problem(result, known, transitions, kind, kinds)
+    if problem is not None:
+        result, _, error_text = _faulty(name, ids, INVALID_RESULT, f"invalid result: {problem}")
+        return result, ignored, error_text
     return result, ignored, None
+
+
+def _extension_problem(
+    result: HandlerResult,
+    known: set[str],
+    transitions: StatusTransitions | None,
+    kind: EntityKind | None,
+    kinds: Kinds | None,
+) -> str | None:
+    """What is wrong with a result's outcomes, budgets, data and creations, if anything."""
+    if not (result.outcomes or result.budgets or result.data or result.create):
+        return None
+    declared = transitions.outcomes if transitions is not None else {}
+    for entity_id, outcome in result.outcomes.items():
+        if outcome not in declared:
+            return f"outcome {outcome!r} (for {entity_id}) is not declared: {sorted(declared)}"
+    budgets = {b.name for b in kind.budgets} if kind is not None else set()
+    failures = set(result.failures)
+    for entity_id, budget in result.budgets.items():
+        if budget not in budgets:
+            return (
+                f"budget {budget!r} (for {entity_id}) is not one of its kind's: {sorted(budgets)}"
+            )
+        if entity_id not in failures:
+            return f"budget {budget!r} is charged for {entity_id}, which is not among the failures"
+    mentioned = known & {*result.successes, *result.failures, *result.skipped, *result.outcomes}
+    for entity_id, patch in result.data.items():
+        if entity_id not in mentioned:
+            return f"data patch for {entity_id}, which is not a target with an outcome"
+        if not isinstance(patch, dict):
+            return f"data patch for {entity_id} is not a mapping"
+    for new in result.create:
+        if new.creator is None or new.creator not in mentioned:
+            return (
+                f"entity {new.id} of kind {new.kind!r} is created by {new.creator!r}, "
+                "which is not a target with an outcome (set by= or parent_id=)"
+            )
+        if kinds is not None:
+            try:
+                new_kind = kinds[new.kind]
+            except InvalidHandlerError as error:
+                return str(error)
+            if new.status is not None and new.status not in new_kind.status_names:
+                return f"status {new.status!r} is not a status of kind {new.kind!r}"
+            if (new.parent_id is None) != (new_kind.parent is None):
+                return f"kind {new.kind!r} " + (
+                    "needs a parent_id" if new_kind.parent else "takes no parent_id"
+                )
+    return None
 
 
 def _faulty(

@@ -18,10 +18,11 @@ async def search_history(
     session_id: str | None = None,
     kernel_id: str | None = None,
     handler: str | None = None,
-    result: SchedulingResult | None = None,
+    result: SchedulingResult | str | None = None,
     since: float | None = None,
     until: float | None = None,
     limit: int = 100,
+    kind: str | None = None,
 ) -> list[HistoryRecord]:
     """Scheduling history rows matching the filters, newest first.
 
@@ -31,6 +32,7 @@ async def search_history(
         kernel = await repo.get_kernel(kernel_id)
         session_id = kernel.session_id
     return await repo.search_history(
+        kind=kind,
         session_id=session_id,
         handler=handler,
         result=result,

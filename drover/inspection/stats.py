@@ -26,9 +26,9 @@ class HandlerStats:
 
 @attrs.frozen
 class StatusStats:
-    """Sessions in one status and how long they have held it."""
+    """Entities (sessions, by default) in one status and how long they have held it."""
 
-    status: SessionStatus
+    status: SessionStatus | str
     sessions: int
     p50_age_s: float
     p95_age_s: float
@@ -41,6 +41,7 @@ class Stats:
     handlers: tuple[HandlerStats, ...]
     statuses: tuple[StatusStats, ...]
     since: float | None
+    kind: str = "session"
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -51,8 +52,11 @@ def _quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
 
 
-async def collect_stats(repo: Repository, *, since: float | None, now: float) -> Stats:
-    """Handler figures from ticks recorded since ``since``; status ages as of ``now``."""
+async def collect_stats(
+    repo: Repository, *, since: float | None, now: float, kind: str = "session"
+) -> Stats:
+    """Handler figures from ticks recorded since ``since``; status ages of ``kind`` as of
+    ``now``."""
     durations: dict[str, list[float]] = defaultdict(list)
     results: dict[str, Counter[str]] = defaultdict(Counter)
     for handler, duration, counts in await repo.tick_rows(since):
@@ -68,8 +72,7 @@ async def collect_stats(repo: Repository, *, since: float | None, now: float) ->
         )
         for name, values in sorted(durations.items())
     )
-    ages = await repo.status_ages(now)
-    statuses = tuple(
-        StatusStats(status, *ages.get(status, (0, 0.0, 0.0))) for status in SessionStatus
-    )
-    return Stats(handlers=handlers, statuses=statuses, since=since)
+    ages = await repo.status_ages(now, kind)
+    names = list(SessionStatus) if kind == "session" else list(repo.kinds[kind].status_names)
+    statuses = tuple(StatusStats(status, *ages.get(status, (0, 0.0, 0.0))) for status in names)
+    return Stats(handlers=handlers, statuses=statuses, since=since, kind=kind)

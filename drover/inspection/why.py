@@ -12,9 +12,10 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.handlers import Handler
+from drover.coordinator.handlers import Handler, target_statuses
 from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration
+from drover.model.kinds import EntityKind
 from drover.model.options import session_options
 from drover.model.plan import STALE_STATUS
 from drover.model.promotion import PromotionRule
@@ -24,10 +25,10 @@ from drover.model.status import (
     SchedulingResult,
     SessionStatus,
 )
-from drover.model.values import HandlerOptions, HistoryRecord, SessionWithKernels
+from drover.model.values import Entity, HandlerOptions, HistoryRecord, SessionWithKernels
 from drover.storage.repository import Repository
 
-__all__ = ["Diagnosis", "diagnose"]
+__all__ = ["Diagnosis", "diagnose", "diagnose_entity"]
 
 _TROUBLE = {SchedulingResult.NEED_RETRY, SchedulingResult.SKIPPED, SchedulingResult.EXPIRED,
             SchedulingResult.GIVE_UP}  # fmt: skip
@@ -39,7 +40,7 @@ class Diagnosis:
 
     session_id: str
     name: str
-    status: SessionStatus
+    status: SessionStatus | str
     held_for_s: float
     terminal: bool
     lines: tuple[str, ...]
@@ -66,7 +67,7 @@ def _is_trouble(row: HistoryRecord) -> bool:
     return row.result in _TROUBLE and row.error_code != STALE_STATUS
 
 
-def _last_problem(rows: list[HistoryRecord], status: SessionStatus) -> HistoryRecord | None:
+def _last_problem(rows: list[HistoryRecord], status: str) -> HistoryRecord | None:
     """The latest failure/skip row recorded while the session held its current status."""
     for row in reversed(rows):
         if row.from_status != status or row.to_status != status:
@@ -77,7 +78,7 @@ def _last_problem(rows: list[HistoryRecord], status: SessionStatus) -> HistoryRe
 
 
 def _promotion_wait(rule: PromotionRule, session: SessionWithKernels) -> str:
-    listed = ", ".join(sorted(s.value for s in rule.kernel_statuses))
+    listed = ", ".join(sorted(str(s) for s in rule.kernel_statuses))
     condition = MATCH_CONDITIONS[rule.match]
     inside = [
         f"k{i} is {k.status}"
@@ -183,18 +184,19 @@ def diagnose(
     problem = _last_problem(rows, session.status)
     last: dict[str, Any] | None = None
     if problem is not None:
-        verb = {
+        verbs: dict[str, str] = {
             SchedulingResult.SKIPPED: "skipped",
             SchedulingResult.NEED_RETRY: "failed",
             SchedulingResult.EXPIRED: "expired",
             SchedulingResult.GIVE_UP: "gave up",
-        }[problem.result]
+        }
+        verb = verbs.get(problem.result, str(problem.result).lower())
         times = "once" if problem.attempts == 1 else f"{problem.attempts} times"
         reason = problem.message or problem.error_code or "no reason given"
         lines.append(f"last: {verb} {times} by {problem.handler}: {reason}")
         last = {
             "handler": problem.handler,
-            "result": problem.result.value,
+            "result": str(problem.result),
             "attempts": problem.attempts,
             "error_code": problem.error_code,
             "message": problem.message,
@@ -263,4 +265,62 @@ async def diagnose_session(
         coordinator.options,
         now,
         coordinator.max_requeues_for(session),
+    )
+
+
+def diagnose_entity(
+    entity: Entity,
+    rows: list[HistoryRecord],
+    handlers: Mapping[str, Handler],
+    kind: EntityKind,
+    now: float,
+) -> Diagnosis:
+    """Why an entity of any kind is where it is: its status, who acts on it, its last trouble.
+
+    Sessions get the richer :func:`diagnose`; this serves every other kind.
+    """
+    status = str(entity.status)
+    held = now - entity.status_changed_at.timestamp()
+    terminal = status in kind.terminal
+    lines = [f"{kind.name} {entity.id} is {status} (held for {duration(held)})"]
+    if entity.status_info:
+        lines.append(f"status_info: {entity.status_info}")
+    if entity.children:
+        counts: dict[str, int] = {}
+        for child in entity.children:
+            counts[str(child.status)] = counts.get(str(child.status), 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        lines.append(f"children: {summary}")
+    owners: list[dict[str, Any]] = []
+    if terminal:
+        lines.append(f"it has ended (result {entity.result or '-'}); nothing will move it")
+    else:
+        for name, handler in sorted(handlers.items()):
+            if handler.kind != kind.name or status not in {
+                str(s) for s in target_statuses(handler)
+            }:
+                continue
+            what = "promotion" if isinstance(handler, PromotionRule) else "lifecycle"
+            owners.append({"handler": name, "type": what})
+            lines.append(f"{name} ({what}) acts on {kind.name}s in {status}")
+        if not owners:
+            lines.append(f"no loaded handler acts on {kind.name}s in {status}: it will stay")
+    if entity.budgets:
+        spent = ", ".join(f"{b} {n}" for b, n in sorted(entity.budgets.items()))
+        lines.append(f"budgets spent: {spent}")
+    problem = _last_problem(rows, status)
+    last: dict[str, Any] | None = None
+    if problem is not None:
+        reason = problem.message or problem.error_code or "no reason given"
+        lines.append(f"last: {str(problem.result).lower()} by {problem.handler}: {reason}")
+        last = {"handler": problem.handler, "result": str(problem.result), "message": reason}
+    return Diagnosis(
+        entity.id,
+        entity.name or "",
+        status,
+        held,
+        terminal,
+        tuple(lines),
+        tuple(owners),
+        last,
     )

@@ -1,13 +1,15 @@
-"""What the coordinator asks storage to apply: one :class:`Change` per session per tick."""
+"""What the coordinator asks storage to apply: one :class:`Change` per entity per tick."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from typing import Any
 
 import attrs
 
-from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
-from drover.model.values import StatusInfoRule
+from drover.model.status import SchedulingResult
+from drover.model.values import NewEntity, StatusInfoRule
 
 __all__ = ["STALE_STATUS", "AppliedChange", "ApplyOutcome", "Change", "TryCount"]
 
@@ -25,20 +27,24 @@ class TryCount(Enum):
 
 @attrs.frozen
 class Change:
-    """One session's outcome in one tick, decided by the coordinator.
+    """One entity's outcome in one tick, decided by the coordinator.
 
-    ``to_session``/``to_kernel`` of ``None`` keep that side's status; a session
-    moving into a terminal status never keeps live kernels (storage ends them,
-    see :func:`drover.model.rules.kernel_end_status`). A change of session
-    status always resets every handler's tries and ``status_changed_at``;
-    ``requeue`` also counts it as a requeue.
+    ``to_status``/``to_children`` of ``None`` keep that side's status; an
+    entity moving into a terminal status never keeps live children (storage
+    ends them, see :meth:`drover.model.kinds.EntityKind.end_status_for`). A
+    change of status always resets every handler's tries, the resetting
+    budgets and ``status_changed_at``; ``requeue`` also counts it as a
+    requeue. ``result`` is a :class:`SchedulingResult` or a named outcome.
+    ``budget`` is the named budget the failure spends; ``data`` a
+    merge-patch of the entity's data; ``creates`` the entities created with
+    it. All of them are written only if the compare-and-set holds.
     """
 
-    session_id: str
-    from_status: SessionStatus
-    result: SchedulingResult
-    to_session: SessionStatus | None = None
-    to_kernel: KernelStatus | None = None
+    entity_id: str
+    from_status: str
+    result: SchedulingResult | str
+    to_status: str | None = None
+    to_children: str | None = None
     try_count: TryCount = TryCount.KEEP
     message: str | None = None
     error_code: str | None = None
@@ -46,27 +52,37 @@ class Change:
     requeue: bool = False
     #: ``(kernel_id, agent_id)`` of this session's kernels to place, if applied.
     placements: tuple[tuple[str, str], ...] = ()
+    kind: str = "session"
+    budget: str | None = None
+    data: Mapping[str, Any] | None = None
+    creates: tuple[NewEntity, ...] = ()
 
     @property
-    def changes_session(self) -> bool:
-        """Whether this change moves the session to another status."""
-        return self.to_session is not None and self.to_session != self.from_status
+    def changes_status(self) -> bool:
+        """Whether this change moves the entity to another status."""
+        return self.to_status is not None and self.to_status != self.from_status
 
 
 @attrs.frozen
 class AppliedChange:
-    """What was actually written for one session (after compare-and-set).
+    """What was actually written for one entity (after compare-and-set).
 
     A change that lost the compare-and-set is reported with result SKIPPED and
     error code :data:`STALE_STATUS`; nothing of it is written.
     """
 
-    session_id: str
-    result: SchedulingResult
-    from_status: SessionStatus
-    to_status: SessionStatus
+    entity_id: str
+    result: SchedulingResult | str
+    from_status: str
+    to_status: str
     error_code: str | None
     message: str | None
+    kind: str = "session"
+
+    @property
+    def session_id(self) -> str:
+        """The session kind's spelling of :attr:`entity_id`."""
+        return self.entity_id
 
 
 @attrs.frozen

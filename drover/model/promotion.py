@@ -1,4 +1,4 @@
-"""Promotions as data: a rule over a session's kernels, evaluated by the coordinator in SQL."""
+"""Promotions as data: a rule over an entity's children, evaluated by the coordinator in SQL."""
 
 from __future__ import annotations
 
@@ -6,26 +6,23 @@ from collections.abc import Iterable
 
 import attrs
 
-from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
+from drover.model.status import KernelMatchType
 from drover.model.values import HandlerOptions, StatusInfoRule
 
 __all__ = ["PromotionRule"]
 
 
-def _sessions(values: Iterable[SessionStatus]) -> frozenset[SessionStatus]:
-    return frozenset(values)
-
-
-def _kernels(values: Iterable[KernelStatus]) -> frozenset[KernelStatus]:
+def _statuses(values: Iterable[str]) -> frozenset[str]:
     return frozenset(values)
 
 
 @attrs.frozen
 class PromotionRule:
-    """Sessions in ``from_statuses`` whose kernels meet ``match`` move to ``to_status``.
+    """Entities in ``from_statuses`` whose children meet ``match`` move to ``to_status``.
 
-    ``match`` is ALL, ANY or NOT_ANY of the session's kernels being in
-    ``kernel_statuses`` (a session with no kernels never matches).
+    ``match`` is ALL, ANY or NOT_ANY of the entity's children (a session's
+    kernels) being in ``kernel_statuses`` (an entity with no children never
+    matches). ``kind`` (default ``session``) says which entities.
     ``status_info`` optionally sets the promoted sessions' ``status_info``.
     Kernels are never changed by a promotion. Register a rule like a handler::
 
@@ -33,10 +30,11 @@ class PromotionRule:
     """
 
     name: str
-    from_statuses: frozenset[SessionStatus] = attrs.field(converter=_sessions)
-    kernel_statuses: frozenset[KernelStatus] = attrs.field(converter=_kernels)
+    from_statuses: frozenset[str] = attrs.field(converter=_statuses)
+    kernel_statuses: frozenset[str] = attrs.field(converter=_statuses)
     match: KernelMatchType
-    to_status: SessionStatus
+    to_status: str
     status_info: StatusInfoRule | None = None
     #: Only ``batch_size`` applies to promotions.
     options: HandlerOptions = attrs.field(factory=lambda: HandlerOptions(max_retries=None))
+    kind: str = "session"

@@ -1,8 +1,10 @@
-"""The lifecycle's rules, each defined once, in Python.
+"""The lifecycle's rules that are not a kind's, each defined once, in Python.
 
-Storage turns some of them into SQL (the promotion match, the kernels a
-transition may move), ``drover why`` evaluates them on values it has read, and
-the coordinator and the API decide with them; none of them is written twice.
+A kind's own rules (lifecycle order, requeues, which children a transition
+may move, what ended children become, termination) are derived from its
+declaration in :mod:`drover.model.kinds`. Here: the promotion match, which
+storage compiles to SQL and ``drover why`` evaluates on values it has read,
+and the session-specific constants.
 """
 
 from __future__ import annotations
@@ -12,12 +14,9 @@ from collections.abc import Iterable
 import attrs
 
 from drover.model.status import (
-    KERNEL_STATUS_ORDER,
     TERMINAL_KERNEL_STATUSES,
-    TERMINAL_SESSION_STATUSES,
     KernelMatchType,
     KernelStatus,
-    SessionStatus,
 )
 
 __all__ = [
@@ -26,14 +25,8 @@ __all__ = [
     "MATCH_CONDITIONS",
     "NON_TERMINAL_KERNEL_STATUSES",
     "REQUEUE_LIMIT",
-    "REQUEUE_LIMIT_STATUS",
     "MatchCondition",
-    "Termination",
-    "eligible_kernel_statuses",
-    "is_requeue",
-    "kernel_end_status",
     "promotion_matches",
-    "termination_of",
 ]
 
 NON_TERMINAL_KERNEL_STATUSES: frozenset[KernelStatus] = frozenset(
@@ -46,77 +39,8 @@ HOLDING_KERNEL_STATUSES: frozenset[KernelStatus] = NON_TERMINAL_KERNEL_STATUSES 
 
 #: Requeues allowed before a session is ended instead (configuration and spec override it).
 DEFAULT_MAX_REQUEUES = 3
-#: Where a session past its requeue budget goes, and the ``status_info`` it gets.
-REQUEUE_LIMIT_STATUS = SessionStatus.ERROR
+#: The ``status_info`` of an entity sent to its kind's limit status past its requeue budget.
 REQUEUE_LIMIT = "REQUEUE_LIMIT"
-
-_SESSION_ORDER = {s: i for i, s in enumerate(SessionStatus)}
-
-
-def eligible_kernel_statuses(target: KernelStatus) -> frozenset[KernelStatus]:
-    """The kernel statuses a transition to ``target`` may move.
-
-    Terminal kernels never move. A transition back to PENDING (rescheduling)
-    moves every other live kernel. Any other transition moves only kernels that
-    are *behind* ``target`` in lifecycle order, so a backend report that arrived
-    first (say PREPARED, before the tick's PREPARING) is never lost.
-    """
-    if target in TERMINAL_KERNEL_STATUSES:
-        return NON_TERMINAL_KERNEL_STATUSES
-    if target == KernelStatus.PENDING:
-        return NON_TERMINAL_KERNEL_STATUSES - {KernelStatus.PENDING}
-    rank = KERNEL_STATUS_ORDER[target]
-    return frozenset(s for s in NON_TERMINAL_KERNEL_STATUSES if KERNEL_STATUS_ORDER[s] < rank)
-
-
-def kernel_end_status(session_status: SessionStatus) -> KernelStatus:
-    """What the live kernels of a session that ends in ``session_status`` become.
-
-    A session never ends with live kernels: a transition into a terminal
-    session status that does not say what its kernels become ends them with
-    the kernel status of the same name.
-    """
-    return KernelStatus(session_status.value)
-
-
-def is_requeue(from_status: SessionStatus, to_status: SessionStatus) -> bool:
-    """Whether moving ``from_status`` -> ``to_status`` sends a session back in its lifecycle."""
-    return (
-        to_status not in TERMINAL_SESSION_STATUSES
-        and _SESSION_ORDER[to_status] < _SESSION_ORDER[from_status]
-    )
-
-
-@attrs.frozen
-class Termination:
-    """What a termination request does to a session in a given status."""
-
-    to_session: SessionStatus
-    to_kernel: KernelStatus | None
-    message: str
-
-
-def termination_of(status: SessionStatus, has_kernels: bool) -> Termination | None:
-    """How a termination request moves a session in ``status``; ``None``: nothing to do.
-
-    A PENDING session (and its kernels) is cancelled; any other live session
-    goes to TERMINATING, where ``terminate-sessions`` stops its kernels, or
-    straight to TERMINATED when it has none (nothing would ever promote it).
-    An ended or already terminating session is left as it is.
-    """
-    if status in TERMINAL_SESSION_STATUSES or status == SessionStatus.TERMINATING:
-        return None
-    if status == SessionStatus.PENDING:
-        return Termination(
-            SessionStatus.CANCELLED,
-            KernelStatus.CANCELLED,
-            "termination requested: cancelled before it was scheduled",
-        )
-    if not has_kernels:
-        return Termination(
-            SessionStatus.TERMINATED, None, "termination requested: no kernels to stop"
-        )
-    return Termination(SessionStatus.TERMINATING, None, "termination requested")
 
 
 @attrs.frozen
@@ -142,7 +66,7 @@ MATCH_CONDITIONS: dict[KernelMatchType, MatchCondition] = {
 
 
 def promotion_matches(
-    match: KernelMatchType, kernel_statuses: Iterable[KernelStatus], check: Iterable[KernelStatus]
+    match: KernelMatchType, kernel_statuses: Iterable[str], check: Iterable[str]
 ) -> bool:
     """Whether a session whose kernels are in ``kernel_statuses`` meets the match."""
     statuses = list(kernel_statuses)

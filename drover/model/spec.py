@@ -58,7 +58,9 @@ class SessionRequest:
 
 def _json_copy(value: Any, what: str) -> Any:
     try:
-        return json.loads(json.dumps(value))
+        # NaN and infinities are not JSON: PostgreSQL refuses them and SQLite's
+        # JSON functions fail on them, so they are refused on both.
+        return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as error:
         raise InvalidSpecError(f"{what} is not JSON-serializable: {error}") from None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from enum import Enum, StrEnum
 
 __all__ = [
-    "KERNEL_STATUS_ORDER",
     "TERMINAL_KERNEL_STATUSES",
     "TERMINAL_SESSION_STATUSES",
     "KernelMatchType",
@@ -70,20 +69,3 @@ TERMINAL_SESSION_STATUSES: frozenset[SessionStatus] = frozenset(
 TERMINAL_KERNEL_STATUSES: frozenset[KernelStatus] = frozenset(
     {KernelStatus.TERMINATED, KernelStatus.CANCELLED, KernelStatus.ERROR}
 )
-
-#: Lifecycle order of kernel statuses; terminal statuses share the last rank.
-#: The coordinator uses it so that a forward kernel transition never moves a
-#: kernel backwards past progress a backend has already reported.
-KERNEL_STATUS_ORDER: dict[KernelStatus, int] = {
-    KernelStatus.PENDING: 0,
-    KernelStatus.SCHEDULED: 1,
-    KernelStatus.PREPARING: 2,
-    KernelStatus.PULLING: 3,
-    KernelStatus.PREPARED: 4,
-    KernelStatus.CREATING: 5,
-    KernelStatus.RUNNING: 6,
-    KernelStatus.TERMINATING: 7,
-    KernelStatus.TERMINATED: 8,
-    KernelStatus.CANCELLED: 8,
-    KernelStatus.ERROR: 8,
-}

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 import attrs
 
+from drover.model.ids import new_id
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
 __all__ = [
     "CoordinatorInfo",
+    "Entity",
     "HandlerOptions",
     "HandlerResult",
     "HistoryRecord",
     "KernelHistoryRecord",
     "KernelInfo",
     "KernelReport",
+    "NewEntity",
     "SessionWithKernels",
     "StatusInfoRule",
     "StatusTransitions",
     "TerminationOutcome",
+    "Transition",
     "TransitionStatus",
 ]
 
@@ -35,44 +39,127 @@ def _str_map(value: Mapping[str, str] | None) -> dict[str, str]:
 
 
 @attrs.frozen
-class TransitionStatus:
-    """Target statuses for one outcome. ``None`` on a side keeps that side's status."""
+class Transition:
+    """Target statuses for one outcome, for any kind.
 
-    session: SessionStatus | None = None
-    kernel: KernelStatus | None = None
+    ``to`` is the entity's new status and ``children`` its children's;
+    ``None`` on a side keeps that side's status.
+    """
+
+    to: str | None = None
+    children: str | None = None
+
+
+@attrs.frozen(init=False)
+class TransitionStatus(Transition):
+    """The session kind's spelling of :class:`Transition`: ``session`` and ``kernel``."""
+
+    def __init__(
+        self, session: SessionStatus | None = None, kernel: KernelStatus | None = None
+    ) -> None:
+        self.__attrs_init__(session, kernel)
+
+    @property
+    def session(self) -> SessionStatus | None:
+        """The session's new status (``None``: kept)."""
+        return None if self.to is None else SessionStatus(self.to)
+
+    @property
+    def kernel(self) -> KernelStatus | None:
+        """The kernels' new status (``None``: kept)."""
+        return None if self.children is None else KernelStatus(self.children)
+
+
+def _outcomes(value: Mapping[str, Transition] | None) -> dict[str, Transition]:
+    return dict(value or {})
 
 
 @attrs.frozen
 class StatusTransitions:
-    """A lifecycle handler's transitions per outcome. ``None`` keeps both statuses."""
+    """A lifecycle handler's transitions per outcome. ``None`` keeps both statuses.
 
-    success: TransitionStatus | None = None
-    need_retry: TransitionStatus | None = None
-    expired: TransitionStatus | None = None
-    give_up: TransitionStatus | None = None
+    ``outcomes`` declares named outcomes besides the four classes, say
+    ``{"stale": Transition(to=RouteStatus.TERMINATING)}``; a handler reports
+    them with ``HandlerResult(outcomes={entity_id: "stale"})`` and history
+    records the outcome's name as the result.
+    """
 
-    def for_result(self, result: SchedulingResult) -> TransitionStatus | None:
+    success: Transition | None = None
+    need_retry: Transition | None = None
+    expired: Transition | None = None
+    give_up: Transition | None = None
+    outcomes: dict[str, Transition] = attrs.field(factory=dict, converter=_outcomes)
+
+    def for_result(self, result: SchedulingResult | str) -> Transition | None:
         """Return the transition declared for ``result`` (SKIPPED never transitions)."""
-        return {
+        classes: dict[str, Transition | None] = {
             SchedulingResult.SUCCESS: self.success,
             SchedulingResult.NEED_RETRY: self.need_retry,
             SchedulingResult.EXPIRED: self.expired,
             SchedulingResult.GIVE_UP: self.give_up,
-        }.get(result)
+        }
+        found = classes.get(result)
+        if found is None and result in self.outcomes:
+            return self.outcomes[result]
+        return found
+
+
+def _mappings(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(value)
+
+
+def _pairs(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((str(a), str(b)) for a, b in value)
+
+
+@attrs.frozen
+class NewEntity:
+    """An entity a handler asks to create, in the same transaction as its tick's outcome.
+
+    ``by`` is the target whose outcome the creation belongs to (default:
+    ``parent_id``): if that target's compare-and-set fails, nothing is
+    created. ``status`` defaults to the kind's first status. ``children`` are
+    mappings with optional ``kind`` (default: the kind's child kind),
+    ``status`` and ``spec``. ``links`` are ``(relation, target_id)`` pairs,
+    say ``("depends_on", other_id)``. ``id`` is chosen up front so the
+    handler can refer to it (in a data patch, say).
+    """
+
+    kind: str
+    spec: dict[str, Any] = attrs.field(factory=dict)
+    parent_id: str | None = None
+    status: str | None = None
+    by: str | None = None
+    name: str | None = None
+    priority: int = 0
+    children: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_mappings)
+    links: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
+    id: str = attrs.field(factory=new_id)
+
+    @property
+    def creator(self) -> str | None:
+        """The target whose applied outcome this creation depends on."""
+        return self.by if self.by is not None else self.parent_id
 
 
 @attrs.frozen
 class HandlerResult:
-    """What a handler says about the sessions it was given.
+    """What a handler says about the entities (sessions) it was given.
 
-    ``successes``, ``failures`` and ``skipped`` hold session ids. ``messages``
-    and ``error_codes`` map a session id to the reason, which the coordinator
-    copies into the history row. ``status_infos`` (optional, a drover
-    addition) maps a session id to the ``status_info`` it gets *if* this tick
-    changes its status (say ``MAX_DURATION_EXCEEDED``). ``placements`` maps a
-    kernel id to the agent it was placed on: it is written in the same
-    transaction as the outcome, and only for sessions whose outcome was
-    applied (a scheduler's decisions).
+    ``successes``, ``failures`` and ``skipped`` hold entity ids. ``messages``
+    and ``error_codes`` map an id to the reason, which the coordinator
+    copies into the history row. ``status_infos`` maps an id to the
+    ``status_info`` it gets *if* this tick changes its status (say
+    ``MAX_DURATION_EXCEEDED``). ``placements`` maps a kernel id to the agent
+    it was placed on: written in the same transaction as the outcome, and
+    only for sessions whose outcome was applied (a scheduler's decisions).
+
+    ``outcomes`` reports named outcomes (declared in
+    ``StatusTransitions.outcomes``); ``budgets`` names the kind's budget a
+    failure charges instead of the handler's tries; ``create`` lists
+    :class:`NewEntity` values inserted with their creator's outcome; ``data``
+    merge-patches (RFC 7396) targets' handler-owned ``data``. All of them are
+    written only for targets whose compare-and-set holds.
     """
 
     successes: list[str] = attrs.field(factory=list, converter=_str_list)
@@ -82,6 +169,10 @@ class HandlerResult:
     error_codes: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     status_infos: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     placements: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+    outcomes: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+    budgets: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+    create: list[NewEntity] = attrs.field(factory=list, converter=list)
+    data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=dict)
 
 
 @attrs.frozen
@@ -129,6 +220,16 @@ class KernelInfo:
     #: Backend bookkeeping (pid, process identity, log paths); ``None`` if none.
     runtime: dict[str, Any] | None = None
 
+    @property
+    def kind(self) -> str:
+        """``kernel``."""
+        return "kernel"
+
+    @property
+    def parent_id(self) -> str:
+        """The session: the generic spelling."""
+        return self.session_id
+
 
 @attrs.frozen
 class SessionWithKernels:
@@ -155,6 +256,55 @@ class SessionWithKernels:
     kernels: tuple[KernelInfo, ...] = ()
     tries: dict[str, int] = attrs.field(factory=dict)
     requeues: int = 0
+    #: Handler-owned state, patched in the apply (``None``: none yet).
+    data: dict[str, Any] | None = None
+    #: Named budgets spent so far (see :class:`drover.model.kinds.Budget`).
+    budgets: dict[str, int] | None = None
+
+    @property
+    def kind(self) -> str:
+        """``session``."""
+        return "session"
+
+    @property
+    def parent_id(self) -> str | None:
+        """Sessions have no parent."""
+        return None
+
+    @property
+    def children(self) -> tuple[KernelInfo, ...]:
+        """The kernels: the generic spelling."""
+        return self.kernels
+
+
+@attrs.frozen
+class Entity:
+    """One entity of any kind, as a handler of that kind sees it.
+
+    The session kind's handlers get :class:`SessionWithKernels`, which has
+    the same attributes. ``try_count`` is the running handler's tries in the
+    current status; ``tries`` every handler's; ``budgets`` the named budgets
+    spent. ``children`` are the entity's children (of its kind's child kind).
+    """
+
+    id: str
+    kind: str
+    status: str
+    status_changed_at: datetime
+    try_count: int
+    priority: int
+    created_at: datetime
+    spec: dict[str, Any]
+    data: dict[str, Any] | None
+    status_info: str | None
+    result: str | None
+    parent_id: str | None = None
+    children: tuple[Entity, ...] = ()
+    name: str | None = None
+    tries: dict[str, int] = attrs.field(factory=dict)
+    requeues: int = 0
+    budgets: dict[str, int] | None = None
+    exit_code: int | None = None
 
 
 @attrs.frozen
@@ -164,26 +314,40 @@ class HistoryRecord:
     id: int
     session_id: str
     handler: str
-    result: SchedulingResult
-    from_status: SessionStatus
-    to_status: SessionStatus
+    #: A :class:`SchedulingResult`, a named outcome's name, or ``CREATED``.
+    result: SchedulingResult | str
+    #: Statuses of the entity's kind (:class:`SessionStatus` for sessions).
+    from_status: SessionStatus | str
+    to_status: SessionStatus | str
     error_code: str | None
     message: str | None
     attempts: int
     created_at: datetime
     updated_at: datetime
+    kind: str = "session"
+
+    @property
+    def entity_id(self) -> str:
+        """The entity the row is about (``session_id`` is the session kind's spelling)."""
+        return self.session_id
 
 
 @attrs.frozen
 class KernelHistoryRecord:
-    """One row of ``kernel_history``: a single kernel status change."""
+    """One status change of a child entity (a kernel): moved by its parent's transition,
+    by a handler of its own kind, or reported by a backend (source ``backend``).
+
+    ``kernel_id``/``session_id`` are the child's and its parent's ids; statuses
+    are :class:`KernelStatus` members for kernels, the child kind's strings
+    otherwise.
+    """
 
     id: int
     kernel_id: str
     session_id: str
     source: str
-    from_status: KernelStatus
-    to_status: KernelStatus
+    from_status: KernelStatus | str
+    to_status: KernelStatus | str
     message: str | None
     created_at: datetime
 
@@ -224,6 +388,7 @@ class TerminationOutcome:
     """What a termination request did to one session."""
 
     session_id: str
-    from_status: SessionStatus
-    to_status: SessionStatus
+    from_status: SessionStatus | str
+    to_status: SessionStatus | str
     changed: bool
+    kind: str = "session"

@@ -1,4 +1,8 @@
-"""The session state machine implied by the loaded handlers, and its whole-graph checks."""
+"""The state machine of each kind implied by the loaded handlers, and its whole-graph checks.
+
+Every function takes the kind (default: sessions); ``drover graph --kind`` and
+the dashboard draw one graph per kind.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,11 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from drover.coordinator.handlers import Handler, target_statuses
+from drover.model.kinds import SESSION, EntityKind
 from drover.model.promotion import PromotionRule
-from drover.model.rules import REQUEUE_LIMIT_STATUS, is_requeue, termination_of
-from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 
 __all__ = [
+    "API_EDGES",
     "Edge",
     "GraphWarning",
     "check_graph",
@@ -23,15 +27,14 @@ __all__ = [
 ]
 
 _OUTCOMES = ("success", "need_retry", "expired", "give_up")
-_START = SessionStatus.PENDING
 
 
 @attrs.frozen
 class Edge:
-    """One possible session status change: ``source --handler: outcome--> target``."""
+    """One possible status change: ``source --handler: outcome--> target``."""
 
-    source: SessionStatus
-    target: SessionStatus
+    source: str
+    target: str
     handler: str
     outcome: str
 
@@ -41,48 +44,62 @@ class GraphWarning:
     """A problem of the whole state machine; ``status`` is where it shows."""
 
     kind: str
-    status: SessionStatus
+    status: str
     message: str
 
 
-#: Changes the repository itself makes on a termination request (handler ``api``).
-API_EDGES = tuple(
-    Edge(s, termination.to_session, "api", "terminate")
-    for s in SessionStatus
-    if (termination := termination_of(s, has_kernels=True)) is not None
-)
+def api_edges(kind: EntityKind = SESSION) -> tuple[Edge, ...]:
+    """Changes the repository itself makes on a termination request (handler ``api``)."""
+    return tuple(
+        Edge(s, rule.to, "api", "terminate")
+        for s in kind.status_names
+        if (rule := kind.termination_of(s, has_children=True)) is not None
+    )
 
 
-def edges_of(handlers: Mapping[str, Handler], *, include_api: bool = True) -> list[Edge]:
-    """Every session status change the handlers (and the API) can make.
+#: The session kind's :func:`api_edges`.
+API_EDGES = api_edges(SESSION)
 
-    An expired or give-up transition that sends sessions back also has a
+
+def _of_kind(handlers: Mapping[str, Handler], kind: EntityKind) -> list[tuple[str, Handler]]:
+    return [(n, h) for n, h in sorted(handlers.items()) if h.kind == kind.name]
+
+
+def edges_of(
+    handlers: Mapping[str, Handler], *, include_api: bool = True, kind: EntityKind = SESSION
+) -> list[Edge]:
+    """Every status change of ``kind`` the handlers (and the API) can make.
+
+    An expired or give-up transition that sends entities back also has a
     ``requeue-limit`` edge: past their requeue budget they end there instead.
+    Named outcomes are edges labelled with their name.
     """
     edges: list[Edge] = []
-    for name, handler in sorted(handlers.items()):
-        targets = sorted(target_statuses(handler))
+    for name, handler in _of_kind(handlers, kind):
+        targets = sorted(str(s) for s in target_statuses(handler))
         if isinstance(handler, PromotionRule):
-            to = handler.to_status
+            to = str(handler.to_status)
             edges.extend(Edge(s, to, name, "promotion") for s in targets if s != to)
             continue
         transitions = type(handler).status_transitions()
-        for outcome in _OUTCOMES:
-            transition = getattr(transitions, outcome)
-            if transition is None or transition.session is None:
+        declared = [(o, getattr(transitions, o)) for o in _OUTCOMES]
+        declared += sorted(transitions.outcomes.items())
+        for outcome, transition in declared:
+            if transition is None or transition.to is None:
                 continue
+            to = str(transition.to)
             for s in targets:
-                if s == transition.session:
+                if s == to:
                     continue
-                edges.append(Edge(s, transition.session, name, outcome))
-                if outcome in ("expired", "give_up") and is_requeue(s, transition.session):
-                    edges.append(Edge(s, REQUEUE_LIMIT_STATUS, name, "requeue-limit"))
+                edges.append(Edge(s, to, name, outcome))
+                if outcome in ("expired", "give_up") and kind.is_requeue(s, to):
+                    edges.append(Edge(s, kind.limit_status, name, "requeue-limit"))
     if include_api:
-        edges.extend(API_EDGES)
+        edges.extend(api_edges(kind))
     return list(dict.fromkeys(edges))
 
 
-def _reachable(start: Iterable[SessionStatus], edges: list[Edge]) -> set[SessionStatus]:
+def _reachable(start: Iterable[str], edges: list[Edge]) -> set[str]:
     seen = set(start)
     frontier = list(seen)
     while frontier:
@@ -94,8 +111,8 @@ def _reachable(start: Iterable[SessionStatus], edges: list[Edge]) -> set[Session
     return seen
 
 
-def check_graph(handlers: Mapping[str, Handler]) -> list[GraphWarning]:
-    """Warnings about the whole state machine built from ``handlers``.
+def check_graph(handlers: Mapping[str, Handler], kind: EntityKind = SESSION) -> list[GraphWarning]:
+    """Warnings about the whole state machine of ``kind`` built from ``handlers``.
 
     * a non-terminal status no handler targets: sessions there sit forever;
     * a handler whose ``need_retry`` moves the status: every retry resets its
@@ -105,54 +122,59 @@ def check_graph(handlers: Mapping[str, Handler]) -> list[GraphWarning]:
       that no transition can reach.
     """
     warnings: list[GraphWarning] = []
-    edges = edges_of(handlers)
-    handler_edges = edges_of(handlers, include_api=False)
-    targeted = {s for h in handlers.values() for s in target_statuses(h)}
-    live = [s for s in SessionStatus if s not in TERMINAL_SESSION_STATUSES]
+    edges = edges_of(handlers, kind=kind)
+    handler_edges = edges_of(handlers, include_api=False, kind=kind)
+    mine = _of_kind(handlers, kind)
+    noun = f"{kind.name}s"
+    targeted = {str(s) for _, h in mine for s in target_statuses(h)}
+    live = [s for s in kind.status_names if s not in kind.terminal]
     for status in live:
-        if status not in targeted:
+        if status not in targeted and (kind.parent is None or mine):
             warnings.append(
                 GraphWarning(
                     "untargeted",
                     status,
-                    f"no handler targets {status}: sessions in it would sit there forever",
+                    f"no handler targets {status}: {noun} in it would sit there forever",
                 )
             )
-    for name, handler in sorted(handlers.items()):
+    for name, handler in mine:
         if isinstance(handler, PromotionRule):
             continue
         retry = type(handler).status_transitions().need_retry
-        if retry is None or retry.session is None:
+        if retry is None or retry.to is None:
             continue
-        for status in sorted(target_statuses(handler)):
-            if retry.session != status:
+        for status in sorted(str(s) for s in target_statuses(handler)):
+            if retry.to != status:
                 warnings.append(
                     GraphWarning(
                         "retry-moves",
                         status,
-                        f"handler {name}: need_retry moves {status} to {retry.session}, which "
+                        f"handler {name}: need_retry moves {status} to {retry.to}, which "
                         "resets its tries on every retry, so max_retries can never give up",
                     )
                 )
+    if kind.parent is not None and not mine:
+        # Children moved only by their parent's transitions and their backend.
+        return warnings
     for status in live:
         # Only handler moves count here: a termination request needs a person.
-        if not (_reachable([status], handler_edges) & TERMINAL_SESSION_STATUSES):
+        if not (_reachable([status], handler_edges) & kind.terminal):
             warnings.append(
                 GraphWarning(
                     "no-exit",
                     status,
                     f"no sequence of handler transitions leads from {status} to a terminal "
-                    f"status ({', '.join(sorted(TERMINAL_SESSION_STATUSES))})",
+                    f"status ({', '.join(sorted(kind.terminal))})",
                 )
             )
     incoming = {e.target for e in edges}
     for status in live:
-        if status != _START and status not in incoming:
+        if status != kind.first_status and status not in incoming:
             warnings.append(
                 GraphWarning(
                     "unreachable",
                     status,
-                    f"no transition leads to {status}: only sessions created in it get there",
+                    f"no transition leads to {status}: only {noun} created in it get there",
                 )
             )
     return warnings
@@ -162,34 +184,38 @@ def _label(edge: Edge) -> str:
     return f"{edge.handler}: {edge.outcome}"
 
 
-def ordered_edges(edges: Iterable[Edge]) -> list[Edge]:
-    order = {s: i for i, s in enumerate(SessionStatus)}
-    return sorted(edges, key=lambda e: (order[e.source], order[e.target], e.handler, e.outcome))
-
-
-def render_text(edges: Iterable[Edge]) -> str:
-    """One line per edge: ``PENDING -> SCHEDULED  [schedule-sessions: success]``."""
-    return "\n".join(
-        f"{e.source.value:<11} -> {e.target.value:<11}  [{_label(e)}]" for e in ordered_edges(edges)
+def ordered_edges(edges: Iterable[Edge], kind: EntityKind = SESSION) -> list[Edge]:
+    """Edges in lifecycle order of their source, then target."""
+    order = {s: i for i, s in enumerate(kind.status_names)}
+    return sorted(
+        edges,
+        key=lambda e: (order.get(e.source, 99), order.get(e.target, 99), e.handler, e.outcome),
     )
 
 
-def render_mermaid(edges: Iterable[Edge]) -> str:
+def render_text(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
+    """One line per edge: ``PENDING -> SCHEDULED  [schedule-sessions: success]``."""
+    return "\n".join(
+        f"{e.source:<11} -> {e.target:<11}  [{_label(e)}]" for e in ordered_edges(edges, kind)
+    )
+
+
+def render_mermaid(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
     """A Mermaid ``stateDiagram-v2``; ``#58;`` stands for the colon inside labels."""
-    lines = ["stateDiagram-v2", "    [*] --> PENDING"]
-    for e in ordered_edges(edges):
-        lines.append(f"    {e.source.value} --> {e.target.value} : {e.handler}#58; {e.outcome}")
-    for status in sorted(TERMINAL_SESSION_STATUSES):
-        lines.append(f"    {status.value} --> [*]")
+    lines = ["stateDiagram-v2", f"    [*] --> {kind.first_status}"]
+    for e in ordered_edges(edges, kind):
+        lines.append(f"    {e.source} --> {e.target} : {e.handler}#58; {e.outcome}")
+    for status in sorted(kind.terminal):
+        lines.append(f"    {status} --> [*]")
     return "\n".join(lines)
 
 
-def render_dot(edges: Iterable[Edge]) -> str:
+def render_dot(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
     """A Graphviz ``digraph``."""
     lines = ["digraph drover {", "    rankdir=LR;", "    node [shape=box, style=rounded];"]
-    for status in sorted(TERMINAL_SESSION_STATUSES):
-        lines.append(f'    "{status.value}" [peripheries=2];')
-    for e in ordered_edges(edges):
-        lines.append(f'    "{e.source.value}" -> "{e.target.value}" [label="{_label(e)}"];')
+    for status in sorted(kind.terminal):
+        lines.append(f'    "{status}" [peripheries=2];')
+    for e in ordered_edges(edges, kind):
+        lines.append(f'    "{e.source}" -> "{e.target}" [label="{_label(e)}"];')
     lines.append("}")
     return "\n".join(lines)

@@ -14,12 +14,18 @@ from drover.plugins.markers import hookspec
 if TYPE_CHECKING:
     import click
 
-    from drover.plugins.registry import BackendRegistry, HandlerRegistry, ObserverRegistry
+    from drover.plugins.registry import (
+        BackendRegistry,
+        HandlerRegistry,
+        KindRegistry,
+        ObserverRegistry,
+    )
 
 __all__ = [
     "drover_register_backends",
     "drover_register_commands",
     "drover_register_handlers",
+    "drover_register_kinds",
     "drover_register_observers",
 ]
 
@@ -34,6 +40,19 @@ def drover_register_handlers(register: HandlerRegistry) -> None:
         @hookimpl
         def drover_register_handlers(register):
             register(MyHandler(register.context.backend))
+    """
+
+
+@hookspec
+def drover_register_kinds(register: KindRegistry) -> None:
+    """Register entity kinds by calling ``register(EntityKind(...), ...)``.
+
+    ``session`` and ``kernel`` are registered this way by drover itself.
+    Handlers of a kind set ``kind = "<name>"``. Example::
+
+        @hookimpl
+        def drover_register_kinds(register):
+            register(EntityKind("job", JobStatus, terminal={JobStatus.DONE, JobStatus.FAILED}))
     """
 
 

@@ -12,6 +12,8 @@ import pluggy
 
 from drover.coordinator.handlers import Handler, handler_name
 from drover.coordinator.observers import Observer
+from drover.model.errors import InvalidHandlerError
+from drover.model.kinds import BUILTIN_KINDS, EntityKind, Kinds
 from drover.plugins import hookspecs
 from drover.plugins.markers import PROJECT
 from drover.plugins.registry import (
@@ -21,6 +23,7 @@ from drover.plugins.registry import (
     RuntimeContext,
     accept_backend,
     accept_handlers,
+    accept_kinds,
     accept_observers,
 )
 from drover.plugins.validation import validate_handlers
@@ -32,6 +35,7 @@ __all__ = [
     "Backends",
     "collect_backends",
     "collect_handlers",
+    "collect_kinds",
     "collect_observers",
     "load_entry_points",
     "make_plugin_manager",
@@ -71,9 +75,11 @@ def make_plugin_manager(
         if not name.startswith(BUILTIN_PREFIX):
             pm.set_blocked(BUILTIN_PREFIX + name)
     from drover.backends import plugin as backends_plugin
+    from drover.handlers import kinds as kinds_plugin
 
-    # The built-in backends are always available; blocking them is not supported.
+    # The built-in backends and kinds are always available; blocking them is not supported.
     pm.register(backends_plugin, name="drover.backends")
+    pm.register(kinds_plugin, name="drover.kinds")
     if include_builtins:
         from drover.handlers import BUILTIN_PLUGINS
 
@@ -88,17 +94,36 @@ def make_plugin_manager(
     return pm
 
 
+def collect_kinds(pm: pluggy.PluginManager) -> Kinds:
+    """Call ``drover_register_kinds``; a name registered by two plugins is an error naming both."""
+    owners: dict[str, str] = {}
+    kinds: list[EntityKind] = []
+    for entry in Registry(pm, "drover_register_kinds", accept_kinds).call_hook():
+        kind = entry.item
+        if kind.name in owners:
+            raise InvalidHandlerError(
+                f"duplicate kind name {kind.name!r}: registered by plugin {owners[kind.name]!r} "
+                f"and by plugin {entry.plugin!r}"
+            )
+        owners[kind.name] = entry.plugin
+        kinds.append(kind)
+    for builtin in BUILTIN_KINDS:
+        if builtin.name not in owners:
+            kinds.insert(0, builtin)
+    return Kinds(kinds)
+
+
 def collect_handlers(
-    pm: pluggy.PluginManager, context: RuntimeContext
+    pm: pluggy.PluginManager, context: RuntimeContext, kinds: Kinds | None = None
 ) -> tuple[dict[str, Handler], list[RegisteredHandler]]:
     """Call ``drover_register_handlers`` and validate what the plugins registered.
 
     Promotions come back as :class:`~drover.model.promotion.PromotionRule`\\ s
-    whichever way they were spelled.
+    whichever way they were spelled. Each handler is checked against its kind.
     """
     registry = Registry(pm, "drover_register_handlers", accept_handlers, context).call_hook()
     registered = [entry.item for entry in registry]
-    validate_handlers(registered)
+    validate_handlers(registered, kinds)
     handlers = {handler_name(e.handler): e.handler for e in registered}
     return handlers, registered
 

@@ -25,6 +25,7 @@ from drover.coordinator.handlers import (
     rule_of,
 )
 from drover.coordinator.observers import Observer
+from drover.model.kinds import EntityKind
 from drover.model.promotion import PromotionRule
 from drover.plugins.validation import validate_promotion_handler
 
@@ -38,6 +39,7 @@ __all__ = [
     "BackendFactory",
     "BackendRegistry",
     "HandlerRegistry",
+    "KindRegistry",
     "ObserverRegistry",
     "Registered",
     "RegisteredHandler",
@@ -45,6 +47,7 @@ __all__ = [
     "RuntimeContext",
     "accept_backend",
     "accept_handlers",
+    "accept_kinds",
     "accept_observers",
 ]
 
@@ -151,6 +154,8 @@ HandlerRegistry = Registry[RegisteredHandler]
 """``register`` of ``drover_register_handlers``; ``register.context``: a RuntimeContext."""
 BackendRegistry = Registry[tuple[str, BackendFactory]]
 """``register`` of ``drover_register_backends``: ``register(name, factory)``."""
+KindRegistry = Registry[EntityKind]
+"""``register`` of ``drover_register_kinds``: ``register(EntityKind(...), …)``."""
 ObserverRegistry = Registry[Observer]
 """``register`` of ``drover_register_observers``: ``register(observer, …)``."""
 
@@ -175,6 +180,14 @@ def accept_handlers(plugin: str, *handlers: Any) -> list[RegisteredHandler]:
                 "a PromotionRule nor a SessionPromotionHandler"
             )
     return out
+
+
+def accept_kinds(plugin: str, *kinds: Any) -> list[EntityKind]:
+    """``register(kind, …)``: :class:`~drover.model.kinds.EntityKind` values."""
+    for kind in kinds:
+        if not isinstance(kind, EntityKind):
+            raise TypeError(f"plugin {plugin!r} registered {kind!r}, which is not an EntityKind")
+    return list(kinds)
 
 
 def accept_backend(

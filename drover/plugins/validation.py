@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
 from drover.model.errors import InvalidHandlerError
+from drover.model.filters import CandidateFilter
+from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import validate_options
 from drover.model.promotion import PromotionRule
 from drover.model.spec import is_kebab_case
-from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
-from drover.model.values import StatusTransitions, TransitionStatus
+from drover.model.status import KernelMatchType, KernelStatus, SchedulingResult, SessionStatus
+from drover.model.values import StatusTransitions, Transition, TransitionStatus
 
 if TYPE_CHECKING:
     from drover.plugins.registry import RegisteredHandler
@@ -32,46 +34,81 @@ def _check_name(name: object, where: str) -> None:
         raise InvalidHandlerError(f"{where}: name() must return a kebab-case string")
 
 
-def _check_targets(targets: object, what: str, where: str) -> None:
+def _check_targets(targets: object, what: str, where: str, enum: type = SessionStatus) -> None:
     if not isinstance(targets, frozenset):
         raise InvalidHandlerError(f"{where}: {what} must be a frozenset")
-    _check_members(targets, SessionStatus, what, where)
+    _check_members(targets, enum, what, where)
     if not targets:
         raise InvalidHandlerError(f"{where}: {what} is empty")
 
 
-def _check_transition(value: object, field: str, where: str) -> None:
+def _check_transition(
+    value: object, field: str, where: str, kind: EntityKind, child: EntityKind | None
+) -> None:
     if value is None:
         return
-    if not isinstance(value, TransitionStatus):
+    session_spelling = isinstance(value, TransitionStatus)
+    if not isinstance(value, Transition):
         raise InvalidHandlerError(
-            f"{where}: status_transitions().{field} is {value!r}, not a TransitionStatus or None"
+            f"{where}: status_transitions().{field} is {value!r}, not a Transition "
+            "(TransitionStatus for sessions) or None"
         )
-    if value.session is not None and not isinstance(value.session, SessionStatus):
+    own, theirs = ("session", "kernel") if session_spelling else ("to", "children")
+    if value.to is not None and not isinstance(value.to, kind.statuses):
         raise InvalidHandlerError(
-            f"{where}: status_transitions().{field}.session is {value.session!r}, "
-            "not a SessionStatus"
+            f"{where}: status_transitions().{field}.{own} is {value.to!r}, "
+            f"not a {kind.statuses.__name__}"
         )
-    if value.kernel is not None and not isinstance(value.kernel, KernelStatus):
-        raise InvalidHandlerError(
-            f"{where}: status_transitions().{field}.kernel is {value.kernel!r}, not a KernelStatus"
-        )
+    if value.children is not None:
+        if child is None:
+            raise InvalidHandlerError(
+                f"{where}: status_transitions().{field}.{theirs} is set, but kind "
+                f"{kind.name!r} has no child kind"
+            )
+        if not isinstance(value.children, child.statuses):
+            raise InvalidHandlerError(
+                f"{where}: status_transitions().{field}.{theirs} is {value.children!r}, "
+                f"not a {child.statuses.__name__}"
+            )
 
 
-def _validate_lifecycle(handler: LifecycleHandler, plugin: str) -> str:
+def _validate_lifecycle(handler: LifecycleHandler, plugin: str, kinds: Kinds) -> str:
     name = type(handler).name()
     where = f"handler {name!r} of plugin {plugin!r}"
     _check_name(name, where)
-    _check_targets(handler.target_session_statuses, "target_session_statuses", where)
+    try:
+        kind = kinds[handler.kind]
+    except InvalidHandlerError as error:
+        raise InvalidHandlerError(f"{where}: {error}") from None
+    child = kinds.child_of(kind.name)
+    spelled = "target_session_statuses" if kind.name == "session" else "target_statuses"
+    try:
+        targets = handler.target_statuses
+    except NotImplementedError as error:
+        raise InvalidHandlerError(f"{where}: {error}") from None
+    _check_targets(targets, spelled, where, kind.statuses)
     validate_options(type(handler).default_options(), where=f"{where}: default_options()")
-    kernel_targets = handler.target_kernel_statuses
-    if kernel_targets is not None:
-        _check_members(kernel_targets, KernelStatus, "target_kernel_statuses", where)
+    child_targets = handler.target_child_statuses
+    if child_targets is not None:
+        what = "target_kernel_statuses" if kind.name == "session" else "target_child_statuses"
+        if child is None:
+            raise InvalidHandlerError(f"{where}: {what} is set, but {kind.name!r} has no children")
+        _check_members(child_targets, child.statuses, what, where)
+    for f in handler.candidate_filters:
+        if not isinstance(f, CandidateFilter):
+            raise InvalidHandlerError(f"{where}: candidate_filters contains {f!r}, not a filter")
     transitions = type(handler).status_transitions()
     if not isinstance(transitions, StatusTransitions):
         raise InvalidHandlerError(f"{where}: status_transitions() must return StatusTransitions")
     for field in ("success", "need_retry", "expired", "give_up"):
-        _check_transition(getattr(transitions, field), field, where)
+        _check_transition(getattr(transitions, field), field, where, kind, child)
+    for outcome, transition in transitions.outcomes.items():
+        if not is_kebab_case(outcome) or outcome.upper() in SchedulingResult.__members__:
+            raise InvalidHandlerError(
+                f"{where}: named outcome {outcome!r} must be kebab-case and not one of "
+                f"{', '.join(m.lower() for m in SchedulingResult.__members__)}"
+            )
+        _check_transition(transition, f"outcomes[{outcome!r}]", where, kind, child)
     return name
 
 
@@ -100,17 +137,26 @@ def validate_promotion_handler(handler: SessionPromotionHandler, plugin: str) ->
         )
 
 
-def _validate_rule(rule: PromotionRule, plugin: str) -> str:
+def _validate_rule(rule: PromotionRule, plugin: str, kinds: Kinds) -> str:
     where = f"promotion rule {rule.name!r} of plugin {plugin!r}"
     _check_name(rule.name, where)
-    _check_targets(rule.from_statuses, "from_statuses", where)
-    _check_members(rule.kernel_statuses, KernelStatus, "kernel_statuses", where)
+    try:
+        kind = kinds[rule.kind]
+    except InvalidHandlerError as error:
+        raise InvalidHandlerError(f"{where}: {error}") from None
+    child = kinds.child_of(kind.name)
+    if child is None:
+        raise InvalidHandlerError(f"{where}: kind {kind.name!r} has no children to match")
+    _check_targets(rule.from_statuses, "from_statuses", where, kind.statuses)
+    _check_members(rule.kernel_statuses, child.statuses, "kernel_statuses", where)
     if not rule.kernel_statuses:
         raise InvalidHandlerError(f"{where}: kernel_statuses is empty")
     if not isinstance(rule.match, KernelMatchType):
         raise InvalidHandlerError(f"{where}: match must be a KernelMatchType")
-    if not isinstance(rule.to_status, SessionStatus):
-        raise InvalidHandlerError(f"{where}: to_status {rule.to_status!r} is not a SessionStatus")
+    if not isinstance(rule.to_status, kind.statuses):
+        raise InvalidHandlerError(
+            f"{where}: to_status {rule.to_status!r} is not a {kind.statuses.__name__}"
+        )
     if rule.to_status in rule.from_statuses:
         raise InvalidHandlerError(
             f"{where}: to_status {rule.to_status} is one of its own from_statuses"
@@ -119,15 +165,20 @@ def _validate_rule(rule: PromotionRule, plugin: str) -> str:
     return rule.name
 
 
-def validate_handlers(entries: Sequence[RegisteredHandler]) -> None:
-    """Raise InvalidHandlerError for the first invalid handler or duplicate name."""
+def validate_handlers(entries: Sequence[RegisteredHandler], kinds: Kinds | None = None) -> None:
+    """Raise InvalidHandlerError for the first invalid handler or duplicate name.
+
+    Each handler is checked against its kind (statuses, child statuses,
+    transitions and named outcomes); ``kinds`` defaults to the built-in ones.
+    """
+    known = kinds if kinds is not None else Kinds()
     seen: dict[str, RegisteredHandler] = {}
     for entry in entries:
         handler = entry.handler
         if isinstance(handler, PromotionRule):
-            name = _validate_rule(handler, entry.plugin)
+            name = _validate_rule(handler, entry.plugin, known)
         else:
-            name = _validate_lifecycle(handler, entry.plugin)
+            name = _validate_lifecycle(handler, entry.plugin, known)
         if name in seen:
             raise InvalidHandlerError(
                 f"duplicate handler name {name!r}: registered by plugin {seen[name].plugin!r} "

@@ -1,4 +1,4 @@
-"""SQL conditions on a session's kernels, correlated to the ``entities`` row of the session."""
+"""SQL conditions on an entity's children (a session's kernels), correlated to its row."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 
 from drover.model.rules import MATCH_CONDITIONS
-from drover.model.status import KernelMatchType, KernelStatus
+from drover.model.status import KernelMatchType
 from drover.storage.schema import entities
 
 __all__ = ["K", "kernel_exists", "kernel_status_in", "match_condition"]
@@ -21,7 +21,7 @@ def kernel_exists(*conditions: sa.ColumnElement[bool]) -> sa.Exists:
     return sa.exists().where(K.c.parent_id == entities.c.id, *conditions)
 
 
-def kernel_status_in(statuses: Iterable[KernelStatus]) -> sa.ColumnElement[bool]:
+def kernel_status_in(statuses: Iterable[str]) -> sa.ColumnElement[bool]:
     """``k.status IN (…)`` for correlated subqueries, never served by the status index.
 
     Given one status, SQLite's planner would scan the (kind, status) index for
@@ -29,12 +29,10 @@ def kernel_status_in(statuses: Iterable[KernelStatus]) -> sa.ColumnElement[bool]
     expression (``status || ''``) keeps it on the parent_id index. PostgreSQL
     plans the same query either way.
     """
-    return K.c.status.concat("").in_(sorted(s.value for s in statuses))
+    return K.c.status.concat("").in_(sorted(str(s) for s in statuses))
 
 
-def match_condition(
-    match: KernelMatchType, check: Iterable[KernelStatus]
-) -> sa.ColumnElement[bool]:
+def match_condition(match: KernelMatchType, check: Iterable[str]) -> sa.ColumnElement[bool]:
     """The promotion match as SQL, from its definition in :mod:`drover.model.rules`."""
     condition = MATCH_CONDITIONS[match]
     checked = list(check)

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.model.clock import Clock, SystemClock
+from drover.model.kinds import Kinds
 from drover.storage.connect import WRITE_OPTION, threaded_sqlite_engine
 from drover.storage.retry import run_transaction
 
@@ -89,9 +90,13 @@ class _Checkpointer:
 class Database:
     """An engine with read and write transactions (``BEGIN IMMEDIATE`` on SQLite)."""
 
-    def __init__(self, engine: AsyncEngine, clock: Clock | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, clock: Clock | None = None, kinds: Kinds | None = None
+    ) -> None:
         self.engine = engine
         self.clock: Clock = clock or SystemClock()
+        #: The registered entity kinds (their rules decide children, results, termination).
+        self.kinds: Kinds = kinds if kinds is not None else Kinds()
         self.postgres = engine.dialect.name == "postgresql"
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
         self._threaded = threaded_sqlite_engine(engine)

@@ -27,25 +27,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.model.kinds import KERNEL, EntityKind, Kinds
 from drover.model.plan import STALE_STATUS, AppliedChange, ApplyOutcome, Change, TryCount
 from drover.model.promotion import PromotionRule
-from drover.model.rules import (
-    NON_TERMINAL_KERNEL_STATUSES,
-    eligible_kernel_statuses,
-    kernel_end_status,
-)
-from drover.model.status import (
-    TERMINAL_SESSION_STATUSES,
-    KernelMatchType,
-    KernelStatus,
-    SchedulingResult,
-    SessionStatus,
-)
-from drover.model.values import StatusInfoRule
+from drover.model.status import KernelMatchType, KernelStatus, SchedulingResult
+from drover.model.values import NewEntity, StatusInfoRule
 from drover.storage._children import K, kernel_exists, kernel_status_in, match_condition
 from drover.storage._db import Database
 from drover.storage._sql import ids_param, ids_value, statement
-from drover.storage.rows import SESSION_KIND
+from drover.storage.entities import insert_new_entities, merge_patch
 from drover.storage.schema import entities, scheduling_history, status_changes
 from drover.storage.sessions import FETCH_ORDER
 
@@ -88,16 +78,19 @@ _CHANGE_COLUMNS = [
 ]
 
 
-def _kernel_side(change: Change) -> KernelStatus | None:
-    """The kernel status a change moves kernels to (a session never ends with live kernels)."""
+def _children_side(change: Change, kinds: Kinds) -> str | None:
+    """The status a change moves children to (an entity never ends with live children)."""
+    child = kinds.child_of(change.kind)
+    if child is None:
+        return None
     if (
-        change.to_kernel is None
-        and change.changes_session
-        and change.to_session in TERMINAL_SESSION_STATUSES
+        change.to_children is None
+        and change.changes_status
+        and change.to_status in kinds[change.kind].terminal
     ):
-        assert change.to_session is not None
-        return kernel_end_status(change.to_session)
-    return change.to_kernel
+        assert change.to_status is not None
+        return child.end_status_for(change.to_status)
+    return change.to_children
 
 
 # -- statements, built once per shape ----------------------------------------------------
@@ -107,7 +100,7 @@ def _session_guard(postgres: bool) -> sa.ColumnElement[bool]:
     return sa.and_(
         ids_param(e.c.id, "ids", postgres),
         e.c.status == sa.bindparam("from_status"),
-        e.c.kind == SESSION_KIND,
+        e.c.kind == sa.bindparam("of_kind"),
     )
 
 
@@ -116,12 +109,26 @@ def _lock_sessions(postgres: bool) -> sa.Select[Any]:
     return query.with_for_update() if postgres else query
 
 
-def _move_sessions(postgres: bool, requeue: bool, rule: StatusInfoRule | None) -> sa.Update:
+def _without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) -> Any:
+    """``column`` (a JSON object) without ``keys``."""
+    if postgres:
+        expression: Any = column
+        for key in keys:
+            expression = expression.op("-")(sa.literal(key))
+        return expression
+    return sa.func.json_remove(column, *[f'$."{key}"' for key in keys])
+
+
+def _move_sessions(
+    postgres: bool, requeue: bool, rule: StatusInfoRule | None, resets: tuple[str, ...] = ()
+) -> sa.Update:
     values: dict[str, Any] = {
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
         "tries": None,
     }
+    if resets:
+        values["budgets"] = _without_keys(e.c.budgets, resets, postgres)
     if requeue:
         values["requeues"] = e.c.requeues + 1
     if rule is not None:
@@ -134,29 +141,28 @@ def _promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
     return (
         sa.select(e.c.id)
         .where(
-            e.c.kind == SESSION_KIND,
-            e.c.status.in_(sorted(s.value for s in rule.from_statuses)),
+            e.c.kind == rule.kind,
+            e.c.status.in_(sorted(str(s) for s in rule.from_statuses)),
             match_condition(rule.match, rule.kernel_statuses),
         )
         .limit(1)
     )
 
 
-def _leaves_no_live_kernel(rule: PromotionRule) -> bool:
-    """Whether a session the rule matches has no live kernel left (nothing to end)."""
-    return (
-        rule.match is KernelMatchType.NOT_ANY
-        and (rule.kernel_statuses) >= NON_TERMINAL_KERNEL_STATUSES
+def _leaves_no_live_kernel(rule: PromotionRule, child: EntityKind | None) -> bool:
+    """Whether an entity the rule matches has no live child left (nothing to end)."""
+    return child is None or (
+        rule.match is KernelMatchType.NOT_ANY and rule.kernel_statuses >= child.live
     )
 
 
-def _promote_sessions(postgres: bool, rule: PromotionRule, from_status: SessionStatus) -> sa.Update:
-    """Move the sessions in ``from_status`` that ``rule`` matches, up to ``:limit``."""
+def _promote_sessions(postgres: bool, rule: PromotionRule, from_status: str) -> sa.Update:
+    """Move the entities in ``from_status`` that ``rule`` matches, up to ``:limit``."""
     chosen = (
         sa.select(e.c.id)
         .where(
-            e.c.kind == SESSION_KIND,
-            e.c.status == from_status.value,
+            e.c.kind == rule.kind,
+            e.c.status == str(from_status),
             match_condition(rule.match, rule.kernel_statuses),
         )
         .order_by(*FETCH_ORDER)
@@ -175,29 +181,54 @@ def _promote_sessions(postgres: bool, rule: PromotionRule, from_status: SessionS
         values["status_info"] = _status_info_expression(rule.status_info)
     return (
         sa.update(e)
-        .where(e.c.id.in_(chosen), e.c.status == from_status.value)
+        .where(e.c.id.in_(chosen), e.c.status == str(from_status))
         .values(**values)
         .returning(e.c.id)
     )
 
 
-def _count_try(postgres: bool) -> sa.Update:
-    """``tries[:handler] += 1`` (``:path`` is the SQLite JSON path of the handler)."""
-    expression: sa.ColumnElement[Any]
+def _incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]:
+    """``column[:handler] + 1`` as a new JSON object (``:path`` on SQLite)."""
     if postgres:
         handler = sa.bindparam("handler", type_=sa.String)
-        current = sa.cast(e.c.tries.op("->>")(handler), sa.Integer)
-        expression = sa.func.coalesce(e.c.tries, sa.func.jsonb_build_object()).op("||")(
-            sa.func.jsonb_build_object(handler, sa.func.coalesce(current, 0) + 1)
-        )
-    else:
-        path = sa.bindparam("path", type_=sa.String)
-        expression = sa.func.json_set(
-            sa.func.coalesce(e.c.tries, "{}"),
-            path,
-            sa.func.coalesce(sa.func.json_extract(e.c.tries, path), 0) + 1,
-        )
+        current = sa.cast(column.op("->>")(handler), sa.Integer)
+        merged: sa.ColumnElement[Any] = sa.func.coalesce(column, sa.func.jsonb_build_object()).op(
+            "||"
+        )(sa.func.jsonb_build_object(handler, sa.func.coalesce(current, 0) + 1))
+        return merged
+    path = sa.bindparam("path", type_=sa.String)
+    return sa.func.json_set(
+        sa.func.coalesce(column, "{}"),
+        path,
+        sa.func.coalesce(sa.func.json_extract(column, path), 0) + 1,
+    )
+
+
+def _count_try(postgres: bool) -> sa.Update:
+    """``tries[:handler] += 1`` (``:path`` is the SQLite JSON path of the handler)."""
+    expression = _incremented(e.c.tries, postgres)
     return sa.update(e).where(_session_guard(postgres)).values(tries=expression).returning(e.c.id)
+
+
+def _spend_budget(postgres: bool) -> sa.Update:
+    """``budgets[:handler] += 1`` on the entities ``:ids`` (the budget's name as ``:handler``)."""
+    expression = _incremented(e.c.budgets, postgres)
+    return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(budgets=expression)
+
+
+def _record_own_moves(postgres: bool) -> sa.Insert:
+    """Status changes of children moved by a handler of their own kind (``:ids``)."""
+    source = sa.select(
+        e.c.id,
+        e.c.kind,
+        e.c.parent_id,
+        sa.bindparam("source", type_=sa.String),
+        sa.bindparam("from_status", type_=sa.String),
+        sa.bindparam("to_status", type_=sa.String),
+        sa.null(),
+        sa.bindparam("now", type_=sa.Double),
+    ).where(ids_param(e.c.id, "ids", postgres))
+    return sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)
 
 
 def _reset_tries(postgres: bool) -> sa.Update:
@@ -219,9 +250,9 @@ def _place_kernels(postgres: bool) -> sa.Update:
     )
 
 
-def _place_and_move_kernels(target: KernelStatus) -> sa.Update:
+def _place_and_move_kernels(target: str) -> sa.Update:
     """SQLite: set the agent of, and move, the eligible kernels ``:kids``."""
-    eligible = sorted(s.value for s in eligible_kernel_statuses(target))
+    eligible = sorted(KERNEL.movable_to(target))
     return (
         sa.update(e)
         .where(ids_param(e.c.id, "kids", False), e.c.status.in_(eligible))
@@ -244,21 +275,22 @@ def _change_values(from_status: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement
     )
 
 
-def _move_kernels(postgres: bool, target: KernelStatus) -> list[sa.Executable]:
-    """Statements recording and moving the eligible kernels of the sessions ``:ids``.
+def _move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Executable]:
+    """Statements recording and moving the eligible children of the entities ``:ids``.
 
     On SQLite, BEGIN IMMEDIATE already serialises writers, so INSERT…SELECT
     then UPDATE with the same condition see the same rows. On PostgreSQL one
     data-modifying CTE locks the rows, updates them and records them from the
     old statuses it returns.
     """
-    eligible = sorted(s.value for s in eligible_kernel_statuses(target))
+    eligible = sorted(child.movable_to(target))
     where = sa.and_(ids_param(e.c.parent_id, "ids", postgres), e.c.status.in_(eligible))
     values: dict[str, Any] = {
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
     }
-    if target == KernelStatus.PENDING:
+    if child.name == KERNEL.name and target == KernelStatus.PENDING:
+        # Rescheduled kernels give their agent's capacity back.
         values["agent_id"] = None
     if postgres:
         old = sa.select(e.c.id, e.c.status).where(where).with_for_update().cte("old")
@@ -280,19 +312,18 @@ def _move_kernels(postgres: bool, target: KernelStatus) -> list[sa.Executable]:
     ]
 
 
-def _set_result(postgres: bool) -> sa.Update:
-    """SUCCESS iff the session TERMINATED and every kernel TERMINATED with exit code 0."""
-    bad_kernel = kernel_exists(
-        sa.or_(
-            ~kernel_status_in([KernelStatus.TERMINATED]),
-            K.c.exit_code.is_(None),
-            K.c.exit_code != 0,
-        )
-    )
-    result = sa.case(
-        (sa.and_(e.c.status == SessionStatus.TERMINATED.value, ~bad_kernel), "SUCCESS"),
-        else_="FAILURE",
-    )
+def _set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa.Update:
+    """SUCCESS iff the entity ended in a success status and no child ended otherwise.
+
+    For sessions: TERMINATED, and every kernel TERMINATED with exit code 0.
+    """
+    good: sa.ColumnElement[bool] = e.c.status.in_(sorted(kind.success_statuses))
+    if child is not None:
+        failed = [~kernel_status_in(child.success_statuses)]
+        if child.exit_codes:
+            failed += [K.c.exit_code.is_(None), K.c.exit_code != 0]
+        good = sa.and_(good, ~kernel_exists(sa.or_(*failed)))
+    result = sa.case((good, "SUCCESS"), else_="FAILURE")
     return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(result=result)
 
 
@@ -353,43 +384,52 @@ class Apply:
         now: float,
         *,
         postgres: bool,
+        kinds: Kinds,
         inject_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.conn = conn
         self.source = source
         self.now = now
         self.postgres = postgres
+        self.kinds = kinds
         self.inject = inject_failure or (lambda _step: None)
         self.kernel_changes = 0
         # History of status changes, all alike per group: (ids, row).
         self._moved_history: list[tuple[list[str], AppliedChange]] = []
         self._moved_rows: list[AppliedChange] = []
         self._kept_rows: list[AppliedChange] = []
+        self._creates: list[NewEntity] = []
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return ids_value(ids, self.postgres)
 
-    def _handler_param(self) -> dict[str, str]:
-        # Handler names are kebab-case, so the JSON path needs no escaping.
-        return {"handler": self.source} if self.postgres else {"path": f'$."{self.source}"'}
+    def _handler_param(self, name: str | None = None) -> dict[str, str]:
+        # Handler and budget names are kebab-case: the JSON path needs no escaping.
+        key = self.source if name is None else name
+        return {"handler": key} if self.postgres else {"path": f'$."{key}"'}
 
     def run(self, changes: Sequence[Change]) -> ApplyOutcome:
         """Apply ``changes``; return what was written (stale ones as SKIPPED)."""
         groups: dict[tuple[Any, ...], list[Change]] = defaultdict(list)
+        kinds = self.kinds
         for change in changes:
             key = (
+                change.kind,
                 change.from_status,
                 change.result,
-                change.to_session if change.changes_session else None,
-                _kernel_side(change),
+                change.to_status if change.changes_status else None,
+                _children_side(change, kinds),
                 change.try_count,
                 change.status_info,
-                change.requeue and change.changes_session,
+                change.requeue and change.changes_status,
+                change.budget,
             )
             groups[key].append(change)
         applied: list[AppliedChange] = []
         for group in groups.values():
             applied.extend(self._apply_group(group))
+        if self._creates:
+            insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
         self.inject("before-history")
         self._write_history()
         self.inject("after-history")
@@ -397,104 +437,171 @@ class Apply:
 
     def _apply_group(self, group: list[Change]) -> list[AppliedChange]:
         first = group[0]
+        kind = self.kinds[first.kind]
         from_status = first.from_status
-        ids = [c.session_id for c in group]
-        live = set(self._guard_sessions(first, ids))
+        ids = [c.entity_id for c in group]
+        live = set(self._guard_sessions(first, kind, ids))
         self.inject("after-sessions")
         live_ids = [sid for sid in ids if sid in live]
-        placements = [p for c in group if c.session_id in live for p in c.placements]
-        to_kernel = _kernel_side(first)
-        if placements and (self.postgres or to_kernel is None):
-            self._place_kernels(placements)
-            placements = []
-        if live_ids and to_kernel is not None:
-            self._move_kernels(live_ids, to_kernel, placements)
-            self.inject("after-kernels")
-        to_status = first.to_session if first.changes_session else from_status
+        to_status = first.to_status if first.changes_status else from_status
         assert to_status is not None
-        if live_ids and first.changes_session and to_status in TERMINAL_SESSION_STATUSES:
-            self.conn.execute(
-                statement(("result", self.postgres), lambda: _set_result(self.postgres)),
-                {"ids": self._ids(live_ids)},
-            )
+        if live_ids:
+            self._side_effects(first, kind, group, live, live_ids, to_status)
         out: list[AppliedChange] = []
         written: list[AppliedChange] = []
+        name = kind.name
         for change in group:
-            if change.session_id in live:
+            if change.entity_id in live:
                 row = AppliedChange(
-                    change.session_id,
+                    change.entity_id,
                     change.result,
                     from_status,
                     to_status,
                     change.error_code,
                     change.message,
+                    name,
                 )
                 written.append(row)
             else:
                 row = AppliedChange(
-                    change.session_id,
+                    change.entity_id,
                     SchedulingResult.SKIPPED,
                     from_status,
                     from_status,
                     STALE_STATUS,
                     f"status changed underneath (no longer {from_status}); "
                     f"{change.result} by {self.source} not applied",
+                    name,
                 )
             out.append(row)
         if not written:
             return out
-        if first.changes_session:
+        if first.changes_status:
             uniform = all(
                 w.message == written[0].message and w.error_code == written[0].error_code
                 for w in written
             )
             if uniform:
-                self._moved_history.append(([w.session_id for w in written], written[0]))
+                self._moved_history.append(([w.entity_id for w in written], written[0]))
             else:
                 self._moved_rows.extend(written)
         else:
             self._kept_rows.extend(written)
         return out
 
-    def promote(
-        self, rule: PromotionRule, from_status: SessionStatus, limit: int
-    ) -> list[AppliedChange]:
-        """Select and move the sessions in ``from_status`` that ``rule`` matches."""
+    def _side_effects(
+        self,
+        first: Change,
+        kind: EntityKind,
+        group: list[Change],
+        live: set[str],
+        live_ids: list[str],
+        to_status: str,
+    ) -> None:
+        """Everything a group's applied changes write besides the entities' own status."""
         pg = self.postgres
+        placements = [p for c in group if c.entity_id in live for p in c.placements]
+        to_children = _children_side(first, self.kinds)
+        if placements and (pg or to_children is None):
+            self._place_kernels(placements)
+            placements = []
+        if to_children is not None:
+            self._move_kernels(kind, live_ids, to_children, placements)
+            self.inject("after-kernels")
+        if first.changes_status and kind.parent is not None:
+            # A child moved by a handler of its own kind: its parent's view records it.
+            self.conn.execute(
+                statement(("own-moves", pg), lambda: _record_own_moves(pg)),
+                {
+                    "ids": self._ids(live_ids),
+                    "source": self.source,
+                    "from_status": str(first.from_status),
+                    "to_status": str(to_status),
+                    "now": self.now,
+                },
+            )
+        if first.budget is not None:
+            resets = any(b.resets for b in kind.budgets if b.name == first.budget)
+            if not (resets and first.changes_status):
+                self.conn.execute(
+                    statement(("spend-budget", pg), lambda: _spend_budget(pg)),
+                    {"ids": self._ids(live_ids), **self._handler_param(first.budget)},
+                )
+        if first.changes_status and to_status in kind.terminal:
+            child = self.kinds.child_of(kind.name)
+            self.conn.execute(
+                statement(("result", pg, kind, child), lambda: _set_result(pg, kind, child)),
+                {"ids": self._ids(live_ids)},
+            )
+        patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
+        if patches:
+            self._patch_data(patches)
+        for change in group:
+            if change.creates and change.entity_id in live:
+                self._creates.extend(change.creates)
+
+    def _patch_data(self, patches: dict[str, Any]) -> None:
+        """Merge-patch the entities' ``data`` (read and written in this transaction)."""
+        query = sa.select(e.c.id, e.c.data).where(ids_param(e.c.id, "ids", self.postgres))
+        current = dict(self.conn.execute(query, {"ids": self._ids(list(patches))}).all())
+        rows = [
+            {"eid": eid, "new_data": merge_patch(current.get(eid), patch)}
+            for eid, patch in patches.items()
+        ]
+        update = (
+            sa.update(e)
+            .where(e.c.id == sa.bindparam("eid"))
+            .values(data=sa.bindparam("new_data", type_=e.c.data.type))
+        )
+        self.conn.execute(update, rows)
+
+    def promote(self, rule: PromotionRule, from_status: str, limit: int) -> list[AppliedChange]:
+        """Select and move the entities in ``from_status`` that ``rule`` matches."""
+        pg = self.postgres
+        kind = self.kinds[rule.kind]
         stmt = statement(
             ("promote", pg, rule, from_status), lambda: _promote_sessions(pg, rule, from_status)
         )
-        params = {"limit": limit, "to_status": rule.to_status.value, "now": self.now}
+        params = {"limit": limit, "to_status": str(rule.to_status), "now": self.now}
         live_ids = [r[0] for r in self.conn.execute(stmt, params)]
         self.inject("after-sessions")
         if not live_ids:
             return []
-        if rule.to_status in TERMINAL_SESSION_STATUSES:
-            if not _leaves_no_live_kernel(rule):
-                self._move_kernels(live_ids, kernel_end_status(rule.to_status))
+        if rule.to_status in kind.terminal:
+            child = self.kinds.child_of(kind.name)
+            if child is not None and not _leaves_no_live_kernel(rule, child):
+                self._move_kernels(kind, live_ids, child.end_status_for(rule.to_status))
                 self.inject("after-kernels")
             self.conn.execute(
-                statement(("result", pg), lambda: _set_result(pg)), {"ids": self._ids(live_ids)}
+                statement(("result", pg, kind, child), lambda: _set_result(pg, kind, child)),
+                {"ids": self._ids(live_ids)},
             )
         done = SchedulingResult.SUCCESS
         rows = [
-            AppliedChange(sid, done, from_status, rule.to_status, None, None) for sid in live_ids
+            AppliedChange(sid, done, from_status, rule.to_status, None, None, kind.name)
+            for sid in live_ids
         ]
         self._moved_history.append((live_ids, rows[0]))
         return rows
 
-    def _guard_sessions(self, first: Change, ids: list[str]) -> list[str]:
-        """Compare-and-set the group's sessions; return the ids still in ``from_status``."""
+    def _guard_sessions(self, first: Change, kind: EntityKind, ids: list[str]) -> list[str]:
+        """Compare-and-set the group's entities; return the ids still in ``from_status``."""
         pg = self.postgres
-        params: dict[str, Any] = {"ids": self._ids(ids), "from_status": first.from_status.value}
+        params: dict[str, Any] = {
+            "ids": self._ids(ids),
+            "from_status": str(first.from_status),
+            "of_kind": kind.name,
+        }
         stmt: sa.Executable
-        if first.changes_session:
-            assert first.to_session is not None
+        if first.changes_status:
+            assert first.to_status is not None
             requeue, rule = first.requeue, first.status_info
+            resets = tuple(sorted(b.name for b in kind.budgets if b.resets))
             stmt = statement(
-                ("move-sessions", pg, requeue, rule), lambda: _move_sessions(pg, requeue, rule)
+                ("move-sessions", pg, requeue, rule, resets),
+                lambda: _move_sessions(pg, requeue, rule, resets),
             )
-            params.update(to_status=first.to_session.value, now=self.now)
+            params.update(to_status=str(first.to_status), now=self.now)
         elif first.try_count is TryCount.INCREMENT:
             stmt = statement(("count-try", pg), lambda: _count_try(pg))
             params.update(self._handler_param())
@@ -517,20 +624,26 @@ class Apply:
 
     def _move_kernels(
         self,
+        kind: EntityKind,
         session_ids: list[str],
-        target: KernelStatus,
+        target: str,
         placements: Sequence[tuple[str, str]] = (),
     ) -> None:
-        """Record and move the sessions' eligible kernels (SQLite: placing them as they move).
+        """Record and move the entities' eligible children (SQLite: placing them as they move).
 
         On SQLite the kernels being placed are moved by the statement that sets
         their agent, one per agent: each row is written once, not twice.
         """
         pg = self.postgres
-        record, *move = statement(("move-kernels", pg, target), lambda: _move_kernels(pg, target))
+        child = self.kinds.child_of(kind.name)
+        if child is None:
+            return
+        record, *move = statement(
+            ("move-kernels", pg, child, target), lambda: _move_kernels(pg, child, target)
+        )
         params = {
             "ids": self._ids(session_ids),
-            "to_status": target.value,
+            "to_status": str(target),
             "now": self.now,
             "source": self.source,
         }
@@ -544,7 +657,7 @@ class Apply:
             for agent_id, kernel_ids in by_agent.items():
                 values = {"kids": self._ids(kernel_ids), "agent_id": agent_id}
                 result = self.conn.execute(
-                    place, {**values, "to_status": target.value, "now": self.now}
+                    place, {**values, "to_status": str(target), "now": self.now}
                 )
                 moved += max(result.rowcount, 0)
         if move and recorded > moved:
@@ -559,9 +672,9 @@ class Apply:
                 {
                     "ids": self._ids(ids),
                     "handler": self.source,
-                    "result": row.result.value,
-                    "from_status": row.from_status.value,
-                    "to_status": row.to_status.value,
+                    "result": str(row.result),
+                    "from_status": str(row.from_status),
+                    "to_status": str(row.to_status),
                     "error_code": row.error_code,
                     "message": row.message,
                     "now": self.now,
@@ -570,19 +683,19 @@ class Apply:
         inserts = [self._history_row(r) for r in self._moved_rows]
         merges: list[dict[str, Any]] = []
         if self._kept_rows:
-            kept = [r.session_id for r in self._kept_rows]
+            kept = [r.entity_id for r in self._kept_rows]
             query = statement(("latest-history", pg), lambda: _latest_history(pg))
             latest = {
                 row.entity_id: row for row in self.conn.execute(query, {"ids": self._ids(kept)})
             }
             for row in self._kept_rows:
-                prev = latest.get(row.session_id)
+                prev = latest.get(row.entity_id)
                 if (
                     prev is not None
                     and prev.handler == self.source
-                    and prev.result == row.result.value
-                    and prev.from_status == row.from_status.value
-                    and prev.to_status == row.to_status.value
+                    and prev.result == str(row.result)
+                    and prev.from_status == str(row.from_status)
+                    and prev.to_status == str(row.to_status)
                     and prev.error_code == row.error_code
                 ):
                     merges.append({"hid": prev.id, "now": self.now, "msg": row.message})
@@ -595,12 +708,12 @@ class Apply:
 
     def _history_row(self, row: AppliedChange) -> dict[str, Any]:
         return {
-            "entity_id": row.session_id,
-            "kind": SESSION_KIND,
+            "entity_id": row.entity_id,
+            "kind": row.kind,
             "handler": self.source,
-            "result": row.result.value,
-            "from_status": row.from_status.value,
-            "to_status": row.to_status.value,
+            "result": str(row.result),
+            "from_status": str(row.from_status),
+            "to_status": str(row.to_status),
             "error_code": row.error_code,
             "message": row.message,
             "attempts": 1,
@@ -640,7 +753,14 @@ async def promote(
         return ApplyOutcome(changes=())
 
     def work(conn: sa.Connection) -> ApplyOutcome:
-        apply = Apply(conn, rule.name, now, postgres=db.postgres, inject_failure=inject_failure)
+        apply = Apply(
+            conn,
+            rule.name,
+            now,
+            postgres=db.postgres,
+            kinds=db.kinds,
+            inject_failure=inject_failure,
+        )
         applied: list[AppliedChange] = []
         for from_status in sorted(rule.from_statuses):
             if len(applied) >= limit:

@@ -1,28 +1,41 @@
 """The coordinator's reads: a lifecycle handler's targets and a promotion's candidates.
 
-All the filtering happens in SQL, before the ``LIMIT``; the promotion match is
-compiled from :data:`drover.model.rules.MATCH_CONDITIONS`, the one definition
-of ALL / ANY / NOT_ANY.
+All the filtering happens in SQL, before the ``LIMIT``: the statuses, and the
+handler's candidate filters compiled by :mod:`drover.storage._filters` (the
+promotion match comes from :data:`drover.model.rules.MATCH_CONDITIONS`, the
+one definition of ALL / ANY / NOT_ANY).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
+from drover.model.filters import CandidateFilter
 from drover.model.promotion import PromotionRule
-from drover.model.status import KernelStatus, SessionStatus
-from drover.model.values import SessionWithKernels
-from drover.storage._children import kernel_exists, kernel_status_in, match_condition
+from drover.model.status import SessionStatus
+from drover.storage._children import match_condition
 from drover.storage._db import Database
-from drover.storage._sql import statement
-from drover.storage.rows import SESSION_COLUMNS, SESSION_KIND, sessions_with_kernels
+from drover.storage._filters import compile_filters
+from drover.storage._sql import ids_param, ids_value, statement
+from drover.storage.rows import (
+    ENTITY_COLUMNS,
+    SESSION_COLUMNS,
+    SESSION_KIND,
+    entities_with_children,
+    sessions_with_kernels,
+)
 from drover.storage.schema import entities
 from drover.storage.sessions import FETCH_ORDER, read_kernels_of
 
-__all__ = ["candidates_query", "fetch_lifecycle_targets", "fetch_promotion_candidates"]
+__all__ = [
+    "candidates_query",
+    "fetch_lifecycle_targets",
+    "fetch_promotion_candidates",
+    "read_children_of",
+]
 
 e = entities
 
@@ -30,37 +43,65 @@ _SESSION_STATUS = {s.value: s for s in SessionStatus}
 
 
 def _targets_query(
-    session_statuses: frozenset[SessionStatus], kernel_statuses: frozenset[KernelStatus] | None
+    kind: str, statuses: frozenset[str], filters: tuple[CandidateFilter, ...], postgres: bool
 ) -> sa.Select[Any]:
-    query = sa.select(*SESSION_COLUMNS).where(
-        e.c.kind == SESSION_KIND, e.c.status.in_(sorted(s.value for s in session_statuses))
+    columns = SESSION_COLUMNS if kind == SESSION_KIND else ENTITY_COLUMNS
+    query = sa.select(*columns).where(
+        e.c.kind == kind, e.c.status.in_(sorted(str(s) for s in statuses))
     )
-    if kernel_statuses is not None:
-        query = query.where(kernel_exists(kernel_status_in(kernel_statuses)))
+    conditions = compile_filters(filters, postgres)
+    if conditions:
+        query = query.where(*conditions)
     return query.order_by(*FETCH_ORDER).limit(sa.bindparam("limit"))
+
+
+def _children_of(postgres: bool) -> sa.Select[Any]:
+    return sa.select(*ENTITY_COLUMNS).where(ids_param(e.c.parent_id, "ids", postgres))
+
+
+def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
+    """Rows (:data:`ENTITY_COLUMNS`) of the children of the entities ``ids``."""
+    if not ids:
+        return []
+    postgres = conn.dialect.name == "postgresql"
+    query = statement(("children-of", postgres), lambda: _children_of(postgres))
+    return conn.execute(query, {"ids": ids_value(ids, postgres)}).all()
 
 
 async def fetch_lifecycle_targets(
     db: Database,
     handler: str,
-    session_statuses: Iterable[SessionStatus],
-    kernel_statuses: Iterable[KernelStatus] | None,
+    kind: str,
+    statuses: Iterable[str],
+    filters: Sequence[CandidateFilter],
     limit: int,
-) -> list[SessionWithKernels]:
-    """Sessions in ``session_statuses`` with a kernel in ``kernel_statuses``, in fetch order.
+    now: float,
+) -> list[Any]:
+    """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
-    Each session's ``try_count`` is ``handler``'s.
+    Sessions come as :class:`SessionWithKernels`, other kinds as
+    :class:`~drover.model.values.Entity`. Each target's ``try_count`` is
+    ``handler``'s.
     """
-    statuses = frozenset(session_statuses)
-    kernels = None if kernel_statuses is None else frozenset(kernel_statuses)
-    query = statement(("targets", statuses, kernels), lambda: _targets_query(statuses, kernels))
+    wanted = frozenset(str(s) for s in statuses)
+    checks = tuple(filters)
+    pg = db.postgres
+    query = statement(
+        ("targets", kind, wanted, checks, pg), lambda: _targets_query(kind, wanted, checks, pg)
+    )
+    params: dict[str, Any] = {"limit": limit}
+    if checks:
+        params["now"] = now
 
-    def work(conn: sa.Connection) -> list[SessionWithKernels]:
-        rows = (conn.execute(query, {"limit": limit})).all()
+    def work(conn: sa.Connection) -> list[Any]:
+        rows = (conn.execute(query, params)).all()
         if not rows:
             return []
-        kernel_rows = read_kernels_of(conn, [r[0] for r in rows])
-        return sessions_with_kernels(rows, kernel_rows, handler)
+        if kind == SESSION_KIND:
+            kernel_rows = read_kernels_of(conn, [r[0] for r in rows])
+            return sessions_with_kernels(rows, kernel_rows, handler)
+        child_rows = read_children_of(conn, [r[0] for r in rows])
+        return entities_with_children(rows, child_rows, handler)
 
     return await db.read(work)
 
@@ -74,8 +115,8 @@ def candidates_query(rule: PromotionRule, *, lock: bool = False) -> sa.Select[An
     query = (
         sa.select(e.c.id, e.c.status)
         .where(
-            e.c.kind == SESSION_KIND,
-            e.c.status.in_(sorted(s.value for s in rule.from_statuses)),
+            e.c.kind == rule.kind,
+            e.c.status.in_(sorted(str(s) for s in rule.from_statuses)),
             match_condition(rule.match, rule.kernel_statuses),
         )
         .order_by(*FETCH_ORDER)
@@ -86,11 +127,13 @@ def candidates_query(rule: PromotionRule, *, lock: bool = False) -> sa.Select[An
 
 async def fetch_promotion_candidates(
     db: Database, rule: PromotionRule, limit: int
-) -> list[tuple[str, SessionStatus]]:
-    """Ids and statuses of sessions the rule promotes, in fetch order (no values built)."""
+) -> list[tuple[str, str]]:
+    """Ids and statuses of entities the rule promotes, in fetch order (no values built)."""
     query = statement(("candidates", rule), lambda: candidates_query(rule))
 
-    def work(conn: sa.Connection) -> list[tuple[str, SessionStatus]]:
-        return [(sid, _SESSION_STATUS[st]) for sid, st in conn.execute(query, {"limit": limit})]
+    def work(conn: sa.Connection) -> list[tuple[str, str]]:
+        return [
+            (sid, _SESSION_STATUS.get(st, st)) for sid, st in conn.execute(query, {"limit": limit})
+        ]
 
     return await db.read(work)

@@ -6,10 +6,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.status import TERMINAL_SESSION_STATUSES, SchedulingResult
+from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord, KernelHistoryRecord
 from drover.storage._db import Database
-from drover.storage.rows import KERNEL_KIND, SESSION_KIND, history_from_row, kernel_history_from_row
+from drover.storage.rows import KERNEL_KIND, history_from_row, kernel_history_from_row
 from drover.storage.schema import entities, handler_ticks, scheduling_history, status_changes
 
 __all__ = [
@@ -39,10 +39,16 @@ async def _change_rows(db: Database, query: sa.Select[Any]) -> list[KernelHistor
 
 
 async def history(
-    db: Database, session_id: str | None = None, *, limit: int | None = None
+    db: Database,
+    session_id: str | None = None,
+    *,
+    limit: int | None = None,
+    kind: str | None = None,
 ) -> list[HistoryRecord]:
-    """Scheduling history rows, oldest first (of one session, or of all sessions)."""
-    query = sa.select(h).where(h.c.kind == SESSION_KIND).order_by(h.c.id)
+    """Scheduling history rows, oldest first (of one entity, or of all of ``kind``, or all)."""
+    query = sa.select(h).order_by(h.c.id)
+    if kind is not None:
+        query = query.where(h.c.kind == kind)
     if session_id is not None:
         query = query.where(h.c.entity_id == session_id)
     if limit is not None:
@@ -53,12 +59,17 @@ async def history(
 async def kernel_history(
     db: Database, *, kernel_id: str | None = None, session_id: str | None = None
 ) -> list[KernelHistoryRecord]:
-    """Status changes of a kernel or of a session's kernels, oldest first."""
-    query = sa.select(c).where(c.c.kind == KERNEL_KIND).order_by(c.c.id)
+    """Status changes of a child or of an entity's children (a session's kernels), oldest first.
+
+    With neither id given: every kernel's changes.
+    """
+    query = sa.select(c).order_by(c.c.id)
     if kernel_id is not None:
         query = query.where(c.c.entity_id == kernel_id)
     if session_id is not None:
         query = query.where(c.c.parent_id == session_id)
+    if kernel_id is None and session_id is None:
+        query = query.where(c.c.kind == KERNEL_KIND)
     return await _change_rows(db, query)
 
 
@@ -67,21 +78,24 @@ async def search_history(
     *,
     session_id: str | None = None,
     handler: str | None = None,
-    result: SchedulingResult | None = None,
+    result: SchedulingResult | str | None = None,
     since: float | None = None,
     until: float | None = None,
     after_id: int | None = None,
     limit: int = 100,
     newest_first: bool = True,
+    kind: str | None = None,
 ) -> list[HistoryRecord]:
     """History rows matching every filter given; times compare with ``updated_at``."""
-    query = sa.select(h).where(h.c.kind == SESSION_KIND)
+    query = sa.select(h)
+    if kind is not None:
+        query = query.where(h.c.kind == kind)
     if session_id is not None:
         query = query.where(h.c.entity_id == session_id)
     if handler is not None:
         query = query.where(h.c.handler == handler)
     if result is not None:
-        query = query.where(h.c.result == result.value)
+        query = query.where(h.c.result == str(result))
     if since is not None:
         query = query.where(h.c.updated_at >= since)
     if until is not None:
@@ -121,7 +135,13 @@ async def prune_history(
     """
     e = entities
     ended = sa.select(e.c.id).where(
-        e.c.kind == SESSION_KIND, e.c.status.in_(sorted(s.value for s in TERMINAL_SESSION_STATUSES))
+        sa.or_(
+            *(
+                sa.and_(e.c.kind == kind.name, e.c.status.in_(sorted(kind.terminal)))
+                for kind in db.kinds.values()
+                if kind.parent is None
+            )
+        )
     )
     targets = {
         "scheduling_history": (h, sa.and_(h.c.updated_at < older_than, h.c.entity_id.in_(ended))),

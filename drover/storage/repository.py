@@ -17,20 +17,25 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.model.clock import Clock
+from drover.model.filters import CandidateFilter
+from drover.model.kinds import Kinds
 from drover.model.plan import ApplyOutcome, Change
 from drover.model.promotion import PromotionRule
 from drover.model.spec import session_request
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
+    Entity,
     HistoryRecord,
     KernelHistoryRecord,
     KernelInfo,
     KernelReport,
+    NewEntity,
     SessionWithKernels,
     TerminationOutcome,
 )
 from drover.storage import coordinators as _coordinators
+from drover.storage import entities as _entities
 from drover.storage import fetch as _fetch
 from drover.storage import history as _history
 from drover.storage import kernels as _kernels
@@ -48,14 +53,25 @@ __all__ = ["Repository"]
 class Repository:
     """Reads and writes sessions, kernels and history on one async engine."""
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
-        self._db = Database(engine, clock)
+    def __init__(
+        self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds | None = None
+    ) -> None:
+        self._db = Database(engine, clock, kinds)
         self._busy_promotions: set[str] = set()
 
     @property
     def engine(self) -> AsyncEngine:
         """The engine this repository uses."""
         return self._db.engine
+
+    @property
+    def kinds(self) -> Kinds:
+        """The entity kinds this repository knows (built-in ones unless given)."""
+        return self._db.kinds
+
+    def use_kinds(self, kinds: Kinds) -> None:
+        """Know ``kinds`` from now on (the app sets the plugins' kinds once loaded)."""
+        self._db.kinds = kinds
 
     @property
     def clock(self) -> Clock:
@@ -143,26 +159,87 @@ class Repository:
         return await _sessions.latest_entity_id(self._db)
 
     async def request_termination(self, session_ids: Sequence[str]) -> list[TerminationOutcome]:
-        """Ask for sessions to end (see :func:`drover.model.rules.termination_of`)."""
+        """Ask for entities to end, each by its kind's termination rule."""
         return await _termination.request_termination(self._db, session_ids)
+
+    # -- entities of any kind ------------------------------------------------------------
+
+    async def create_entities(self, news: Sequence[NewEntity]) -> list[str]:
+        """Create entities of any kind (with children and links) in one transaction."""
+        return await _entities.create_entities(self._db, news)
+
+    async def create_entity(
+        self,
+        kind: str,
+        *,
+        spec: Mapping[str, Any] | None = None,
+        status: str | None = None,
+        parent_id: str | None = None,
+        priority: int = 0,
+        name: str | None = None,
+        children: Sequence[Mapping[str, Any]] = (),
+        links: Sequence[tuple[str, str]] = (),
+    ) -> str:
+        """Create one entity of ``kind`` and return its id (history row ``CREATED`` by ``api``)."""
+        new = NewEntity(
+            kind,
+            dict(spec or {}),
+            parent_id=parent_id,
+            status=status,
+            name=name,
+            priority=priority,
+            children=list(children),
+            links=list(links),
+        )
+        (entity_id,) = await self.create_entities([new])
+        return entity_id
+
+    async def resolve_entity_id(self, prefix: str) -> str:
+        """The id of the one entity of any kind whose id starts with ``prefix``."""
+        return await _sessions.resolve_session_id(self._db, prefix, None)
+
+    async def get_entity(self, entity_id: str) -> Entity:
+        """One entity of any kind with its children, or UnknownSessionError."""
+        return await _entities.get_entity(self._db, entity_id)
+
+    async def list_entities(
+        self, kind: str, *, statuses: Iterable[str] | None = None, limit: int | None = 100
+    ) -> list[Entity]:
+        """Entities of ``kind``, newest first."""
+        return await _entities.list_entities(self._db, kind, statuses=statuses, limit=limit)
+
+    async def update_spec(self, entity_id: str, patch: Mapping[str, Any]) -> Entity:
+        """Merge-patch an entity's spec (desired state); history records it as ``api``."""
+        return await _entities.update_spec(self._db, entity_id, patch)
+
+    async def state_fingerprint(self) -> tuple[Any, ...]:
+        """A value that changes whenever a tick wrote something new (see the harness)."""
+        return await _entities.state_fingerprint(self._db)
+
+    async def link(self, source_id: str, relation: str, target_id: str) -> None:
+        """Link two entities (``depends_on``, or a plugin's own relation name)."""
+        await _entities.link(self._db, source_id, relation, target_id)
 
     # -- the coordinator's store --------------------------------------------------------
 
     async def fetch_lifecycle_targets(
         self,
         handler: str,
-        session_statuses: Iterable[SessionStatus],
-        kernel_statuses: Iterable[KernelStatus] | None,
+        kind: str,
+        statuses: Iterable[str],
+        filters: Sequence[CandidateFilter],
         limit: int,
-    ) -> list[SessionWithKernels]:
-        """Sessions in ``session_statuses`` with a kernel in ``kernel_statuses``, in fetch order."""
+        *,
+        now: float,
+    ) -> list[Any]:
+        """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order."""
         return await _fetch.fetch_lifecycle_targets(
-            self._db, handler, session_statuses, kernel_statuses, limit
+            self._db, handler, kind, statuses, filters, limit, now
         )
 
     async def fetch_promotion_candidates(
         self, rule: PromotionRule, limit: int
-    ) -> list[tuple[str, SessionStatus]]:
+    ) -> list[tuple[str, str]]:
         """Ids and statuses of the sessions ``rule`` promotes, evaluated in SQL."""
         return await _fetch.fetch_promotion_candidates(self._db, rule, limit)
 
@@ -204,7 +281,12 @@ class Repository:
             return ApplyOutcome(changes=())
         return await self._db.write(
             lambda conn: Apply(
-                conn, source, now, postgres=self._db.postgres, inject_failure=inject_failure
+                conn,
+                source,
+                now,
+                postgres=self._db.postgres,
+                kinds=self._db.kinds,
+                inject_failure=inject_failure,
             ).run(changes)
         )
 
@@ -257,10 +339,10 @@ class Repository:
     # -- history ---------------------------------------------------------------------------
 
     async def history(
-        self, session_id: str | None = None, *, limit: int | None = None
+        self, session_id: str | None = None, *, limit: int | None = None, kind: str | None = None
     ) -> list[HistoryRecord]:
-        """Scheduling history rows, oldest first (of one session, or of all)."""
-        return await _history.history(self._db, session_id, limit=limit)
+        """Scheduling history rows, oldest first (of one entity, of one kind, or of all)."""
+        return await _history.history(self._db, session_id, limit=limit, kind=kind)
 
     async def kernel_history(
         self, *, kernel_id: str | None = None, session_id: str | None = None
@@ -273,16 +355,18 @@ class Repository:
         *,
         session_id: str | None = None,
         handler: str | None = None,
-        result: SchedulingResult | None = None,
+        result: SchedulingResult | str | None = None,
         since: float | None = None,
         until: float | None = None,
         after_id: int | None = None,
         limit: int = 100,
         newest_first: bool = True,
+        kind: str | None = None,
     ) -> list[HistoryRecord]:
         """History rows matching every filter given; times compare with ``updated_at``."""
         return await _history.search_history(
             self._db,
+            kind=kind,
             session_id=session_id,
             handler=handler,
             result=result,
@@ -328,9 +412,11 @@ class Repository:
         """Handlers whose ``execute`` raised since ``since``, most errors first."""
         return await _ticks.handler_errors(self._db, since)
 
-    async def status_ages(self, now: float) -> dict[SessionStatus, tuple[int, float, float]]:
+    async def status_ages(
+        self, now: float, kind: str = "session"
+    ) -> dict[Any, tuple[int, float, float]]:
         """Per status: sessions, and the p50 / p95 of the time they have held it."""
-        return await _ticks.status_ages(self._db, now)
+        return await _ticks.status_ages(self._db, now, kind)
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
         """The figures ``/metrics`` reports, aggregated in SQL."""

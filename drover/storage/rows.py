@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
+    Entity,
     HistoryRecord,
     KernelHistoryRecord,
     KernelInfo,
@@ -28,6 +29,7 @@ from drover.model.values import (
 from drover.storage.schema import entities
 
 __all__ = [
+    "ENTITY_COLUMNS",
     "KERNEL_COLUMNS",
     "KERNEL_KIND",
     "SESSION_COLUMNS",
@@ -35,6 +37,8 @@ __all__ = [
     "Specs",
     "Times",
     "coordinator_from_row",
+    "entities_with_children",
+    "entity_from_row",
     "history_from_row",
     "kernel_from_row",
     "kernel_history_from_row",
@@ -65,6 +69,27 @@ SESSION_COLUMNS = (
     _e.c.result,
     _text(_e.c.tries),
     _e.c.requeues,
+    _text(_e.c.data),
+    _text(_e.c.budgets),
+)
+#: Any kind's entities (and their children), read by :func:`entities_with_children`.
+ENTITY_COLUMNS = (
+    _e.c.id,
+    _e.c.kind,
+    _e.c.name,
+    _e.c.status,
+    _e.c.status_changed_at,
+    _e.c.priority,
+    _e.c.created_at,
+    _text(_e.c.spec),
+    _text(_e.c.data),
+    _e.c.status_info,
+    _e.c.result,
+    _text(_e.c.tries),
+    _e.c.requeues,
+    _text(_e.c.budgets),
+    _e.c.parent_id,
+    _e.c.exit_code,
 )
 KERNEL_COLUMNS = (
     _e.c.id,
@@ -169,7 +194,56 @@ def session_from_row(
         tuple(kernels),
         tries,
         row[10],
+        None if row[11] is None else _json(row[11]),
+        None if row[12] is None else _json(row[12]),
     )
+
+
+def entity_from_row(
+    row: Sequence[Any],
+    times: Times,
+    children: Sequence[Entity] = (),
+    handler: str | None = None,
+) -> Entity:
+    """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS` (statuses stay strings)."""
+    tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
+    try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
+    return Entity(
+        id=row[0],
+        kind=row[1],
+        status=row[3],
+        status_changed_at=times(row[4]),
+        try_count=try_count,
+        priority=row[5],
+        created_at=times(row[6]),
+        spec=_json(row[7]) if row[7] is not None else {},
+        data=None if row[8] is None else _json(row[8]),
+        status_info=row[9],
+        result=row[10],
+        parent_id=row[14],
+        children=tuple(children),
+        name=row[2],
+        tries=tries,
+        requeues=row[12],
+        budgets=None if row[13] is None else _json(row[13]),
+        exit_code=row[15],
+    )
+
+
+def entities_with_children(
+    rows: Iterable[Sequence[Any]],
+    child_rows: Iterable[Sequence[Any]],
+    handler: str | None = None,
+) -> list[Entity]:
+    """Entities in the order of ``rows``, each with its children (id order)."""
+    times = Times()
+    by_parent: dict[str, list[Entity]] = {}
+    for child_row in child_rows:
+        child = entity_from_row(child_row, times)
+        by_parent.setdefault(child_row[14], []).append(child)
+    for children in by_parent.values():
+        children.sort(key=lambda c: c.id)
+    return [entity_from_row(r, times, by_parent.get(r[0], ()), handler) for r in rows]
 
 
 def sessions_with_kernels(
@@ -217,19 +291,25 @@ def _kernel_id(kernel: KernelInfo) -> str:
 
 
 def history_from_row(row: Any) -> HistoryRecord:
-    """A :class:`HistoryRecord` from a ``scheduling_history`` row."""
+    """A :class:`HistoryRecord` from a ``scheduling_history`` row.
+
+    Session rows get :class:`SessionStatus` members; other kinds' statuses
+    stay strings. Named outcomes (and ``CREATED``) stay strings.
+    """
+    statuses: dict[str, Any] = _SESSION_STATUS if row.kind == "session" else {}
     return HistoryRecord(
         id=row.id,
         session_id=row.entity_id,
         handler=row.handler,
-        result=_RESULT[row.result],
-        from_status=_SESSION_STATUS[row.from_status],
-        to_status=_SESSION_STATUS[row.to_status],
+        result=_RESULT.get(row.result, row.result),
+        from_status=statuses.get(row.from_status, row.from_status),
+        to_status=statuses.get(row.to_status, row.to_status),
         error_code=row.error_code,
         message=row.message,
         attempts=row.attempts,
         created_at=datetime.fromtimestamp(row.created_at, UTC),
         updated_at=datetime.fromtimestamp(row.updated_at, UTC),
+        kind=row.kind,
     )
 
 
@@ -240,8 +320,8 @@ def kernel_history_from_row(row: Any) -> KernelHistoryRecord:
         kernel_id=row.entity_id,
         session_id=row.parent_id,
         source=row.source,
-        from_status=_KERNEL_STATUS[row.from_status],
-        to_status=_KERNEL_STATUS[row.to_status],
+        from_status=_KERNEL_STATUS.get(row.from_status, row.from_status),
+        to_status=_KERNEL_STATUS.get(row.to_status, row.to_status),
         message=row.message,
         created_at=datetime.fromtimestamp(row.created_at, UTC),
     )

@@ -20,6 +20,7 @@ __all__ = [
     "entities",
     "handler_ticks",
     "metadata",
+    "relations",
     "scheduling_history",
     "status_changes",
 ]
@@ -84,6 +85,26 @@ sa.Index(
     entities.c.priority.desc(),
     entities.c.created_at,
     entities.c.id,
+)
+
+# Links between entities: ``source`` depends on / belongs to ``target``, by name.
+relations = sa.Table(
+    "relations",
+    metadata,
+    sa.Column(
+        "source_id",
+        sa.String(36),
+        sa.ForeignKey("entities.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column(
+        "target_id",
+        sa.String(36),
+        sa.ForeignKey("entities.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Index(None, "target_id", "name"),
 )
 
 # One row per outcome a handler (or the API, handler "api") had on an entity

@@ -130,16 +130,15 @@ async def get_session(db: Database, session_id: str) -> SessionWithKernels:
     return found[0]
 
 
-async def resolve_session_id(db: Database, prefix: str) -> str:
-    """The id of the one session whose id starts with ``prefix`` (or equals it)."""
+async def resolve_session_id(db: Database, prefix: str, kind: str | None = SESSION_KIND) -> str:
+    """The id of the one session (entity of ``kind``; ``None``: any) whose id starts with
+    ``prefix`` (or equals it)."""
     if not prefix:
         raise UnknownSessionError(prefix)
-    query = (
-        sa.select(e.c.id)
-        .where(e.c.id.startswith(prefix, autoescape=True), e.c.kind == SESSION_KIND)
-        .order_by(e.c.id)
-        .limit(3)
-    )
+    query = sa.select(e.c.id).where(e.c.id.startswith(prefix, autoescape=True))
+    if kind is not None:
+        query = query.where(e.c.kind == kind)
+    query = query.order_by(e.c.id).limit(3)
 
     def work(conn: sa.Connection) -> list[str]:
         return [r[0] for r in conn.execute(query)]

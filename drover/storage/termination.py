@@ -1,6 +1,7 @@
 """Termination requests from the API and the CLI.
 
-What a request does is decided by :func:`drover.model.rules.termination_of`.
+What a request does is decided by each kind's own rule,
+:meth:`drover.model.kinds.EntityKind.termination_of`.
 """
 
 from __future__ import annotations
@@ -9,44 +10,42 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from drover.model.errors import UnknownSessionError
+from drover.model.errors import InvalidSpecError, UnknownSessionError
 from drover.model.plan import Change
-from drover.model.rules import termination_of
 from drover.model.status import SchedulingResult, SessionStatus
 from drover.model.values import StatusInfoRule, TerminationOutcome
 from drover.storage._db import Database
 from drover.storage._sql import chunked
 from drover.storage.apply import Apply
-from drover.storage.rows import SESSION_KIND
+from drover.storage.entities import API_SOURCE
 from drover.storage.schema import entities
 
 __all__ = ["API_SOURCE", "request_termination"]
 
-#: ``handler`` of history rows written for requests made through the API or CLI.
-API_SOURCE = "api"
+_SESSION_STATUS = {s.value: s for s in SessionStatus}
 _USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
 
 e = entities
 
 
 async def request_termination(db: Database, session_ids: Sequence[str]) -> list[TerminationOutcome]:
-    """Ask for sessions to end, recorded as SUCCESS rows of handler ``api``.
+    """Ask for entities (sessions, or any kind) to end, recorded as SUCCESS rows of ``api``.
 
-    Each session moves as :func:`~drover.model.rules.termination_of` says, with
-    ``status_info`` USER_REQUESTED. Raises UnknownSessionError, writing
-    nothing, if any id is unknown.
+    Each moves as its kind's termination rule says, with ``status_info``
+    USER_REQUESTED. Raises UnknownSessionError, writing nothing, if any id
+    is unknown.
     """
     now = db.clock.time()
 
     def work(conn: sa.Connection) -> list[TerminationOutcome]:
-        found: dict[str, SessionStatus] = {}
+        found: dict[str, tuple[str, str]] = {}
         with_kernels: set[str] = set()
         for chunk in chunked(list(dict.fromkeys(session_ids))):
-            query = sa.select(e.c.id, e.c.status).where(e.c.id.in_(chunk), e.c.kind == SESSION_KIND)
+            query = sa.select(e.c.id, e.c.kind, e.c.status).where(e.c.id.in_(chunk))
             if db.postgres:
                 query = query.with_for_update()
-            for sid, status in conn.execute(query):
-                found[sid] = SessionStatus(status)
+            for sid, kind, status in conn.execute(query):
+                found[sid] = (kind, _SESSION_STATUS.get(status, status))
             with_kernels.update(
                 r[0]
                 for r in conn.execute(
@@ -56,28 +55,36 @@ async def request_termination(db: Database, session_ids: Sequence[str]) -> list[
         for sid in session_ids:
             if sid not in found:
                 raise UnknownSessionError(sid)
+            kind = db.kinds[found[sid][0]]
+            if not kind.terminable:
+                raise InvalidSpecError(
+                    f"{sid} is a {kind.name}: a {kind.name} ends with its {kind.parent}; "
+                    f"terminate that instead"
+                )
         changes: list[Change] = []
         outcomes: list[TerminationOutcome] = []
         for sid in dict.fromkeys(session_ids):
-            status = found[sid]
-            termination = termination_of(status, sid in with_kernels)
-            if termination is None:
-                outcomes.append(TerminationOutcome(sid, status, status, changed=False))
+            kind_name, status = found[sid]
+            rule = db.kinds[kind_name].termination_of(status, sid in with_kernels)
+            if rule is None:
+                outcomes.append(TerminationOutcome(sid, status, status, False, kind_name))
                 continue
             changes.append(
                 Change(
-                    session_id=sid,
+                    entity_id=sid,
                     from_status=status,
                     result=SchedulingResult.SUCCESS,
-                    to_session=termination.to_session,
-                    to_kernel=termination.to_kernel,
-                    message=termination.message,
+                    to_status=rule.to,
+                    to_children=rule.children,
+                    message=rule.message,
                     status_info=_USER_REQUESTED,
+                    kind=kind_name,
                 )
             )
-            outcomes.append(TerminationOutcome(sid, status, termination.to_session, changed=True))
+            to = _SESSION_STATUS.get(rule.to, rule.to) if kind_name == "session" else rule.to
+            outcomes.append(TerminationOutcome(sid, status, to, True, kind_name))
         if changes:
-            Apply(conn, API_SOURCE, now, postgres=db.postgres).run(changes)
+            Apply(conn, API_SOURCE, now, postgres=db.postgres, kinds=db.kinds).run(changes)
         return outcomes
 
     return await db.write(work)

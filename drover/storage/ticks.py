@@ -96,16 +96,19 @@ async def handler_errors(db: Database, since: float) -> list[HandlerErrors]:
     return await db.read(work)
 
 
-async def status_ages(db: Database, now: float) -> dict[SessionStatus, tuple[int, float, float]]:
-    """Per status: sessions, and the p50 / p95 of the time they have held it (seconds)."""
+async def status_ages(
+    db: Database, now: float, kind: str = SESSION_KIND
+) -> dict[Any, tuple[int, float, float]]:
+    """Per status of ``kind``: entities, and the p50 / p95 of the time they have held it (s)."""
     counts_query = (
-        sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
+        sa.select(e.c.status, sa.func.count()).where(e.c.kind == kind).group_by(e.c.status)
     )
+    statuses: dict[str, Any] = {s.value: s for s in SessionStatus} if kind == SESSION_KIND else {}
 
-    def work(conn: sa.Connection) -> dict[SessionStatus, tuple[int, float, float]]:
-        out: dict[SessionStatus, tuple[int, float, float]] = {}
+    def work(conn: sa.Connection) -> dict[Any, tuple[int, float, float]]:
+        out: dict[Any, tuple[int, float, float]] = {}
         for raw, n in (conn.execute(counts_query)).all():
-            status = SessionStatus(raw)
+            status = statuses.get(raw, raw)
             ages = []
             # Percentiles by offset into the sorted column: no sorting in Python.
             for q in (0.5, 0.95):
@@ -114,7 +117,7 @@ async def status_ages(db: Database, now: float) -> dict[SessionStatus, tuple[int
                 value = (
                     conn.execute(
                         sa.select(e.c.status_changed_at)
-                        .where(e.c.kind == SESSION_KIND, e.c.status == status.value)
+                        .where(e.c.kind == kind, e.c.status == str(status))
                         .order_by(e.c.status_changed_at.desc())
                         .offset(offset)
                         .limit(1)
@@ -138,6 +141,8 @@ class MetricsSnapshot:
     sessions: dict[str, int]
     #: handler -> ticks whose execute() raised
     errors: dict[str, int] = attrs.field(factory=dict)
+    #: (kind, status) -> entities of every registered kind, every status (zeros included)
+    entities: dict[tuple[str, str], int] = attrs.field(factory=dict)
 
 
 async def metrics_snapshot(db: Database) -> MetricsSnapshot:
@@ -158,9 +163,7 @@ async def metrics_snapshot(db: Database) -> MetricsSnapshot:
     per_counts = sa.select(t.c.handler, counts_text, sa.func.count()).group_by(
         t.c.handler, counts_text
     )
-    by_status = (
-        sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
-    )
+    by_status = sa.select(e.c.kind, e.c.status, sa.func.count()).group_by(e.c.kind, e.c.status)
 
     def work(conn: sa.Connection) -> MetricsSnapshot:
         ticks: dict[str, int] = {}
@@ -176,13 +179,19 @@ async def metrics_snapshot(db: Database) -> MetricsSnapshot:
             counts: Any = json.loads(text) if isinstance(text, str) else text
             for result, value in (counts or {}).items():
                 results[(handler, str(result))] += int(value) * int(n)
-        found = {str(s): int(n) for s, n in conn.execute(by_status)}
+        found = {(str(k), str(s)): int(n) for k, s, n in conn.execute(by_status)}
+        entities = {
+            (kind.name, status): found.get((kind.name, status), 0)
+            for kind in db.kinds.values()
+            for status in kind.status_names
+        }
         return MetricsSnapshot(
             ticks=ticks,
             results=dict(results),
             durations=durations,
-            sessions={s.value: found.get(s.value, 0) for s in SessionStatus},
+            sessions={s.value: found.get((SESSION_KIND, s.value), 0) for s in SessionStatus},
             errors=errors,
+            entities=entities,
         )
 
     return await db.read(work)

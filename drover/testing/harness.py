@@ -18,6 +18,7 @@ from drover.coordinator.tick import Coordinator, TickReport
 from drover.model.clock import ManualClock
 from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import (
+    Entity,
     HandlerOptions,
     HistoryRecord,
     KernelHistoryRecord,
@@ -183,26 +184,67 @@ class CoordinatorHarness:
             await self._dispatcher.drain()
 
     async def run_until_settled(self, *, max_rounds: int = 100) -> int:
-        """Tick every handler in turn until a whole round changes nothing; return the rounds.
+        """Tick every handler in turn until a whole round writes nothing new; return the rounds.
 
-        Raises RuntimeError if the sessions are still moving after ``max_rounds``.
+        "Nothing new" is judged from what was written, not from what the ticks
+        reported: no new history row or status change, and no entity row
+        changed (status, tries, budgets, data, spec, result…). So writes made
+        inside ``execute`` and retry loops that keep the same status are
+        seen; a repeated SKIPPED (merged into its row) is not news. Raises
+        RuntimeError if things still change after ``max_rounds``.
         """
+        before = await self.repository.state_fingerprint()
         for rounds in range(1, max_rounds + 1):
-            moved = await self.deliver()
+            delivered = await self.deliver()
             for name in self.handlers:
                 report = await self.coordinator.tick(name)
                 await self._observe(report)
-                moved += sum(report.moved_to.values()) + report.kernel_changes
-            if moved == 0:
+            after = await self.repository.state_fingerprint()
+            if delivered == 0 and after == before:
                 return rounds
-        raise RuntimeError(f"sessions still moving after {max_rounds} rounds")
+            before = after
+        raise RuntimeError(f"entities still changing after {max_rounds} rounds")
+
+    async def create(
+        self,
+        kind: str,
+        status: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+        parent: str | None = None,
+        priority: int = 0,
+        children: Sequence[Mapping[str, Any]] = (),
+        *,
+        name: str | None = None,
+        links: Sequence[tuple[str, str]] = (),
+    ) -> str:
+        """Create an entity of any kind; return its id.
+
+        Each child is a mapping with optional ``kind`` (default: the kind's
+        child kind), ``status`` and ``spec``. ``links`` are ``(relation,
+        target_id)`` pairs, say ``("depends_on", other)``.
+        """
+        _ = self.app.kinds
+        return await self.repository.create_entity(
+            kind,
+            spec=spec,
+            status=status,
+            parent_id=parent,
+            priority=priority,
+            name=name,
+            children=children,
+            links=links,
+        )
+
+    async def get(self, entity_id: str) -> Entity:
+        """Read one entity of any kind, with its children."""
+        return await self.repository.get_entity(entity_id)
 
     async def session(self, session_id: str) -> SessionWithKernels:
         """Read one session with its kernels."""
         return await self.repository.get_session(session_id)
 
     async def history(self, session_id: str) -> list[HistoryRecord]:
-        """The session's scheduling history, oldest first."""
+        """The entity's scheduling history (any kind), oldest first."""
         return await self.repository.history(session_id)
 
     async def kernel_history(self, kernel_id: str) -> list[KernelHistoryRecord]:

@@ -36,8 +36,9 @@ from drover.inspection.history import search_history, timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError, UnknownSessionError
+from drover.model.kinds import EntityKind
 from drover.model.status import TERMINAL_SESSION_STATUSES, SchedulingResult, SessionStatus
-from drover.plugins.graph import edges_of
+from drover.plugins.graph import Edge, edges_of
 from drover.serialization import (
     diagnosis_json,
     display_time,
@@ -346,20 +347,29 @@ def create_app(
             },
         )
 
+    def kind_edges(kind_name: str | None) -> tuple[EntityKind, list[Edge]]:
+        handlers = dashboard.coordinator().handlers
+        kind = app.kinds[kind_name or "session"]
+        return kind, edges_of(handlers, kind=kind)
+
     async def graph_page(request: Request) -> Response:
+        """One graph per kind that has edges (sessions first)."""
         try:
-            edges = edges_of(dashboard.coordinator().handlers)
+            graphs = []
+            for name in app.kinds:
+                kind, edges = kind_edges(name)
+                if not edges:
+                    continue
+                graphs.append(
+                    {
+                        "kind": kind.name,
+                        "svg": render_svg(edges, kind),
+                        "edges": graph_json(edges, kind)["edges"],
+                    }
+                )
         except DroverError as error:
             return page(request, "error.html", {"title": "Graph", "message": str(error)}, 500)
-        return page(
-            request,
-            "graph.html",
-            {
-                "title": "State graph",
-                "svg": render_svg(edges),
-                "edges": graph_json(edges)["edges"],
-            },
-        )
+        return page(request, "graph.html", {"title": "State graphs", "graphs": graphs})
 
     # -- API -------------------------------------------------------------------------
 
@@ -426,11 +436,18 @@ def create_app(
         return JSONResponse(stats_json(await collect_stats(repo, since=since, now=now)))
 
     async def api_graph(request: Request) -> Response:
-        return JSONResponse(graph_json(edges_of(dashboard.coordinator().handlers)))
+        try:
+            kind, edges = kind_edges(request.query_params.get("kind"))
+        except DroverError as error:
+            return bad_request(request, str(error), api=True)
+        return JSONResponse(graph_json(edges, kind))
 
     async def graph_svg(request: Request) -> Response:
-        svg = render_svg(edges_of(dashboard.coordinator().handlers))
-        return Response(svg, media_type="image/svg+xml")
+        try:
+            kind, edges = kind_edges(request.query_params.get("kind"))
+        except DroverError as error:
+            return bad_request(request, str(error), api=True)
+        return Response(render_svg(edges, kind), media_type="image/svg+xml")
 
     # -- operations --------------------------------------------------------------------
 

@@ -74,6 +74,14 @@ class _SnapshotCollector(Collector):
         for status, n in snap.sessions.items():
             gauge.add_metric([status], n)
         yield gauge
+        entities = GaugeMetricFamily(
+            "drover_entities",
+            "Entities of every kind (sessions, kernels, plugins' kinds) in each status.",
+            labels=["kind", "status"],
+        )
+        for (kind, status), n in sorted(snap.entities.items()):
+            entities.add_metric([kind, status], n)
+        yield entities
 
 
 def render_metrics(snap: MetricsSnapshot) -> bytes:

@@ -15,24 +15,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from xml.sax.saxutils import escape
 
-from drover.model.status import SessionStatus
+from drover.model.kinds import SESSION, EntityKind
 from drover.plugins.graph import Edge
 from drover.web.palette import colour_of
 
 __all__ = ["render_svg"]
 
-_ORDER = [
-    SessionStatus.PENDING,
-    SessionStatus.SCHEDULED,
-    SessionStatus.PREPARING,
-    SessionStatus.PREPARED,
-    SessionStatus.CREATING,
-    SessionStatus.RUNNING,
-    SessionStatus.TERMINATING,
-    SessionStatus.TERMINATED,
-    SessionStatus.CANCELLED,
-    SessionStatus.ERROR,
-]
 
 _W, _H = 150, 36  # box size
 _PITCH = 78  # row pitch
@@ -91,14 +79,13 @@ class _Placer:
         return y1 + h / 2
 
 
-def render_svg(edges: Iterable[Edge]) -> str:
-    """The state graph of ``edges`` as a standalone ``<svg>`` element."""
-    groups: dict[tuple[SessionStatus, SessionStatus], list[Edge]] = defaultdict(list)
+def render_svg(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
+    """The state graph of ``edges`` (of ``kind``) as a standalone ``<svg>`` element."""
+    base = list(kind.status_names)
+    groups: dict[tuple[str, str], list[Edge]] = defaultdict(list)
     for edge in sorted(set(edges), key=lambda e: (e.source, e.target, e.handler, e.outcome)):
         groups[(edge.source, edge.target)].append(edge)
-    order = _ORDER + sorted(
-        {s for pair in groups for s in pair if s not in _ORDER}, key=lambda s: s.value
-    )
+    order = base + sorted({s for pair in groups for s in pair if s not in base}, key=str)
     row = {s: i for i, s in enumerate(order)}
     # Space left of the column for backward arcs, right of it for forward ones.
     left = right = _W / 2.0
@@ -115,13 +102,13 @@ def render_svg(edges: Iterable[Edge]) -> str:
     width = x0 + _W + right + _MARGIN
     height = _MARGIN * 2 + _PITCH * (len(order) - 1) + _H
 
-    def top(status: SessionStatus) -> float:
+    def top(status: str) -> float:
         return _MARGIN + _PITCH * row[status]
 
     parts: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="state-graph" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
-        f'role="img" aria-label="session state graph">',
+        f'role="img" aria-label="{kind.name} state graph">',
         "<defs>"
         '<marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse">'

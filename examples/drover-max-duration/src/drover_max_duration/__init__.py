@@ -6,10 +6,10 @@ RUNNING for longer than its spec's ``max_duration`` (seconds). The coordinator
 then moves it to TERMINATING, with ``status_info`` ``MAX_DURATION_EXCEEDED``,
 and the built-in ``terminate-sessions`` destroys its kernels.
 
-drover fetches a lifecycle handler's targets by status only, so every RUNNING
-session (up to the handler's ``batch_size``) is fetched on each tick, and the
-``max_duration`` test happens here, in Python. Sessions without a limit, or
-still within it, are left unmentioned: that writes nothing at all.
+The handler declares a candidate filter that drover compiles into the fetch's
+SQL: only RUNNING sessions whose ``max_duration`` has passed (or whose value
+is not a number, to report it) are fetched, so sessions still within their
+limit never take the places of those past it, however many run at once.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover import (
+    AnyOf,
+    Field,
     HandlerOptions,
     HandlerRegistry,
     HandlerResult,
@@ -26,6 +28,7 @@ from drover import (
     LifecycleHandler,
     SessionStatus,
     SessionWithKernels,
+    StatusAge,
     StatusTransitions,
     TransitionStatus,
     hookimpl,
@@ -103,6 +106,11 @@ class EnforceMaxDuration(LifecycleHandler):
     def target_kernel_statuses(self) -> list[KernelStatus] | None:
         """No kernel filter: a session's run time does not depend on its kernels."""
         return None
+
+    @property
+    def candidate_filters(self) -> tuple[AnyOf]:
+        """Only sessions past their ``max_duration``, or whose value is not a number."""
+        return (AnyOf(StatusAge(spec_key=SPEC_KEY), Field("spec", (SPEC_KEY,), "not_number")),)
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:

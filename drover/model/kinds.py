@@ -1,0 +1,329 @@
+"""Entity kinds: each lifecycle drover runs is a kind with its own statuses.
+
+A kind names a ``StrEnum`` of statuses, which of them are terminal, and
+optionally a parent kind (its entities are then children of one entity of
+that kind, as kernels are of a session). The engine has no other knowledge
+of a kind: its rules below are derived from this declaration.
+
+* **Lifecycle order** is the enum's declaration order; terminal statuses share
+  the last rank. It decides when a transition is a *requeue* (sent back) and
+  which children a transition may move (only those behind it).
+* **Children of an ended entity** never stay live: a transition into a
+  terminal status that does not say what the children become ends them with
+  the child kind's status of the same name, else its first terminal status
+  that is not a success (a cancelled job's tasks did not succeed).
+* **Result**: an entity that ends gets ``result`` SUCCESS iff its status is in
+  :attr:`EntityKind.success` and none of its children ended outside the child
+  kind's ``success`` (nor, when the child kind has ``exit_codes``, with an
+  exit code other than 0); FAILURE otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from enum import StrEnum
+
+import attrs
+
+from drover.model.errors import InvalidHandlerError
+from drover.model.spec import is_kebab_case
+from drover.model.status import (
+    TERMINAL_KERNEL_STATUSES,
+    TERMINAL_SESSION_STATUSES,
+    KernelStatus,
+    SessionStatus,
+)
+
+__all__ = [
+    "BUILTIN_KINDS",
+    "KERNEL",
+    "SESSION",
+    "Budget",
+    "EntityKind",
+    "Kinds",
+    "TerminationRule",
+]
+
+
+def _frozen_str(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(values)
+
+
+def _maybe_frozen(values: Iterable[str] | None) -> frozenset[str] | None:
+    return None if values is None else frozenset(values)
+
+
+def _budgets(values: Iterable[Budget]) -> tuple[Budget, ...]:
+    return tuple(values)
+
+
+def _rules(values: Iterable[TerminationRule]) -> tuple[TerminationRule, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class Budget:
+    """A named failure budget of a kind: failures that name it spend it.
+
+    ``limit`` is the default number of failures allowed (configuration under
+    ``[budgets.<kind>]`` and an entity's ``spec["budgets"]`` override it);
+    the failure that goes past it gives the handler's ``give_up`` transition.
+    A budget is cumulative over the entity's whole life unless ``resets``, in
+    which case a status change refills it (as per-handler tries are).
+    """
+
+    name: str
+    limit: int
+    resets: bool = False
+
+
+@attrs.frozen
+class TerminationRule:
+    """How a termination request moves an entity in one of ``from_statuses``.
+
+    ``from_statuses`` of ``None`` means every live status except ``to``.
+    ``children`` (optional) is what its children become at once.
+    ``if_childless`` (optional) replaces ``to`` for an entity with no children:
+    nothing would ever finish its cleanup.
+    """
+
+    to: str
+    from_statuses: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
+    children: str | None = None
+    if_childless: str | None = None
+    message: str = "termination requested"
+
+
+@attrs.frozen
+class EntityKind:
+    """One lifecycle: a name, its statuses, which are terminal, and its parent kind.
+
+    Example::
+
+        class JobStatus(StrEnum):
+            QUEUED = "QUEUED"
+            RUNNING = "RUNNING"
+            DONE = "DONE"
+            FAILED = "FAILED"
+
+        register(EntityKind("job", JobStatus, terminal={JobStatus.DONE, JobStatus.FAILED}))
+
+    ``success``: the terminal statuses that count as success (default: the
+    first terminal status declared). ``exit_codes``: a child of this kind
+    succeeded only with exit code 0 (kernels). ``budgets``: named failure
+    budgets (:class:`Budget`). ``requeue_limit_status``: where an entity past
+    its requeue budget goes (default: the last terminal status declared).
+    ``termination``: how a termination request moves it (first matching rule
+    wins; default: every live status to the last terminal status);
+    ``terminable=False`` refuses termination requests (kernels end with their
+    session).
+    """
+
+    name: str
+    statuses: type[StrEnum]
+    terminal: frozenset[str] = attrs.field(converter=_frozen_str)
+    parent: str | None = None
+    success: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
+    exit_codes: bool = False
+    budgets: tuple[Budget, ...] = attrs.field(default=(), converter=_budgets)
+    requeue_limit_status: str | None = None
+    termination: tuple[TerminationRule, ...] = attrs.field(default=(), converter=_rules)
+    #: ``False``: entities of this kind end only with their parent (kernels).
+    terminable: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if not is_kebab_case(self.name):
+            raise InvalidHandlerError(f"kind name {self.name!r} must be kebab-case")
+        names = self.status_names
+        if not names:
+            raise InvalidHandlerError(f"kind {self.name!r}: its status enum has no members")
+        for status in names:
+            if len(status) > 32:
+                raise InvalidHandlerError(
+                    f"kind {self.name!r}: status {status!r} is longer than 32 characters"
+                )
+        if not self.terminal:
+            raise InvalidHandlerError(f"kind {self.name!r}: declare at least one terminal status")
+        self._known(self.terminal, "terminal")
+        if self.success is not None:
+            self._known(self.success, "success")
+        if self.requeue_limit_status is not None:
+            self._known({self.requeue_limit_status}, "requeue_limit_status")
+        for rule in self.termination:
+            self._known({rule.to}, "termination")
+            if rule.from_statuses is not None:
+                self._known(rule.from_statuses, "termination")
+            if rule.if_childless is not None:
+                self._known({rule.if_childless}, "termination")
+        seen: set[str] = set()
+        for budget in self.budgets:
+            if budget.name in seen:
+                raise InvalidHandlerError(f"kind {self.name!r}: budget {budget.name!r} twice")
+            seen.add(budget.name)
+
+    def _known(self, statuses: Iterable[str], what: str) -> None:
+        unknown = sorted(set(statuses) - set(self.status_names))
+        if unknown:
+            raise InvalidHandlerError(
+                f"kind {self.name!r}: {what} names unknown status(es) {unknown}; "
+                f"its statuses are {list(self.status_names)}"
+            )
+
+    @property
+    def status_names(self) -> tuple[str, ...]:
+        """Every status, in lifecycle (declaration) order."""
+        return tuple(s.value for s in self.statuses)
+
+    def status(self, value: str) -> StrEnum:
+        """The enum member for ``value``."""
+        return self.statuses(value)
+
+    @property
+    def first_status(self) -> str:
+        """Where new entities start unless told otherwise."""
+        return self.status_names[0]
+
+    @property
+    def live(self) -> frozenset[str]:
+        """The non-terminal statuses."""
+        return frozenset(s for s in self.status_names if s not in self.terminal)
+
+    @property
+    def success_statuses(self) -> frozenset[str]:
+        """The terminal statuses that count as success."""
+        if self.success is not None:
+            return self.success
+        return frozenset({next(s for s in self.status_names if s in self.terminal)})
+
+    @property
+    def limit_status(self) -> str:
+        """Where an entity past its requeue budget goes."""
+        if self.requeue_limit_status is not None:
+            return self.requeue_limit_status
+        return [s for s in self.status_names if s in self.terminal][-1]
+
+    def rank(self, status: str) -> int:
+        """Lifecycle rank: declaration order, terminal statuses sharing the last rank."""
+        names = self.status_names
+        if status in self.terminal:
+            return len(names)
+        return names.index(status)
+
+    def is_requeue(self, from_status: str, to_status: str) -> bool:
+        """Whether ``from_status`` -> ``to_status`` sends an entity back in its lifecycle."""
+        return to_status not in self.terminal and self.rank(to_status) < self.rank(from_status)
+
+    def movable_to(self, target: str) -> frozenset[str]:
+        """The statuses a transition of children to ``target`` may move.
+
+        Terminal children never move. A move to the first status (starting
+        over) moves every other live child; any other move only children
+        *behind* ``target``, so progress reported first is never lost.
+        """
+        live = self.live
+        if target in self.terminal:
+            return live
+        if target == self.first_status:
+            return live - {target}
+        rank = self.rank(target)
+        return frozenset(s for s in live if self.rank(s) < rank)
+
+    def end_status_for(self, parent_status: str) -> str:
+        """What a live child of this kind becomes when its parent ends in ``parent_status``."""
+        if parent_status in self.terminal:
+            return parent_status
+        ends = [s for s in self.status_names if s in self.terminal]
+        unsuccessful = [s for s in ends if s not in self.success_statuses]
+        return (unsuccessful or ends)[0]
+
+    def termination_of(self, status: str, has_children: bool) -> TerminationRule | None:
+        """The rule for a termination request in ``status``; ``None``: nothing to do."""
+        if status in self.terminal or not self.terminable:
+            return None
+        rules = self.termination or (TerminationRule(self.limit_status),)
+        for rule in rules:
+            if status == rule.to:
+                continue
+            if rule.from_statuses is None or status in rule.from_statuses:
+                if not has_children and rule.if_childless is not None:
+                    return attrs.evolve(rule, to=rule.if_childless)
+                return rule
+        return None
+
+
+SESSION = EntityKind(
+    "session",
+    SessionStatus,
+    terminal=TERMINAL_SESSION_STATUSES,
+    success={SessionStatus.TERMINATED},
+    requeue_limit_status=SessionStatus.ERROR,
+    termination=(
+        TerminationRule(
+            SessionStatus.CANCELLED,
+            {SessionStatus.PENDING},
+            children=KernelStatus.CANCELLED,
+            message="termination requested: cancelled before it was scheduled",
+        ),
+        TerminationRule(
+            SessionStatus.TERMINATING,
+            {s for s in SessionStatus if s not in TERMINAL_SESSION_STATUSES},
+            if_childless=SessionStatus.TERMINATED,
+        ),
+    ),
+)
+KERNEL = EntityKind(
+    "kernel",
+    KernelStatus,
+    terminal=TERMINAL_KERNEL_STATUSES,
+    parent="session",
+    success={KernelStatus.TERMINATED},
+    exit_codes=True,
+    terminable=False,
+)
+#: The kinds every drover has; plugins add theirs with ``drover_register_kinds``.
+BUILTIN_KINDS = (SESSION, KERNEL)
+
+
+class Kinds(Mapping[str, EntityKind]):
+    """The registered kinds by name, checked as a set (parents known, one child kind each)."""
+
+    def __init__(self, kinds: Iterable[EntityKind] = BUILTIN_KINDS) -> None:
+        self._kinds: dict[str, EntityKind] = {}
+        for kind in kinds:
+            if kind.name in self._kinds and self._kinds[kind.name] is not kind:
+                raise InvalidHandlerError(f"kind {kind.name!r} is registered twice")
+            self._kinds[kind.name] = kind
+        self._children: dict[str, EntityKind] = {}
+        for kind in self._kinds.values():
+            if kind.parent is None:
+                continue
+            if kind.parent not in self._kinds:
+                raise InvalidHandlerError(
+                    f"kind {kind.name!r} names parent kind {kind.parent!r}, which is not "
+                    f"registered; registered: {sorted(self._kinds)}"
+                )
+            if kind.parent in self._children:
+                other = self._children[kind.parent].name
+                raise InvalidHandlerError(
+                    f"kind {kind.parent!r} would have two child kinds ({other!r} and "
+                    f"{kind.name!r}); a kind has at most one (link other kinds with relations)"
+                )
+            self._children[kind.parent] = kind
+
+    def __getitem__(self, name: str) -> EntityKind:
+        try:
+            return self._kinds[name]
+        except KeyError:
+            raise InvalidHandlerError(
+                f"no kind named {name!r} is registered; registered: {sorted(self._kinds)}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kinds)
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def child_of(self, name: str) -> EntityKind | None:
+        """The kind whose entities are children of ``name``'s, if any."""
+        return self._children.get(name)
