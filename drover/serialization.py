@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from drover.model.kinds import SESSION, EntityKind
+from drover.model.status import RouteStatus
 from drover.model.values import (
     CoordinatorInfo,
     Entity,
@@ -31,8 +32,11 @@ if TYPE_CHECKING:
     from drover.plugins.graph import Edge
     from drover.storage.ticks import HandlerErrors
 
+_ROUTE = RouteStatus
+
 __all__ = [
     "coordinator_json",
+    "deployment_json",
     "diagnosis_json",
     "display_time",
     "entity_json",
@@ -42,6 +46,7 @@ __all__ = [
     "iso",
     "kernel_history_json",
     "kernel_json",
+    "route_json",
     "session_json",
     "stats_json",
     "termination_json",
@@ -132,6 +137,33 @@ def entity_json(entity: Entity) -> dict[str, Any]:
             }
             for c in entity.children
         ],
+    }
+
+
+def deployment_json(deployment: Entity) -> dict[str, Any]:
+    """A deployment with replica counts and its routes."""
+    data = entity_json(deployment)
+    routes = deployment.children
+    data["replicas"] = deployment.spec.get("replicas")
+    data["healthy"] = sum(1 for r in routes if r.status == _ROUTE.HEALTHY)
+    data["live_routes"] = sum(
+        1 for r in routes if r.status not in (_ROUTE.TERMINATING, _ROUTE.TERMINATED)
+    )
+    return data
+
+
+def route_json(route: Entity) -> dict[str, Any]:
+    """A route: its status, replica session and URL."""
+    data = route.data or {}
+    return {
+        "id": route.id,
+        "status": str(route.status),
+        "status_info": route.status_info,
+        "session_id": data.get("session_id"),
+        "url": data.get("url"),
+        "last_answer_at": data.get("last_answer_at"),
+        "status_changed_at": iso(route.status_changed_at),
+        "created_at": iso(route.created_at),
     }
 
 

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -299,13 +300,16 @@ class LocalBackend(AgentBackend):
             str(workdir / _EXIT_FILE),
             *[str(a) for a in kernel.spec["command"]],
         ]
+        port = free_port()
+        env = _env(session, kernel)
+        env["PORT"] = str(port)
         out = os.open(logs["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         err = os.open(logs["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             pid = os.posix_spawn(
                 "/bin/sh",
                 argv,
-                _env(session, kernel),
+                env,
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_DUP2, out, 1),
@@ -322,7 +326,7 @@ class LocalBackend(AgentBackend):
             os.close(err)
         identity = process_identity(pid) or f"{_boot_id()}:unknown"
         self._procs[kernel.id] = _Proc(kernel.id, pid, identity, workdir, own=True)
-        runtime = {"pid": pid, "identity": identity, "workdir": str(workdir), **logs}
+        runtime = {"pid": pid, "identity": identity, "workdir": str(workdir), "port": port, **logs}
         return KernelReport(kernel.id, _K.RUNNING, expected=expected, runtime=runtime)
 
     # -- watching exits ------------------------------------------------------------
@@ -491,6 +495,18 @@ def _log_paths(workdir: Path) -> dict[str, str]:
 def _cwd(spec: Mapping[str, Any], workdir: Path) -> Path:
     cwd = spec.get("cwd")
     return workdir / cwd if isinstance(cwd, str) and cwd else workdir
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's ``$PORT``).
+
+    The kernel binds it moments later; another process could take it in
+    between, which a replica's health check then reports.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _env(session: SessionWithKernels, kernel: KernelInfo) -> dict[str, str]:

@@ -10,7 +10,10 @@ Per-kernel behaviour comes from the kernel spec's optional ``"sim"`` table:
 ``{"prepare": "fail"}``  the kernel goes to ERROR instead of PREPARED;
 ``{"prepare": "hang"}`` / ``{"create": "hang"}``  the kernel never progresses;
 ``{"run_for": 5}``      seconds to run before exiting (overrides the backend's);
-``{"exit_code": 3}``    exit code (non-zero exits end in ERROR).
+``{"exit_code": 3}``    exit code (non-zero exits end in ERROR);
+``{"port": 8080}``      recorded in the kernel's runtime when it runs, as the
+                        local backend records ``$PORT`` (a deployment's replica
+                        whose "server" is a test's own).
 
 Under the daemon (``pump_interval`` set) the backend delivers due progress by
 itself every ``pump_interval`` seconds; in the test harness (``pump_interval``
@@ -89,6 +92,8 @@ class SimulatedBackend(AgentBackend):
         self._events: list[_Event] = []
         # Kernels destroyed while events were queued: skipped at delivery.
         self._forgotten: set[str] = set()
+        # Runtime bookkeeping reported with a kernel's RUNNING (its "sim" port).
+        self._runtimes: dict[str, dict[str, Any]] = {}
         self._seq = itertools.count()
         self._failures: dict[str, list[tuple[str | None, str]]] = {}
         #: Every operation called, as ``(operation, session_id)``, for tests.
@@ -210,6 +215,9 @@ class SimulatedBackend(AgentBackend):
             if hangs:
                 continue
             running.append((kernel.id, _RUNNING_S, _STARTING, None, None))
+            port = self._sim(kernel.spec).get("port")
+            if isinstance(port, int):
+                self._runtimes[kernel.id] = {"port": port}
             if run_for is None:
                 continue
             exits.setdefault(run_for, []).append(
@@ -239,7 +247,8 @@ class SimulatedBackend(AgentBackend):
         while self._events and self._events[0][0] <= now:
             for kid, status, expected, exit_code, message in heapq.heappop(self._events)[2]:
                 if kid not in self._forgotten:
-                    due.append(KernelReport(kid, status, expected, exit_code, message))
+                    runtime = self._runtimes.pop(kid, None) if status is _RUNNING_S else None
+                    due.append(KernelReport(kid, status, expected, exit_code, message, runtime))
         if not due:
             return 0
         applied = sum(await self.reporter.report_kernel_statuses(due))

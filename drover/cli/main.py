@@ -7,6 +7,7 @@ import pluggy
 
 from drover.cli._common import CliState
 from drover.cli.db import db
+from drover.cli.deployments import deploy, deployments, destroy, routes, scale
 from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
@@ -65,6 +66,11 @@ for command in (
     stats,
     graph,
     entities,
+    deploy,
+    deployments,
+    scale,
+    destroy,
+    routes,
     serve,
 ):
     main.add_command(command)

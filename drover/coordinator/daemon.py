@@ -89,8 +89,8 @@ class Daemon:
         self._in_tick: set[str] = set()
         #: Consecutive ticks of each handler whose execute() raised.
         self.errors: dict[str, int] = dict.fromkeys(self.names, 0)
-        # Which handlers to wake when sessions move into a status.
-        self._targets: dict[str, set[str]] = {}
+        # Which handlers to wake when entities of a kind move into a status.
+        self._targets: dict[tuple[str, str], set[str]] = {}
         self._promotions = [
             n for n in self.names if isinstance(coordinator.handlers[n], PromotionRule)
         ]
@@ -99,10 +99,21 @@ class Daemon:
             statuses = (
                 handler.from_statuses
                 if isinstance(handler, PromotionRule)
-                else handler.target_session_statuses
+                else handler.target_statuses
             )
             for status in statuses:
-                self._targets.setdefault(str(status), set()).add(handler_name(handler))
+                key = (handler.kind, str(status))
+                self._targets.setdefault(key, set()).add(handler_name(handler))
+        # Handlers of the statuses new entities start in (woken by news of creations).
+        kinds = coordinator.kinds
+        self._newcomers = sorted(
+            {
+                name
+                for (kind, status), names in self._targets.items()
+                if kind in kinds and status == kinds[kind].first_status
+                for name in names
+            }
+        )
         self.ticks = 0
 
     def wake(self, *names: str) -> None:
@@ -277,12 +288,13 @@ class Daemon:
                 "duration": round(report.duration, 6),
             },
         )
-        for status in report.moved_to:
-            for name in self._targets.get(str(status), ()):
+        moved = {(c.kind, str(c.to_status)) for c in report.changes if c.to_status != c.from_status}
+        for kind, status in moved:
+            for name in self._targets.get((kind, status), ()):
                 self._wake[name].set()
-            if status in TERMINAL_SESSION_STATUSES:
+            if kind == "session" and status in TERMINAL_SESSION_STATUSES:
                 # Ended sessions free capacity: waiting sessions may fit now.
-                for name in self._targets.get(SessionStatus.PENDING.value, ()):
+                for name in self._targets.get(("session", SessionStatus.PENDING.value), ()):
                     self._wake[name].set()
         if report.kernel_changes:
             self.wake_promotions()
@@ -339,7 +351,7 @@ class Daemon:
             await self._sleep_unless_stopping(self._prune_interval)
 
     async def _submission_loop(self) -> None:
-        pending = sorted(self._targets.get(SessionStatus.PENDING.value, ()))
+        pending = self._newcomers
         last: str | None = None
         while not self._stopping.is_set():
             try:

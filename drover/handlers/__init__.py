@@ -1,12 +1,14 @@
-"""The built-in handlers: nine plugins registered through ``drover_register_handlers``.
+"""The built-in handlers, registered as plugins through ``drover_register_handlers``.
 
-The eight of the Sokovan proposal, plus ``detect-start-failure`` so that a
-session whose kernels end before it runs cannot wait forever.
+Sessions: the eight of the Sokovan proposal, plus ``detect-start-failure`` so
+that a session whose kernels end before it runs cannot wait forever.
+Deployments (five) and routes (five): the seed's other two lifecycles, two
+plugins (``drover.handlers.deployments``, ``drover.handlers.routes``).
 """
 
 from __future__ import annotations
 
-from drover.handlers import prepare, schedule, start, terminate
+from drover.handlers import deployments, prepare, routes, schedule, start, terminate
 from drover.handlers.prepare import PrepareSessions
 from drover.handlers.promotions import (
     PROMOTION_PLUGINS,
@@ -40,4 +42,6 @@ BUILTIN_PLUGINS: list[tuple[str, object]] = [
     ("drover.handlers.start-sessions", start),
     ("drover.handlers.terminate-sessions", terminate),
     *PROMOTION_PLUGINS,
+    ("drover.handlers.deployments", deployments),
+    ("drover.handlers.routes", routes),
 ]

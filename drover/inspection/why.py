@@ -130,11 +130,11 @@ def diagnose(
     waits: list[str] = []
     for name, handler in sorted(handlers.items()):
         if isinstance(handler, PromotionRule):
-            if session.status in handler.from_statuses:
+            if handler.kind == "session" and session.status in handler.from_statuses:
                 owners.append({"handler": name, "kind": "promotion"})
                 waits.append(_promotion_wait(handler, session))
             continue
-        if session.status in handler.target_session_statuses:
+        if handler.kind == "session" and session.status in handler.target_statuses:
             opts = session_options(options_for(name), session, name)
             owner: dict[str, Any] = {
                 "handler": name,

@@ -30,13 +30,17 @@ from drover.model.spec import is_kebab_case
 from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
     TERMINAL_SESSION_STATUSES,
+    EndpointLifecycle,
     KernelStatus,
+    RouteStatus,
     SessionStatus,
 )
 
 __all__ = [
     "BUILTIN_KINDS",
+    "DEPLOYMENT",
     "KERNEL",
+    "ROUTE",
     "SESSION",
     "Budget",
     "EntityKind",
@@ -130,6 +134,11 @@ class EntityKind:
     termination: tuple[TerminationRule, ...] = attrs.field(default=(), converter=_rules)
     #: ``False``: entities of this kind end only with their parent (kernels).
     terminable: bool = True
+    #: Statuses kept for compatibility that the lifecycle never uses (no graph warnings).
+    dormant: frozenset[str] = attrs.field(factory=frozenset, converter=_frozen_str)
+    #: Entities live until someone asks them to end (services): a termination
+    #: request counts as a way out in the graph checks.
+    ends_on_request: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not is_kebab_case(self.name):
@@ -280,8 +289,43 @@ KERNEL = EntityKind(
     exit_codes=True,
     terminable=False,
 )
+_E, _R = EndpointLifecycle, RouteStatus
+#: A service: N replicas of a command, each replica a route running one session.
+DEPLOYMENT = EntityKind(
+    "deployment",
+    EndpointLifecycle,
+    terminal={_E.DESTROYED},
+    success={_E.DESTROYED},
+    budgets=(Budget("replacements", 10),),
+    dormant={_E.CREATED, _E.DEPLOYING},
+    ends_on_request=True,
+    termination=(
+        # Destroying passes through DESTROYING, where the routes are drained.
+        TerminationRule(
+            _E.DESTROYING,
+            {s for s in _E if s not in (_E.DESTROYING, _E.DESTROYED)},
+            children=_R.TERMINATING,
+            message="destroy requested",
+        ),
+    ),
+)
+#: One replica of a deployment; its session is linked to it (relation ``replica-of``).
+ROUTE = EntityKind(
+    "route",
+    RouteStatus,
+    terminal={_R.TERMINATED},
+    parent="deployment",
+    success={_R.TERMINATED},
+    termination=(
+        TerminationRule(
+            _R.TERMINATING,
+            {s for s in _R if s not in (_R.TERMINATING, _R.TERMINATED)},
+            message="termination requested",
+        ),
+    ),
+)
 #: The kinds every drover has; plugins add theirs with ``drover_register_kinds``.
-BUILTIN_KINDS = (SESSION, KERNEL)
+BUILTIN_KINDS = (SESSION, KERNEL, DEPLOYMENT, ROUTE)
 
 
 class Kinds(Mapping[str, EntityKind]):

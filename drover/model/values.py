@@ -142,6 +142,14 @@ class NewEntity:
         return self.by if self.by is not None else self.parent_id
 
 
+def _new_entities(value: Iterable[NewEntity]) -> list[NewEntity]:
+    return list(value)
+
+
+def _patches(value: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(k): v for k, v in value.items()}
+
+
 @attrs.frozen
 class HandlerResult:
     """What a handler says about the entities (sessions) it was given.
@@ -171,8 +179,8 @@ class HandlerResult:
     placements: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     outcomes: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     budgets: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
-    create: list[NewEntity] = attrs.field(factory=list, converter=list)
-    data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=dict)
+    create: list[NewEntity] = attrs.field(factory=list, converter=_new_entities)
+    data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_patches)
 
 
 @attrs.frozen

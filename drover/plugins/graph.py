@@ -127,7 +127,7 @@ def check_graph(handlers: Mapping[str, Handler], kind: EntityKind = SESSION) -> 
     mine = _of_kind(handlers, kind)
     noun = f"{kind.name}s"
     targeted = {str(s) for _, h in mine for s in target_statuses(h)}
-    live = [s for s in kind.status_names if s not in kind.terminal]
+    live = [s for s in kind.status_names if s not in kind.terminal and s not in kind.dormant]
     for status in live:
         if status not in targeted and (kind.parent is None or mine):
             warnings.append(
@@ -143,6 +143,8 @@ def check_graph(handlers: Mapping[str, Handler], kind: EntityKind = SESSION) -> 
         retry = type(handler).status_transitions().need_retry
         if retry is None or retry.to is None:
             continue
+        if type(handler).default_options().max_retries is None:
+            continue  # no retry limit to defeat (budgets, if any, still count)
         for status in sorted(str(s) for s in target_statuses(handler)):
             if retry.to != status:
                 warnings.append(
@@ -158,7 +160,8 @@ def check_graph(handlers: Mapping[str, Handler], kind: EntityKind = SESSION) -> 
         return warnings
     for status in live:
         # Only handler moves count here: a termination request needs a person.
-        if not (_reachable([status], handler_edges) & kind.terminal):
+        exits = edges if kind.ends_on_request else handler_edges
+        if not (_reachable([status], exits) & kind.terminal):
             warnings.append(
                 GraphWarning(
                     "no-exit",

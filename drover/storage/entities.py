@@ -25,6 +25,7 @@ __all__ = [
     "CREATED",
     "check_new_entities",
     "create_entities",
+    "find_by_name",
     "get_entity",
     "insert_new_entities",
     "link",
@@ -361,5 +362,24 @@ async def state_fingerprint(db: Database) -> tuple[Any, ...]:
         rows = conn.execute(sa.select(*columns).order_by(e.c.id)).all()
         digest = hash(tuple(repr(tuple(r)) for r in rows))
         return (newest, changes, len(rows), digest)
+
+    return await db.read(work)
+
+
+async def find_by_name(db: Database, kind: str, name: str) -> list[Entity]:
+    """Entities of ``kind`` named ``name``, live ones first, then newest first."""
+    query = sa.select(*ENTITY_COLUMNS).where(e.c.kind == kind, e.c.name == name)
+    terminal = sorted(db.kinds[kind].terminal)
+    query = query.order_by(e.c.status.in_(terminal), e.c.created_at.desc(), e.c.id.desc())
+
+    def work(conn: sa.Connection) -> list[Entity]:
+        rows = conn.execute(query).all()
+        ids = [r[0] for r in rows]
+        children = (
+            conn.execute(sa.select(*ENTITY_COLUMNS).where(e.c.parent_id.in_(ids))).all()
+            if ids
+            else []
+        )
+        return entities_with_children(rows, children)
 
     return await db.read(work)

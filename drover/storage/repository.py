@@ -158,9 +158,11 @@ class Repository:
         """The newest id of anything created (ids are time-ordered)."""
         return await _sessions.latest_entity_id(self._db)
 
-    async def request_termination(self, session_ids: Sequence[str]) -> list[TerminationOutcome]:
-        """Ask for entities to end, each by its kind's termination rule."""
-        return await _termination.request_termination(self._db, session_ids)
+    async def request_termination(
+        self, session_ids: Sequence[str], *, source: str = "api"
+    ) -> list[TerminationOutcome]:
+        """Ask for entities to end, each by its kind's termination rule (history: ``source``)."""
+        return await _termination.request_termination(self._db, session_ids, source)
 
     # -- entities of any kind ------------------------------------------------------------
 
@@ -197,6 +199,10 @@ class Repository:
     async def resolve_entity_id(self, prefix: str) -> str:
         """The id of the one entity of any kind whose id starts with ``prefix``."""
         return await _sessions.resolve_session_id(self._db, prefix, None)
+
+    async def find_by_name(self, kind: str, name: str) -> list[Entity]:
+        """Entities of ``kind`` named ``name``, live ones first, then newest first."""
+        return await _entities.find_by_name(self._db, kind, name)
 
     async def get_entity(self, entity_id: str) -> Entity:
         """One entity of any kind with its children, or UnknownSessionError."""

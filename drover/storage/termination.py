@@ -28,12 +28,15 @@ _USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
 e = entities
 
 
-async def request_termination(db: Database, session_ids: Sequence[str]) -> list[TerminationOutcome]:
+async def request_termination(
+    db: Database, session_ids: Sequence[str], source: str = API_SOURCE
+) -> list[TerminationOutcome]:
     """Ask for entities (sessions, or any kind) to end, recorded as SUCCESS rows of ``api``.
 
     Each moves as its kind's termination rule says, with ``status_info``
     USER_REQUESTED. Raises UnknownSessionError, writing nothing, if any id
-    is unknown.
+    is unknown. ``source`` names the requester in history (a handler that
+    ends what it owns, say ``terminating-route``).
     """
     now = db.clock.time()
 
@@ -63,6 +66,11 @@ async def request_termination(db: Database, session_ids: Sequence[str]) -> list[
                 )
         changes: list[Change] = []
         outcomes: list[TerminationOutcome] = []
+        info = (
+            _USER_REQUESTED
+            if source == API_SOURCE
+            else StatusInfoRule(default=f"REQUESTED_BY_{source.upper().replace('-', '_')}")
+        )
         for sid in dict.fromkeys(session_ids):
             kind_name, status = found[sid]
             rule = db.kinds[kind_name].termination_of(status, sid in with_kernels)
@@ -77,14 +85,14 @@ async def request_termination(db: Database, session_ids: Sequence[str]) -> list[
                     to_status=rule.to,
                     to_children=rule.children,
                     message=rule.message,
-                    status_info=_USER_REQUESTED,
+                    status_info=info,
                     kind=kind_name,
                 )
             )
             to = _SESSION_STATUS.get(rule.to, rule.to) if kind_name == "session" else rule.to
             outcomes.append(TerminationOutcome(sid, status, to, True, kind_name))
         if changes:
-            Apply(conn, API_SOURCE, now, postgres=db.postgres, kinds=db.kinds).run(changes)
+            Apply(conn, source, now, postgres=db.postgres, kinds=db.kinds).run(changes)
         return outcomes
 
     return await db.write(work)

@@ -37,9 +37,16 @@ from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError, UnknownSessionError
 from drover.model.kinds import EntityKind
-from drover.model.status import TERMINAL_SESSION_STATUSES, SchedulingResult, SessionStatus
+from drover.model.status import (
+    TERMINAL_SESSION_STATUSES,
+    RouteStatus,
+    SchedulingResult,
+    SessionStatus,
+)
+from drover.model.values import Entity
 from drover.plugins.graph import Edge, edges_of
 from drover.serialization import (
+    deployment_json,
     diagnosis_json,
     display_time,
     graph_json,
@@ -386,6 +393,34 @@ def create_app(
         data["history"] = [history_json(r) for r in await repo.history(sid)]
         return JSONResponse(data)
 
+    async def deployment_of(request: Request) -> Entity:
+        name = request.path_params["name"]
+        found = await repo.find_by_name("deployment", name)
+        if not found:
+            raise HTTPException(404, f"no deployment named {name!r}")
+        return found[0]
+
+    async def api_deployments(request: Request) -> Response:
+        found = await repo.list_entities("deployment", limit=None)
+        return JSONResponse([deployment_json(d) for d in found])
+
+    async def api_deployment_endpoints(request: Request) -> Response:
+        """The HEALTHY replicas' URLs, for a load balancer (Traefik's HTTP provider, nginx)."""
+        deployment = await deployment_of(request)
+        urls = sorted(
+            str((r.data or {}).get("url"))
+            for r in deployment.children
+            if r.status == RouteStatus.HEALTHY and (r.data or {}).get("url")
+        )
+        return JSONResponse(
+            {
+                "deployment": deployment.name,
+                "id": deployment.id,
+                "status": str(deployment.status),
+                "endpoints": urls,
+            }
+        )
+
     async def api_session_why(request: Request) -> Response:
         sid = await resolve(request, api=True)
         coordinator = dashboard.coordinator()
@@ -525,6 +560,8 @@ def create_app(
         Route("/graph", graph_page, name="graph"),
         Route("/graph.svg", graph_svg, name="graph_svg"),
         Route("/api/sessions", api_sessions),
+        Route("/api/deployments", api_deployments),
+        Route("/api/deployments/{name}/endpoints", api_deployment_endpoints),
         Route("/api/sessions/{session_id}", api_session),
         Route("/api/sessions/{session_id}/why", api_session_why),
         Route("/api/sessions/{session_id}/timeline", api_session_timeline),

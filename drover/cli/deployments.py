@@ -1,0 +1,266 @@
+"""``drover deploy / deployments / scale / destroy / routes``: services of N replicas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from drover.app import App
+from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.model.errors import DroverError, InvalidSpecError, UnknownSessionError
+from drover.model.spec import session_request
+from drover.model.status import EndpointLifecycle, RouteStatus
+from drover.model.values import Entity
+from drover.serialization import deployment_json, route_json
+
+__all__ = ["deploy", "deployments", "destroy", "routes", "scale"]
+
+_E = EndpointLifecycle
+
+
+async def find_deployment(app: App, name_or_id: str) -> Entity:
+    """The live deployment named ``name_or_id`` (else the newest one), or the one with that id."""
+    repo = app.repository
+    found = await repo.find_by_name("deployment", name_or_id)
+    if found:
+        return found[0]
+    try:
+        entity_id = await repo.resolve_entity_id(name_or_id)
+    except UnknownSessionError:
+        raise DroverError(f"no deployment named {name_or_id!r}") from None
+    entity = await repo.get_entity(entity_id)
+    if entity.kind != "deployment":
+        raise DroverError(f"{name_or_id!r} is a {entity.kind}, not a deployment")
+    return entity
+
+
+def _positive(value: float | None, flag: str) -> float | None:
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"must be > 0, got {value}", param_hint=flag)
+    return value
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--health-path", default="/", show_default=True, help="Path each replica answers.")
+@click.option("--cpu", type=click.FloatRange(min=0), default=0.5, show_default=True)
+@click.option("--mem", type=click.FloatRange(min=0), default=128.0, show_default=True, help="MiB.")
+@click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the replicas (repeatable).")
+@click.option(
+    "--start-timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds a replica may take to answer its first health check.",
+)
+@click.option(
+    "--evict-after",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds a replica may stay UNHEALTHY before it is replaced.",
+)
+@click.option(
+    "--stale-after",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds without any answer before a replica counts as stale (DEGRADED).",
+)
+@click.option(
+    "--check-timeout", type=float, default=2.0, show_default=True, help="Seconds per check."
+)
+@click.option(
+    "--max-replacements",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Replacements of lost replicas allowed over the deployment's life [default: 10].",
+)
+@json_option
+@database_option
+@click.pass_context
+def deploy(
+    ctx: click.Context,
+    name: str,
+    command: tuple[str, ...],
+    replicas: int,
+    health_path: str,
+    cpu: float,
+    mem: float,
+    env_pairs: tuple[str, ...],
+    start_timeout: float,
+    evict_after: float,
+    stale_after: float,
+    check_timeout: float,
+    max_replacements: int | None,
+    as_json: bool,
+    database_url: str | None,
+) -> None:
+    """Deploy NAME: keep N replicas of COMMAND running and healthy (each replica a session).
+
+    Each replica gets a free port in $PORT; drover GETs
+    http://127.0.0.1:$PORT<health-path> and replaces replicas that stop
+    answering.
+
+    The command is run as given (no shell): use sh -c to expand $PORT.
+
+    Example: drover deploy web --replicas 2 -- sh -c 'exec python3 -m http.server $PORT'
+    """
+    for flag, seconds in (
+        ("--start-timeout", start_timeout),
+        ("--evict-after", evict_after),
+        ("--stale-after", stale_after),
+        ("--check-timeout", check_timeout),
+    ):
+        _positive(seconds, flag)
+    if not health_path.startswith("/"):
+        raise click.BadParameter("must start with /", param_hint="--health-path")
+    env: dict[str, str] = {}
+    for pair in env_pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
+        env[key] = text
+    kernel: dict[str, Any] = {"command": list(command), "cpu": cpu, "mem": mem}
+    if env:
+        kernel["env"] = env
+    try:
+        session_request({"kernels": [kernel]})
+    except InvalidSpecError as error:
+        raise click.ClickException(str(error)) from None
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "kernel": kernel,
+        "health_path": health_path,
+        "check_timeout": check_timeout,
+        "stale_after": stale_after,
+        "evict_after": evict_after,
+        "options": {"health-check-route": {"timeout": start_timeout}},
+    }
+    if max_replacements is not None:
+        spec["budgets"] = {"replacements": max_replacements}
+
+    async def work(app: App) -> str:
+        _ = app.kinds
+        for existing in await app.repository.find_by_name("deployment", name):
+            if existing.status != _E.DESTROYED:
+                raise DroverError(
+                    f"a deployment named {name!r} already exists ({existing.id}, "
+                    f"{existing.status}): scale it, or destroy it first"
+                )
+        return await app.repository.create_entity("deployment", spec=spec, name=name)
+
+    deployment_id = with_app(ctx, work, database_url=database_url)
+    if as_json:
+        emit_json({"id": deployment_id, "name": name, "replicas": replicas})
+    else:
+        click.echo(deployment_id)
+
+
+@click.command()
+@click.option("--all", "show_all", is_flag=True, help="Include DESTROYED deployments.")
+@json_option
+@database_option
+@click.pass_context
+def deployments(
+    ctx: click.Context, show_all: bool, as_json: bool, database_url: str | None
+) -> None:
+    """List deployments: status, desired and healthy replicas.
+
+    Example: drover deployments --json
+    """
+
+    async def work(app: App) -> list[Entity]:
+        found = await app.repository.list_entities("deployment", limit=None)
+        return [d for d in found if show_all or d.status != _E.DESTROYED]
+
+    found = with_app(ctx, work, database_url=database_url)
+    if as_json:
+        emit_json([deployment_json(d) for d in found])
+        return
+    rows = [deployment_json(d) for d in found]
+    print_table(
+        ["name", "id", "status", "replicas", "healthy", "live routes"],
+        [
+            (r["name"], r["id"], r["status"], r["replicas"], r["healthy"], r["live_routes"])
+            for r in rows
+        ],
+        title="deployments",
+    )
+
+
+@click.command()
+@click.argument("name")
+@click.argument("replicas", type=click.IntRange(min=0))
+@database_option
+@click.pass_context
+def scale(ctx: click.Context, name: str, replicas: int, database_url: str | None) -> None:
+    """Set the desired replicas of deployment NAME (recorded in its history as `api`).
+
+    Example: drover scale web 3
+    """
+
+    async def work(app: App) -> Entity:
+        deployment = await find_deployment(app, name)
+        if deployment.status in (_E.DESTROYING, _E.DESTROYED):
+            raise DroverError(f"deployment {name!r} is {deployment.status}: it cannot be scaled")
+        return await app.repository.update_spec(deployment.id, {"replicas": replicas})
+
+    deployment = with_app(ctx, work, database_url=database_url)
+    click.echo(f"{deployment.name}: {replicas} replica(s) wanted")
+
+
+@click.command()
+@click.argument("name")
+@database_option
+@click.pass_context
+def destroy(ctx: click.Context, name: str, database_url: str | None) -> None:
+    """Destroy deployment NAME: its routes and replica sessions end, then it is DESTROYED.
+
+    Example: drover destroy web
+    """
+
+    async def work(app: App) -> Any:
+        deployment = await find_deployment(app, name)
+        (outcome,) = await app.repository.request_termination([deployment.id])
+        return outcome
+
+    outcome = with_app(ctx, work, database_url=database_url)
+    if outcome.changed:
+        click.echo(f"{name}: {outcome.from_status} -> {outcome.to_status}")
+    else:
+        click.echo(f"{name}: already {outcome.to_status}, nothing to do")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--all", "show_all", is_flag=True, help="Include TERMINATED routes.")
+@json_option
+@database_option
+@click.pass_context
+def routes(
+    ctx: click.Context, name: str, show_all: bool, as_json: bool, database_url: str | None
+) -> None:
+    """List the routes (replicas) of deployment NAME: status, session, URL.
+
+    Example: drover routes web --json
+    """
+
+    async def work(app: App) -> Entity:
+        return await find_deployment(app, name)
+
+    deployment = with_app(ctx, work, database_url=database_url)
+    rows = [
+        route_json(r) for r in deployment.children if show_all or r.status != RouteStatus.TERMINATED
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    print_table(
+        ["route", "status", "session", "url", "since"],
+        [(r["id"], r["status"], r["session_id"], r["url"], r["status_changed_at"]) for r in rows],
+        title=f"routes of {deployment.name}",
+    )

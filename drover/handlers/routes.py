@@ -1,0 +1,431 @@
+"""The route lifecycle's handlers (the seed's "Route Handler Analysis").
+
+A route is one replica of a deployment: it runs one **session** (linked to
+it by the relation ``replica-of``, its id in ``data["session_id"]``) through
+the ordinary session lifecycle. The seed's table (``stale`` is a named
+outcome):
+
+====================  ===============================  ===========  ===============  ========
+handler               current                          SUCCESS      FAILURE          STALE
+====================  ===============================  ===========  ===============  ========
+provisioning-route    PROVISIONING                     DEGRADED     FAILED_TO_START  -
+health-check-route    HEALTHY, UNHEALTHY, DEGRADED     HEALTHY      UNHEALTHY        DEGRADED
+running-route         DEGRADED, HEALTHY, UNHEALTHY,    (maintain)   TERMINATING      -
+                      FAILED_TO_START
+route-eviction        UNHEALTHY                        TERMINATING  (maintain)       -
+terminating-route     TERMINATING                      TERMINATED   (maintain)       -
+====================  ===============================  ===========  ===============  ========
+
+Health checks are real HTTP: ``GET http://127.0.0.1:$PORT<health_path>`` on
+the port the backend gave the replica. 2xx is success; any other answer is a
+failure; no answer at all is a failure, or ``stale`` once the route has had
+no answer for ``stale_after`` seconds. A DEGRADED route (starting) that does
+not answer yet is left to wait until the handler's timeout (its start budget,
+``spec["options"]["health-check-route"]["timeout"]``) expires it to UNHEALTHY.
+``route-eviction`` takes routes UNHEALTHY for longer than ``evict_after``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx2
+
+from drover.coordinator.handlers import LifecycleHandler
+from drover.handlers.deployments import ENDING_ROUTES, desired_replicas
+from drover.model.clock import Clock
+from drover.model.errors import DroverError, InvalidSpecError
+from drover.model.filters import StatusAge
+from drover.model.spec import session_request
+from drover.model.status import RouteStatus, SessionStatus
+from drover.model.values import (
+    Entity,
+    HandlerOptions,
+    HandlerResult,
+    NewEntity,
+    SessionWithKernels,
+    StatusTransitions,
+    Transition,
+)
+from drover.plugins.markers import hookimpl
+from drover.plugins.registry import HandlerRegistry
+from drover.storage.repository import Repository
+
+__all__ = [
+    "DEFAULT_HEALTH_PATH",
+    "HealthCheckRoute",
+    "ProvisioningRoute",
+    "RouteEviction",
+    "RunningRoute",
+    "TerminatingRoute",
+    "drover_register_handlers",
+    "replica_url",
+]
+
+_R = RouteStatus
+#: The path checked unless the deployment says otherwise.
+DEFAULT_HEALTH_PATH = "/"
+#: Seconds one health check may take.
+DEFAULT_CHECK_TIMEOUT = 2.0
+#: Seconds without any answer before a HEALTHY/UNHEALTHY route is stale (DEGRADED).
+DEFAULT_STALE_AFTER = 30.0
+_TERMINAL_SESSIONS = frozenset(
+    {SessionStatus.TERMINATED, SessionStatus.CANCELLED, SessionStatus.ERROR}
+)
+
+
+def _number(spec: dict[str, Any], key: str, default: float) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return default
+    return float(value)
+
+
+def replica_url(session: SessionWithKernels) -> str | None:
+    """``http://127.0.0.1:PORT`` of a replica session, once its backend recorded a port."""
+    for kernel in session.kernels:
+        port = (kernel.runtime or {}).get("port")
+        if isinstance(port, int):
+            return f"http://127.0.0.1:{port}"
+    return None
+
+
+async def _sessions_of(repo: Repository, routes: Sequence[Entity]) -> dict[str, SessionWithKernels]:
+    """Each route's replica session (routes without one, or whose session is gone, left out)."""
+    out: dict[str, SessionWithKernels] = {}
+    for route in routes:
+        sid = (route.data or {}).get("session_id")
+        if not isinstance(sid, str):
+            continue
+        try:
+            out[route.id] = await repo.get_session(sid)
+        except DroverError:
+            continue
+    return out
+
+
+class _RouteHandler(LifecycleHandler):
+    """Shared: the kind, and the repository for reading replicas' sessions."""
+
+    kind = "route"
+
+    def __init__(self, repository: Repository, clock: Clock) -> None:
+        self.repository = repository
+        self.clock = clock
+
+    @classmethod
+    def default_options(cls) -> HandlerOptions:
+        """No retry limit, no timeout."""
+        return HandlerOptions(max_retries=None, timeout=None)
+
+
+class ProvisioningRoute(_RouteHandler):
+    """Create the route's replica session (in the apply), then wait in DEGRADED."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``provisioning-route``."""
+        return "provisioning-route"
+
+    @property
+    def target_statuses(self) -> frozenset[str]:
+        """PROVISIONING."""
+        return frozenset({_R.PROVISIONING})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """SUCCESS: DEGRADED; FAILURE: FAILED_TO_START."""
+        return StatusTransitions(
+            success=Transition(_R.DEGRADED),
+            need_retry=Transition(_R.FAILED_TO_START),
+            give_up=Transition(_R.FAILED_TO_START),
+        )
+
+    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
+        """One session per route, with the deployment's kernel spec; a bad spec fails."""
+        successes: list[str] = []
+        failures: list[str] = []
+        messages: dict[str, str] = {}
+        create: list[NewEntity] = []
+        data: dict[str, dict[str, Any]] = {}
+        for route in targets:
+            kernel = route.spec.get("kernel")
+            spec: dict[str, Any] = {"route_id": route.id}
+            for key in ("options", "max_requeues"):
+                if key in route.spec:
+                    spec[key] = route.spec[key]
+            try:
+                request = session_request({"kernels": [kernel], "spec": spec})
+            except InvalidSpecError as error:
+                failures.append(route.id)
+                messages[route.id] = f"cannot provision: {error}"
+                continue
+            name = f"{route.spec.get('deployment') or 'route'}-{route.id[-8:]}"
+            session = NewEntity(
+                "session",
+                request.spec,
+                name=name,
+                by=route.id,
+                children=[{"spec": k.spec} for k in request.kernels],
+                links=[("replica-of", route.id)],
+            )
+            create.append(session)
+            data[route.id] = {"session_id": session.id}
+            successes.append(route.id)
+            messages[route.id] = f"replica session {session.id} created"
+        return HandlerResult(
+            successes=successes, failures=failures, messages=messages, create=create, data=data
+        )
+
+
+class HealthCheckRoute(_RouteHandler):
+    """GET each replica's health path; 2xx: HEALTHY, else UNHEALTHY, silent too long: stale."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``health-check-route``."""
+        return "health-check-route"
+
+    @property
+    def target_statuses(self) -> frozenset[str]:
+        """HEALTHY, UNHEALTHY, DEGRADED."""
+        return frozenset({_R.HEALTHY, _R.UNHEALTHY, _R.DEGRADED})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """SUCCESS: HEALTHY; FAILURE and expiry: UNHEALTHY; ``stale``: DEGRADED."""
+        unhealthy = Transition(_R.UNHEALTHY)
+        return StatusTransitions(
+            success=Transition(_R.HEALTHY),
+            need_retry=unhealthy,
+            expired=unhealthy,
+            give_up=unhealthy,
+            outcomes={"stale": Transition(_R.DEGRADED)},
+        )
+
+    @classmethod
+    def default_options(cls) -> HandlerOptions:
+        """A 60 s start budget: a DEGRADED route silent that long becomes UNHEALTHY."""
+        return HandlerOptions(max_retries=None, timeout=60.0)
+
+    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
+        """Check every route whose replica is RUNNING with a port; wait on the others."""
+        sessions = await _sessions_of(self.repository, targets)
+        now = self.clock.time()
+        result: dict[str, tuple[str, str]] = {}
+        data: dict[str, dict[str, Any]] = {}
+
+        async def check(client: httpx2.AsyncClient, route: Entity) -> None:
+            session = sessions.get(route.id)
+            if session is None or session.status != SessionStatus.RUNNING:
+                state = "gone" if session is None else str(session.status)
+                result[route.id] = ("skipped", f"replica session is {state}")
+                return
+            base = replica_url(session)
+            if base is None:
+                result[route.id] = ("skipped", "no port recorded for the replica yet")
+                return
+            path = route.spec.get("health_path") or DEFAULT_HEALTH_PATH
+            url = f"{base}{path}"
+            timeout = _number(route.spec, "check_timeout", DEFAULT_CHECK_TIMEOUT)
+            previous = route.data or {}
+            try:
+                response = await client.get(url, timeout=timeout)
+            except httpx2.TransportError as error:
+                # No answer at all.
+                last = previous.get("last_answer_at")
+                since = float(last) if isinstance(last, int | float) else None
+                stale_after = _number(route.spec, "stale_after", DEFAULT_STALE_AFTER)
+                text = f"GET {url}: no answer ({type(error).__name__})"
+                if route.status == _R.DEGRADED:
+                    result[route.id] = ("skipped", f"{text}; waiting for the first answer")
+                elif since is not None and now - since > stale_after:
+                    result[route.id] = ("stale", f"{text} for {now - since:.0f}s")
+                else:
+                    result[route.id] = ("failure", text)
+                return
+            data[route.id] = {"last_answer_at": now, "url": base}
+            if 200 <= response.status_code < 300:
+                result[route.id] = ("success", f"GET {url}: {response.status_code}")
+            else:
+                result[route.id] = ("failure", f"GET {url}: {response.status_code}")
+
+        async with httpx2.AsyncClient() as client:
+            await asyncio.gather(*(check(client, r) for r in targets))
+        out: dict[str, list[str]] = {"success": [], "failure": [], "skipped": []}
+        outcomes: dict[str, str] = {}
+        for route_id, (verdict, _text) in result.items():
+            if verdict == "stale":
+                outcomes[route_id] = "stale"
+            else:
+                out[verdict].append(route_id)
+        return HandlerResult(
+            successes=out["success"],
+            failures=out["failure"],
+            skipped=out["skipped"],
+            outcomes=outcomes,
+            messages={rid: text for rid, (_v, text) in result.items()},
+            data={rid: patch for rid, patch in data.items() if rid in result},
+        )
+
+
+class RunningRoute(_RouteHandler):
+    """Routes whose replica ended, that failed to start, or that a scale-down made surplus."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``running-route``."""
+        return "running-route"
+
+    @property
+    def target_statuses(self) -> frozenset[str]:
+        """DEGRADED, HEALTHY, UNHEALTHY, FAILED_TO_START."""
+        return frozenset({_R.DEGRADED, _R.HEALTHY, _R.UNHEALTHY, _R.FAILED_TO_START})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """FAILURE: TERMINATING (the first failure ends the route: max_retries 0)."""
+        return StatusTransitions(give_up=Transition(_R.TERMINATING))
+
+    @classmethod
+    def default_options(cls) -> HandlerOptions:
+        """Give up on the first failure."""
+        return HandlerOptions(max_retries=0, timeout=None)
+
+    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
+        """Fail the routes that must go; say nothing of the others."""
+        sessions = await _sessions_of(self.repository, targets)
+        failures: dict[str, str] = {}
+        for route in targets:
+            if route.status == _R.FAILED_TO_START:
+                failures[route.id] = "failed to start"
+                continue
+            session = sessions.get(route.id)
+            if session is None:
+                failures[route.id] = "its replica session is gone"
+            elif session.status in _TERMINAL_SESSIONS:
+                failures[route.id] = (
+                    f"its replica session ended: {session.status} "
+                    f"({session.status_info or session.result or '-'})"
+                )
+        for route_id, text in (await self._surplus(targets)).items():
+            failures.setdefault(route_id, text)
+        return HandlerResult(failures=list(failures), messages=failures)
+
+    async def _surplus(self, targets: Sequence[Entity]) -> dict[str, str]:
+        """Routes beyond their deployment's replicas: unhealthy ones first, then the newest."""
+        surplus: dict[str, str] = {}
+        wanted = {t.id for t in targets}
+        rank: dict[str, int] = {
+            _R.FAILED_TO_START: 0,
+            _R.UNHEALTHY: 1,
+            _R.DEGRADED: 2,
+            _R.HEALTHY: 3,
+        }
+        for parent_id in {t.parent_id for t in targets if t.parent_id}:
+            try:
+                deployment = await self.repository.get_entity(parent_id)
+            except DroverError:
+                continue
+            live = [r for r in deployment.children if r.status not in ENDING_ROUTES]
+            replicas = desired_replicas(deployment)
+            if len(live) <= replicas:
+                continue
+            # Keep the healthiest, and among them the oldest.
+            live.sort(key=lambda r: (-rank.get(r.status, 0), r.id))
+            for route in live[replicas:]:
+                if route.id in wanted:
+                    surplus[route.id] = f"scaled down to {replicas} replica(s)"
+        return surplus
+
+
+class RouteEviction(_RouteHandler):
+    """Routes UNHEALTHY for longer than ``evict_after`` seconds are evicted."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``route-eviction``."""
+        return "route-eviction"
+
+    @property
+    def target_statuses(self) -> frozenset[str]:
+        """UNHEALTHY."""
+        return frozenset({_R.UNHEALTHY})
+
+    @property
+    def candidate_filters(self) -> tuple[StatusAge]:
+        """Only routes past their ``evict_after`` (compiled into the fetch's SQL)."""
+        return (StatusAge(spec_key="evict_after"),)
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """SUCCESS: TERMINATING."""
+        return StatusTransitions(success=Transition(_R.TERMINATING))
+
+    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
+        """Every fetched route is past its budget."""
+        return HandlerResult(
+            successes=[t.id for t in targets],
+            messages={
+                t.id: f"unhealthy for more than {t.spec.get('evict_after')}s" for t in targets
+            },
+        )
+
+
+class TerminatingRoute(_RouteHandler):
+    """Terminate the route's replica session; TERMINATED once the session has ended."""
+
+    @classmethod
+    def name(cls) -> str:
+        """``terminating-route``."""
+        return "terminating-route"
+
+    @property
+    def target_statuses(self) -> frozenset[str]:
+        """TERMINATING."""
+        return frozenset({_R.TERMINATING})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """SUCCESS: TERMINATED."""
+        return StatusTransitions(success=Transition(_R.TERMINATED))
+
+    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
+        """Success for routes whose session ended (or never existed); ask the others' to end."""
+        sessions = await _sessions_of(self.repository, targets)
+        successes: list[str] = []
+        skipped: list[str] = []
+        messages: dict[str, str] = {}
+        to_end: list[str] = []
+        for route in targets:
+            session = sessions.get(route.id)
+            if session is None or session.status in _TERMINAL_SESSIONS:
+                successes.append(route.id)
+                continue
+            skipped.append(route.id)
+            messages[route.id] = f"waiting for replica session {session.id} ({session.status})"
+            if session.status != SessionStatus.TERMINATING:
+                to_end.append(session.id)
+        if to_end:
+            # Ending what the route owns: recorded in the sessions' history under this
+            # handler's name, through the same termination rules as `drover terminate`.
+            await self.repository.request_termination(to_end, source=self.name())
+        return HandlerResult(successes=successes, skipped=skipped, messages=messages)
+
+
+ROUTE_HANDLERS = (
+    ProvisioningRoute,
+    HealthCheckRoute,
+    RunningRoute,
+    RouteEviction,
+    TerminatingRoute,
+)
+
+
+@hookimpl
+def drover_register_handlers(register: HandlerRegistry) -> None:
+    """Register the five route handlers with the repository and the clock."""
+    context = register.context
+    register(*(cls(context.repository, context.clock) for cls in ROUTE_HANDLERS))

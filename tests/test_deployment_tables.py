@@ -1,0 +1,344 @@
+"""Every cell of the seed's deployment and route tables, on SQLite and PostgreSQL.
+
+Replicas are sessions on the simulated backend; their "port" is a real HTTP
+server in this process (stdlib ``http.server``) whose answer the test sets, so
+``health-check-route`` makes real GET requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from drover import SchedulingResult
+from drover.model.status import EndpointLifecycle, RouteStatus, SessionStatus
+
+E, R = EndpointLifecycle, RouteStatus
+
+KERNEL = {"command": ["true"], "cpu": 1, "mem": 64}
+
+
+class _Replica(BaseHTTPRequestHandler):
+    code = 200
+
+    def do_GET(self) -> None:
+        self.send_response(type(self).code)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def replica() -> Iterator[Any]:
+    """A real HTTP server; set ``replica.code`` to choose its answer."""
+
+    class Handler(_Replica):
+        code = 200
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    Handler.port = server.server_address[1]  # type: ignore[attr-defined]
+    Handler.server_ = server  # type: ignore[attr-defined]
+    yield Handler
+    server.shutdown()
+    server.server_close()
+
+
+def spec(replicas: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "replicas": replicas,
+        "kernel": KERNEL,
+        "health_path": "/healthz",
+        "evict_after": 5,
+        "stale_after": 30,
+        **extra,
+    }
+
+
+async def deployment(h: Any, status: str = E.PENDING, routes: Any = (), **extra: Any) -> str:
+    children = [{"status": s, "spec": {"kernel": KERNEL, **extra.get("route", {})}} for s in routes]
+    return await h.create(
+        "deployment",
+        status=status,
+        spec=spec(**{k: v for k, v in extra.items() if k != "route"}),
+        children=children,
+        name="web",
+    )
+
+
+def with_port(port: int) -> dict[str, Any]:
+    """A replica kernel that the simulated backend reports listening on ``port``."""
+    return {**KERNEL, "sim": {"port": port}}
+
+
+async def run_replicas(h: Any, dep: str) -> list[str]:
+    """Provision the deployment's routes and run their replica sessions; return the routes."""
+    await h.tick("provisioning-route")
+    for handler in ("schedule-sessions", "prepare-sessions", "promote-to-prepared"):
+        await h.tick(handler)
+    await h.tick("start-sessions")
+    await h.tick("promote-to-running")
+    routes = [c.id for c in (await h.get(dep)).children]
+    for route in routes:
+        session = await h.session((await h.get(route)).data["session_id"])
+        assert session.status == SessionStatus.RUNNING
+    return routes
+
+
+async def routed(h: Any, replica: Any, *, replicas: int = 1) -> tuple[str, list[str]]:
+    """A READY deployment whose routes have RUNNING replicas answering on ``replica``."""
+    dep = await h.create(
+        "deployment", spec=spec(replicas, kernel=with_port(replica.port)), name="web"
+    )
+    await h.tick("check-pending-deployment")
+    await h.tick("scaling-deployment")
+    return dep, await run_replicas(h, dep)
+
+
+async def status(h: Any, entity_id: str) -> str:
+    return str((await h.get(entity_id)).status)
+
+
+# -- deployments --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start", [E.PENDING, E.CREATED])
+async def test_check_pending_deployment_success_is_scaling(make_harness, start):
+    async with make_harness() as h:
+        dep = await deployment(h, start)
+        report = await h.tick("check-pending-deployment")
+        assert report.count(SchedulingResult.SUCCESS) == 1
+        assert await status(h, dep) == E.SCALING
+
+
+async def test_scaling_deployment_creates_routes_then_is_ready(make_harness):
+    async with make_harness() as h:
+        dep = await h.create("deployment", status=E.SCALING, spec=spec(3), name="web")
+        await h.tick("scaling-deployment")
+        found = await h.get(dep)
+        assert found.status == E.READY
+        assert [c.status for c in found.children] == [R.PROVISIONING] * 3
+        assert found.data == {"scaled_to": 3}
+        (created,) = {
+            (r.handler, str(r.result)) for c in found.children for r in await h.history(c.id)
+        }
+        assert created == ("scaling-deployment", "CREATED")
+
+
+async def test_scaling_deployment_keeps_scaling_while_surplus_routes_drain(make_harness):
+    async with make_harness() as h:
+        dep = await deployment(h, E.SCALING, routes=[R.HEALTHY, R.HEALTHY], replicas=1)
+        report = await h.tick("scaling-deployment")
+        assert report.count(SchedulingResult.SKIPPED) == 1
+        assert await status(h, dep) == E.SCALING
+        assert "1 surplus route(s)" in ((await h.history(dep))[-1].message or "")
+
+
+async def test_check_replica_deployment_scales_when_replicas_change(make_harness):
+    async with make_harness() as h:
+        dep = await h.create("deployment", status=E.SCALING, spec=spec(1), name="web")
+        await h.tick("scaling-deployment")
+        assert (await h.tick("check-replica-deployment")).changes == ()  # unchanged: maintain
+        await h.repository.update_spec(dep, {"replicas": 2})
+        await h.tick("check-replica-deployment")
+        assert await status(h, dep) == E.SCALING
+
+
+async def test_reconcile_deployment_failure_is_scaling_and_spends_a_replacement(make_harness):
+    async with make_harness() as h:
+        dep = await h.create(
+            "deployment", status=E.SCALING, spec=spec(1, budgets={"replacements": 1}), name="web"
+        )
+        await h.tick("scaling-deployment")
+        assert (await h.tick("reconcile-deployment")).changes == ()  # routes match: maintain
+        (route,) = (await h.get(dep)).children
+        await h.repository.request_termination([route.id])  # the route is lost
+        await h.tick("reconcile-deployment")
+        found = await h.get(dep)
+        assert (found.status, found.budgets) == (E.SCALING, {"replacements": 1})
+        await h.tick("scaling-deployment")  # a replacement route
+        (_, new) = (await h.get(dep)).children
+        await h.repository.request_termination([new.id])  # lost again: the budget is spent
+        report = await h.tick("reconcile-deployment")
+        assert report.changes[0].result == SchedulingResult.GIVE_UP
+        assert await status(h, dep) == E.READY  # no endless replacing
+        assert "spent budget 'replacements' 2 times (limit=1)" in (
+            (await h.history(dep))[-1].message or ""
+        )
+
+
+async def test_destroying_deployment_waits_for_routes_then_is_destroyed(make_harness):
+    async with make_harness() as h:
+        dep = await deployment(h, E.READY, routes=[R.HEALTHY])
+        outcome = (await h.repository.request_termination([dep]))[0]
+        assert (outcome.from_status, outcome.to_status) == (E.READY, E.DESTROYING)
+        (route,) = (await h.get(dep)).children
+        assert route.status == R.TERMINATING  # drained with the request
+        assert (await h.tick("destroying-deployment")).count(SchedulingResult.SKIPPED) == 1
+        await h.tick("terminating-route")  # no replica session: the route ends at once
+        await h.tick("destroying-deployment")
+        found = await h.get(dep)
+        assert (found.status, found.result) == (E.DESTROYED, "SUCCESS")
+
+
+async def test_destroying_deployment_failure_is_destroyed_too(make_harness):
+    from drover.handlers.deployments import DestroyingDeployment
+
+    t = DestroyingDeployment.status_transitions()
+    assert t.success == t.need_retry == t.give_up
+    assert t.success is not None
+    assert t.success.to == E.DESTROYED
+
+
+# -- routes -------------------------------------------------------------------------
+
+
+async def test_provisioning_route_creates_its_session_and_is_degraded(make_harness):
+    async with make_harness() as h:
+        dep = await h.create("deployment", status=E.SCALING, spec=spec(1), name="web")
+        await h.tick("scaling-deployment")
+        await h.tick("provisioning-route")
+        (route,) = (await h.get(dep)).children
+        assert route.status == R.DEGRADED
+        session = await h.session(route.data["session_id"])
+        assert session.spec["route_id"] == route.id
+        assert [k.spec["command"] for k in session.kernels] == [["true"]]
+        assert session.status == SessionStatus.PENDING
+
+
+async def test_provisioning_route_failure_is_failed_to_start(make_harness):
+    async with make_harness() as h:
+        dep = await h.create(
+            "deployment", status=E.SCALING, spec=spec(1, kernel={"cpu": -1}), name="web"
+        )
+        await h.tick("scaling-deployment")
+        await h.tick("provisioning-route")
+        (route,) = (await h.get(dep)).children
+        assert route.status == R.FAILED_TO_START
+        assert "cannot provision" in ((await h.history(route.id))[-1].message or "")
+
+
+async def test_health_check_success_is_healthy_failure_unhealthy_and_recovery(
+    make_harness, replica
+):
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        await h.tick("health-check-route")
+        found = await h.get(route)
+        assert found.status == R.HEALTHY
+        assert found.data["url"] == f"http://127.0.0.1:{replica.port}"
+        replica.code = 503
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.UNHEALTHY
+        last = (await h.history(route))[-1]
+        assert last.message == f"GET http://127.0.0.1:{replica.port}/healthz: 503"
+        replica.code = 204
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.HEALTHY
+
+
+async def test_health_check_silence_is_a_failure_then_stale(make_harness, replica):
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.HEALTHY
+        replica.server_.shutdown()  # the replica stops answering at all
+        replica.server_.server_close()
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.UNHEALTHY  # no answer, recently answered
+        h.clock.advance(31)
+        report = await h.tick("health-check-route")
+        assert report.counts == {"stale": 1}
+        assert await status(h, route) == R.DEGRADED
+        assert (await h.history(route))[-1].result == "stale"
+
+
+async def test_a_degraded_route_that_never_answers_expires_to_unhealthy(make_harness):
+    async with make_harness() as h:
+        kernel = with_port(_closed_port())
+        dep = await h.create(
+            "deployment", status=E.SCALING, spec=spec(1, kernel=kernel), name="web"
+        )
+        await h.tick("scaling-deployment")
+        (route,) = await run_replicas(h, dep)
+        route = await h.get(route)
+        assert (await h.tick("health-check-route")).count(SchedulingResult.SKIPPED) == 1
+        assert await status(h, route.id) == R.DEGRADED
+        h.clock.advance(61)  # past the 60 s start budget
+        await h.tick("health-check-route")
+        assert await status(h, route.id) == R.UNHEALTHY
+
+
+async def test_running_route_ends_routes_whose_replica_ended(make_harness, replica):
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        assert (await h.tick("running-route")).changes == ()  # alive: maintain
+        session = (await h.get(route)).data["session_id"]
+        await h.repository.request_termination([session])
+        await h.run_until_settled()
+        assert await status(h, route) in (R.TERMINATING, R.TERMINATED)
+        rows = [(r.handler, str(r.to_status)) for r in await h.history(route)]
+        assert ("running-route", "TERMINATING") in rows
+
+
+async def test_running_route_ends_failed_to_start_routes(make_harness):
+    async with make_harness() as h:
+        dep = await deployment(h, E.READY, routes=[R.FAILED_TO_START])
+        (route,) = (await h.get(dep)).children
+        await h.tick("running-route")
+        assert await status(h, route.id) == R.TERMINATING
+
+
+async def test_running_route_drains_surplus_routes_keeping_the_healthy(make_harness, replica):
+    async with make_harness() as h:
+        dep, routes = await routed(h, replica, replicas=3)
+        await h.tick("health-check-route")
+        await h.repository.update_spec(dep, {"replicas": 1})
+        report = await h.tick("running-route")
+        assert sorted(c.entity_id for c in report.changes) == routes[1:]  # the newest go
+        assert {str(c.to_status) for c in report.changes} == {R.TERMINATING}
+        assert await status(h, routes[0]) == R.HEALTHY
+        assert "scaled down to 1 replica(s)" in ((await h.history(routes[1]))[-1].message or "")
+
+
+async def test_route_eviction_only_after_evict_after(make_harness):
+    async with make_harness() as h:
+        dep = await deployment(h, E.READY, routes=[R.UNHEALTHY], route={"evict_after": 5})
+        (route,) = (await h.get(dep)).children
+        assert (await h.tick("route-eviction")).fetched == 0  # within: not even fetched
+        h.clock.advance(6)
+        await h.tick("route-eviction")
+        assert await status(h, route.id) == R.TERMINATING
+
+
+async def test_terminating_route_ends_its_session_first(make_harness, replica):
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        session = (await h.get(route)).data["session_id"]
+        await h.repository.request_termination([route])
+        assert (await h.tick("terminating-route")).count(SchedulingResult.SKIPPED) == 1
+        assert await status(h, route) == R.TERMINATING
+        ended = await h.session(session)
+        assert ended.status == SessionStatus.TERMINATING
+        assert ended.status_info == "REQUESTED_BY_TERMINATING_ROUTE"
+        assert (await h.history(session))[-1].handler == "terminating-route"
+        await h.run_until_settled()
+        assert await status(h, route) == R.TERMINATED
+        assert (await h.session(session)).status == SessionStatus.TERMINATED
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
