@@ -342,3 +342,47 @@ def _closed_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
     return port
+
+
+# -- whole lifecycles --------------------------------------------------------------------
+
+
+async def test_a_replica_that_never_answers_is_evicted_within_its_budget_and_replaced(
+    make_harness,
+):
+    async with make_harness() as h:
+        kernel = with_port(_closed_port())
+        dep = await h.create("deployment", spec=spec(1, kernel=kernel), name="web")
+        await h.run_until_settled()
+        (first,) = (await h.get(dep)).children
+        assert first.status == R.DEGRADED  # waiting for its first answer
+        h.clock.advance(61)  # the start budget
+        await h.tick("health-check-route")
+        assert await status(h, first.id) == R.UNHEALTHY
+        h.clock.advance(6)  # evict_after
+        await h.tick("route-eviction")
+        await h.run_until_settled()
+        found = await h.get(dep)
+        ended = {c.id: c.status for c in found.children}
+        assert ended[first.id] == R.TERMINATED
+        assert [s for i, s in ended.items() if i != first.id] == [R.DEGRADED]  # its replacement
+        assert found.budgets == {"replacements": 1}
+        session = await h.session(first.data["session_id"])
+        assert session.status == SessionStatus.TERMINATED
+
+
+async def test_a_replica_that_exits_at_once_is_not_replaced_forever(make_harness):
+    async with make_harness() as h:
+        kernel = {**KERNEL, "sim": {"run_for": 0}}
+        dep = await h.create(
+            "deployment", spec=spec(1, kernel=kernel, budgets={"replacements": 2}), name="web"
+        )
+        await h.run_until_settled(max_rounds=200)
+        found = await h.get(dep)
+        # The first route and two replacements, all ended; then the deployment gave up.
+        assert [c.status for c in found.children] == [R.TERMINATED] * 3
+        assert found.status == E.READY
+        assert found.budgets == {"replacements": 3}  # 2 allowed, the 3rd gave up; no more
+        last = (await h.history(dep))[-1]
+        assert last.result == SchedulingResult.GIVE_UP
+        assert "budget 'replacements' is spent (limit=2)" in (last.message or "")

@@ -125,6 +125,10 @@ def classify(
                 limit = budget_limit_for(session, budget)
                 over = limit is not None and count > limit
                 note = f"spent budget {budget!r} {count} times (limit={limit})"
+                if over and limit is not None and count > limit + 1:
+                    # Already past it: nothing more is spent (the row just repeats).
+                    note = f"budget {budget!r} is spent (limit={limit})"
+                    budget = None
             else:
                 tries = _INCREMENT
                 count = session.try_count + 1
