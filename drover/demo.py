@@ -6,7 +6,10 @@
    with its reason), and one that is terminated while running;
 3. waits until they settle;
 4. prints each session with ``drover show``;
-5. stops the daemon with SIGTERM and checks that it exited cleanly.
+5. deploys a service of two replicas of Python's ``http.server``, shows them
+   HEALTHY, kills one replica's processes, shows it replaced, and destroys
+   the service;
+6. stops the daemon with SIGTERM and checks that it exited cleanly.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def run_demo(workdir: Path, *, database_url: str | None = None, schema: str = ""
         'id = "demo-agent"\n'
         "cpu = 4\n"
         "mem = 4096\n"
+        # The service's handlers look often, so the tour does not wait.
+        + "".join(f"[handlers.{name}]\ninterval = 0.5\n" for name in _SERVICE_HANDLERS)
     )
     log_path = workdir / "daemon.log"
     _say(f"$ drover --config {config} run   (in the background, logs in {log_path})")
@@ -99,7 +104,9 @@ def run_demo(workdir: Path, *, database_url: str | None = None, schema: str = ""
             click.echo(_drover(config, "show", sid).rstrip())
         _say("\n$ drover status")
         click.echo(_drover(config, "status").rstrip())
-        return {name: finals[sid] for name, sid in ids.items()}
+        result: dict[str, Any] = {name: finals[sid] for name, sid in ids.items()}
+        result["service"] = _service_tour(config)
+        return result
     finally:
         _say("\nstopping the daemon with SIGTERM")
         daemon.send_signal(signal.SIGTERM)
@@ -111,6 +118,82 @@ def run_demo(workdir: Path, *, database_url: str | None = None, schema: str = ""
         click.echo(f"daemon exited with code {code}")
         if code != 0:
             raise click.ClickException(f"the daemon did not stop cleanly; see {log_path}")
+
+
+_SERVICE_HANDLERS = (
+    "check-pending-deployment",
+    "scaling-deployment",
+    "check-replica-deployment",
+    "reconcile-deployment",
+    "destroying-deployment",
+    "provisioning-route",
+    "health-check-route",
+    "running-route",
+    "route-eviction",
+    "terminating-route",
+)
+
+
+def _routes(config: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads(_drover(config, "routes", "web", "--all", "--json"))
+    return rows
+
+
+def _until(check: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise click.ClickException(f"timed out waiting for {what}")
+
+
+def _service_tour(config: Path) -> dict[str, Any]:
+    """Deploy two replicas of http.server, kill one, watch it replaced, destroy the service."""
+    server = "exec python3 -m http.server --bind 127.0.0.1 $PORT"
+    _say(f"\n$ drover deploy web --replicas 2 --evict-after 1 -- sh -c '{server}'")
+    click.echo(
+        _drover(
+            config, "deploy", "web", "--replicas", "2", "--evict-after", "1",
+            "--", "sh", "-c", server,
+        ).strip()
+    )  # fmt: skip
+
+    def healthy() -> list[dict[str, Any]]:
+        good = [r for r in _routes(config) if r["status"] == "HEALTHY"]
+        return good if len(good) == 2 else []
+
+    first = _until(healthy, "two HEALTHY replicas")
+    _say("$ drover routes web")
+    click.echo(_drover(config, "routes", "web").rstrip())
+    victim = first[0]
+    kernel = json.loads(_drover(config, "show", victim["session_id"], "--json"))["kernels"][0]
+    _say(f"\n$ kill -9 -{kernel['pid']}   # one replica's processes, as a crash would")
+    os.killpg(int(kernel["pid"]), signal.SIGKILL)
+
+    def replaced() -> list[dict[str, Any]]:
+        good = healthy()
+        return good if good and victim["id"] not in {r["id"] for r in good} else []
+
+    _until(replaced, "the killed replica to be replaced")
+    _say("$ drover routes web --all   # the killed replica's route ended; a new one serves")
+    click.echo(_drover(config, "routes", "web", "--all").rstrip())
+    _say("\n$ drover destroy web")
+    click.echo(_drover(config, "destroy", "web").strip())
+
+    def destroyed() -> list[dict[str, Any]]:
+        listed = json.loads(_drover(config, "deployments", "--all", "--json"))
+        return [d for d in listed if d["name"] == "web" and d["status"] == "DESTROYED"]
+
+    (final,) = _until(destroyed, "the service to be destroyed")
+    _say("$ drover deployments --all")
+    click.echo(_drover(config, "deployments", "--all").rstrip())
+    return {
+        "status": final["status"],
+        "replaced": victim["id"],
+        "routes": {r["id"]: r["status"] for r in _routes(config)},
+    }
 
 
 def _wait_for_daemon(config: Path, daemon: subprocess.Popen[bytes], timeout: float = 60.0) -> None:

@@ -20,6 +20,11 @@ def test_demo_sessions_settle_as_documented(database, tmp_path, capsys):
 
         asyncio.run(migrate())
     finals = run_demo(tmp_path / "demo", database_url=database.url, schema=database.schema or "")
+    service = finals.pop("service")
+    assert service["status"] == "DESTROYED"
+    # Two replicas, one killed and replaced: three routes, all ended by the destroy.
+    assert list(service["routes"].values()) == ["TERMINATED"] * 3
+    assert service["replaced"] in service["routes"]
     summary = {name: (s["status"], s["result"], s["status_info"]) for name, s in finals.items()}
     assert summary == {
         "succeeds": ("TERMINATED", "SUCCESS", "KERNEL_EXITED"),

@@ -498,3 +498,33 @@ def test_drover_serve_command(harness, database, tmp_path):
         proc.terminate()
         _out, err = proc.communicate(timeout=30)
     assert "without --auth-token" in err  # 0.0.0.0 without a token warns
+
+
+async def _service(h: CoordinatorHarness) -> str:
+    """A deployment ``web`` of 2 replicas whose routes are provisioned (DEGRADED)."""
+    spec = {"replicas": 2, "kernel": {"command": ["true"], "cpu": 1, "mem": 64}}
+    dep = await h.create("deployment", spec=spec, name="web")
+    await h.tick("check-pending-deployment")
+    await h.tick("scaling-deployment")
+    await h.tick("provisioning-route")
+    return dep
+
+
+def test_deployment_pages_and_endpoints(harness, make_client):
+    """The Deployments page, a deployment's page (routes, session links, timeline), endpoints."""
+    dep = harness(_service)
+    with make_client() as client:
+        listing = client.get("/deployments")
+        assert listing.status_code == 200
+        assert 'href="/deployments/web"' in listing.text
+        assert 'data-status="READY"' in listing.text
+        page = client.get("/deployments/web")
+        assert page.status_code == 200
+        assert page.text.count('data-status="DEGRADED"') >= 2
+        assert page.text.count('href="/sessions/') == 2
+        assert "scaling-deployment" in page.text  # the timeline
+        endpoints = client.get("/api/deployments/web/endpoints").json()
+        assert endpoints == {"deployment": "web", "id": dep, "status": "READY", "endpoints": []}
+        assert client.get("/api/deployments/nope/endpoints").status_code == 404
+        listed = client.get("/api/deployments").json()
+        assert [(d["name"], d["replicas"], d["live_routes"]) for d in listed] == [("web", 2, 2)]

@@ -51,6 +51,7 @@ from drover.serialization import (
     display_time,
     graph_json,
     history_json,
+    route_json,
     session_json,
     stats_json,
 )
@@ -400,6 +401,39 @@ def create_app(
             raise HTTPException(404, f"no deployment named {name!r}")
         return found[0]
 
+    async def deployments_page(request: Request) -> Response:
+        found = await repo.list_entities("deployment", limit=None)
+        return page(
+            request,
+            "deployments.html",
+            {"title": "Deployments", "deployments": [deployment_json(d) for d in found]},
+        )
+
+    async def deployment_page(request: Request) -> Response:
+        deployment = await deployment_of(request)
+        routes = []
+        rows = list(await repo.history(deployment.id))
+        for route in deployment.children:
+            data = route_json(route)
+            own = await repo.history(route.id)
+            checks = [r for r in own if r.handler == "health-check-route"]
+            data["last_check"] = (
+                f"{checks[-1].result}: {checks[-1].message or ''}" if checks else None
+            )
+            routes.append(data)
+            rows.extend(own)
+        rows.sort(key=lambda r: (r.updated_at, r.id), reverse=True)
+        return page(
+            request,
+            "deployment.html",
+            {
+                "title": f"Deployment {deployment.name}",
+                "d": deployment_json(deployment),
+                "routes": routes,
+                "timeline": [history_json(r) for r in rows[:200]],
+            },
+        )
+
     async def api_deployments(request: Request) -> Response:
         found = await repo.list_entities("deployment", limit=None)
         return JSONResponse([deployment_json(d) for d in found])
@@ -557,6 +591,8 @@ def create_app(
         Route("/", overview, name="overview"),
         Route("/sessions/{session_id}", session_page, name="session"),
         Route("/handlers", handlers_page, name="handlers"),
+        Route("/deployments", deployments_page, name="deployments"),
+        Route("/deployments/{name}", deployment_page, name="deployment"),
         Route("/graph", graph_page, name="graph"),
         Route("/graph.svg", graph_svg, name="graph_svg"),
         Route("/api/sessions", api_sessions),

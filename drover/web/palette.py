@@ -6,7 +6,7 @@ status name too.
 
 from __future__ import annotations
 
-from drover.model.status import KernelStatus, SessionStatus
+from drover.model.status import EndpointLifecycle, KernelStatus, RouteStatus, SessionStatus
 
 __all__ = ["STATUS_COLOURS", "badge_css", "colour_of"]
 
@@ -24,9 +24,23 @@ STATUS_COLOURS: dict[str, tuple[str, str]] = {
     "TERMINATED": ("#15803d", "#ffffff"),  # green
     "CANCELLED": ("#6b7280", "#ffffff"),  # grey
     "ERROR": ("#b91c1c", "#ffffff"),  # red
+    # Deployments and routes: the same meanings, the same colours.
+    "CREATED": ("#f59e0b", "#1f1300"),  # amber, as PENDING
+    "SCALING": ("#7e22ce", "#ffffff"),  # purple: being prepared
+    "DEPLOYING": ("#4338ca", "#ffffff"),  # indigo
+    "READY": ("#1d4ed8", "#ffffff"),  # blue: serving
+    "DESTROYING": ("#475569", "#ffffff"),  # slate: ending
+    "DESTROYED": ("#15803d", "#ffffff"),  # green: ended
+    "PROVISIONING": ("#ea580c", "#ffffff"),  # orange
+    "DEGRADED": ("#ca8a04", "#1f1300"),  # yellow: not answering yet
+    "HEALTHY": ("#1d4ed8", "#ffffff"),  # blue: serving
+    "UNHEALTHY": ("#b91c1c", "#ffffff"),  # red
+    "FAILED_TO_START": ("#7f1d1d", "#ffffff"),  # dark red
 }
 
-assert set(STATUS_COLOURS) >= {s.value for s in SessionStatus} | {k.value for k in KernelStatus}
+assert set(STATUS_COLOURS) >= {
+    s.value for enum in (SessionStatus, KernelStatus, EndpointLifecycle, RouteStatus) for s in enum
+}
 
 _FALLBACK = ("#e5e7eb", "#111827")
 
