@@ -240,12 +240,17 @@ def main(workdir: Path) -> None:
         for path in sorted(workdir.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
     finals = run_demo(workdir.resolve())
+    service = finals.pop("service")
     _say("\nfinal statuses:")
     for name, session in finals.items():
         click.echo(
             f"  {name:16} {session['status']:11} result={session['result']} "
             f"status_info={session['status_info']}"
         )
+    ended = ", ".join(sorted(set(service["routes"].values())))
+    click.echo(
+        f"  service web      {service['status']:11} routes={len(service['routes'])} ({ended})"
+    )
 
 
 if __name__ == "__main__":
