@@ -41,12 +41,33 @@ def plugin_registering(*handlers: object) -> object:
     return Plugin()
 
 
+DEPLOYMENT_HANDLERS = {
+    "check-pending-deployment",
+    "scaling-deployment",
+    "check-replica-deployment",
+    "reconcile-deployment",
+    "destroying-deployment",
+}
+ROUTE_HANDLERS = {
+    "provisioning-route",
+    "health-check-route",
+    "running-route",
+    "route-eviction",
+    "terminating-route",
+}
+
+
 async def test_builtins_are_nine_plugins_registered_through_the_hook():
-    """The built-in lifecycle is nine plugins (the proposal's eight + detect-start-failure)."""
+    """The session lifecycle is nine plugins (the proposal's eight + detect-start-failure);
+    deployments and routes are one plugin each, with the seed's five handlers each."""
     async with CoordinatorHarness() as h:
-        assert set(h.handlers) == BUILTIN
-        plugins = {e.plugin for e in h.registered}
-        assert plugins == {f"drover.handlers.{name}" for name in BUILTIN}
+        assert set(h.handlers) == BUILTIN | DEPLOYMENT_HANDLERS | ROUTE_HANDLERS
+        owners = {e.name: e.plugin for e in h.registered}
+        assert {owners[name] for name in BUILTIN} == {f"drover.handlers.{n}" for n in BUILTIN}
+        assert {owners[name] for name in DEPLOYMENT_HANDLERS} == {"drover.handlers.deployments"}
+        assert {owners[name] for name in ROUTE_HANDLERS} == {"drover.handlers.routes"}
+        assert {h.handlers[n].kind for n in DEPLOYMENT_HANDLERS} == {"deployment"}
+        assert {h.handlers[n].kind for n in ROUTE_HANDLERS} == {"route"}
 
 
 async def test_builtins_can_be_left_out_and_plugins_added():

@@ -277,7 +277,7 @@ def test_handlers_and_graph_pages(served, page: Page):
 
     with page.expect_navigation():
         page.click("header nav >> text=Graph")
-    svg = page.locator("figure.graph svg")
+    svg = page.locator("#kind-session figure.graph svg")
     expect(svg).to_be_visible()
     expect(svg.locator('g.node[data-status="PENDING"] text')).to_have_text("PENDING")
     assert svg.locator("g.node").count() == len(SessionStatus)
@@ -315,7 +315,7 @@ def test_token_gate_in_the_browser(tmp_path: Path, page: Page, monkeypatch: pyte
         with page.expect_navigation():
             page.click("header nav >> text=Graph")
         assert f"token={TOKEN}" in page.url
-        expect(page.locator("figure.graph svg")).to_be_visible()
+        expect(page.locator("#kind-session figure.graph svg")).to_be_visible()
         page.goto(f"{s.base}/?token={TOKEN}")
         page.select_option("select[name=status]", ["CANCELLED"])
         with page.expect_navigation():
