@@ -57,9 +57,11 @@ async def _stop(proc: asyncio.subprocess.Process) -> int:
     return await asyncio.wait_for(proc.wait(), timeout=30)
 
 
-async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost(
+async def test_sigterm_then_restart_adopts_live_kernels_and_judges_dead_ones(
     database, tmp_path: Path
 ):
+    """A kernel killed while no daemon runs is judged from its supervisor's record
+    (ERROR, killed by SIGKILL); one that left no record at all is lost (ERROR)."""
     config = tmp_path / "drover.toml"
     log = tmp_path / "daemon.log"
     _write_config(config, database, tmp_path / "data")
@@ -68,20 +70,22 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
     repo = app.repository
     try:
         first = await _start(config, log)
-        survivor, victim = await repo.create_sessions(
+        survivor, victim, vanished = await repo.create_sessions(
             [
                 {"name": "survivor", "kernels": [{"command": ["sleep", "4"], "cpu": 1}]},
                 {"name": "victim", "kernels": [{"command": ["sleep", "300"], "cpu": 1}]},
+                {"name": "vanished", "kernels": [{"command": ["sleep", "300"], "cpu": 1}]},
             ]
         )
 
-        async def both_running():
-            found = [await repo.get_session(s) for s in (survivor, victim)]
+        async def all_running():
+            found = [await repo.get_session(s) for s in (survivor, victim, vanished)]
             return found if all(s.status == S.RUNNING for s in found) else None
 
-        running = await wait_for(both_running, timeout=30, what="both sessions RUNNING")
+        running = await wait_for(all_running, timeout=30, what="all sessions RUNNING")
         survivor_pid = running[0].kernels[0].runtime["pid"]
         victim_pid = running[1].kernels[0].runtime["pid"]
+        vanished_runtime = running[2].kernels[0].runtime
 
         assert await _stop(first) == 0
         assert await repo.coordinators(alive_within=60) == []  # it said it stopped
@@ -90,6 +94,10 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
         # While no daemon runs: one kernel dies, and a new session is submitted.
         os.killpg(victim_pid, signal.SIGKILL)
         await wait_for(lambda: _dead(victim_pid), what="the victim to die")
+        # The other one loses its supervisor first, so nothing records its end.
+        os.kill(vanished_runtime["supervisor_pid"], signal.SIGKILL)
+        os.killpg(vanished_runtime["pid"], signal.SIGKILL)
+        await wait_for(lambda: _dead(vanished_runtime["pid"]), what="the vanished one to die")
         (late,) = await repo.create_sessions(
             [{"name": "late", "kernels": [{"command": ["true"], "cpu": 1}]}]
         )
@@ -99,7 +107,16 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
             v = await wait_for(
                 lambda: _in(repo, victim, S.TERMINATED), timeout=30, what="victim TERMINATED"
             )
-            assert [(k.status, k.status_info) for k in v.kernels] == [(K.TERMINATED, "lost")]
+            assert [(k.status, k.exit_code, k.status_info) for k in v.kernels] == [
+                (K.ERROR, -9, "killed by SIGKILL")
+            ]
+            assert v.status_info == "ABNORMAL_TERMINATION"
+            gone = await wait_for(
+                lambda: _in(repo, vanished, S.TERMINATED), timeout=30, what="vanished TERMINATED"
+            )
+            (k,) = gone.kernels
+            assert (k.status, k.exit_code) == (K.ERROR, None)
+            assert k.status_info.startswith("lost: "), k.status_info
             s = await wait_for(
                 lambda: _in(repo, survivor, S.TERMINATED), timeout=30, what="survivor ends"
             )
@@ -111,7 +128,7 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
         finally:
             assert await _stop(second) == 0
         lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
-        assert any("adopted=1 lost=1" in line["message"] for line in lines), log.read_text()
+        assert any("adopted=1 ended=1 lost=1" in line["message"] for line in lines), log.read_text()
         # nothing half-written: every session is terminal with terminal kernels
         for session in await repo.list_sessions():
             assert session.status == S.TERMINATED
