@@ -301,9 +301,14 @@ class LocalBackend(AgentBackend):
                 return "ended"
             self._spawn_task(self._prepare_kernel(kernel.session_id, kernel))
             return "restarted"
-        if kernel.status in RUNNING_EXPECTED:
+        if kernel.status == _K.PREPARED:
+            # Its session is PREPARED too: start-sessions calls create(), which
+            # adopts what was started (reporting RUNNING now would leave the
+            # session where no handler looks for it).
+            return "left to start-sessions"
+        if kernel.status == _K.CREATING:
             if spawn is None or (not spawn.started and not spawn.alive and spawn.this_boot):
-                return "untouched"  # never started: start-sessions will
+                return "never started"
             reports.extend(self._settled(kernel.id, workdir, spawn, own=False))
             return "adopted" if spawn.alive else "ended" if spawn.exit is not None else "lost"
         # RUNNING or TERMINATING: its RUNNING report committed.
@@ -818,7 +823,7 @@ class LocalBackend(AgentBackend):
     async def _adopt_for_destroy(self, kernel: KernelInfo) -> _Watch | None:
         """Watch a kernel's live command that this daemon does not watch yet."""
         runtime = kernel.runtime or {}
-        if runtime.get("token") is None:
+        if runtime.get("token") is None and "pid" in runtime:
             pid, identity = runtime.get("pid"), runtime.get("identity")
             if not isinstance(pid, int) or not isinstance(identity, str):
                 return None
@@ -828,11 +833,14 @@ class LocalBackend(AgentBackend):
             return self._kernels.get(kernel.id)
         workdir = self._workdir(kernel)
         spawn = await asyncio.to_thread(disk.inspect, workdir, "kernel", wait=False)
-        if spawn is None or spawn.token != runtime["token"] or not spawn.alive:
+        if spawn is None or not spawn.alive or spawn.supervisor is None:
             return None
-        if spawn.supervisor is None:
+        # A kernel never reported RUNNING (a crash came first) has no token in
+        # the database; its live spawn on disk is the current attempt's.
+        if runtime.get("token") not in (None, spawn.token):
             return None
-        watch = self._watch_of(kernel.id, "kernel", workdir, spawn, confirmed=True)
+        confirmed = kernel.status not in RUNNING_EXPECTED
+        watch = self._watch_of(kernel.id, "kernel", workdir, spawn, confirmed=confirmed)
         self._kernels[kernel.id] = watch
         return watch
 
