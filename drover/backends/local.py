@@ -30,38 +30,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
 from collections import Counter
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
-from tenacity import (
-    AsyncRetrying,
-    before_sleep_log,
-    retry_if_exception,
-    wait_exponential_jitter,
-)
 
 from drover.backends import _local_disk as disk
-from drover.backends._local_outcome import (
-    AFTER_SETUP,
-    RUNNING_EXPECTED,
-    kernel_end,
-    setup_end,
-)
-from drover.backends._local_proc import (
-    boot_id,
-    process_identity,
-    session_members,
-    signal_members,
+from drover.backends._local_outcome import AFTER_SETUP, RUNNING_EXPECTED, kernel_end, setup_end
+from drover.backends._local_proc import boot_id, process_identity
+from drover.backends._local_reports import ReportQueue
+from drover.backends._local_spec import cwd_of, env_of, log_paths, spec_problem
+from drover.backends._local_watch import (
+    Attempt,
+    Command,
+    Watch,
+    handshake,
+    kill_now,
+    legacy_exit,
+    lost_reason,
+    read_end,
+    reset_for_prepare,
+    runtime_of,
+    terminate,
 )
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
-from drover.model.errors import UnknownKernelError
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
@@ -77,100 +74,6 @@ _WANTS_PROCESS = frozenset({_K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING
 _STDERR_TAIL = 2000
 # Seconds destroy waits past a supervisor's own grace before killing it too.
 _KILL_MARGIN = 5.0
-_LEGACY_EXIT_FILE = ".drover-exit"
-
-
-class _Watch:
-    """A supervisor this backend watches: of a kernel's command, or of its setup.
-
-    A *legacy* watch (``token`` None) is a kernel started by an older drover
-    under an ``sh`` wrapper: watched by the wrapper's identity and its session.
-    """
-
-    def __init__(
-        self,
-        kernel_id: str,
-        role: str,
-        workdir: Path,
-        supervisor: tuple[int, str],
-        *,
-        own: bool,
-        runtime: Mapping[str, Any],
-        token: str | None,
-        grace: float,
-        confirmed: bool,
-    ) -> None:
-        self.kernel_id = kernel_id
-        self.role = role
-        self.workdir = workdir
-        self.supervisor_pid, self.supervisor_identity = supervisor
-        self.own = own
-        self.runtime = dict(runtime)
-        self.token = token
-        self.grace = grace
-        self.destroying = False
-        self.abandoned = False
-        # Its RUNNING report committed (kernels only): an end is reported only
-        # after it, or together with it, or a fast exit would be refused.
-        self.confirmed = confirmed
-        # create() is committing its RUNNING report right now.
-        self.reporting = False
-
-    def ended(self) -> bool:
-        """Whether the supervisor (and so every process of the command) is gone."""
-        if self.own:
-            try:
-                pid, _status = os.waitpid(self.supervisor_pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            else:
-                if pid == 0:
-                    return False
-                self.own = False  # reaped: from now on only /proc can tell
-        if process_identity(self.supervisor_pid) == self.supervisor_identity:
-            return False
-        if self.token is None:
-            # A legacy wrapper died at once on SIGTERM; its command may live on.
-            return not session_members(self.supervisor_pid)
-        return True
-
-    def running_report(self) -> KernelReport:
-        """The kernel's RUNNING report, with its runtime."""
-        return KernelReport(
-            self.kernel_id, _K.RUNNING, expected=RUNNING_EXPECTED, runtime=self.runtime
-        )
-
-
-@attrs.frozen
-class _Attempt:
-    """What the worker thread found or did for one command about to start.
-
-    ``kind``: ``adopt`` (a live supervisor of an earlier spawn), ``ended``
-    (an earlier spawn ended; ``spawn.exit`` says how), ``lost`` (an earlier
-    spawn may have run and left no record: never run again), ``spawned``
-    (a new supervisor, handshake pending) or ``failed`` (``message``).
-    """
-
-    kind: str
-    spawn: disk.DiskSpawn | None = None
-    token: str = ""
-    pid: int = 0
-    handshake_fd: int = -1
-    message: str = ""
-
-
-@attrs.frozen
-class _Command:
-    """One command to start: where, what, and with which environment and logs."""
-
-    kernel_id: str
-    role: str
-    workdir: Path
-    argv: list[str]
-    cwd: Path
-    env: dict[str, str]
-    stdout: Path
-    stderr: Path
 
 
 class LocalBackend(AgentBackend):
@@ -197,18 +100,16 @@ class LocalBackend(AgentBackend):
         self.reporter: KernelReporter | None = None
         # Called after reports applied, so the daemon wakes promotion handlers.
         self._wake: Wake = lambda: None
-        self._kernels: dict[str, _Watch] = {}
-        self._setups: dict[str, _Watch] = {}
+        self._kernels: dict[str, Watch] = {}
+        self._setups: dict[str, Watch] = {}
         # Kernels being started or prepared right now (one attempt at a time).
         self._busy: set[str] = set()
         # Kernels whose end was seen and whose reports are being built.
         self._ending: set[str] = set()
         # Reports that must commit (ends, setup results), kept until they do.
-        self._unreported: dict[str, list[KernelReport]] = {}
-        self._pending = asyncio.Event()
+        self._reports = ReportQueue(lambda: self.reporter, lambda: self._wake, report_backoff_max)
         # Set whenever the monitor has processed ends (destroy waits on it).
         self._ends = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
         # Supervisors that failed to start their command: reaped when they exit.
         self._reap: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -251,7 +152,7 @@ class LocalBackend(AgentBackend):
             log.exception("local backend: start-up reports failed; they will be retried")
             # An adopted kernel's RUNNING report is sent again with its end, or
             # by create(); every other report is queued as it is.
-            self._queue(*(r for r in now if r.kernel_id not in self._kernels))
+            self._reports.add(r for r in now if r.kernel_id not in self._kernels)
         else:
             for w in adopted:
                 w.confirmed = True
@@ -260,10 +161,8 @@ class LocalBackend(AgentBackend):
                 w.reporting = False
         self._loops = [
             asyncio.create_task(self._watch(), name="drover-local-monitor"),
-            asyncio.create_task(self._flush_forever(), name="drover-local-reports"),
+            asyncio.create_task(self._reports.run(), name="drover-local-reports"),
         ]
-        if self._unreported:
-            self._pending.set()
         log.info(
             "local backend started: adopted=%d ended=%d lost=%d restarted=%d",
             counts["adopted"],
@@ -322,7 +221,9 @@ class LocalBackend(AgentBackend):
             return "adopted"
         record = spawn.exit if spawn is not None else None
         reports.append(
-            kernel_end(kernel.id, record, destroying=False, runtime=runtime, lost=_lost(spawn))
+            kernel_end(
+                kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(spawn)
+            )
         )
         return "ended" if record is not None else "lost"
 
@@ -331,14 +232,14 @@ class LocalBackend(AgentBackend):
         pid, identity = runtime["pid"], runtime.get("identity")
         workdir = Path(runtime.get("workdir", self._workdir(kernel)))
         if isinstance(identity, str) and process_identity(pid) == identity:
-            self._kernels[kernel.id] = _Watch(
+            self._kernels[kernel.id] = Watch(
                 kernel.id, "kernel", workdir, (pid, identity), own=False, runtime=runtime,
                 token=None, grace=self.kill_grace, confirmed=True,
             )  # fmt: skip
             return "adopted"
-        record = _legacy_exit(workdir)
+        record = legacy_exit(workdir)
         reports.append(
-            kernel_end(kernel.id, record, destroying=False, runtime=runtime, lost=_lost(None))
+            kernel_end(kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(None))
         )
         return "ended" if record is not None else "lost"
 
@@ -350,11 +251,11 @@ class LocalBackend(AgentBackend):
         start. Tasks end on their own; stragglers past ``grace`` seconds are
         cancelled.
         """
-        if self._unreported and self.reporter is not None:
+        if self._reports and self.reporter is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._flush(), timeout=min(grace, 2.0))
+                await asyncio.wait_for(self._reports.flush(), timeout=min(grace, 2.0))
         self._stopping = True
-        self._pending.set()
+        self._reports.stop()
         tasks = [*self._tasks, *self._loops]
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=grace)
@@ -389,11 +290,11 @@ class LocalBackend(AgentBackend):
         *,
         own: bool = False,
         confirmed: bool = False,
-    ) -> _Watch:
+    ) -> Watch:
         assert spawn.supervisor is not None
-        return _Watch(
+        return Watch(
             kernel_id, role, workdir, spawn.supervisor, own=own, confirmed=confirmed,
-            runtime=_runtime(workdir, spawn.state or {}, role), token=spawn.token,
+            runtime=runtime_of(workdir, spawn.state or {}, role), token=spawn.token,
             grace=float((spawn.state or {}).get("grace", self.kill_grace)),
         )  # fmt: skip
 
@@ -401,7 +302,7 @@ class LocalBackend(AgentBackend):
         self, kernel_id: str, workdir: Path, spawn: disk.DiskSpawn, *, own: bool
     ) -> list[KernelReport]:
         """Reports for a kernel's spawn found on disk; a live one is watched from now on."""
-        runtime = _runtime(workdir, spawn.state or {}, "kernel")
+        runtime = runtime_of(workdir, spawn.state or {}, "kernel")
         if spawn.alive:
             if spawn.supervisor is None:
                 log.error("kernel %s: its supervisor lives but recorded nothing", kernel_id)
@@ -410,7 +311,7 @@ class LocalBackend(AgentBackend):
             self._kernels[kernel_id] = watch
             return [watch.running_report()]
         end = kernel_end(
-            kernel_id, spawn.exit, destroying=False, runtime=runtime, lost=_lost(spawn),
+            kernel_id, spawn.exit, destroying=False, runtime=runtime, lost=lost_reason(spawn),
             unstarted=True,
         )  # fmt: skip
         if end.status == _K.ERROR and end.exit_code is None:
@@ -420,18 +321,18 @@ class LocalBackend(AgentBackend):
 
     # -- starting commands ----------------------------------------------------------
 
-    def _attempt(self, command: _Command) -> _Attempt:
+    def _attempt(self, command: Command) -> Attempt:
         """(worker thread) Adopt or judge an earlier spawn of the command, or spawn it."""
         command.workdir.mkdir(parents=True, exist_ok=True)
         earlier = disk.inspect(command.workdir, command.role)
         if earlier is not None:
             if earlier.alive:
-                return _Attempt("adopt", earlier)
+                return Attempt("adopt", earlier)
             if earlier.exit is not None:
-                return _Attempt("ended", earlier)
+                return Attempt("ended", earlier)
             if earlier.started or not earlier.this_boot:
                 disk.kill_supervised(command.workdir, command.role, earlier)
-                return _Attempt("lost", earlier)
+                return Attempt("lost", earlier)
             # An intent whose supervisor never ran: the command never started.
         token = disk.new_token()
         try:
@@ -442,12 +343,12 @@ class LocalBackend(AgentBackend):
             )  # fmt: skip
         except disk.SupervisorAliveError:
             again = disk.inspect(command.workdir, command.role)
-            return _Attempt("adopt", again) if again is not None else _Attempt("failed")
+            return Attempt("adopt", again) if again is not None else Attempt("failed")
         except (OSError, ValueError) as error:
-            return _Attempt("failed", message=f"cannot start its supervisor: {error}")
-        return _Attempt("spawned", token=token, pid=pid, handshake_fd=fd)
+            return Attempt("failed", message=f"cannot start its supervisor: {error}")
+        return Attempt("spawned", token=token, pid=pid, handshake_fd=fd)
 
-    async def _start(self, commands: Sequence[_Command]) -> list[_Attempt]:
+    async def _start(self, commands: Sequence[Command]) -> list[Attempt]:
         """Adopt or spawn each command; wait for the new supervisors' handshakes.
 
         A spawned attempt comes back as ``adopt`` with the supervisor's state
@@ -457,13 +358,13 @@ class LocalBackend(AgentBackend):
         attempts = await asyncio.to_thread(lambda: [self._attempt(c) for c in commands])
         answers = await asyncio.gather(
             *(
-                _handshake(a.handshake_fd, self.start_timeout)
+                handshake(a.handshake_fd, self.start_timeout)
                 for a in attempts
                 if a.kind == "spawned"
             )
         )
         answered = iter(answers)
-        results: list[_Attempt] = []
+        results: list[Attempt] = []
         for command, attempt in zip(commands, attempts, strict=True):
             if attempt.kind != "spawned":
                 results.append(attempt)
@@ -473,8 +374,8 @@ class LocalBackend(AgentBackend):
         return results
 
     async def _answered(
-        self, command: _Command, attempt: _Attempt, record: dict[str, Any] | None
-    ) -> _Attempt:
+        self, command: Command, attempt: Attempt, record: dict[str, Any] | None
+    ) -> Attempt:
         if record is not None and record.get("token") == attempt.token:
             own = disk.DiskSpawn(attempt.token, boot_id(), True, record, None)
             if "pid" in record:
@@ -503,6 +404,11 @@ class LocalBackend(AgentBackend):
             if kernel.status not in TERMINAL_KERNEL_STATUSES:
                 self._spawn_task(self._prepare_kernel(session.id, kernel))
 
+    def _setup_failed(self, kernel_id: str, message: str) -> None:
+        self._reports.add(
+            [KernelReport(kernel_id, _K.ERROR, expected=AFTER_SETUP, message=message)]
+        )
+
     async def _prepare_kernel(self, session_id: str, kernel: KernelInfo) -> None:
         if kernel.id in self._busy or kernel.id in self._setups:
             return  # being prepared already (a restart, or a repeated call)
@@ -512,24 +418,30 @@ class LocalBackend(AgentBackend):
         except Exception as error:
             log.exception("preparing kernel %s failed", kernel.id)
             message = f"prepare failed: {type(error).__name__}: {error}"
-            self._queue(KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message))
+            self._reports.add(
+                [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message)]
+            )
         finally:
             self._busy.discard(kernel.id)
 
     async def _prepare_now(self, session_id: str, kernel: KernelInfo) -> None:
-        problem = _spec_problem(kernel.spec)
+        problem = spec_problem(kernel.spec)
         if problem:
-            self._queue(KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=problem))
+            self._reports.add(
+                [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=problem)]
+            )
             return
         workdir = self._workdir(kernel)
-        runtime = {"workdir": str(workdir), **_log_paths(workdir)}
+        runtime = {"workdir": str(workdir), **log_paths(workdir)}
         setup = kernel.spec.get("setup")
-        live = await asyncio.to_thread(_reset_for_prepare, workdir)
+        live = await asyncio.to_thread(reset_for_prepare, workdir)
         if live is not None:
             self._setups[kernel.id] = self._watch_of(kernel.id, "setup", workdir, live)
             return
         if not setup:
-            self._queue(KernelReport(kernel.id, _K.PREPARED, expected=AFTER_SETUP, runtime=runtime))
+            self._reports.add(
+                [KernelReport(kernel.id, _K.PREPARED, expected=AFTER_SETUP, runtime=runtime)]
+            )
             return
         early = frozenset({_K.SCHEDULED, _K.PREPARING})
         try:
@@ -537,9 +449,9 @@ class LocalBackend(AgentBackend):
         except Exception as error:  # its end is reported with retries anyway
             log.warning("kernel %s: PULLING not reported: %s", kernel.id, error)
         argv = ["/bin/sh", "-c", setup] if isinstance(setup, str) else [str(a) for a in setup]
-        command = _Command(
-            kernel.id, "setup", workdir, argv, _cwd(kernel.spec, workdir),
-            _env(session_id, kernel), workdir / "setup.stdout.log", workdir / "setup.stderr.log",
+        command = Command(
+            kernel.id, "setup", workdir, argv, cwd_of(kernel.spec, workdir),
+            env_of(session_id, kernel), workdir / "setup.stdout.log", workdir / "setup.stderr.log",
         )  # fmt: skip
         (attempt,) = await self._start([command])
         if attempt.kind == "adopt" and attempt.spawn is not None:
@@ -550,12 +462,14 @@ class LocalBackend(AgentBackend):
             return
         if attempt.kind == "ended" and attempt.spawn is not None:
             tail = await asyncio.to_thread(disk.read_tail, command.stderr, _STDERR_TAIL)
-            self._queue(
-                setup_end(kernel.id, attempt.spawn.exit, destroying=False, stderr_tail=tail)
+            self._reports.add(
+                [setup_end(kernel.id, attempt.spawn.exit, destroying=False, stderr_tail=tail)]
             )
             return
         message = f"setup failed to start: {attempt.message or 'lost'}"
-        self._queue(KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message))
+        self._reports.add(
+            [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message)]
+        )
 
     # -- create ------------------------------------------------------------------
 
@@ -567,7 +481,7 @@ class LocalBackend(AgentBackend):
         started twice.
         """
         reports: list[KernelReport] = []
-        commands: list[_Command] = []
+        commands: list[Command] = []
         for kernel in session.kernels:
             if kernel.status not in RUNNING_EXPECTED:
                 continue
@@ -578,20 +492,20 @@ class LocalBackend(AgentBackend):
                 continue
             if kernel.id in self._busy or kernel.id in self._ending:
                 continue
-            if kernel.id in self._unreported:
+            if kernel.id in self._reports:
                 continue  # it ended; the report is on its way
-            problem = _spec_problem(kernel.spec)
+            problem = spec_problem(kernel.spec)
             if problem:
                 reports.append(
                     KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=problem)
                 )
                 continue
             workdir = self._workdir(kernel)
-            logs = _log_paths(workdir)
+            logs = log_paths(workdir)
             argv = [str(a) for a in kernel.spec["command"]]
-            cwd, env = _cwd(kernel.spec, workdir), _env(session.id, kernel)
+            cwd, env = cwd_of(kernel.spec, workdir), env_of(session.id, kernel)
             out, err = Path(logs["stdout"]), Path(logs["stderr"])
-            commands.append(_Command(kernel.id, "kernel", workdir, argv, cwd, env, out, err))
+            commands.append(Command(kernel.id, "kernel", workdir, argv, cwd, env, out, err))
         self._busy.update(c.kernel_id for c in commands)
         try:
             attempts = await self._start(commands)
@@ -604,6 +518,11 @@ class LocalBackend(AgentBackend):
             watch.reporting = True
         try:
             applied = await self._report(*reports)
+        except Exception:
+            # A watched kernel's RUNNING goes again (next create(), or with its
+            # end); what was found ended, or failed to start, must not be lost.
+            self._reports.add(r for r in reports if r.kernel_id not in self._kernels)
+            raise
         finally:
             for watch in watches:
                 watch.reporting = False
@@ -616,7 +535,7 @@ class LocalBackend(AgentBackend):
                 if not ok:
                     log.warning("kernel %s: RUNNING not applied", report.kernel_id)
 
-    def _started(self, command: _Command, attempt: _Attempt) -> list[KernelReport]:
+    def _started(self, command: Command, attempt: Attempt) -> list[KernelReport]:
         """The reports for one kernel command after ``_start``."""
         kid, spawn = command.kernel_id, attempt.spawn
         if attempt.kind == "failed" or spawn is None:
@@ -680,7 +599,7 @@ class LocalBackend(AgentBackend):
                     continue
                 log.warning("kernel %s is %s: killing its %s", kernel_id, status, watch.role)
                 watch.abandoned = True
-                await asyncio.to_thread(_kill_now, watch)
+                await asyncio.to_thread(kill_now, watch)
 
     async def _poll_once(self) -> None:
         ended = [
@@ -694,9 +613,9 @@ class LocalBackend(AgentBackend):
             (self._kernels if w.role == "kernel" else self._setups).pop(w.kernel_id, None)
             self._ending.add(w.kernel_id)
         try:
-            records = await asyncio.to_thread(lambda: [_read_end(w) for w in ended])
+            records = await asyncio.to_thread(lambda: [read_end(w) for w in ended])
             for w, (record, tail) in zip(ended, records, strict=True):
-                self._queue(*self._end_reports(w, record, tail))
+                self._reports.add(self._end_reports(w, record, tail))
         except BaseException:
             for w in ended:  # try again at the next poll
                 (self._kernels if w.role == "kernel" else self._setups)[w.kernel_id] = w
@@ -706,70 +625,13 @@ class LocalBackend(AgentBackend):
             self._ends.set()
 
     def _end_reports(
-        self, watch: _Watch, record: Mapping[str, Any] | None, tail: str
+        self, watch: Watch, record: Mapping[str, Any] | None, tail: str
     ) -> list[KernelReport]:
         stopped = watch.destroying or watch.abandoned
         if watch.role == "setup":
             return [setup_end(watch.kernel_id, record, destroying=stopped, stderr_tail=tail)]
         end = kernel_end(watch.kernel_id, record, destroying=stopped, runtime=watch.runtime)
         return [end] if watch.confirmed else [watch.running_report(), end]
-
-    # -- reports that must commit -------------------------------------------------------
-
-    def _queue(self, *reports: KernelReport) -> None:
-        for report in reports:
-            self._unreported.setdefault(report.kernel_id, []).append(report)
-        if reports:
-            self._pending.set()
-
-    async def _flush_forever(self) -> None:
-        """Commit queued reports; on failure retry with backoff, keeping every report."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(lambda _e: not self._stopping),
-            wait=wait_exponential_jitter(multiplier=0.1, max=self.report_backoff_max, jitter=0.1),
-            before_sleep=before_sleep_log(log, logging.WARNING),
-            reraise=True,
-        )
-        while not self._stopping:
-            await self._pending.wait()
-            self._pending.clear()
-            if self._stopping:
-                return
-            try:
-                async for attempt in retrying:
-                    with attempt:
-                        await self._flush()
-            except Exception:
-                return  # only when stopping: the exit records are read again at start-up
-
-    async def _flush(self, only: Iterable[str] | None = None) -> None:
-        """Report the queued reports (of ``only`` these kernels); drop them once committed."""
-        assert self.reporter is not None
-        wanted = None if only is None else set(only)
-        async with self._flush_lock:
-            batch = {
-                kid: list(reports)
-                for kid, reports in self._unreported.items()
-                if wanted is None or kid in wanted
-            }
-            if not batch:
-                return
-            try:
-                await self.reporter.report_kernel_statuses(
-                    [r for reports in batch.values() for r in reports]
-                )
-            except UnknownKernelError as error:
-                # A kernel that no longer exists can never take its report.
-                log.error("local backend: dropping reports of unknown kernel %s", error.kernel_id)
-                self._unreported.pop(error.kernel_id, None)
-                raise
-            for kid, sent in batch.items():
-                queued = self._unreported.get(kid)
-                if queued is not None:
-                    del queued[: len(sent)]
-                    if not queued:
-                        del self._unreported[kid]
-        self._wake()
 
     # -- destroy -------------------------------------------------------------------
 
@@ -780,7 +642,7 @@ class LocalBackend(AgentBackend):
         committed, so that the handler's transition never hides an exit code;
         raises :class:`BackendError` if that cannot be committed yet.
         """
-        victims: list[_Watch] = []
+        victims: list[Watch] = []
         for kernel in session.kernels:
             setup = self._setups.get(kernel.id)
             watch = self._kernels.get(kernel.id)
@@ -789,24 +651,24 @@ class LocalBackend(AgentBackend):
             for victim in (setup, watch):
                 if victim is not None:
                     victim.destroying = True
-                    _terminate(victim)
+                    terminate(victim)
                     victims.append(victim)
         grace = max((v.grace for v in victims), default=0.0)
         await self._wait_for_ends(victims, grace + _KILL_MARGIN)
         stuck = [v for v in victims if self._still_watched(v)]
         for victim in stuck:
             log.warning("kernel %s: its %s did not stop: SIGKILL", victim.kernel_id, victim.role)
-            await asyncio.to_thread(_kill_now, victim)
+            await asyncio.to_thread(kill_now, victim)
         await self._wait_for_ends(stuck, _KILL_MARGIN)
         await self._poll_once()
         ids = {k.id for k in session.kernels}
-        if ids & self._unreported.keys():
+        if ids & self._reports.kernels():
             try:
-                await self._flush(only=ids)
+                await self._reports.flush(only=ids)
             except Exception as error:
                 raise BackendError(f"could not record how the kernels ended: {error}") from error
 
-    async def _wait_for_ends(self, watches: Sequence[_Watch], seconds: float) -> None:
+    async def _wait_for_ends(self, watches: Sequence[Watch], seconds: float) -> None:
         """Wait until the monitor has seen every one of ``watches`` end, or ``seconds`` pass."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
@@ -816,11 +678,11 @@ class LocalBackend(AgentBackend):
                         return
                     await self._ends.wait()
 
-    def _still_watched(self, watch: _Watch) -> bool:
+    def _still_watched(self, watch: Watch) -> bool:
         table = self._kernels if watch.role == "kernel" else self._setups
         return table.get(watch.kernel_id) is watch or watch.kernel_id in self._ending
 
-    async def _adopt_for_destroy(self, kernel: KernelInfo) -> _Watch | None:
+    async def _adopt_for_destroy(self, kernel: KernelInfo) -> Watch | None:
         """Watch a kernel's live command that this daemon does not watch yet."""
         runtime = kernel.runtime or {}
         if runtime.get("token") is None and "pid" in runtime:
@@ -843,172 +705,3 @@ class LocalBackend(AgentBackend):
         watch = self._watch_of(kernel.id, "kernel", workdir, spawn, confirmed=confirmed)
         self._kernels[kernel.id] = watch
         return watch
-
-
-async def _handshake(fd: int, seconds: float) -> dict[str, Any] | None:
-    """The supervisor's first line on its pipe, or ``None`` (it died, or said nothing in time)."""
-    loop = asyncio.get_running_loop()
-    os.set_blocking(fd, False)
-    done: asyncio.Future[bytes] = loop.create_future()
-    chunks: list[bytes] = []
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        chunks.append(data)
-        if (not data or b"\n" in data) and not done.done():
-            done.set_result(b"".join(chunks))
-
-    loop.add_reader(fd, readable)
-    try:
-        line = await asyncio.wait_for(done, seconds)
-    except TimeoutError:
-        return None
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-    try:
-        record = json.loads(line.split(b"\n", 1)[0] or b"null")
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _terminate(watch: _Watch) -> None:
-    """Ask the command to stop: its supervisor does SIGTERM, the grace, then SIGKILL."""
-    if process_identity(watch.supervisor_pid) != watch.supervisor_identity:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        if watch.token is None:
-            # A legacy wrapper: signal its session's groups; the wrapper too.
-            signal_members(watch.supervisor_pid, signal.SIGTERM)
-            os.killpg(watch.supervisor_pid, signal.SIGTERM)
-        else:
-            os.kill(watch.supervisor_pid, signal.SIGTERM)
-
-
-def _kill_now(watch: _Watch) -> None:
-    """(worker thread) SIGKILL every process of the command and its supervisor."""
-    alive = process_identity(watch.supervisor_pid) == watch.supervisor_identity
-    if alive or watch.token is None:
-        signal_members(watch.supervisor_pid, signal.SIGKILL)
-    if alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(watch.supervisor_pid, signal.SIGKILL)
-
-
-def _read_end(watch: _Watch) -> tuple[Mapping[str, Any] | None, str]:
-    """(worker thread) How a watched command ended, and the tail of a setup's stderr."""
-    tail = ""
-    if watch.role == "setup":
-        tail = disk.read_tail(watch.workdir / "setup.stderr.log", _STDERR_TAIL)
-    if watch.token is None:
-        return _legacy_exit(watch.workdir), tail
-    spawn = disk.inspect(watch.workdir, watch.role, wait=False)
-    if spawn is None or spawn.token != watch.token:
-        return None, tail
-    if spawn.exit is None and spawn.started:
-        disk.kill_supervised(watch.workdir, watch.role, spawn)  # its supervisor was killed
-    return spawn.exit, tail
-
-
-def _reset_for_prepare(workdir: Path) -> disk.DiskSpawn | None:
-    """(worker thread) Clear an earlier attempt's spawns; return a setup still running."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    earlier = disk.inspect(workdir, "kernel", wait=False)
-    if earlier is not None:
-        if earlier.alive or earlier.started:
-            disk.kill_supervised(workdir, "kernel", earlier)
-        disk.remove(workdir, "kernel")
-    setup = disk.inspect(workdir, "setup")
-    if setup is not None and setup.alive and setup.supervisor is not None:
-        return setup
-    if setup is not None:
-        if setup.started:
-            disk.kill_supervised(workdir, "setup", setup)
-        disk.remove(workdir, "setup")
-    return None
-
-
-def _legacy_exit(workdir: Path) -> dict[str, Any] | None:
-    try:
-        return {"exit_code": int((workdir / _LEGACY_EXIT_FILE).read_text().strip())}
-    except (OSError, ValueError):
-        return None
-
-
-def _lost(spawn: disk.DiskSpawn | None) -> str:
-    if spawn is not None and not spawn.this_boot:
-        return "the machine restarted after it was started; it is not run again"
-    return "its process is gone and left no exit status; it is not run again"
-
-
-def _runtime(workdir: Path, state: Mapping[str, Any], role: str) -> dict[str, Any]:
-    """What the database keeps about a kernel's process (the ``runtime`` column)."""
-    runtime: dict[str, Any] = {"workdir": str(workdir), **_log_paths(workdir)}
-    if role == "setup":
-        return runtime
-    for key in ("pid", "identity", "supervisor_pid", "supervisor_identity", "token"):
-        if key in state:
-            runtime[key] = state[key]
-    return runtime
-
-
-def _log_paths(workdir: Path) -> dict[str, str]:
-    return {"stdout": str(workdir / "stdout.log"), "stderr": str(workdir / "stderr.log")}
-
-
-def _cwd(spec: Mapping[str, Any], workdir: Path) -> Path:
-    cwd = spec.get("cwd")
-    return workdir / cwd if isinstance(cwd, str) and cwd else workdir
-
-
-def _env(session_id: str, kernel: KernelInfo) -> dict[str, str]:
-    env = dict(os.environ)
-    extra = kernel.spec.get("env") or {}
-    env.update({str(k): str(v) for k, v in extra.items()})
-    env["DROVER_SESSION_ID"] = session_id
-    env["DROVER_KERNEL_ID"] = kernel.id
-    return env
-
-
-def _nul(values: Iterable[Any]) -> int | None:
-    """The 1-based position of the first value whose text holds a NUL byte."""
-    for index, value in enumerate(values, start=1):
-        if "\0" in str(value):
-            return index
-    return None
-
-
-def _spec_problem(spec: Mapping[str, Any]) -> str | None:
-    """Why a kernel spec cannot run locally, or ``None``."""
-    command = spec.get("command")
-    if (
-        not isinstance(command, list)
-        or not command
-        or not all(isinstance(a, str | int | float) for a in command)
-    ):
-        return "invalid kernel spec: 'command' must be a non-empty list of arguments"
-    env = spec.get("env")
-    if env is not None and not isinstance(env, Mapping):
-        return "invalid kernel spec: 'env' must be a table of NAME = value"
-    setup = spec.get("setup")
-    if setup is not None and not isinstance(setup, str | list):
-        return "invalid kernel spec: 'setup' must be a shell command string or an argument list"
-    # No program can receive a NUL byte: the OS takes arguments as C strings.
-    at = _nul(command)
-    if at is not None:
-        return f"failed to start: argument {at} of the command contains a NUL byte"
-    if env and (_nul(env) is not None or _nul(env.values()) is not None):
-        return "failed to start: the environment contains a NUL byte"
-    if env and any("=" in str(name) or not str(name) for name in env):
-        return "failed to start: an environment variable name is empty or contains '='"
-    if setup is not None and _nul([setup] if isinstance(setup, str) else setup) is not None:
-        return "failed to start: the setup command contains a NUL byte"
-    if _nul([spec.get("cwd") or ""]) is not None:
-        return "failed to start: the working directory contains a NUL byte"
-    return None
