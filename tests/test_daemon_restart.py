@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from daemon_helpers import AGENT, process_alive, running_daemon, wait_for
+from daemon_helpers import AGENT, daemon_flags, process_alive, running_daemon, wait_for
 from sqlalchemy.exc import OperationalError
 
-from drover import KernelStatus, SessionStatus
+from drover import KernelReport, KernelStatus, SessionStatus
 from drover.app import App
 from drover.config import load_config
 
@@ -373,3 +373,58 @@ async def test_a_setup_interrupted_by_a_crash_is_adopted_or_restarted(
 
 async def _now(value):
     return value
+
+
+# How drover ran kernels before the supervisor: an `sh` wrapper that writes the exit code.
+_OLD_WRAPPER = (
+    'cd "$1" || exit 126; exitfile="$2"; shift 2; '
+    '"$@"; code=$?; echo $code > "$exitfile"; exit $code'
+)
+
+
+async def test_kernels_started_by_an_older_drover_are_adopted(database, tmp_path: Path):
+    """An upgrade: RUNNING kernels run by the old `sh` wrapper (pid and identity in runtime,
+    no spawn token) are adopted; one exits 3 (ERROR, read from its exit file), the other is
+    terminated with its whole group."""
+    from drover.backends.local import process_identity
+
+    data = tmp_path / "data"
+    app = App(load_config(None, environ={}, flags=daemon_flags(database, data)))
+    await app.check_schema(auto_upgrade=True)
+    try:
+        repo = app.repository
+        exits, stays = await repo.create_sessions(
+            [
+                {
+                    "status": "CREATING",
+                    "kernels": [_kernel(["x"], status="CREATING", agent_id=AGENT[0]["id"])],
+                }
+                for _ in range(2)
+            ]
+        )
+        pids = []
+        for sid, command in ((exits, ["sh", "-c", "sleep 1; exit 3"]), (stays, ["sleep", "30"])):
+            (k,) = (await repo.get_session(sid)).kernels
+            workdir = data / "kernels" / k.id
+            workdir.mkdir(parents=True)
+            argv = ["/bin/sh", "-c", _OLD_WRAPPER, "drover-kernel", str(workdir)]
+            argv += [str(workdir / ".drover-exit"), *command]
+            pid = await asyncio.to_thread(
+                os.posix_spawn, "/bin/sh", argv, dict(os.environ), setsid=True
+            )
+            pids.append(pid)
+            runtime = {"pid": pid, "identity": process_identity(pid), "workdir": str(workdir)}
+            await repo.report_kernel_statuses([KernelReport(k.id, K.RUNNING, runtime=runtime)])
+    finally:
+        await app.close()
+    async with running_daemon(database, data) as (app, _daemon):
+        repo = app.repository
+        e = await wait_for(lambda: _in(repo, exits, S.TERMINATED), what="the exit")
+        assert [(k.status, k.exit_code, k.status_info) for k in e.kernels] == [
+            (K.ERROR, 3, "exited with code 3")
+        ]
+        await wait_for(lambda: _in(repo, stays, S.RUNNING), what="RUNNING")
+        await repo.request_termination([stays])
+        t = await wait_for(lambda: _in(repo, stays, S.TERMINATED), timeout=30, what="the end")
+        assert t.kernels[0].status == K.TERMINATED
+        assert _live(sid=pids[1]) == []

@@ -116,6 +116,9 @@ def _kernel_end(
     lost: str,
 ) -> KernelReport:
     if record is None:
+        if destroying:
+            unknown = "destroyed; its exit status is unknown"
+            return KernelReport(kernel_id, _K.TERMINATED, expected=EXIT_EXPECTED, message=unknown)
         return KernelReport(kernel_id, _K.ERROR, expected=EXIT_EXPECTED, message=f"lost: {lost}")
     if "error" in record:
         return KernelReport(
@@ -140,6 +143,7 @@ def _kernel_end(
         )
     code, text = describe(record)
     runtime = _with_signal(runtime, record)
+    message: str | None
     if destroying:
         status, message = _K.TERMINATED, f"destroyed; {text}"
     elif code == 0:

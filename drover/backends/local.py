@@ -434,6 +434,13 @@ class LocalBackend(AgentBackend):
         workdir = self._workdir(kernel)
         runtime = {"workdir": str(workdir), **log_paths(workdir)}
         setup = kernel.spec.get("setup")
+        earlier = self._kernels.pop(kernel.id, None)
+        if earlier is not None:
+            # An earlier attempt's command (killed by the reset below): a new
+            # attempt must not be taken for it by create().
+            earlier.abandoned = True
+            if earlier.own:
+                self._reap.add(earlier.supervisor_pid)
         live = await asyncio.to_thread(reset_for_prepare, workdir)
         if live is not None:
             self._setups[kernel.id] = self._watch_of(kernel.id, "setup", workdir, live)
