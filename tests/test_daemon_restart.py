@@ -74,7 +74,7 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_judges_dead_ones(
         first = await _start(config, log)
         survivor, victim, vanished = await repo.create_sessions(
             [
-                {"name": "survivor", "kernels": [{"command": ["sleep", "4"], "cpu": 1}]},
+                {"name": "survivor", "kernels": [{"command": ["sleep", "10"], "cpu": 1}]},
                 {"name": "victim", "kernels": [{"command": ["sleep", "300"], "cpu": 1}]},
                 {"name": "vanished", "kernels": [{"command": ["sleep", "300"], "cpu": 1}]},
             ]

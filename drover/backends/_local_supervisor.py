@@ -17,8 +17,9 @@ start-up handshake. The supervisor
 3. waits for the command *without reaping it* (a zombie keeps its pid and so
    its process group id from being reused), then writes how it ended to
    ``PREFIX.exit``: ``exit_code``, or ``signal`` (and ``core_dumped``);
-4. sends SIGTERM to what is left of the session, SIGKILL after GRACE
-   seconds, and exits once no process of the session is left.
+4. sends SIGTERM to what is left of the command's process group (to every
+   group of the session, if any is left), SIGKILL after GRACE seconds, and
+   exits once no process of the session is left.
 
 SIGTERM, SIGINT or SIGHUP to the supervisor stop the command the same way:
 SIGTERM to every process group of the session, SIGKILL after GRACE seconds.
@@ -29,9 +30,9 @@ old one). Only builtin modules are used and ``json`` is not: starting the
 supervisor must cost as little as possible.
 """
 
+import _signal as signal  # type: ignore[import-not-found]
 import errno
 import os
-import signal
 import sys
 import time
 
@@ -247,15 +248,24 @@ def main(argv: list[str]) -> int:
         ended["signal"] = result.si_status
         ended["core_dumped"] = result.si_code == os.CLD_DUMPED
     _write(prefix + ".exit", ended)
-    # The command is over; so is everything it left behind.
-    if _members(me):
+    # The command is over; so is everything it left behind. Most commands
+    # leave nothing: signal 0 to their group says so without reading all of
+    # /proc. (Reaping first un-pins the group id, but a group with members
+    # keeps it, and an empty one is not signalled.)
+    os.waitpid(pid, 0)
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        leftovers = False
+    else:
+        leftovers = bool(_members(me))
+    if leftovers:
         _begin_stop()
         delay = 0.01
         while _members(me):
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
     signal.setitimer(signal.ITIMER_REAL, 0)
-    os.waitpid(pid, 0)
     return 0
 
 
