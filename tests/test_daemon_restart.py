@@ -9,9 +9,11 @@ import signal
 import sys
 from pathlib import Path
 
-from daemon_helpers import AGENT, process_alive, wait_for
+import pytest
+from daemon_helpers import AGENT, daemon_flags, process_alive, running_daemon, wait_for
+from sqlalchemy.exc import OperationalError
 
-from drover import KernelStatus, SessionStatus
+from drover import KernelReport, KernelStatus, SessionStatus
 from drover.app import App
 from drover.config import load_config
 
@@ -57,9 +59,11 @@ async def _stop(proc: asyncio.subprocess.Process) -> int:
     return await asyncio.wait_for(proc.wait(), timeout=30)
 
 
-async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost(
+async def test_sigterm_then_restart_adopts_live_kernels_and_judges_dead_ones(
     database, tmp_path: Path
 ):
+    """A kernel killed while no daemon runs is judged from its supervisor's record
+    (ERROR, killed by SIGKILL); one that left no record at all is lost (ERROR)."""
     config = tmp_path / "drover.toml"
     log = tmp_path / "daemon.log"
     _write_config(config, database, tmp_path / "data")
@@ -68,20 +72,22 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
     repo = app.repository
     try:
         first = await _start(config, log)
-        survivor, victim = await repo.create_sessions(
+        survivor, victim, vanished = await repo.create_sessions(
             [
-                {"name": "survivor", "kernels": [{"command": ["sleep", "4"], "cpu": 1}]},
+                {"name": "survivor", "kernels": [{"command": ["sleep", "10"], "cpu": 1}]},
                 {"name": "victim", "kernels": [{"command": ["sleep", "300"], "cpu": 1}]},
+                {"name": "vanished", "kernels": [{"command": ["sleep", "300"], "cpu": 1}]},
             ]
         )
 
-        async def both_running():
-            found = [await repo.get_session(s) for s in (survivor, victim)]
+        async def all_running():
+            found = [await repo.get_session(s) for s in (survivor, victim, vanished)]
             return found if all(s.status == S.RUNNING for s in found) else None
 
-        running = await wait_for(both_running, timeout=30, what="both sessions RUNNING")
+        running = await wait_for(all_running, timeout=30, what="all sessions RUNNING")
         survivor_pid = running[0].kernels[0].runtime["pid"]
         victim_pid = running[1].kernels[0].runtime["pid"]
+        vanished_runtime = running[2].kernels[0].runtime
 
         assert await _stop(first) == 0
         assert await repo.coordinators(alive_within=60) == []  # it said it stopped
@@ -90,6 +96,10 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
         # While no daemon runs: one kernel dies, and a new session is submitted.
         os.killpg(victim_pid, signal.SIGKILL)
         await wait_for(lambda: _dead(victim_pid), what="the victim to die")
+        # The other one loses its supervisor first, so nothing records its end.
+        os.kill(vanished_runtime["supervisor_pid"], signal.SIGKILL)
+        os.killpg(vanished_runtime["pid"], signal.SIGKILL)
+        await wait_for(lambda: _dead(vanished_runtime["pid"]), what="the vanished one to die")
         (late,) = await repo.create_sessions(
             [{"name": "late", "kernels": [{"command": ["true"], "cpu": 1}]}]
         )
@@ -99,7 +109,16 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
             v = await wait_for(
                 lambda: _in(repo, victim, S.TERMINATED), timeout=30, what="victim TERMINATED"
             )
-            assert [(k.status, k.status_info) for k in v.kernels] == [(K.TERMINATED, "lost")]
+            assert [(k.status, k.exit_code, k.status_info) for k in v.kernels] == [
+                (K.ERROR, -9, "killed by SIGKILL")
+            ]
+            assert v.status_info == "ABNORMAL_TERMINATION"
+            gone = await wait_for(
+                lambda: _in(repo, vanished, S.TERMINATED), timeout=30, what="vanished TERMINATED"
+            )
+            (k,) = gone.kernels
+            assert (k.status, k.exit_code) == (K.ERROR, None)
+            assert k.status_info.startswith("lost: "), k.status_info
             s = await wait_for(
                 lambda: _in(repo, survivor, S.TERMINATED), timeout=30, what="survivor ends"
             )
@@ -111,7 +130,7 @@ async def test_sigterm_then_restart_adopts_live_kernels_and_marks_dead_ones_lost
         finally:
             assert await _stop(second) == 0
         lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
-        assert any("adopted=1 lost=1" in line["message"] for line in lines), log.read_text()
+        assert any("adopted=1 ended=1 lost=1" in line["message"] for line in lines), log.read_text()
         # nothing half-written: every session is terminal with terminal kernels
         for session in await repo.list_sessions():
             assert session.status == S.TERMINATED
@@ -127,3 +146,285 @@ async def _dead(pid: int) -> bool:
 async def _in(repo, sid, status):
     s = await repo.get_session(sid)
     return s if s.status == status else None
+
+
+# -- crashes and restarts of the local backend (issue 11) ---------------------------------
+
+# A real `drover run` that dies (SIGKILL, as in a crash) the moment it is about to
+# commit a RUNNING report: after the spawn, before the commit.
+_CRASH_BEFORE_RUNNING_COMMITS = """
+import os, signal, sys
+from drover.storage.repository import Repository
+
+original = Repository.report_kernel_statuses
+
+async def crash_before_running_commits(self, reports):
+    if any(r.status == "RUNNING" for r in reports):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await original(self, reports)
+
+Repository.report_kernel_statuses = crash_before_running_commits
+sys.argv = ["drover", "--config", sys.argv[1], "run"]
+from drover.cli.main import main
+main()
+"""
+
+
+def _kernel(command: list[str], **extra: object) -> dict[str, object]:
+    return {"command": command, "cpu": 0.1, "mem": 16, **extra}
+
+
+def _live(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
+    """Pids of live (non-zombie) processes in process group ``pgid`` or session ``sid``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X") and (
+            (pgid is not None and int(fields[2]) == pgid)
+            or (sid is not None and int(fields[3]) == sid)
+        ):
+            found.append(int(name))
+    return found
+
+
+def _with_env(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds ``marker`` (``NAME=value``)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in environ and process_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+async def test_a_crash_between_spawn_and_running_report_never_runs_a_kernel_twice(
+    database, tmp_path: Path
+):
+    """The daemon dies after spawning a 20-kernel session and before its RUNNING report
+    commits; the next daemon adopts the 20 processes instead of spawning 20 more."""
+    config = tmp_path / "drover.toml"
+    log = tmp_path / "daemon.log"
+    _write_config(config, database, tmp_path / "data")
+    runs = tmp_path / "runs.txt"
+    script = tmp_path / "crashing_daemon.py"
+    script.write_text(_CRASH_BEFORE_RUNNING_COMMITS)
+    app = App(load_config(config, environ={}))
+    await app.check_schema(auto_upgrade=True)
+    repo = app.repository
+    try:
+        command = ["sh", "-c", f"echo $$ >> {runs}; exec sleep 60"]
+        (sid,) = await repo.create_sessions([{"kernels": [_kernel(command)] * 20}])
+        with open(log, "ab") as handle:
+            crashing = await asyncio.create_subprocess_exec(
+                sys.executable, str(script), str(config), stdout=handle, stderr=handle,
+                env={k: v for k, v in os.environ.items() if not k.startswith("DROVER_")},
+            )  # fmt: skip
+        assert await asyncio.wait_for(crashing.wait(), timeout=60) == -signal.SIGKILL
+        s = await repo.get_session(sid)
+        assert {k.status for k in s.kernels} == {K.PREPARED}, "nothing committed RUNNING"
+        await wait_for(lambda: _now(len(_lines(runs)) == 20), what="20 commands started")
+        first = {int(p) for p in _lines(runs)}
+
+        async with running_daemon(database, tmp_path / "data") as (second, _daemon):
+            s = await wait_for(lambda: _in(second.repository, sid, S.RUNNING), what="RUNNING")
+            assert {k.runtime["pid"] for k in s.kernels} == first, "the same processes"
+            await asyncio.sleep(1.0)  # time enough to spawn anything twice
+            assert len(_lines(runs)) == 20, _lines(runs)
+            assert all(process_alive(pid) for pid in first)
+            await second.repository.request_termination([sid])
+            s = await wait_for(
+                lambda: _in(second.repository, sid, S.TERMINATED), timeout=30, what="end"
+            )
+        assert all(_live(pgid=pid) == [] for pid in first)
+        assert len(_lines(runs)) == 20
+        assert {(k.status, k.exit_code) for k in s.kernels} == {(K.TERMINATED, -15)}
+    finally:
+        await app.close()
+
+
+async def test_an_exit_while_the_daemon_was_down_is_judged_like_any_other(database, tmp_path: Path):
+    """Exit 3 while no daemon runs: ERROR (not TERMINATED); exit 0: TERMINATED, SUCCESS. A
+    kernel adopted by the next daemon and terminated keeps its own exit code (143)."""
+    data = tmp_path / "data"
+    async with running_daemon(database, data) as (app, _daemon):
+        failing, succeeding, trapping = await app.repository.create_sessions(
+            [
+                {"kernels": [_kernel(["sh", "-c", "sleep 1.5; exit 3"])]},
+                {"kernels": [_kernel(["sh", "-c", "sleep 1.5"])]},
+                {"kernels": [_kernel(["sh", "-c", 'trap "exit 143" TERM; sleep 60 & wait'])]},
+            ]
+        )
+        running = [
+            await wait_for(lambda sid=sid: _in(app.repository, sid, S.RUNNING), what="RUNNING")
+            for sid in (failing, succeeding, trapping)
+        ]
+        pids = [s.kernels[0].runtime["pid"] for s in running]
+    for pid in pids[:2]:
+        await wait_for(lambda pid=pid: _dead(pid), what=f"pid {pid} to exit")
+    async with running_daemon(database, data) as (app, _daemon):
+        repo = app.repository
+        f = await wait_for(lambda: _in(repo, failing, S.TERMINATED), what="failing ends")
+        assert [(k.status, k.exit_code, k.status_info) for k in f.kernels] == [
+            (K.ERROR, 3, "exited with code 3")
+        ]
+        assert (f.status_info, f.result) == ("ABNORMAL_TERMINATION", "FAILURE")
+        ok = await wait_for(lambda: _in(repo, succeeding, S.TERMINATED), what="succeeding")
+        assert [(k.status, k.exit_code) for k in ok.kernels] == [(K.TERMINATED, 0)]
+        assert (ok.status_info, ok.result) == ("KERNEL_EXITED", "SUCCESS")
+        assert (await repo.get_session(trapping)).status == S.RUNNING  # adopted
+        await repo.request_termination([trapping])
+        t = await wait_for(lambda: _in(repo, trapping, S.TERMINATED), what="trapping ends")
+        assert [(k.status, k.exit_code, k.status_info) for k in t.kernels] == [
+            (K.TERMINATED, 143, "destroyed; exited with code 143")
+        ]
+        assert _live(pgid=pids[2]) == []
+
+
+async def test_an_exit_not_committed_before_shutdown_is_reported_at_the_next_start(
+    database, tmp_path: Path, monkeypatch
+):
+    """The database refuses the exit report until the daemon stops; the next daemon reads
+    the exit record at start-up and reports it (ERROR, exit 3)."""
+    data = tmp_path / "data"
+    async with running_daemon(database, data) as (app, _daemon):
+        (sid,) = await app.repository.create_sessions(
+            [{"kernels": [_kernel(["sh", "-c", "sleep 0.5; exit 3"])]}]
+        )
+        s = await wait_for(lambda: _in(app.repository, sid, S.RUNNING), what="RUNNING")
+        refused = []
+
+        async def unwritable(reports):
+            refused.append(reports)
+            raise OperationalError("UPDATE entities", {}, Exception("readonly database"))
+
+        monkeypatch.setattr(app.repository, "report_kernel_statuses", unwritable)
+        await wait_for(lambda: _dead(s.kernels[0].runtime["pid"]), what="the exit")
+        await wait_for(lambda: _now(len(refused) >= 2), what="the report to be retried")
+    assert (await app.repository.get_session(sid)).status == S.RUNNING  # nothing committed
+    async with running_daemon(database, data) as (app, _daemon):
+        s = await wait_for(lambda: _in(app.repository, sid, S.TERMINATED), what="TERMINATED")
+        assert [(k.status, k.exit_code, k.status_info) for k in s.kernels] == [
+            (K.ERROR, 3, "exited with code 3")
+        ]
+
+
+@pytest.mark.parametrize("setup_survives", [True, False], ids=["adopted", "restarted"])
+async def test_a_setup_interrupted_by_a_crash_is_adopted_or_restarted(
+    database, tmp_path: Path, setup_survives: bool
+):
+    """The daemon is killed while a kernel's setup runs. The next daemon adopts the setup if
+    it still runs (it runs once), or restarts the preparation if it died with the daemon;
+    either way the session completes, long before prepare-sessions' 900 s timeout."""
+    config = tmp_path / "drover.toml"
+    log = tmp_path / "daemon.log"
+    _write_config(config, database, tmp_path / "data")
+    runs = tmp_path / "setup-runs.txt"
+    app = App(load_config(config, environ={}))
+    await app.check_schema(auto_upgrade=True)
+    repo = app.repository
+    try:
+        setup = f"echo $$ >> {runs}; sleep 3"
+        (sid,) = await repo.create_sessions([{"kernels": [_kernel(["true"], setup=setup)]}])
+        first = await _start(config, log)
+
+        async def pulling():
+            s = await repo.get_session(sid)
+            return s if s.kernels[0].status == K.PULLING and _lines(runs) else None
+
+        s = await wait_for(pulling, timeout=30, what="the setup to run")
+        kernel_id = s.kernels[0].id
+        first.kill()  # a crash: no shutdown of any kind
+        await first.wait()
+        setup_processes = _with_env(f"DROVER_KERNEL_ID={kernel_id}")
+        assert setup_processes, "the setup outlives the daemon"
+        if not setup_survives:
+            for pid in setup_processes:
+                os.kill(pid, signal.SIGKILL)
+            await wait_for(lambda: _now(not _with_env(f"DROVER_KERNEL_ID={kernel_id}")))
+        async with running_daemon(database, tmp_path / "data") as (second, _daemon):
+            s = await wait_for(
+                lambda: _in(second.repository, sid, S.TERMINATED), timeout=30, what="the end"
+            )
+        assert (s.result, s.kernels[0].status, s.kernels[0].exit_code) == (
+            "SUCCESS",
+            K.TERMINATED,
+            0,
+        )
+        assert len(_lines(runs)) == (1 if setup_survives else 2), _lines(runs)
+        assert _with_env(f"DROVER_KERNEL_ID={kernel_id}") == []
+    finally:
+        await app.close()
+
+
+async def _now(value):
+    return value
+
+
+# How drover ran kernels before the supervisor: an `sh` wrapper that writes the exit code.
+_OLD_WRAPPER = (
+    'cd "$1" || exit 126; exitfile="$2"; shift 2; '
+    '"$@"; code=$?; echo $code > "$exitfile"; exit $code'
+)
+
+
+async def test_kernels_started_by_an_older_drover_are_adopted(database, tmp_path: Path):
+    """An upgrade: RUNNING kernels run by the old `sh` wrapper (pid and identity in runtime,
+    no spawn token) are adopted; one exits 3 (ERROR, read from its exit file), the other is
+    terminated with its whole group."""
+    from drover.backends.local import process_identity
+
+    data = tmp_path / "data"
+    app = App(load_config(None, environ={}, flags=daemon_flags(database, data)))
+    await app.check_schema(auto_upgrade=True)
+    try:
+        repo = app.repository
+        exits, stays = await repo.create_sessions(
+            [
+                {
+                    "status": "CREATING",
+                    "kernels": [_kernel(["x"], status="CREATING", agent_id=AGENT[0]["id"])],
+                }
+                for _ in range(2)
+            ]
+        )
+        pids = []
+        for sid, command in ((exits, ["sh", "-c", "sleep 1; exit 3"]), (stays, ["sleep", "30"])):
+            (k,) = (await repo.get_session(sid)).kernels
+            workdir = data / "kernels" / k.id
+            workdir.mkdir(parents=True)
+            argv = ["/bin/sh", "-c", _OLD_WRAPPER, "drover-kernel", str(workdir)]
+            argv += [str(workdir / ".drover-exit"), *command]
+            pid = await asyncio.to_thread(
+                os.posix_spawn, "/bin/sh", argv, dict(os.environ), setsid=True
+            )
+            pids.append(pid)
+            runtime = {"pid": pid, "identity": process_identity(pid), "workdir": str(workdir)}
+            await repo.report_kernel_statuses([KernelReport(k.id, K.RUNNING, runtime=runtime)])
+    finally:
+        await app.close()
+    async with running_daemon(database, data) as (app, _daemon):
+        repo = app.repository
+        e = await wait_for(lambda: _in(repo, exits, S.TERMINATED), what="the exit")
+        assert [(k.status, k.exit_code, k.status_info) for k in e.kernels] == [
+            (K.ERROR, 3, "exited with code 3")
+        ]
+        await wait_for(lambda: _in(repo, stays, S.RUNNING), what="RUNNING")
+        await repo.request_termination([stays])
+        t = await wait_for(lambda: _in(repo, stays, S.TERMINATED), timeout=30, what="the end")
+        assert t.kernels[0].status == K.TERMINATED
+        assert _live(sid=pids[1]) == []

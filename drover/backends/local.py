@@ -3,16 +3,25 @@
 * prepare: create the kernel's working directory under ``data_dir``, run the
   optional ``setup`` command (PULLING while it runs), then PREPARED; a failed
   setup is ERROR with its exit code and the tail of its stderr.
-* create: spawn ``command`` in its own session/process group, stdout and stderr
-  to files in its working directory; RUNNING, with pid and process identity
-  recorded in the kernel's ``runtime``.
-* exit: TERMINATED for exit code 0, ERROR otherwise.
-* destroy: SIGTERM to the process group, SIGKILL after ``kill_grace``.
+* create: start ``command`` under a supervisor, stdout and stderr to files in
+  its working directory; RUNNING once it started, with pids and identities
+  in the kernel's ``runtime``. A command that cannot start (not found,
+  permission denied, a NUL byte) is ERROR with the OS error.
+* exit: TERMINATED for exit code 0, ERROR otherwise, with the command's own
+  exit status (a death by signal is the negative signal number).
+* destroy: SIGTERM to the kernel's process groups, SIGKILL after
+  ``kill_grace``; the kernel is reported ended once none of its processes is left.
 
-Processes are not children of an asyncio transport (asyncio kills those when
-the loop closes), so kernels outlive a daemon restart and are adopted by the
-next daemon. A pid is only ever signalled if its ``/proc`` start time and boot
-id still match what was recorded: pids get reused. Linux only.
+Every command (a kernel's, or its setup) runs under its own small supervisor
+(``_local_supervisor.py``), which leads a session of its own, waits for the
+command, records how it ended in the working directory and cleans up what
+the command left behind. Supervisors are not children of an asyncio
+transport and outlive the daemon: a restarted daemon adopts what runs, and
+reads how the rest ended. Before any spawn an intent (a spawn token) is
+fsynced and locked, so a crash never runs a kernel twice (see
+``_local_disk.py``). Reports of how things ended are kept until they commit.
+A pid is only ever signalled if its ``/proc`` start time and boot id still
+match what was recorded: pids get reused. Linux only.
 
 Resources are accounted for by the scheduler, not enforced by the OS.
 """
@@ -24,12 +33,33 @@ import contextlib
 import logging
 import os
 import signal
-import socket
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from drover.backends.base import AgentBackend, AgentInfo, KernelReporter, Wake
+import attrs
+
+from drover.backends import _local_disk as disk
+from drover.backends._local_outcome import AFTER_SETUP, RUNNING_EXPECTED, kernel_end, setup_end
+from drover.backends._local_proc import boot_id, process_identity
+from drover.backends._local_reports import ReportQueue
+from drover.backends._local_spec import cwd_of, env_of, log_paths, spec_problem
+from drover.backends._local_watch import (
+    Attempt,
+    Command,
+    Watch,
+    handshake,
+    kernel_port,
+    kill_now,
+    legacy_exit,
+    lost_reason,
+    read_end,
+    reset_for_prepare,
+    runtime_of,
+    terminate,
+)
+from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
@@ -38,53 +68,17 @@ __all__ = ["LocalBackend", "process_identity"]
 log = logging.getLogger("drover.backends.local")
 
 _K = KernelStatus
-_EXIT_FILE = ".drover-exit"
-# Runs the command in its working directory and records its exit code, so a
-# daemon that adopts the process after a restart can still learn how it ended.
-_WRAPPER = (
-    'cd "$1" || exit 126; exitfile="$2"; shift 2; '
-    '"$@"; code=$?; echo $code > "$exitfile"; exit $code'
-)
+#: Kernel statuses in which this backend may own a process or a setup.
+_LIVE = frozenset({_K.PREPARING, _K.PULLING, _K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING})
+#: Kernel statuses that still want their command's process.
+_WANTS_PROCESS = frozenset({_K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING})
 _STDERR_TAIL = 2000
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown-boot"
-
-
-def process_identity(pid: int) -> str | None:
-    """``boot_id:starttime`` of a live (non-zombie) process, or ``None`` if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses: split after the last ")".
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in {"Z", "X"}:
-        return None
-    return f"{_boot_id()}:{fields[19]}"
-
-
-class _Proc:
-    """A kernel process this backend watches."""
-
-    def __init__(self, kernel_id: str, pid: int, identity: str, workdir: Path, own: bool) -> None:
-        self.kernel_id = kernel_id
-        self.pid = pid
-        self.identity = identity
-        self.workdir = workdir
-        self.own = own
-        self.destroying = False
-        # Whether its RUNNING report was applied; exits are reported only after
-        # that, or a fast exit would be refused (still PREPARED) and lost.
-        self.announced = not own
+# Seconds destroy waits past a supervisor's own grace before killing it too.
+_KILL_MARGIN = 5.0
 
 
 class LocalBackend(AgentBackend):
-    """Kernels as local processes; see the module docstring."""
+    """Kernels as local processes; see the module docstring and docs/daemon.md."""
 
     def __init__(
         self,
@@ -94,19 +88,33 @@ class LocalBackend(AgentBackend):
         kill_grace: float = 10.0,
         poll_interval: float = 0.05,
         sweep_interval: float = 1.0,
+        start_timeout: float = 30.0,
+        report_backoff_max: float = 5.0,
     ) -> None:
         self._agents = list(agents)
         self.data_dir = Path(data_dir).resolve()
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
         self.sweep_interval = sweep_interval
+        self.start_timeout = start_timeout
+        self.report_backoff_max = report_backoff_max
         self.reporter: KernelReporter | None = None
         # Called after reports applied, so the daemon wakes promotion handlers.
         self._wake: Wake = lambda: None
-        self._procs: dict[str, _Proc] = {}
-        self._setups: dict[str, asyncio.subprocess.Process] = {}
+        self._kernels: dict[str, Watch] = {}
+        self._setups: dict[str, Watch] = {}
+        # Kernels being started or prepared right now (one attempt at a time).
+        self._busy: set[str] = set()
+        # Kernels whose end was seen and whose reports are being built.
+        self._ending: set[str] = set()
+        # Reports that must commit (ends, setup results), kept until they do.
+        self._reports = ReportQueue(lambda: self.reporter, lambda: self._wake, report_backoff_max)
+        # Set whenever the monitor has processed ends (destroy waits on it).
+        self._ends = asyncio.Event()
+        # Supervisors that failed to start their command: reaped when they exit.
+        self._reap: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._monitor: asyncio.Task[None] | None = None
+        self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
 
     def agents(self) -> Sequence[AgentInfo]:
@@ -116,63 +124,157 @@ class LocalBackend(AgentBackend):
     # -- lifecycle of the backend itself ------------------------------------------
 
     async def start(self, reporter: KernelReporter, wake: Wake) -> None:
-        """Adopt live kernel processes and mark dead ones ``lost``; start watching."""
+        """Pick up where the last daemon left off, then start watching.
+
+        For every kernel of our agents that may own a process: a live
+        supervisor is adopted (and reported RUNNING if that report never
+        committed); a command that ended meanwhile is judged from its exit
+        record like any other end; one that left no record is ``lost``
+        (ERROR), never run again; a setup that was interrupted is adopted, or
+        its preparation restarted.
+        """
         self.reporter = reporter
         self._wake = wake
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.data_dir.mkdir, parents=True, exist_ok=True)
         ours = {a.id for a in self._agents}
-        adopted = lost = 0
-        reports: list[KernelReport] = []
-        for kernel in await reporter.kernels_in([_K.RUNNING]):
-            if kernel.agent_id not in ours:
-                continue
-            if self._adoptable(kernel) is not None:
-                adopted += 1
-            else:
-                runtime = kernel.runtime or {}
-                reports.append(
-                    KernelReport(
-                        kernel.id,
-                        _K.TERMINATED,
-                        expected=frozenset({_K.RUNNING}),
-                        exit_code=_read_exit(Path(runtime.get("workdir", "/nonexistent"))),
-                        message="lost",
-                    )
-                )
-                lost += 1
-        if reports:
-            await reporter.report_kernel_statuses(reports)
-        self._monitor = asyncio.create_task(self._watch(), name="drover-local-monitor")
-        log.info("local backend started: adopted=%d lost=%d", adopted, lost)
+        kernels = [k for k in await reporter.kernels_in(_LIVE) if k.agent_id in ours]
+        found = await asyncio.to_thread(lambda: [self._survey(k) for k in kernels])
+        counts: Counter[str] = Counter()
+        now: list[KernelReport] = []
+        for kernel, (kernel_spawn, setup_spawn) in zip(kernels, found, strict=True):
+            outcome = self._resume(kernel, kernel_spawn, setup_spawn, now)
+            counts[outcome] += 1
+        adopted = [w for w in self._kernels.values() if not w.confirmed]
+        for w in adopted:
+            w.reporting = True
+        try:
+            await self._report(*now)
+        except Exception:
+            log.exception("local backend: start-up reports failed; they will be retried")
+            # An adopted kernel's RUNNING report is sent again with its end, or
+            # by create(); every other report is queued as it is.
+            self._reports.add(r for r in now if r.kernel_id not in self._kernels)
+        else:
+            for w in adopted:
+                w.confirmed = True
+        finally:
+            for w in adopted:
+                w.reporting = False
+        self._loops = [
+            asyncio.create_task(self._watch(), name="drover-local-monitor"),
+            asyncio.create_task(self._reports.run(), name="drover-local-reports"),
+        ]
+        log.info(
+            "local backend started: adopted=%d ended=%d lost=%d restarted=%d",
+            counts["adopted"],
+            counts["ended"],
+            counts["lost"],
+            counts["restarted"],
+        )
+
+    def _survey(self, kernel: KernelInfo) -> tuple[disk.DiskSpawn | None, disk.DiskSpawn | None]:
+        """(worker thread) The kernel's spawns on disk; leftovers of dead supervisors killed."""
+        workdir = self._workdir(kernel)
+        spawns = (disk.inspect(workdir, "kernel"), disk.inspect(workdir, "setup"))
+        for role, spawn in zip(("kernel", "setup"), spawns, strict=True):
+            if spawn is not None and not spawn.alive and spawn.exit is None and spawn.started:
+                disk.kill_supervised(workdir, role, spawn)
+        return spawns
+
+    def _resume(
+        self,
+        kernel: KernelInfo,
+        spawn: disk.DiskSpawn | None,
+        setup: disk.DiskSpawn | None,
+        reports: list[KernelReport],
+    ) -> str:
+        """Decide what to do with one kernel at start-up; return the word for the log."""
+        workdir = self._workdir(kernel)
+        runtime = kernel.runtime or {}
+        if kernel.status in (_K.PREPARING, _K.PULLING):
+            if setup is not None and setup.alive and setup.supervisor is not None:
+                self._setups[kernel.id] = self._watch_of(kernel.id, "setup", workdir, setup)
+                return "adopted"
+            if setup is not None and setup.exit is not None:
+                tail = disk.read_tail(workdir / "setup.stderr.log", _STDERR_TAIL)
+                reports.append(setup_end(kernel.id, setup.exit, destroying=False, stderr_tail=tail))
+                return "ended"
+            self._spawn_task(self._prepare_kernel(kernel.session_id, kernel))
+            return "restarted"
+        if kernel.status == _K.PREPARED:
+            # Its session is PREPARED too: start-sessions calls create(), which
+            # adopts what was started (reporting RUNNING now would leave the
+            # session where no handler looks for it).
+            return "left to start-sessions"
+        if kernel.status == _K.CREATING:
+            if spawn is None or (not spawn.started and not spawn.alive and spawn.this_boot):
+                return "never started"
+            reports.extend(self._settled(kernel.id, workdir, spawn, own=False))
+            return "adopted" if spawn.alive else "ended" if spawn.exit is not None else "lost"
+        # RUNNING or TERMINATING: its RUNNING report committed.
+        if runtime.get("token") is None and isinstance(runtime.get("pid"), int):
+            return self._resume_legacy(kernel, reports)
+        if spawn is None or spawn.token != runtime.get("token"):
+            spawn = None
+        if spawn is not None and spawn.alive and spawn.supervisor is not None:
+            watch = self._watch_of(kernel.id, "kernel", workdir, spawn, confirmed=True)
+            self._kernels[kernel.id] = watch
+            return "adopted"
+        record = spawn.exit if spawn is not None else None
+        reports.append(
+            kernel_end(
+                kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(spawn)
+            )
+        )
+        return "ended" if record is not None else "lost"
+
+    def _resume_legacy(self, kernel: KernelInfo, reports: list[KernelReport]) -> str:
+        runtime = kernel.runtime or {}
+        pid, identity = runtime["pid"], runtime.get("identity")
+        workdir = Path(runtime.get("workdir", self._workdir(kernel)))
+        if isinstance(identity, str) and process_identity(pid) == identity:
+            self._kernels[kernel.id] = Watch(
+                kernel.id, "kernel", workdir, (pid, identity), own=False, runtime=runtime,
+                token=None, grace=self.kill_grace, confirmed=True,
+            )  # fmt: skip
+            return "adopted"
+        record = legacy_exit(workdir)
+        reports.append(
+            kernel_end(kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(None))
+        )
+        return "ended" if record is not None else "lost"
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Stop watching. Kernel processes keep running, to be adopted on restart.
+        """Stop watching. Kernels and setups keep running, to be adopted on restart.
 
-        Running setups are killed without a report: their sessions go back to
-        PENDING when prepare-sessions' timeout passes. Tasks end on their own
-        (one in the middle of a report finishes it); only stragglers past
-        ``grace`` seconds are cancelled.
+        Reports still waiting for the database get one last try; whatever
+        does not commit is read again from the exit records at the next
+        start. Tasks end on their own; stragglers past ``grace`` seconds are
+        cancelled.
         """
+        if self._reports and self.reporter is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._reports.flush(), timeout=min(grace, 2.0))
         self._stopping = True
-        for proc in list(self._setups.values()):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        tasks = [*self._tasks, *([self._monitor] if self._monitor else [])]
+        self._reports.stop()
+        tasks = [*self._tasks, *self._loops]
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=grace)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        self._setups.clear()
-        self._monitor = None
+        self._loops = []
 
     async def _report(self, *reports: KernelReport) -> list[bool]:
+        """Report now; the caller handles a failure."""
         assert self.reporter is not None, "LocalBackend.start() was not called"
+        if not reports:
+            return []
         applied = await self.reporter.report_kernel_statuses(list(reports))
         self._wake()
         return applied
 
-    def _spawn_task(self, coro: Any) -> None:
+    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -180,156 +282,283 @@ class LocalBackend(AgentBackend):
     def _workdir(self, kernel: KernelInfo) -> Path:
         return self.data_dir / "kernels" / kernel.id
 
+    def _watch_of(
+        self,
+        kernel_id: str,
+        role: str,
+        workdir: Path,
+        spawn: disk.DiskSpawn,
+        *,
+        own: bool = False,
+        confirmed: bool = False,
+    ) -> Watch:
+        assert spawn.supervisor is not None
+        return Watch(
+            kernel_id, role, workdir, spawn.supervisor, own=own, confirmed=confirmed,
+            runtime=runtime_of(workdir, spawn.state or {}, role), token=spawn.token,
+            grace=float((spawn.state or {}).get("grace", self.kill_grace)),
+        )  # fmt: skip
+
+    def _settled(
+        self, kernel_id: str, workdir: Path, spawn: disk.DiskSpawn, *, own: bool
+    ) -> list[KernelReport]:
+        """Reports for a kernel's spawn found on disk; a live one is watched from now on."""
+        runtime = runtime_of(workdir, spawn.state or {}, "kernel")
+        if spawn.alive:
+            if spawn.supervisor is None:
+                log.error("kernel %s: its supervisor lives but recorded nothing", kernel_id)
+                return []
+            watch = self._watch_of(kernel_id, "kernel", workdir, spawn, own=own)
+            self._kernels[kernel_id] = watch
+            return [watch.running_report()]
+        end = kernel_end(
+            kernel_id, spawn.exit, destroying=False, runtime=runtime, lost=lost_reason(spawn),
+            unstarted=True,
+        )  # fmt: skip
+        if end.status == _K.ERROR and end.exit_code is None:
+            return [end]  # it never ran: no RUNNING in its history
+        running = KernelReport(kernel_id, _K.RUNNING, expected=RUNNING_EXPECTED, runtime=runtime)
+        return [running, end]
+
+    # -- starting commands ----------------------------------------------------------
+
+    def _attempt(self, command: Command) -> Attempt:
+        """(worker thread) Adopt or judge an earlier spawn of the command, or spawn it."""
+        command.workdir.mkdir(parents=True, exist_ok=True)
+        earlier = disk.inspect(command.workdir, command.role)
+        if earlier is not None:
+            if earlier.alive:
+                return Attempt("adopt", earlier)
+            if earlier.exit is not None:
+                return Attempt("ended", earlier)
+            if earlier.started or not earlier.this_boot:
+                disk.kill_supervised(command.workdir, command.role, earlier)
+                return Attempt("lost", earlier)
+            # An intent whose supervisor never ran: the command never started.
+        token = disk.new_token()
+        try:
+            pid, fd = disk.spawn_supervisor(
+                command.workdir, command.role, token, command=command.argv, cwd=command.cwd,
+                env=command.env, grace=self.kill_grace, stdout=command.stdout,
+                stderr=command.stderr,
+            )  # fmt: skip
+        except disk.SupervisorAliveError:
+            again = disk.inspect(command.workdir, command.role)
+            return Attempt("adopt", again) if again is not None else Attempt("failed")
+        except (OSError, ValueError) as error:
+            return Attempt("failed", message=f"cannot start its supervisor: {error}")
+        return Attempt("spawned", token=token, pid=pid, handshake_fd=fd)
+
+    async def _start(self, commands: Sequence[Command]) -> list[Attempt]:
+        """Adopt or spawn each command; wait for the new supervisors' handshakes.
+
+        A spawned attempt comes back as ``adopt`` with the supervisor's state
+        (the command started), as ``ended`` (it could not start), or as
+        ``failed`` (the supervisor never answered; it was killed).
+        """
+        attempts = await asyncio.to_thread(lambda: [self._attempt(c) for c in commands])
+        answers = await asyncio.gather(
+            *(
+                handshake(a.handshake_fd, self.start_timeout)
+                for a in attempts
+                if a.kind == "spawned"
+            )
+        )
+        answered = iter(answers)
+        results: list[Attempt] = []
+        for command, attempt in zip(commands, attempts, strict=True):
+            if attempt.kind != "spawned":
+                results.append(attempt)
+                continue
+            record = next(answered)
+            results.append(await self._answered(command, attempt, record))
+        return results
+
+    async def _answered(
+        self, command: Command, attempt: Attempt, record: dict[str, Any] | None
+    ) -> Attempt:
+        if record is not None and record.get("token") == attempt.token:
+            own = disk.DiskSpawn(attempt.token, boot_id(), True, record, None)
+            if "pid" in record:
+                return attrs.evolve(attempt, kind="adopt", spawn=own)
+            self._reap.add(attempt.pid)  # it exits right after answering
+            ended = disk.DiskSpawn(attempt.token, boot_id(), False, None, record)
+            return attrs.evolve(attempt, kind="ended", spawn=ended)
+        log.error("kernel %s: its supervisor did not start; killing it", command.kernel_id)
+        found = await asyncio.to_thread(disk.inspect, command.workdir, command.role, wait=False)
+        if found is not None:
+            await asyncio.to_thread(disk.kill_supervised, command.workdir, command.role, found)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(attempt.pid, signal.SIGKILL)
+        self._reap.add(attempt.pid)
+        return attrs.evolve(
+            attempt,
+            kind="failed",
+            message=f"its supervisor did not start within {self.start_timeout:g}s",
+        )
+
     # -- prepare -----------------------------------------------------------------
 
     async def prepare(self, session: SessionWithKernels) -> None:
         """Start preparing each live kernel in the background."""
         for kernel in session.kernels:
             if kernel.status not in TERMINAL_KERNEL_STATUSES:
-                self._spawn_task(self._prepare_kernel(session, kernel))
+                self._spawn_task(self._prepare_kernel(session.id, kernel))
 
-    async def _prepare_kernel(self, session: SessionWithKernels, kernel: KernelInfo) -> None:
-        early = frozenset({_K.SCHEDULED, _K.PREPARING})
+    def _setup_failed(self, kernel_id: str, message: str) -> None:
+        self._reports.add(
+            [KernelReport(kernel_id, _K.ERROR, expected=AFTER_SETUP, message=message)]
+        )
+
+    async def _prepare_kernel(self, session_id: str, kernel: KernelInfo) -> None:
+        if kernel.id in self._busy or kernel.id in self._setups:
+            return  # being prepared already (a restart, or a repeated call)
+        self._busy.add(kernel.id)
         try:
-            workdir = self._workdir(kernel)
-            workdir.mkdir(parents=True, exist_ok=True)
-            problem = _spec_problem(kernel.spec)
-            if problem:
-                await self._report(
-                    KernelReport(kernel.id, _K.ERROR, expected=early, message=problem)
-                )
-                return
-            setup = kernel.spec.get("setup")
-            runtime = {"workdir": str(workdir), **_log_paths(workdir)}
-            if not setup:
-                await self._report(
-                    KernelReport(kernel.id, _K.PREPARED, expected=early, runtime=runtime)
-                )
-                return
-            await self._report(KernelReport(kernel.id, _K.PULLING, expected=early, runtime=runtime))
-            argv = ["/bin/sh", "-c", setup] if isinstance(setup, str) else [str(a) for a in setup]
-            # Output goes to files, not pipes: a killed setup leaves no open transport.
-            # Opening two local files does not block the loop noticeably.
-            err_path = workdir / "setup.stderr.log"
-            with (
-                open(workdir / "setup.stdout.log", "wb") as out_file,  # noqa: ASYNC230
-                open(err_path, "wb") as err_file,  # noqa: ASYNC230
-            ):
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    cwd=_cwd(kernel.spec, workdir),
-                    env=_env(session, kernel),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out_file,
-                    stderr=err_file,
-                )
-            self._setups[kernel.id] = proc
-            try:
-                await proc.wait()
-            finally:
-                self._setups.pop(kernel.id, None)
-                if proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.kill()
-            if self._stopping:
-                return  # killed by stop(): the coordinator's timeout decides
-            err = err_path.read_bytes()[-_STDERR_TAIL * 4 :]
-            after = frozenset({_K.PREPARING, _K.PULLING})
-            if proc.returncode == 0:
-                await self._report(KernelReport(kernel.id, _K.PREPARED, expected=after))
-            else:
-                tail = err.decode(errors="replace")[-_STDERR_TAIL:].strip()
-                await self._report(
-                    KernelReport(
-                        kernel.id,
-                        _K.ERROR,
-                        expected=after,
-                        exit_code=proc.returncode,
-                        message=f"setup failed with exit code {proc.returncode}: {tail}",
-                    )
-                )
-        except asyncio.CancelledError:
-            raise
+            await self._prepare_now(session_id, kernel)
         except Exception as error:
             log.exception("preparing kernel %s failed", kernel.id)
-            await self._report(
-                KernelReport(
-                    kernel.id,
-                    _K.ERROR,
-                    expected=frozenset({_K.SCHEDULED, _K.PREPARING, _K.PULLING}),
-                    message=f"prepare failed: {type(error).__name__}: {error}",
-                )
+            message = f"prepare failed: {type(error).__name__}: {error}"
+            self._reports.add(
+                [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message)]
             )
+        finally:
+            self._busy.discard(kernel.id)
+
+    async def _prepare_now(self, session_id: str, kernel: KernelInfo) -> None:
+        problem = spec_problem(kernel.spec)
+        if problem:
+            self._reports.add(
+                [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=problem)]
+            )
+            return
+        workdir = self._workdir(kernel)
+        runtime = {"workdir": str(workdir), **log_paths(workdir)}
+        setup = kernel.spec.get("setup")
+        earlier = self._kernels.pop(kernel.id, None)
+        if earlier is not None:
+            # An earlier attempt's command (killed by the reset below): a new
+            # attempt must not be taken for it by create().
+            earlier.abandoned = True
+            if earlier.own:
+                self._reap.add(earlier.supervisor_pid)
+        live = await asyncio.to_thread(reset_for_prepare, workdir)
+        if live is not None:
+            self._setups[kernel.id] = self._watch_of(kernel.id, "setup", workdir, live)
+            return
+        if not setup:
+            self._reports.add(
+                [KernelReport(kernel.id, _K.PREPARED, expected=AFTER_SETUP, runtime=runtime)]
+            )
+            return
+        early = frozenset({_K.SCHEDULED, _K.PREPARING})
+        try:
+            await self._report(KernelReport(kernel.id, _K.PULLING, expected=early, runtime=runtime))
+        except Exception as error:  # its end is reported with retries anyway
+            log.warning("kernel %s: PULLING not reported: %s", kernel.id, error)
+        argv = ["/bin/sh", "-c", setup] if isinstance(setup, str) else [str(a) for a in setup]
+        command = Command(
+            kernel.id, "setup", workdir, argv, cwd_of(kernel.spec, workdir),
+            env_of(session_id, kernel), workdir / "setup.stdout.log", workdir / "setup.stderr.log",
+        )  # fmt: skip
+        (attempt,) = await self._start([command])
+        if attempt.kind == "adopt" and attempt.spawn is not None:
+            own = attempt.pid != 0
+            self._setups[kernel.id] = self._watch_of(
+                kernel.id, "setup", workdir, attempt.spawn, own=own
+            )
+            return
+        if attempt.kind == "ended" and attempt.spawn is not None:
+            tail = await asyncio.to_thread(disk.read_tail, command.stderr, _STDERR_TAIL)
+            self._reports.add(
+                [setup_end(kernel.id, attempt.spawn.exit, destroying=False, stderr_tail=tail)]
+            )
+            return
+        message = f"setup failed to start: {attempt.message or 'lost'}"
+        self._reports.add(
+            [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message)]
+        )
 
     # -- create ------------------------------------------------------------------
 
     async def create(self, session: SessionWithKernels) -> None:
-        """Spawn each prepared kernel's command and report it RUNNING."""
+        """Start each prepared kernel's command (or adopt it) and report it RUNNING.
+
+        A kernel whose command was already started, by this daemon or by one
+        that crashed before its RUNNING report committed, is adopted, never
+        started twice.
+        """
         reports: list[KernelReport] = []
+        commands: list[Command] = []
         for kernel in session.kernels:
-            if kernel.status in TERMINAL_KERNEL_STATUSES or kernel.id in self._procs:
+            if kernel.status not in RUNNING_EXPECTED:
                 continue
-            reports.append(self._spawn(session, kernel))
-        applied = await self._report(*reports)
-        for report, ok in zip(reports, applied, strict=True):
-            proc = self._procs.get(report.kernel_id)
-            if proc is None:
+            watch = self._kernels.get(kernel.id)
+            if watch is not None:
+                if not watch.confirmed and not watch.reporting:
+                    reports.append(watch.running_report())
                 continue
-            if not ok:
-                # The kernel moved on (terminated, rescheduled) while we spawned it.
-                log.warning("kernel %s no longer wants its process: killing it", proc.kernel_id)
-                proc.destroying = True
-                _signal_group(proc, signal.SIGKILL)
-            proc.announced = True
-
-    def _spawn(self, session: SessionWithKernels, kernel: KernelInfo) -> KernelReport:
-        expected = frozenset({_K.PREPARED, _K.CREATING})
-        workdir = self._workdir(kernel)
-        workdir.mkdir(parents=True, exist_ok=True)
-        problem = _spec_problem(kernel.spec)
-        if problem:
-            return KernelReport(kernel.id, _K.ERROR, expected=expected, message=problem)
-        logs = _log_paths(workdir)
-        (workdir / _EXIT_FILE).unlink(missing_ok=True)
-        argv = [
-            "/bin/sh",
-            "-c",
-            _WRAPPER,
-            "drover-kernel",
-            str(_cwd(kernel.spec, workdir)),
-            str(workdir / _EXIT_FILE),
-            *[str(a) for a in kernel.spec["command"]],
-        ]
-        port = free_port()
-        env = _env(session, kernel)
-        env["PORT"] = str(port)
-        out = os.open(logs["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        err = os.open(logs["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if kernel.id in self._busy or kernel.id in self._ending:
+                continue
+            if kernel.id in self._reports:
+                continue  # it ended; the report is on its way
+            problem = spec_problem(kernel.spec)
+            if problem:
+                reports.append(
+                    KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=problem)
+                )
+                continue
+            workdir = self._workdir(kernel)
+            logs = log_paths(workdir)
+            argv = [str(a) for a in kernel.spec["command"]]
+            cwd, env = cwd_of(kernel.spec, workdir), env_of(session.id, kernel)
+            env["PORT"] = str(await asyncio.to_thread(kernel_port, workdir))
+            out, err = Path(logs["stdout"]), Path(logs["stderr"])
+            commands.append(Command(kernel.id, "kernel", workdir, argv, cwd, env, out, err))
+        self._busy.update(c.kernel_id for c in commands)
         try:
-            pid = os.posix_spawn(
-                "/bin/sh",
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, out, 1),
-                    (os.POSIX_SPAWN_DUP2, err, 2),
-                ],
-                setsid=True,
-            )
-        except OSError as error:
-            return KernelReport(
-                kernel.id, _K.ERROR, expected=expected, message=f"spawn failed: {error}"
-            )
+            attempts = await self._start(commands)
         finally:
-            os.close(out)
-            os.close(err)
-        identity = process_identity(pid) or f"{_boot_id()}:unknown"
-        self._procs[kernel.id] = _Proc(kernel.id, pid, identity, workdir, own=True)
-        runtime = {"pid": pid, "identity": identity, "workdir": str(workdir), "port": port, **logs}
-        return KernelReport(kernel.id, _K.RUNNING, expected=expected, runtime=runtime)
+            self._busy.difference_update(c.kernel_id for c in commands)
+        for command, attempt in zip(commands, attempts, strict=True):
+            reports.extend(self._started(command, attempt))
+        watches = [self._kernels[r.kernel_id] for r in reports if r.kernel_id in self._kernels]
+        for watch in watches:
+            watch.reporting = True
+        try:
+            applied = await self._report(*reports)
+        except Exception:
+            # A watched kernel's RUNNING goes again (next create(), or with its
+            # end); what was found ended, or failed to start, must not be lost.
+            self._reports.add(r for r in reports if r.kernel_id not in self._kernels)
+            raise
+        finally:
+            for watch in watches:
+                watch.reporting = False
+        for report, ok in zip(reports, applied, strict=True):
+            watch = self._kernels.get(report.kernel_id)
+            if watch is not None and report.status == _K.RUNNING:
+                # Applied, or refused because the kernel moved on (terminated,
+                # rescheduled) meanwhile: the sweep then kills the process.
+                watch.confirmed = True
+                if not ok:
+                    log.warning("kernel %s: RUNNING not applied", report.kernel_id)
 
-    # -- watching exits ------------------------------------------------------------
+    def _started(self, command: Command, attempt: Attempt) -> list[KernelReport]:
+        """The reports for one kernel command after ``_start``."""
+        kid, spawn = command.kernel_id, attempt.spawn
+        if attempt.kind == "failed" or spawn is None:
+            return [
+                KernelReport(
+                    kid,
+                    _K.ERROR,
+                    expected=RUNNING_EXPECTED,
+                    message=f"failed to start: {attempt.message}",
+                )
+            ]
+        return self._settled(kid, command.workdir, spawn, own=attempt.pid != 0)
+
+    # -- watching ends -------------------------------------------------------------
 
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -342,195 +571,146 @@ class LocalBackend(AgentBackend):
                 await self._poll_once()
                 if loop.time() >= next_sweep:
                     next_sweep = loop.time() + self.sweep_interval
+                    self._reap_failed()
                     await self._kill_abandoned()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("local backend: watching processes failed; will retry")
 
+    def _reap_failed(self) -> None:
+        for pid in list(self._reap):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self._reap.discard(pid)
+
     async def _kill_abandoned(self) -> None:
-        """Kill processes whose kernels the coordinator gave up on (sent back to PENDING…).
+        """Kill commands and setups whose kernels the coordinator gave up on.
 
         A kernel that expired back to PENDING, or ended in the database, no
         longer owns its process or setup: without this they would run on as
         orphans while the session is rescheduled.
         """
         assert self.reporter is not None
-        watched = list(self._procs) + list(self._setups)
+        watched = list(self._kernels) + list(self._setups)
         if not watched:
             return
         statuses = await self.reporter.kernel_statuses(watched)
         for kernel_id, status in statuses.items():
-            setup = self._setups.get(kernel_id)
-            if setup is not None and status not in {_K.PREPARING, _K.PULLING, _K.SCHEDULED}:
-                log.warning("kernel %s is %s: killing its setup", kernel_id, status)
-                with contextlib.suppress(ProcessLookupError):
-                    setup.kill()
-            proc = self._procs.get(kernel_id)
-            # PREPARED too: create() spawns before its RUNNING report commits.
-            if proc is not None and status not in {
-                _K.PREPARED,
-                _K.CREATING,
-                _K.RUNNING,
-                _K.TERMINATING,
-            }:
-                log.warning("kernel %s is %s: killing its abandoned process", kernel_id, status)
-                proc.destroying = True
-                _signal_group(proc, signal.SIGKILL)
+            for watch, wanted in (
+                (self._setups.get(kernel_id), AFTER_SETUP),
+                (self._kernels.get(kernel_id), _WANTS_PROCESS),
+            ):
+                if watch is None or status in wanted or watch.abandoned:
+                    continue
+                log.warning("kernel %s is %s: killing its %s", kernel_id, status, watch.role)
+                watch.abandoned = True
+                await asyncio.to_thread(kill_now, watch)
 
     async def _poll_once(self) -> None:
-        ended: list[KernelReport] = []
-        for proc in list(self._procs.values()):
-            if not proc.announced:
-                continue
-            code = _exit_status(proc)
-            if code is _RUNNING:
-                continue
-            del self._procs[proc.kernel_id]
-            exit_code = code if isinstance(code, int) else _read_exit(proc.workdir)
-            if proc.destroying or exit_code == 0:
-                status = _K.TERMINATED
-                message = "destroyed" if proc.destroying else None
-            else:
-                status = _K.ERROR
-                message = (
-                    f"exited with code {exit_code}"
-                    if exit_code is not None
-                    else "exited; exit code unknown (adopted process)"
-                )
-            ended.append(
-                KernelReport(
-                    proc.kernel_id,
-                    status,
-                    expected=frozenset({_K.RUNNING, _K.CREATING, _K.TERMINATING}),
-                    exit_code=exit_code,
-                    message=message,
-                )
-            )
-        if ended:
-            await self._report(*ended)
+        ended = [
+            w
+            for w in (*self._kernels.values(), *self._setups.values())
+            if not w.reporting and w.ended()
+        ]
+        if not ended:
+            return
+        for w in ended:
+            (self._kernels if w.role == "kernel" else self._setups).pop(w.kernel_id, None)
+            self._ending.add(w.kernel_id)
+        try:
+            records = await asyncio.to_thread(lambda: [read_end(w) for w in ended])
+            for w, (record, tail) in zip(ended, records, strict=True):
+                self._reports.add(self._end_reports(w, record, tail))
+        except BaseException:
+            for w in ended:  # try again at the next poll
+                (self._kernels if w.role == "kernel" else self._setups)[w.kernel_id] = w
+            raise
+        finally:
+            self._ending.difference_update(w.kernel_id for w in ended)
+            self._ends.set()
+
+    def _end_reports(
+        self, watch: Watch, record: Mapping[str, Any] | None, tail: str
+    ) -> list[KernelReport]:
+        stopped = watch.destroying or watch.abandoned
+        if watch.role == "setup":
+            return [setup_end(watch.kernel_id, record, destroying=stopped, stderr_tail=tail)]
+        end = kernel_end(watch.kernel_id, record, destroying=stopped, runtime=watch.runtime)
+        return [end] if watch.confirmed else [watch.running_report(), end]
 
     # -- destroy -------------------------------------------------------------------
 
     async def destroy(self, session: SessionWithKernels) -> None:
-        """SIGTERM each live kernel's process group; SIGKILL after ``kill_grace``."""
-        victims: list[_Proc] = []
+        """Stop each live kernel: SIGTERM to its process groups, SIGKILL after the grace.
+
+        Returns once no process of any of them is left and how each ended is
+        committed, so that the handler's transition never hides an exit code;
+        raises :class:`BackendError` if that cannot be committed yet.
+        """
+        victims: list[Watch] = []
         for kernel in session.kernels:
             setup = self._setups.get(kernel.id)
-            if setup is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    setup.kill()
-            proc = self._procs.get(kernel.id)
-            if proc is None:
-                proc = self._adoptable(kernel)
-            if proc is None:
-                continue
-            # Only a process we actually signal counts as destroyed: one that
-            # already exited keeps its own exit code (reported below).
-            if _signal_group(proc, signal.SIGTERM):
-                proc.destroying = True
-                victims.append(proc)
-        deadline = asyncio.get_running_loop().time() + self.kill_grace
-        while victims and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(self.poll_interval)
-            victims = [p for p in victims if process_identity(p.pid) == p.identity]
-        for proc in victims:
-            log.warning(
-                "kernel %s ignored SIGTERM for %ss: SIGKILL", proc.kernel_id, self.kill_grace
-            )
-            _signal_group(proc, signal.SIGKILL)
-        # Report how they ended before the handler's transition marks them
-        # TERMINATED without an exit code.
+            watch = self._kernels.get(kernel.id)
+            if watch is None and kernel.status not in TERMINAL_KERNEL_STATUSES:
+                watch = await self._adopt_for_destroy(kernel)
+            for victim in (setup, watch):
+                if victim is not None:
+                    victim.destroying = True
+                    terminate(victim)
+                    victims.append(victim)
+        grace = max((v.grace for v in victims), default=0.0)
+        await self._wait_for_ends(victims, grace + _KILL_MARGIN)
+        stuck = [v for v in victims if self._still_watched(v)]
+        for victim in stuck:
+            log.warning("kernel %s: its %s did not stop: SIGKILL", victim.kernel_id, victim.role)
+            await asyncio.to_thread(kill_now, victim)
+        await self._wait_for_ends(stuck, _KILL_MARGIN)
         await self._poll_once()
+        ids = {k.id for k in session.kernels}
+        if ids & self._reports.kernels():
+            try:
+                await self._reports.flush(only=ids)
+            except Exception as error:
+                raise BackendError(f"could not record how the kernels ended: {error}") from error
 
-    def _adoptable(self, kernel: KernelInfo) -> _Proc | None:
-        """Watch the kernel's recorded process if it is still the same live process."""
+    async def _wait_for_ends(self, watches: Sequence[Watch], seconds: float) -> None:
+        """Wait until the monitor has seen every one of ``watches`` end, or ``seconds`` pass."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while True:
+                    self._ends.clear()
+                    if not any(self._still_watched(w) for w in watches):
+                        return
+                    await self._ends.wait()
+
+    def _still_watched(self, watch: Watch) -> bool:
+        table = self._kernels if watch.role == "kernel" else self._setups
+        return table.get(watch.kernel_id) is watch or watch.kernel_id in self._ending
+
+    async def _adopt_for_destroy(self, kernel: KernelInfo) -> Watch | None:
+        """Watch a kernel's live command that this daemon does not watch yet."""
         runtime = kernel.runtime or {}
-        pid, identity = runtime.get("pid"), runtime.get("identity")
-        if isinstance(pid, int) and identity and process_identity(pid) == identity:
-            proc = _Proc(kernel.id, pid, identity, Path(runtime.get("workdir", ".")), own=False)
-            self._procs[kernel.id] = proc
-            return proc
-        return None
-
-
-_RUNNING = object()
-
-
-def _exit_status(proc: _Proc) -> object:
-    """``_RUNNING``, an exit code, or ``None`` when it ended with an unknown code."""
-    if proc.own:
-        try:
-            pid, status = os.waitpid(proc.pid, os.WNOHANG)
-        except ChildProcessError:
-            return None if process_identity(proc.pid) != proc.identity else _RUNNING
-        if pid == 0:
-            return _RUNNING
-        return os.waitstatus_to_exitcode(status)
-    return _RUNNING if process_identity(proc.pid) == proc.identity else None
-
-
-def _signal_group(proc: _Proc, sig: signal.Signals) -> bool:
-    """Signal the process group, only if the pid is still the process we started."""
-    if process_identity(proc.pid) != proc.identity:
-        return False
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _read_exit(workdir: Path) -> int | None:
-    try:
-        return int((workdir / _EXIT_FILE).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _log_paths(workdir: Path) -> dict[str, str]:
-    return {"stdout": str(workdir / "stdout.log"), "stderr": str(workdir / "stderr.log")}
-
-
-def _cwd(spec: Mapping[str, Any], workdir: Path) -> Path:
-    cwd = spec.get("cwd")
-    return workdir / cwd if isinstance(cwd, str) and cwd else workdir
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's ``$PORT``).
-
-    The kernel binds it moments later; another process could take it in
-    between, which a replica's health check then reports.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _env(session: SessionWithKernels, kernel: KernelInfo) -> dict[str, str]:
-    env = dict(os.environ)
-    extra = kernel.spec.get("env") or {}
-    env.update({str(k): str(v) for k, v in extra.items()})
-    env["DROVER_SESSION_ID"] = session.id
-    env["DROVER_KERNEL_ID"] = kernel.id
-    return env
-
-
-def _spec_problem(spec: Mapping[str, Any]) -> str | None:
-    """Why a kernel spec cannot run locally, or ``None``."""
-    command = spec.get("command")
-    if (
-        not isinstance(command, list)
-        or not command
-        or not all(isinstance(a, str | int | float) for a in command)
-    ):
-        return "invalid kernel spec: 'command' must be a non-empty list of arguments"
-    env = spec.get("env")
-    if env is not None and not isinstance(env, Mapping):
-        return "invalid kernel spec: 'env' must be a table of NAME = value"
-    setup = spec.get("setup")
-    if setup is not None and not isinstance(setup, str | list):
-        return "invalid kernel spec: 'setup' must be a shell command string or an argument list"
-    return None
+        if runtime.get("token") is None and "pid" in runtime:
+            pid, identity = runtime.get("pid"), runtime.get("identity")
+            if not isinstance(pid, int) or not isinstance(identity, str):
+                return None
+            if process_identity(pid) != identity:
+                return None
+            self._resume_legacy(kernel, [])
+            return self._kernels.get(kernel.id)
+        workdir = self._workdir(kernel)
+        spawn = await asyncio.to_thread(disk.inspect, workdir, "kernel", wait=False)
+        if spawn is None or not spawn.alive or spawn.supervisor is None:
+            return None
+        # A kernel never reported RUNNING (a crash came first) has no token in
+        # the database; its live spawn on disk is the current attempt's.
+        if runtime.get("token") not in (None, spawn.token):
+            return None
+        confirmed = kernel.status not in RUNNING_EXPECTED
+        watch = self._watch_of(kernel.id, "kernel", workdir, spawn, confirmed=confirmed)
+        self._kernels[kernel.id] = watch
+        return watch

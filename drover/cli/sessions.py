@@ -13,6 +13,7 @@ import click
 
 from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.inspection.why import describe_exit
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
 from drover.model.values import Entity, HistoryRecord, SessionWithKernels
@@ -310,7 +311,7 @@ def show(
                 k["status"],
                 k["agent_id"],
                 k["pid"],
-                k["exit_code"],
+                describe_exit(k["exit_code"]),
                 k["status_info"],
                 k["stdout"],
             )

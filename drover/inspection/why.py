@@ -7,6 +7,7 @@ resolved options), so it stays true for plugin handlers too.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,7 +29,7 @@ from drover.model.status import (
 from drover.model.values import Entity, HandlerOptions, HistoryRecord, SessionWithKernels
 from drover.storage.repository import Repository
 
-__all__ = ["Diagnosis", "diagnose", "diagnose_entity"]
+__all__ = ["Diagnosis", "describe_exit", "diagnose", "diagnose_entity"]
 
 _TROUBLE = {SchedulingResult.NEED_RETRY, SchedulingResult.SKIPPED, SchedulingResult.EXPIRED,
             SchedulingResult.GIVE_UP}  # fmt: skip
@@ -48,13 +49,33 @@ class Diagnosis:
     last_problem: dict[str, Any] | None = None
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def describe_exit(exit_code: int | None) -> str | None:
+    """A kernel's recorded exit as ``show`` prints it: ``3``, or ``SIGKILL`` for ``-9``.
+
+    Backends record a death by signal as the negative signal number (see
+    docs/daemon.md), never as a shell-style ``128 + N``.
+    """
+    if exit_code is None:
+        return None
+    return _signal_name(-exit_code) if exit_code < 0 else str(exit_code)
+
+
 def _kernel_summary(session: SessionWithKernels) -> str:
     if not session.kernels:
         return "no kernels"
     parts = []
     for index, kernel in enumerate(session.kernels, start=1):
         text = f"k{index} {kernel.status}"
-        if kernel.exit_code is not None:
+        if kernel.exit_code is not None and kernel.exit_code < 0:
+            text += f" (killed by {describe_exit(kernel.exit_code)})"
+        elif kernel.exit_code is not None:
             text += f" (exit {kernel.exit_code})"
         if kernel.status_info:
             text += f" [{kernel.status_info}]"
