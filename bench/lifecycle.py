@@ -44,7 +44,7 @@ from drover.app import tune_gc
 from drover.backends.base import AgentInfo
 from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.tick import TickReport
-from drover.model.rules import eligible_kernel_statuses
+from drover.model.kinds import KERNEL
 from drover.model.status import KernelStatus, SessionStatus
 from drover.storage.connect import _SQLITE_PRAGMAS, create_engine
 from drover.storage.migrate import upgrade
@@ -349,7 +349,7 @@ def move_kernels(
     conn: sqlite3.Connection, session_ids: list[str], target: KernelStatus, source: str, now: float
 ) -> None:
     """drover's ``Apply._move_kernels``: record the eligible kernels' changes, then move them."""
-    eligible = sorted(s.value for s in eligible_kernel_statuses(target))
+    eligible = sorted(KERNEL.movable_to(target))
     for chunk in chunked(session_ids):
         where = (marks(len(chunk)), marks(len(eligible)))
         cursor = conn.execute(

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,10 @@ class _Proc:
         # Whether its RUNNING report was applied; exits are reported only after
         # that, or a fast exit would be refused (still PREPARED) and lost.
         self.announced = not own
+        # Its RUNNING report was refused: the kernel belongs to another process
+        # (or ended), so this one's end is never reported: a "destroyed" report
+        # would end the kernel another coordinator runs.
+        self.refused = False
 
 
 class LocalBackend(AgentBackend):
@@ -266,7 +271,13 @@ class LocalBackend(AgentBackend):
         """Spawn each prepared kernel's command and report it RUNNING."""
         reports: list[KernelReport] = []
         for kernel in session.kernels:
-            if kernel.status in TERMINAL_KERNEL_STATUSES or kernel.id in self._procs:
+            # Only a PREPARED kernel is started: one already RUNNING was started by a
+            # coordinator that died before its tick applied (see docs/scaling.md).
+            if kernel.status not in _STARTABLE or kernel.id in self._procs:
+                continue
+            earlier = _spawned_before(kernel, self._workdir(kernel))
+            if earlier is not None:
+                reports.append(self._adopt_spawned(kernel, earlier))
                 continue
             reports.append(self._spawn(session, kernel))
         applied = await self._report(*reports)
@@ -278,6 +289,7 @@ class LocalBackend(AgentBackend):
                 # The kernel moved on (terminated, rescheduled) while we spawned it.
                 log.warning("kernel %s no longer wants its process: killing it", proc.kernel_id)
                 proc.destroying = True
+                proc.refused = True
                 _signal_group(proc, signal.SIGKILL)
             proc.announced = True
 
@@ -289,6 +301,12 @@ class LocalBackend(AgentBackend):
         if problem:
             return KernelReport(kernel.id, _K.ERROR, expected=expected, message=problem)
         logs = _log_paths(workdir)
+        intent = _take_spawn_intent(kernel, workdir)
+        if intent is None:
+            # Another coordinator got there first, this instant: adopt its process.
+            earlier = _spawned_before(kernel, workdir)
+            assert earlier is not None
+            return self._adopt_spawned(kernel, earlier)
         (workdir / _EXIT_FILE).unlink(missing_ok=True)
         argv = [
             "/bin/sh",
@@ -314,6 +332,7 @@ class LocalBackend(AgentBackend):
                 setsid=True,
             )
         except OSError as error:
+            os.close(intent)
             return KernelReport(
                 kernel.id, _K.ERROR, expected=expected, message=f"spawn failed: {error}"
             )
@@ -321,9 +340,45 @@ class LocalBackend(AgentBackend):
             os.close(out)
             os.close(err)
         identity = process_identity(pid) or f"{_boot_id()}:unknown"
+        _record_spawn(intent, pid, identity)
         self._procs[kernel.id] = _Proc(kernel.id, pid, identity, workdir, own=True)
         runtime = {"pid": pid, "identity": identity, "workdir": str(workdir), **logs}
         return KernelReport(kernel.id, _K.RUNNING, expected=expected, runtime=runtime)
+
+    def _adopt_spawned(self, kernel: KernelInfo, earlier: tuple[int, str] | None) -> KernelReport:
+        """Report a kernel whose process another coordinator spawned for this attempt.
+
+        Alive: watched from here (as adopted) and reported RUNNING. Gone: how
+        it ended, from its exit file; never spawned a second time.
+        """
+        expected = frozenset({_K.PREPARED, _K.CREATING})
+        workdir = self._workdir(kernel)
+        runtime: dict[str, Any] = {"workdir": str(workdir), **_log_paths(workdir)}
+        if earlier is not None:
+            pid, identity = earlier
+            if process_identity(pid) == identity:
+                self._procs[kernel.id] = _Proc(kernel.id, pid, identity, workdir, own=False)
+                return KernelReport(
+                    kernel.id,
+                    _K.RUNNING,
+                    expected=expected,
+                    runtime={"pid": pid, "identity": identity, **runtime},
+                )
+        code = _read_exit(workdir)
+        return KernelReport(
+            kernel.id,
+            _K.TERMINATED if code == 0 else _K.ERROR,
+            expected=expected,
+            exit_code=code,
+            runtime=runtime,
+            message=None
+            if code == 0
+            else (
+                f"exited with code {code}"
+                if code is not None
+                else "its process (spawned by a coordinator that died) is gone; exit code unknown"
+            ),
+        )
 
     # -- watching exits ------------------------------------------------------------
 
@@ -383,6 +438,8 @@ class LocalBackend(AgentBackend):
             if code is _RUNNING:
                 continue
             del self._procs[proc.kernel_id]
+            if proc.refused:
+                continue
             exit_code = code if isinstance(code, int) else _read_exit(proc.workdir)
             if proc.destroying or exit_code == 0:
                 status = _K.TERMINATED
@@ -451,6 +508,79 @@ class LocalBackend(AgentBackend):
 
 
 _RUNNING = object()
+_STARTABLE = frozenset({_K.PREPARED, _K.CREATING})
+
+
+# -- spawn intents: one process per kernel attempt, whichever coordinator spawns it --------
+#
+# Several coordinators may share a data directory (docs/scaling.md). Before
+# spawning, a coordinator creates ``.drover-spawn-<attempt>`` in the kernel's
+# directory with O_EXCL, then writes ``pid identity`` into it: a second
+# coordinator (one that took a dead coordinator's claim over) finds it and
+# adopts or reports that process instead of starting the command again. The
+# attempt is when the kernel became PREPARED, so a rescheduled kernel (sent
+# back to PENDING and prepared again) is spawned anew.
+
+
+def _intent_path(kernel: KernelInfo, workdir: Path) -> Path:
+    attempt = round(kernel.status_changed_at.timestamp() * 1e6)
+    return workdir / f".drover-spawn-{attempt}"
+
+
+def _take_spawn_intent(kernel: KernelInfo, workdir: Path) -> int | None:
+    """Create this attempt's intent file; ``None`` if some coordinator already did."""
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        return os.open(_intent_path(kernel, workdir), flags, 0o644)
+    except FileExistsError:
+        return None
+
+
+def _record_spawn(fd: int, pid: int, identity: str) -> None:
+    try:
+        os.write(fd, f"{pid} {identity}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _spawned_before(kernel: KernelInfo, workdir: Path) -> tuple[int, str] | None:
+    """``(pid, identity)`` recorded for this attempt, ``None`` if it was never spawned.
+
+    An intent without a pid (its coordinator died between creating the file and
+    writing to it, or is writing right now) is resolved by looking for the
+    process that carries the kernel's id in its environment.
+    """
+    path = _intent_path(kernel, workdir)
+    if not path.exists():
+        return None
+    for _ in range(20):
+        try:
+            pid_text, identity = path.read_text().split()
+            return int(pid_text), identity
+        except (OSError, ValueError):
+            pass
+        found = _process_of_kernel(kernel.id)
+        if found is not None:
+            return found
+        time.sleep(0.01)  # the spawning coordinator may be between spawn and write
+    return (0, "gone")
+
+
+def _process_of_kernel(kernel_id: str) -> tuple[int, str] | None:
+    """A live process whose environment has ``DROVER_KERNEL_ID=kernel_id`` (the wrapper)."""
+    needle = f"DROVER_KERNEL_ID={kernel_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            identity = process_identity(int(entry.name))
+            if identity is not None:
+                return int(entry.name), identity
+    return None
 
 
 def _exit_status(proc: _Proc) -> object:
