@@ -468,6 +468,7 @@ class LocalBackend(AgentBackend):
     async def destroy(self, session: SessionWithKernels) -> None:
         """SIGTERM each live kernel's process group; SIGKILL after ``kill_grace``."""
         victims: list[_Proc] = []
+        gone: list[KernelReport] = []
         for kernel in session.kernels:
             setup = self._setups.get(kernel.id)
             if setup is not None:
@@ -477,6 +478,7 @@ class LocalBackend(AgentBackend):
             if proc is None:
                 proc = self._adoptable(kernel)
             if proc is None:
+                gone.extend(self._ended_unwatched(kernel))
                 continue
             # Only a process we actually signal counts as destroyed: one that
             # already exited keeps its own exit code (reported below).
@@ -486,15 +488,50 @@ class LocalBackend(AgentBackend):
         deadline = asyncio.get_running_loop().time() + self.kill_grace
         while victims and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(self.poll_interval)
-            victims = [p for p in victims if process_identity(p.pid) == p.identity]
+            # The whole group, not just its leader: a command that ignores SIGTERM
+            # outlives the wrapper shell that leads the group.
+            victims = [p for p in victims if _group_has_live_members(p.pid, p.kernel_id)]
         for proc in victims:
             log.warning(
                 "kernel %s ignored SIGTERM for %ss: SIGKILL", proc.kernel_id, self.kill_grace
             )
-            _signal_group(proc, signal.SIGKILL)
+            # We checked the leader's identity before SIGTERM; a group id is never
+            # reused while the group has members, so this reaches the same group.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         # Report how they ended before the handler's transition marks them
         # TERMINATED without an exit code.
+        if gone:
+            await self._report(*gone)
         await self._poll_once()
+
+    def _ended_unwatched(self, kernel: KernelInfo) -> list[KernelReport]:
+        """A live kernel whose leader process is gone and which nobody here watched.
+
+        Its coordinator died (several coordinators, docs/scaling.md): what is left
+        of its process group is killed, and its exit code is read from its exit
+        file, so the session's end does not record it without one.
+        """
+        runtime = kernel.runtime or {}
+        pid = runtime.get("pid")
+        if kernel.status not in {_K.RUNNING, _K.CREATING, _K.TERMINATING} or not isinstance(
+            pid, int
+        ):
+            return []
+        if _group_has_live_members(pid, kernel.id):
+            # The leader (the wrapper shell) died, a command deaf to SIGTERM lives on.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        code = _read_exit(Path(runtime.get("workdir", "/nonexistent")))
+        return [
+            KernelReport(
+                kernel.id,
+                _K.TERMINATED if code in (0, None) else _K.ERROR,
+                expected=frozenset({_K.RUNNING, _K.CREATING, _K.TERMINATING}),
+                exit_code=code,
+                message="lost" if code is None else None,
+            )
+        ]
 
     def _adoptable(self, kernel: KernelInfo) -> _Proc | None:
         """Watch the kernel's recorded process if it is still the same live process."""
@@ -605,6 +642,28 @@ def _signal_group(proc: _Proc, sig: signal.Signals) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def _group_has_live_members(pgid: int, kernel_id: str) -> bool:
+    """Whether a live (non-zombie) process of kernel ``kernel_id`` is in process group ``pgid``.
+
+    The kernel's id in the environment makes sure a reused group id is never
+    taken for the kernel's.
+    """
+    needle = f"DROVER_KERNEL_ID={kernel_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            # fields: state, ppid, pgrp, …
+            if fields[2] != str(pgid) or fields[0] in {"Z", "X"}:
+                continue
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
 
 
 def _read_exit(workdir: Path) -> int | None:

@@ -34,9 +34,9 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 
     A coordinator is live if it has not stopped and its heartbeat is younger
     than three heartbeat intervals. "claims" is how many entities each one
-    holds claimed right now (PostgreSQL, several coordinators). A handler is failing if its execute()
-    raised in the last 10 minutes (its targets are skipped and its ticks
-    backed off until it stops failing).
+    holds claimed right now (PostgreSQL, several coordinators). A handler is
+    failing if its execute() raised in the last 10 minutes (its targets are
+    skipped and its ticks backed off until it stops failing).
 
     Example: drover status --json
     """
