@@ -85,6 +85,8 @@ class _Proc:
         # (or ended), so this one's end is never reported: a "destroyed" report
         # would end the kernel another coordinator runs.
         self.refused = False
+        # What the first poll after the leader's end saw (its exit code, if known).
+        self.first_end: object = _RUNNING
 
 
 class LocalBackend(AgentBackend):
@@ -134,6 +136,12 @@ class LocalBackend(AgentBackend):
                 adopted += 1
             else:
                 runtime = kernel.runtime or {}
+                pid = runtime.get("pid")
+                if isinstance(pid, int) and _group_has_live_members(pid, kernel.id):
+                    # Its wrapper is gone but part of its group lives on (a command
+                    # deaf to SIGTERM): the kernel is over, so is the rest of it.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
                 reports.append(
                     KernelReport(
                         kernel.id,
@@ -436,6 +444,17 @@ class LocalBackend(AgentBackend):
                 continue
             code = _exit_status(proc)
             if code is _RUNNING:
+                continue
+            if proc.first_end is _RUNNING:
+                proc.first_end = code  # a reaped child reads as "unknown" afterwards
+            code = proc.first_end
+            ended_by_signal = code is None or (isinstance(code, int) and code < 0)
+            if (proc.destroying or ended_by_signal) and _group_has_live_members(
+                proc.pid, proc.kernel_id
+            ):
+                # The wrapper died of a signal but a command deaf to SIGTERM lives
+                # on: the kernel has not ended until its group has (the destroy, or
+                # a coordinator taking it over, kills the rest).
                 continue
             del self._procs[proc.kernel_id]
             if proc.refused:
