@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run demo test bench clean
+.PHONY: venv run demo test bench chaos replicas clean
 
 # The example plugin is installed too: `make test` runs its tests, and the
 # end-to-end test in tests/ needs its entry point.
@@ -26,7 +26,7 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m drover.demo --dir demo-data
 
-## ruff, mypy --strict and pytest.
+## ruff, mypy --strict and pytest (which includes the CI-sized kill campaign, see `make chaos`).
 test: $(STAMP)
 	$(BIN)/ruff check drover tests bench examples
 	$(BIN)/ruff format --check drover tests bench examples
@@ -35,6 +35,16 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/lifecycle.py
+
+## Kill campaign, CI-sized (about a minute, >= 10 kill -9): several coordinators on
+## PostgreSQL and one on SQLite, invariants checked in SQL. The long run:
+## $(BIN)/python bench/chaos.py --pg-duration 600 --sqlite-duration 120
+chaos: $(STAMP)
+	$(BIN)/python bench/chaos.py --quick
+
+## Scale-out: 1 against 3 coordinators on PostgreSQL, handlers waiting 100 ms per call.
+replicas: $(STAMP)
+	$(BIN)/python bench/replicas.py
 
 clean:
 	rm -rf $(VENV) demo-data

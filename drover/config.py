@@ -125,6 +125,9 @@ class Config:
     shutdown_grace: float = 10.0
     #: Seconds between coordinator heartbeats.
     heartbeat_interval: float = 5.0
+    #: Seconds a tick's claim on its targets lasts (PostgreSQL, several coordinators):
+    #: after it, another coordinator may take them over and the late tick is fenced.
+    claim_ttl: float = 60.0
     #: Times a session may be sent back to an earlier status by expiry or give-up
     #: before it ends in ERROR (status_info REQUEUE_LIMIT); -1: no limit. A
     #: session's spec["max_requeues"] overrides it.
@@ -242,6 +245,7 @@ _ENV_SCALARS = {
     "DROVER_SAFETY_INTERVAL": "safety_interval",
     "DROVER_SHUTDOWN_GRACE": "shutdown_grace",
     "DROVER_HEARTBEAT_INTERVAL": "heartbeat_interval",
+    "DROVER_CLAIM_TTL": "claim_ttl",
     "DROVER_MAX_REQUEUES": "max_requeues",
     "DROVER_BACKEND": "backend.name",
 }

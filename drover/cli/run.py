@@ -43,8 +43,8 @@ async def serve_daemon(
     and stops with the daemon.
     """
     config = app.config
-    coordinator = await app.start(auto_upgrade=auto_upgrade)
-    tune_gc()
+    await app.check_schema(auto_upgrade=auto_upgrade)
+    coordinator = app.load_handlers()
     daemon = Daemon(
         coordinator,
         app.repository,
@@ -57,6 +57,17 @@ async def serve_daemon(
         retention=(parse_duration(config.history.retention) if config.history.retention else None),
         prune_interval=config.history.prune_interval,
     )
+    coordinator.claim_ttl = config.claim_ttl
+    # Before the backend starts: a daemon refused on SQLite (another one runs)
+    # must not adopt, report or kill any kernel.
+    await daemon.register()
+    try:
+        await app.start(auto_upgrade=False)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await app.repository.coordinator_stopped(daemon.id)
+        raise
+    tune_gc()
     app.on_backend_change = daemon.wake_promotions
     dispatcher = ObserverDispatcher(app.observers)
     if app.observers:

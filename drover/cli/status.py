@@ -33,9 +33,10 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     """Show the live coordinators, failing handlers and the sessions in each status.
 
     A coordinator is live if it has not stopped and its heartbeat is younger
-    than three heartbeat intervals. A handler is failing if its execute()
-    raised in the last 10 minutes (its targets are skipped and its ticks
-    backed off until it stops failing).
+    than three heartbeat intervals. "claims" is how many entities each one
+    holds claimed right now (PostgreSQL, several coordinators). A handler is
+    failing if its execute() raised in the last 10 minutes (its targets are
+    skipped and its ticks backed off until it stops failing).
 
     Example: drover status --json
     """
@@ -43,17 +44,22 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
     window = 3 * loaded.config.heartbeat_interval
 
-    async def work(app: App) -> tuple[list[Any], list[Any], dict[SessionStatus, int]]:
+    async def work(
+        app: App,
+    ) -> tuple[list[Any], dict[str, int], list[Any], dict[SessionStatus, int]]:
         alive = await app.repository.coordinators(alive_within=window)
+        claims = await app.repository.claims_by_owner()
         errors = await recent_handler_errors(app.repository, time.time())
-        return alive, errors, await app.repository.count_by_status()
+        return alive, claims, errors, await app.repository.count_by_status()
 
-    alive, errors, counts = with_app(ctx, work, database_url=database_url)
+    alive, claims, errors, counts = with_app(ctx, work, database_url=database_url)
     by_status = {s.value: counts.get(s, 0) for s in SessionStatus}
     if as_json:
         emit_json(
             {
-                "coordinators": [coordinator_json(c) for c in alive],
+                "coordinators": [
+                    {**coordinator_json(c), "claims": claims.get(c.id, 0)} for c in alive
+                ],
                 "handler_errors": handler_errors_json(errors),
                 "sessions": by_status,
             }
@@ -61,9 +67,17 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
         return
     if alive:
         print_table(
-            ["coordinator", "host", "pid", "version", "started", "heartbeat"],
+            ["coordinator", "host", "pid", "version", "started", "heartbeat", "claims"],
             [
-                (c.id, c.host, c.pid, c.version, iso(c.started_at), iso(c.heartbeat_at))
+                (
+                    c.id,
+                    c.host,
+                    c.pid,
+                    c.version,
+                    iso(c.started_at),
+                    iso(c.heartbeat_at),
+                    claims.get(c.id, 0),
+                )
                 for c in alive
             ],
             title="live coordinators",

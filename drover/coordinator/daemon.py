@@ -3,9 +3,13 @@
 * Each handler ticks every ``interval`` seconds, and at once when woken: a tick
   that moves sessions into a status wakes the handlers that target it, and a
   backend report wakes the promotion handlers (:meth:`Daemon.wake_promotions`).
-* New sessions submitted by other processes are noticed within
-  ``submission_poll`` seconds (the newest id is polled: one index lookup) and
-  wake the handlers that target PENDING.
+* News from other processes (PostgreSQL ``LISTEN``): entities another
+  coordinator (or the CLI) moved into a status wake the handlers that target
+  it; new submissions wake the handlers that target PENDING. On SQLite, where
+  nothing is pushed, new sessions are noticed within ``submission_poll``
+  seconds (the newest id is polled: one index lookup).
+* Each lifecycle tick claims its targets under this daemon's id (on
+  PostgreSQL several coordinators may share a database; see docs/scaling.md).
 * Sessions ending wake the handlers that target PENDING: capacity was freed.
 * Every ``safety_interval`` seconds all handlers are woken unconditionally.
 * Ticks of one handler never overlap (one task per handler).
@@ -28,13 +32,14 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from drover.coordinator.handlers import handler_name
-from drover.coordinator.store import DaemonStore
+from drover.coordinator.store import DaemonStore, Subscription
 from drover.coordinator.tick import Coordinator, TickReport
 from drover.model.ids import new_id
 from drover.model.promotion import PromotionRule
@@ -77,6 +82,9 @@ class Daemon:
         self.max_error_backoff = max_error_backoff
         self.version = version
         self.id = new_id()
+        # Claims name this daemon, so `drover status` shows what each coordinator holds.
+        coordinator.claim_owner = self.id
+        self._registered = False
         #: Called with every tick's report (observers, metrics, benchmarks).
         self.on_tick = on_tick
         self._submission_poll = submission_poll
@@ -135,10 +143,17 @@ class Daemon:
         for event in self._wake.values():
             event.set()
 
-    async def run(self) -> None:
-        """Run until :meth:`stop`; then finish in-flight ticks within the grace period."""
+    async def register(self) -> None:
+        """Record this coordinator (heartbeat row); refuse to run beside another if the store
+        allows only one (SQLite).
+
+        :meth:`run` calls it if it has not been; ``drover run`` calls it before
+        the backend starts, so a refused daemon touches no kernel.
+        """
+        if self._registered:
+            return
         now = datetime.now(UTC)
-        await self.store.register_coordinator(
+        note = await self.store.register_coordinator(
             CoordinatorInfo(
                 id=self.id,
                 host=socket.gethostname(),
@@ -147,8 +162,16 @@ class Daemon:
                 heartbeat_at=now,
                 version=self.version,
                 stopped_at=None,
-            )
+            ),
+            stale_after=3 * self.heartbeat_interval,
         )
+        self._registered = True
+        if note:
+            log.warning("%s", note)
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`; then finish in-flight ticks within the grace period."""
+        await self.register()
         log.info("coordinator %s running handlers: %s", self.id, ", ".join(self.names))
         workers = [
             asyncio.create_task(self._handler_loop(n), name=f"drover-tick-{n}") for n in self.names
@@ -239,6 +262,34 @@ class Daemon:
             log.warning("tick of %s abandoned at shutdown: %s", name, error)
         return None
 
+    def _wake_for(self, moved: Iterable[tuple[str | None, str]]) -> None:
+        """Wake the handlers targeting ``(kind, status)`` (kind ``None``: any kind);
+        ended sessions also wake the scheduler."""
+        for kind, status in moved:
+            if kind is None:
+                names = {n for (_k, s), ns in self._targets.items() if s == status for n in ns}
+            else:
+                names = self._targets.get((kind, status), set())
+            for name in names:
+                self._wake[name].set()
+            if kind in (None, "session") and status in TERMINAL_SESSION_STATUSES:
+                # Ended sessions free capacity: waiting sessions may fit now.
+                for name in self._targets.get(("session", SessionStatus.PENDING.value), ()):
+                    self._wake[name].set()
+
+    def _on_news(self, news: dict[str, Any]) -> None:
+        """A notification from another process (or our own commits, which woke us already)."""
+        if news.get("by") == self.id:
+            return
+        moved = news.get("moved")
+        if isinstance(moved, list):
+            self._wake_for(
+                (str(m[0]), str(m[1])) if isinstance(m, list) and len(m) == 2 else (None, str(m))
+                for m in moved
+            )
+        if news.get("new"):
+            self.wake(*self._newcomers)
+
     def _after_tick(self, report: TickReport) -> None:
         self.ticks += 1
         counts = {str(k): v for k, v in report.counts.items()}
@@ -288,14 +339,9 @@ class Daemon:
                 "duration": round(report.duration, 6),
             },
         )
-        moved = {(c.kind, str(c.to_status)) for c in report.changes if c.to_status != c.from_status}
-        for kind, status in moved:
-            for name in self._targets.get((kind, status), ()):
-                self._wake[name].set()
-            if kind == "session" and status in TERMINAL_SESSION_STATUSES:
-                # Ended sessions free capacity: waiting sessions may fit now.
-                for name in self._targets.get(("session", SessionStatus.PENDING.value), ()):
-                    self._wake[name].set()
+        self._wake_for(
+            {(c.kind, str(c.to_status)) for c in report.changes if c.to_status != c.from_status}
+        )
         if report.kernel_changes:
             self.wake_promotions()
         if (
@@ -351,6 +397,35 @@ class Daemon:
             await self._sleep_unless_stopping(self._prune_interval)
 
     async def _submission_loop(self) -> None:
+        subscription: Subscription | None = None
+        try:
+            subscription = await self.store.subscribe(self._on_news)
+        except Exception as error:
+            log.error("listening for news failed: %s: %s; polling", type(error).__name__, error)
+        if subscription is None:
+            await self._poll_submissions()
+            return
+        # Pushed news replaces the poll; a dropped connection is replaced, and
+        # the safety cycle covers whatever was missed meanwhile.
+        try:
+            while not self._stopping.is_set():
+                await self._sleep_unless_stopping(1.0)
+                if subscription is not None and subscription.alive():
+                    continue
+                if subscription is not None:
+                    await subscription.close()
+                    subscription = None
+                try:
+                    subscription = await self.store.subscribe(self._on_news)
+                    log.info("listening for news again")
+                    self.wake()
+                except Exception as error:
+                    log.error("listening for news failed: %s: %s", type(error).__name__, error)
+        finally:
+            if subscription is not None:
+                await subscription.close()
+
+    async def _poll_submissions(self) -> None:
         pending = self._newcomers
         last: str | None = None
         while not self._stopping.is_set():

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from drover.model.filters import CandidateFilter
-from drover.model.plan import ApplyOutcome, Change
+from drover.model.plan import ApplyOutcome, Change, Claim
 from drover.model.promotion import PromotionRule
 from drover.model.values import CoordinatorInfo
 
-__all__ = ["CoordinatorStore", "DaemonStore"]
+__all__ = ["CoordinatorStore", "DaemonStore", "Subscription"]
 
 
 class CoordinatorStore(Protocol):
@@ -34,14 +34,21 @@ class CoordinatorStore(Protocol):
         limit: int,
         *,
         now: float,
+        claim: Claim | None = None,
     ) -> Sequence[Any]:
         """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
         Sessions come as :class:`~drover.model.values.SessionWithKernels`,
         other kinds as :class:`~drover.model.values.Entity`. Each target's
         ``try_count`` is ``handler``'s count; ``now`` is the time filters on
-        ages compare with.
+        ages compare with. With ``claim``, only entities no other tick holds
+        are fetched, and they are claimed (a store with one coordinator, such
+        as SQLite, may ignore it).
         """
+        ...
+
+    async def release_claims(self, claim: Claim, ids: Sequence[str]) -> None:
+        """Drop ``claim`` from ``ids`` (a tick that fetched but could not apply)."""
         ...
 
     async def promote(
@@ -62,16 +69,47 @@ class CoordinatorStore(Protocol):
         *,
         now: float,
         inject_failure: Callable[[str], None] | None = None,
+        claim: Claim | None = None,
+        claimed: Sequence[str] = (),
     ) -> ApplyOutcome:
-        """Write one tick's changes in one transaction, with compare-and-set on statuses."""
+        """Write one tick's changes in one transaction, with compare-and-set on statuses.
+
+        With ``claim`` the compare-and-set also checks its token (fencing):
+        changes of entities whose claim lapsed are reported ``fenced``, not
+        written. The claim is released on ``claimed`` (the tick's targets).
+        """
+        ...
+
+
+class Subscription(Protocol):
+    """A live subscription to other processes' news (see :meth:`DaemonStore.subscribe`)."""
+
+    def alive(self) -> bool:
+        """Whether news still arrives (else subscribe again)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop listening."""
         ...
 
 
 class DaemonStore(CoordinatorStore, Protocol):
     """What the daemon needs besides ticks: liveness, tick records, retention, news."""
 
-    async def register_coordinator(self, info: CoordinatorInfo) -> None:
-        """Insert this coordinator's row."""
+    async def register_coordinator(
+        self, info: CoordinatorInfo, *, stale_after: float = 15.0
+    ) -> str | None:
+        """Insert this coordinator's row; raise if the store allows no other coordinator.
+
+        Returns a note when it took over from a coordinator that died.
+        """
+        ...
+
+    async def subscribe(self, on_news: Callable[[dict[str, Any]], None]) -> Subscription | None:
+        """Deliver other processes' news (``{"moved": [...]}``, ``{"new": 1}``) to ``on_news``.
+
+        ``None`` when the store cannot push news: the daemon polls instead.
+        """
         ...
 
     async def heartbeat(self, coordinator_id: str) -> None:

@@ -16,9 +16,10 @@ from drover.coordinator.handlers import Handler, LifecycleHandler, fetch_filters
 from drover.coordinator.store import CoordinatorStore
 from drover.model.clock import Clock, SystemClock
 from drover.model.errors import InvalidHandlerError, UnknownHandlerError
+from drover.model.ids import new_id
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
-from drover.model.plan import AppliedChange, ApplyOutcome
+from drover.model.plan import AppliedChange, ApplyOutcome, Claim
 from drover.model.promotion import PromotionRule
 from drover.model.rules import DEFAULT_MAX_REQUEUES
 from drover.model.status import SchedulingResult
@@ -134,6 +135,12 @@ class Coordinator:
             )
         #: Test hook: called between apply steps with the step's name.
         self.inject_apply_failure: Callable[[str], None] | None = None
+        #: Who claims this coordinator's targets (the daemon's id); ``None``: no claims.
+        #: Claims matter only when several coordinators share a (PostgreSQL) database.
+        self.claim_owner: str | None = None
+        #: Seconds a tick's claim lasts: longer than any handler's execute() should take.
+        #: Past it, other coordinators may take the entities over and this tick is fenced.
+        self.claim_ttl = 60.0
 
     def options(self, name: str) -> HandlerOptions:
         """The resolved (handler default + configuration) options of handler ``name``."""
@@ -203,35 +210,58 @@ class Coordinator:
     ) -> tuple[int, ApplyOutcome, tuple[str, ...], str | None]:
         options = self._options[name]
         kind = self.kinds[handler.kind]
+        started = self.clock.time()
+        claim = (
+            Claim(self.claim_owner, new_id(), started + self.claim_ttl)
+            if self.claim_owner is not None
+            else None
+        )
         targets = await self.store.fetch_lifecycle_targets(
             name,
             kind.name,
             handler.target_statuses,
             fetch_filters(handler),
             options.batch_size,
-            now=self.clock.time(),
+            now=started,
+            claim=claim,
         )
         if not targets:
             return 0, _NOTHING, (), None
-        transitions = type(handler).status_transitions()
-        # No transaction is open here: the handler may do slow I/O.
-        result, ignored, error = await _execute(
-            name, handler, targets, transitions, kind, self.kinds
-        )
-        now = self.clock.time()
-        changes = classify(
-            targets,
-            result,
-            transitions,
-            lambda s: session_options(options, s, name),
-            now,
-            self.max_requeues_for,
-            kind=kind,
-            budget_limit_for=self.budget_limit_for,
-        )
-        outcome = await self.store.apply(
-            name, changes, now=now, inject_failure=self.inject_apply_failure
-        )
+        claimed = [t.id for t in targets]
+        try:
+            transitions = type(handler).status_transitions()
+            # No transaction is open here: the handler may do slow I/O.
+            result, ignored, error = await _execute(
+                name, handler, targets, transitions, kind, self.kinds
+            )
+            now = self.clock.time()
+            changes = classify(
+                targets,
+                result,
+                transitions,
+                lambda s: session_options(options, s, name),
+                now,
+                self.max_requeues_for,
+                kind=kind,
+                budget_limit_for=self.budget_limit_for,
+            )
+            outcome = await self.store.apply(
+                name,
+                changes,
+                now=now,
+                inject_failure=self.inject_apply_failure,
+                claim=claim,
+                claimed=claimed,
+            )
+        except BaseException:
+            # The tick is lost (the apply failed, or shutdown cancelled it): give the
+            # entities back now rather than after the claim's expiry.
+            if claim is not None:
+                try:
+                    await asyncio.shield(self.store.release_claims(claim, claimed))
+                except Exception as error:
+                    log.warning("releasing the claims of %s failed: %s", name, error)
+            raise
         return len(targets), outcome, ignored, error
 
     async def _promotion_tick(self, name: str, rule: PromotionRule) -> tuple[int, ApplyOutcome]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "CoordinatorConflictError",
     "DroverError",
     "InvalidHandlerError",
     "InvalidSpecError",
@@ -42,3 +43,7 @@ class InvalidSpecError(DroverError, ValueError):
 
 class InvalidHandlerError(DroverError, ValueError):
     """A handler or handler set fails validation at load time."""
+
+
+class CoordinatorConflictError(DroverError):
+    """Another coordinator is running on a database that allows only one (SQLite)."""

@@ -11,10 +11,34 @@ import attrs
 from drover.model.status import SchedulingResult
 from drover.model.values import NewEntity, StatusInfoRule
 
-__all__ = ["STALE_STATUS", "AppliedChange", "ApplyOutcome", "Change", "TryCount"]
+__all__ = [
+    "FENCED",
+    "STALE_STATUS",
+    "AppliedChange",
+    "ApplyOutcome",
+    "Change",
+    "Claim",
+    "TryCount",
+]
 
 #: Error code of a change lost to a concurrent status change (reported, never written).
 STALE_STATUS = "stale-status"
+#: Error code of a change lost because the tick's claim expired or was taken over.
+FENCED = "fenced"
+
+
+@attrs.frozen
+class Claim:
+    """A tick's claim on the entities it fetched (PostgreSQL; ignored on SQLite).
+
+    ``owner`` is the coordinator's id, ``token`` is new for every tick (the
+    fencing token the apply's compare-and-set checks) and ``expires`` is when
+    other coordinators may take the entities over (epoch seconds).
+    """
+
+    owner: str
+    token: str
+    expires: float
 
 
 class TryCount(Enum):
@@ -96,3 +120,8 @@ class ApplyOutcome:
     def stale(self) -> tuple[AppliedChange, ...]:
         """The changes lost to a concurrent status change (not written)."""
         return tuple(c for c in self.changes if c.error_code == STALE_STATUS)
+
+    @property
+    def fenced(self) -> tuple[AppliedChange, ...]:
+        """The changes lost because the tick's claim lapsed (a ``fenced`` history row each)."""
+        return tuple(c for c in self.changes if c.error_code == FENCED)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +108,8 @@ class Database:
         )
         self._executor: ThreadPoolExecutor | None = None
         self._checkpointer: _Checkpointer | None = None
+        #: The descriptor holding SQLite's one-coordinator lock (storage/coordinators.py).
+        self.coordinator_lock: int | None = None
 
     def _in_thread(self, engine: sa.Engine, work: Work[T], write: bool) -> T:
         with engine.begin() if write else engine.connect() as conn:
@@ -139,7 +142,10 @@ class Database:
         return await run_transaction(lambda: self._run(work, write=False))
 
     def close(self) -> None:
-        """Release the worker threads and the synchronous engine's connections."""
+        """Release the worker threads, the synchronous engine's connections and any lock."""
+        if self.coordinator_lock is not None:
+            os.close(self.coordinator_lock)
+            self.coordinator_lock = None
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None

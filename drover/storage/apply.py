@@ -28,7 +28,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.kinds import KERNEL, EntityKind, Kinds
-from drover.model.plan import STALE_STATUS, AppliedChange, ApplyOutcome, Change, TryCount
+from drover.model.plan import (
+    FENCED,
+    STALE_STATUS,
+    AppliedChange,
+    ApplyOutcome,
+    Change,
+    Claim,
+    TryCount,
+)
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, KernelStatus, SchedulingResult
 from drover.model.values import NewEntity, StatusInfoRule
@@ -36,6 +44,8 @@ from drover.storage._children import K, kernel_exists, kernel_status_in, match_c
 from drover.storage._db import Database
 from drover.storage._sql import ids_param, ids_value, statement
 from drover.storage.entities import insert_new_entities, merge_patch
+from drover.storage.fetch import release_claims
+from drover.storage.notify import notify
 from drover.storage.schema import entities, scheduling_history, status_changes
 from drover.storage.sessions import FETCH_ORDER
 
@@ -96,17 +106,28 @@ def _children_side(change: Change, kinds: Kinds) -> str | None:
 # -- statements, built once per shape ----------------------------------------------------
 
 
-def _session_guard(postgres: bool) -> sa.ColumnElement[bool]:
-    return sa.and_(
+def _session_guard(postgres: bool, fenced: bool = False) -> sa.ColumnElement[bool]:
+    """The compare-and-set: still in the status read, and (``fenced``) still under our claim."""
+    guard = sa.and_(
         ids_param(e.c.id, "ids", postgres),
         e.c.status == sa.bindparam("from_status"),
         e.c.kind == sa.bindparam("of_kind"),
     )
+    if fenced:
+        guard = sa.and_(guard, e.c.claim_token == sa.bindparam("b_claim_token"))
+    return guard
 
 
-def _lock_sessions(postgres: bool) -> sa.Select[Any]:
-    query = sa.select(e.c.id).where(_session_guard(postgres))
+def _lock_sessions(postgres: bool, fenced: bool = False) -> sa.Select[Any]:
+    query = sa.select(e.c.id).where(_session_guard(postgres, fenced))
     return query.with_for_update() if postgres else query
+
+
+def _claim_state(postgres: bool) -> sa.Select[Any]:
+    """Status and claim token of the entities ``:ids`` (why a compare-and-set failed)."""
+    return sa.select(e.c.id, e.c.status, e.c.claim_token, e.c.claim_owner).where(
+        ids_param(e.c.id, "ids", postgres)
+    )
 
 
 def _without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) -> Any:
@@ -120,7 +141,11 @@ def _without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool)
 
 
 def _move_sessions(
-    postgres: bool, requeue: bool, rule: StatusInfoRule | None, resets: tuple[str, ...] = ()
+    postgres: bool,
+    requeue: bool,
+    rule: StatusInfoRule | None,
+    resets: tuple[str, ...] = (),
+    fenced: bool = False,
 ) -> sa.Update:
     values: dict[str, Any] = {
         "status": sa.bindparam("to_status"),
@@ -133,7 +158,7 @@ def _move_sessions(
         values["requeues"] = e.c.requeues + 1
     if rule is not None:
         values["status_info"] = _status_info_expression(rule)
-    return sa.update(e).where(_session_guard(postgres)).values(**values).returning(e.c.id)
+    return sa.update(e).where(_session_guard(postgres, fenced)).values(**values).returning(e.c.id)
 
 
 def _promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
@@ -204,10 +229,11 @@ def _incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any
     )
 
 
-def _count_try(postgres: bool) -> sa.Update:
+def _count_try(postgres: bool, fenced: bool = False) -> sa.Update:
     """``tries[:handler] += 1`` (``:path`` is the SQLite JSON path of the handler)."""
     expression = _incremented(e.c.tries, postgres)
-    return sa.update(e).where(_session_guard(postgres)).values(tries=expression).returning(e.c.id)
+    guard = _session_guard(postgres, fenced)
+    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
 
 
 def _spend_budget(postgres: bool) -> sa.Update:
@@ -231,14 +257,15 @@ def _record_own_moves(postgres: bool) -> sa.Insert:
     return sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)
 
 
-def _reset_tries(postgres: bool) -> sa.Update:
+def _reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
     """Forget ``tries[:handler]``."""
     expression: sa.ColumnElement[Any]
     if postgres:
         expression = e.c.tries.op("-")(sa.bindparam("handler", type_=sa.String))
     else:
         expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
-    return sa.update(e).where(_session_guard(postgres)).values(tries=expression).returning(e.c.id)
+    guard = _session_guard(postgres, fenced)
+    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
 
 
 def _place_kernels(postgres: bool) -> sa.Update:
@@ -386,9 +413,15 @@ class Apply:
         postgres: bool,
         kinds: Kinds,
         inject_failure: Callable[[str], None] | None = None,
+        claim: Claim | None = None,
+        claimed: Sequence[str] = (),
     ) -> None:
         self.conn = conn
         self.source = source
+        # Fencing is PostgreSQL's: on SQLite one coordinator runs (enforced at
+        # start-up) and its statements stay exactly as they were.
+        self.claim = claim if postgres else None
+        self._claimed = claimed
         self.now = now
         self.postgres = postgres
         self.kinds = kinds
@@ -433,7 +466,34 @@ class Apply:
         self.inject("before-history")
         self._write_history()
         self.inject("after-history")
+        if self.claim is not None:
+            release_claims(self.conn, self.claim.token, self._claimed)
+        self.announce(applied)
         return ApplyOutcome(changes=tuple(applied), kernel_changes=self.kernel_changes)
+
+    def announce(self, applied: Sequence[AppliedChange]) -> None:
+        """Tell other coordinators (PostgreSQL ``NOTIFY``) which statuses entities moved into."""
+        if not self.postgres:
+            return
+        moved = sorted({str(c.to_status) for c in applied if c.to_status != c.from_status})
+        if moved:
+            notify(self.conn, {"moved": moved, "by": self.claim.owner if self.claim else None})
+
+    def _fenced(self, ids: list[str], live: set[str]) -> dict[str, Any]:
+        """Of the ids that failed the compare-and-set, those whose claim is no longer ours.
+
+        Maps each to its row (current status, claim owner). The others lost to a
+        status change (``stale-status``).
+        """
+        if self.claim is None:
+            return {}
+        missing = [i for i in ids if i not in live]
+        if not missing:
+            return {}
+        pg = self.postgres
+        query = statement(("claim-state", pg), lambda: _claim_state(pg))
+        rows = self.conn.execute(query, {"ids": self._ids(missing)}).all()
+        return {r.id: r for r in rows if r.claim_token != self.claim.token}
 
     def _apply_group(self, group: list[Change]) -> list[AppliedChange]:
         first = group[0]
@@ -447,10 +507,29 @@ class Apply:
         assert to_status is not None
         if live_ids:
             self._side_effects(first, kind, group, live, live_ids, to_status)
+        fenced = self._fenced(ids, live)
         out: list[AppliedChange] = []
         written: list[AppliedChange] = []
         name = kind.name
         for change in group:
+            lost = fenced.get(change.entity_id)
+            if lost is not None:
+                # Our claim lapsed or was taken over: nothing of the change is
+                # written, but the entity's history says so, in its current status.
+                holder = lost.claim_owner or "nobody"
+                row = AppliedChange(
+                    change.entity_id,
+                    SchedulingResult.SKIPPED,
+                    lost.status,
+                    lost.status,
+                    FENCED,
+                    f"claim of coordinator {self.claim.owner if self.claim else '?'} lapsed "
+                    f"(now held by {holder}); {change.result} by {self.source} not applied",
+                    name,
+                )
+                out.append(row)
+                self._kept_rows.append(row)
+                continue
             if change.entity_id in live:
                 row = AppliedChange(
                     change.entity_id,
@@ -592,24 +671,27 @@ class Apply:
             "from_status": str(first.from_status),
             "of_kind": kind.name,
         }
+        fenced = self.claim is not None
+        if self.claim is not None:
+            params["b_claim_token"] = self.claim.token
         stmt: sa.Executable
         if first.changes_status:
             assert first.to_status is not None
             requeue, rule = first.requeue, first.status_info
             resets = tuple(sorted(b.name for b in kind.budgets if b.resets))
             stmt = statement(
-                ("move-sessions", pg, requeue, rule, resets),
-                lambda: _move_sessions(pg, requeue, rule, resets),
+                ("move-sessions", pg, requeue, rule, resets, fenced),
+                lambda: _move_sessions(pg, requeue, rule, resets, fenced),
             )
             params.update(to_status=str(first.to_status), now=self.now)
         elif first.try_count is TryCount.INCREMENT:
-            stmt = statement(("count-try", pg), lambda: _count_try(pg))
+            stmt = statement(("count-try", pg, fenced), lambda: _count_try(pg, fenced))
             params.update(self._handler_param())
         elif first.try_count is TryCount.RESET:
-            stmt = statement(("reset-tries", pg), lambda: _reset_tries(pg))
+            stmt = statement(("reset-tries", pg, fenced), lambda: _reset_tries(pg, fenced))
             params.update(self._handler_param())
         else:
-            stmt = statement(("lock-sessions", pg), lambda: _lock_sessions(pg))
+            stmt = statement(("lock-sessions", pg, fenced), lambda: _lock_sessions(pg, fenced))
         return [r[0] for r in self.conn.execute(stmt, params)]
 
     def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
@@ -769,6 +851,7 @@ async def promote(
         apply.inject("before-history")
         apply._write_history()
         apply.inject("after-history")
+        apply.announce(applied)
         return ApplyOutcome(changes=tuple(applied), kernel_changes=apply.kernel_changes)
 
     return await db.write(work)

@@ -17,6 +17,7 @@ from drover.model.ids import new_id
 from drover.model.kinds import Kinds
 from drover.model.values import Entity, NewEntity
 from drover.storage._db import Database
+from drover.storage.notify import notify
 from drover.storage.rows import ENTITY_COLUMNS, entities_with_children
 from drover.storage.schema import entities, relations, scheduling_history
 
@@ -225,6 +226,7 @@ async def create_entities(db: Database, news: Sequence[NewEntity]) -> list[str]:
                     if target not in created and target not in found:
                         raise UnknownSessionError(target)
         insert_new_entities(conn, news, now, API_SOURCE, db.kinds)
+        notify(conn, {"new": 1})
         return [n.id for n in news]
 
     return await db.write(work)

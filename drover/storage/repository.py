@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from drover.model.clock import Clock
 from drover.model.filters import CandidateFilter
 from drover.model.kinds import Kinds
-from drover.model.plan import ApplyOutcome, Change
+from drover.model.plan import ApplyOutcome, Change, Claim
 from drover.model.promotion import PromotionRule
 from drover.model.spec import session_request
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
@@ -39,11 +39,13 @@ from drover.storage import entities as _entities
 from drover.storage import fetch as _fetch
 from drover.storage import history as _history
 from drover.storage import kernels as _kernels
+from drover.storage import notify as _notify
 from drover.storage import sessions as _sessions
 from drover.storage import termination as _termination
 from drover.storage import ticks as _ticks
 from drover.storage._db import Database
 from drover.storage.apply import Apply, promote
+from drover.storage.notify import Subscription
 from drover.storage.sessions import SessionFilter
 from drover.storage.ticks import HandlerErrors, MetricsSnapshot
 
@@ -237,11 +239,30 @@ class Repository:
         limit: int,
         *,
         now: float,
+        claim: Claim | None = None,
     ) -> list[Any]:
-        """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order."""
+        """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
+
+        With ``claim`` (PostgreSQL) only unclaimed entities are fetched, and
+        they are claimed for the tick; see :mod:`drover.storage.fetch`.
+        """
         return await _fetch.fetch_lifecycle_targets(
-            self._db, handler, kind, statuses, filters, limit, now
+            self._db, handler, kind, statuses, filters, limit, now, claim
         )
+
+    async def release_claims(self, claim: Claim, ids: Sequence[str]) -> None:
+        """Drop a tick's claim from ``ids`` (a tick that could not apply); no-op on SQLite."""
+        if not self._db.postgres or not ids:
+            return
+        await self._db.write(lambda conn: _fetch.release_claims(conn, claim.token, ids))
+
+    async def claims_by_owner(self) -> dict[str, int]:
+        """How many entities each coordinator holds an unexpired claim on right now."""
+        return await _coordinators.claims_by_owner(self._db)
+
+    async def subscribe(self, on_news: Callable[[dict[str, Any]], None]) -> Subscription | None:
+        """Listen for other processes' news (PostgreSQL ``LISTEN``); ``None`` on SQLite."""
+        return await _notify.subscribe(self._db, on_news)
 
     async def fetch_promotion_candidates(
         self, rule: PromotionRule, limit: int
@@ -277,13 +298,20 @@ class Repository:
         *,
         now: float,
         inject_failure: Callable[[str], None] | None = None,
+        claim: Claim | None = None,
+        claimed: Sequence[str] = (),
     ) -> ApplyOutcome:
         """Apply one tick's changes in ONE transaction, with compare-and-set on statuses.
 
+        With ``claim`` (PostgreSQL) the compare-and-set also checks the claim's
+        token: a change whose claim lapsed or was taken over is not written but
+        recorded as SKIPPED ``fenced``; the claim is released on ``claimed``.
         ``inject_failure`` is a test hook called between the steps of the apply
         (by name) to prove atomicity.
         """
         if not changes:
+            if claim is not None:
+                await self.release_claims(claim, claimed)
             return ApplyOutcome(changes=())
         return await self._db.write(
             lambda conn: Apply(
@@ -293,6 +321,8 @@ class Repository:
                 postgres=self._db.postgres,
                 kinds=self._db.kinds,
                 inject_failure=inject_failure,
+                claim=claim,
+                claimed=claimed,
             ).run(changes)
         )
 
@@ -430,9 +460,17 @@ class Repository:
 
     # -- coordinators ------------------------------------------------------------------------
 
-    async def register_coordinator(self, info: CoordinatorInfo) -> None:
-        """Insert a coordinator's row; its start and first heartbeat are now."""
-        await _coordinators.register_coordinator(self._db, info)
+    async def register_coordinator(
+        self, info: CoordinatorInfo, *, stale_after: float = 15.0
+    ) -> str | None:
+        """Insert a coordinator's row; its start and first heartbeat are now.
+
+        On a SQLite file only one coordinator may run: this raises
+        :class:`~drover.model.errors.CoordinatorConflictError` naming the
+        running one, or takes over from one that died (the returned note says
+        so). See :func:`drover.storage.coordinators.register_coordinator`.
+        """
+        return await _coordinators.register_coordinator(self._db, info, stale_after=stale_after)
 
     async def heartbeat(self, coordinator_id: str) -> None:
         """Refresh a coordinator's ``heartbeat_at``."""

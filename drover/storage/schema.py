@@ -73,6 +73,13 @@ entities = sa.Table(
     sa.Column("agent_id", sa.String(255), nullable=True),
     sa.Column("exit_code", sa.Integer(), nullable=True),
     sa.Column("runtime", _Json, nullable=True),
+    # The claim of the coordinator tick acting on this entity (PostgreSQL, several
+    # coordinators): who, the tick's fencing token, and when the claim lapses. The
+    # apply's compare-and-set checks the token, so a tick whose claim expired or was
+    # taken over writes nothing. NULL when unclaimed (always, on SQLite).
+    sa.Column("claim_owner", sa.String(36), nullable=True),
+    sa.Column("claim_token", sa.String(36), nullable=True),
+    sa.Column("claim_expires", sa.Double(), nullable=True),
     sa.Index(None, "parent_id"),
     postgresql_with={"fillfactor": 85},
 )

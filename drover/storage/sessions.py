@@ -15,6 +15,7 @@ from drover.model.status import SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
 from drover.storage._sql import ids_param, ids_value, statement
+from drover.storage.notify import notify
 from drover.storage.rows import (
     KERNEL_COLUMNS,
     KERNEL_KIND,
@@ -89,6 +90,8 @@ async def create_sessions(db: Database, requests: Sequence[SessionRequest]) -> l
     def work(conn: sa.Connection) -> None:
         # Parents first: the kernels' foreign key is checked row by row.
         conn.execute(sa.insert(e), session_rows + kernel_rows)
+        # Coordinators listening (PostgreSQL) wake their schedulers on commit.
+        notify(conn, {"new": 1})
 
     if session_rows:
         await db.write(work)

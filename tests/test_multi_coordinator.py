@@ -1,0 +1,293 @@
+"""Several coordinators on one database: claims, fencing, takeover, SQLite's one coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+from conftest import PG_URL, SKIP_PG, Database, pg_schema
+from daemon_helpers import process_alive, running_daemon, wait_for
+from scripted import Scripted
+
+from drover import HandlerResult, KernelStatus, SchedulingResult, SessionStatus, SessionWithKernels
+from drover.app import App
+from drover.config import load_config
+from drover.coordinator.tick import Coordinator
+from drover.testing import CoordinatorHarness
+
+R = SchedulingResult
+S = SessionStatus
+K = KernelStatus
+
+pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[Database]:
+    """A fresh PostgreSQL schema (claims and fencing exist only on PostgreSQL)."""
+    async with pg_schema("mc") as schema:
+        yield Database("postgresql", PG_URL, schema)
+
+
+class Gated(Scripted):
+    """Succeeds on its targets, but only once the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+        self.calls.append([t.id for t in targets])
+        self.entered.set()
+        await self.gate.wait()
+        return HandlerResult(successes=[t.id for t in targets])
+
+
+def _coordinator(h: CoordinatorHarness, handler: Scripted, owner: str) -> Coordinator:
+    coordinator = Coordinator(h.repository, {"scripted": handler}, clock=h.clock)
+    coordinator.claim_owner = owner
+    coordinator.claim_ttl = 10.0
+    return coordinator
+
+
+@pg_only
+async def test_a_tick_whose_claim_was_taken_over_is_fenced(pg: Database):
+    """A's claim lapses mid-execute; B takes the session over and moves it; A's apply is
+    refused: a SKIPPED `fenced` history row in the current status, no second move."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        sid = await h.create_session()
+        slow = Gated()
+        a = _coordinator(h, slow, "coordinator-a")
+        fast = Scripted()
+        fast.script = lambda targets: HandlerResult(successes=[t.id for t in targets])
+        b = _coordinator(h, fast, "coordinator-b")
+
+        tick_a = asyncio.create_task(a.tick("scripted"))
+        await asyncio.wait_for(slow.entered.wait(), timeout=10)
+        assert (await b.tick("scripted")).fetched == 0, "A's claim holds the session"
+        assert (await h.repository.claims_by_owner()) == {"coordinator-a": 1}
+
+        h.clock.advance(11)  # A's claim lapses (A is still inside execute)
+        report_b = await b.tick("scripted")
+        assert (report_b.fetched, report_b.count(R.SUCCESS)) == (1, 1)
+
+        h.clock.advance(1)
+        slow.gate.set()
+        report_a = await asyncio.wait_for(tick_a, timeout=10)
+        assert [(c.result, c.error_code) for c in report_a.changes] == [(R.SKIPPED, "fenced")]
+        session = await h.session(sid)
+        assert session.status == S.SCHEDULED
+        rows = await h.history(sid)  # oldest first
+        assert [(r.handler, r.result, r.from_status, r.to_status, r.error_code) for r in rows] == [
+            ("scripted", R.SUCCESS, S.PENDING, S.SCHEDULED, None),
+            ("scripted", R.SKIPPED, S.SCHEDULED, S.SCHEDULED, "fenced"),
+        ]
+        assert "coordinator-a" in (rows[1].message or "")
+        assert await h.repository.claims_by_owner() == {}, "every claim released"
+
+
+@pg_only
+async def test_a_claim_taken_over_before_the_other_applies_fences_without_moving(pg: Database):
+    """Fenced while the taker still works: the status stays, the taker then applies."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        sid = await h.create_session()
+        first, second = Gated(), Gated()
+        a = _coordinator(h, first, "coordinator-a")
+        b = _coordinator(h, second, "coordinator-b")
+        tick_a = asyncio.create_task(a.tick("scripted"))
+        await asyncio.wait_for(first.entered.wait(), timeout=10)
+        h.clock.advance(11)
+        tick_b = asyncio.create_task(b.tick("scripted"))
+        await asyncio.wait_for(second.entered.wait(), timeout=10)
+        h.clock.advance(1)
+        first.gate.set()
+        report_a = await asyncio.wait_for(tick_a, timeout=10)
+        assert report_a.changes[0].error_code == "fenced"
+        assert (await h.session(sid)).status == S.PENDING
+        assert await h.repository.claims_by_owner() == {"coordinator-b": 1}
+        h.clock.advance(1)
+        second.gate.set()
+        report_b = await asyncio.wait_for(tick_b, timeout=10)
+        assert report_b.count(R.SUCCESS) == 1
+        rows = await h.history(sid)
+        assert [(r.result, r.from_status, r.to_status, r.error_code) for r in rows] == [
+            (R.SKIPPED, S.PENDING, S.PENDING, "fenced"),
+            (R.SUCCESS, S.PENDING, S.SCHEDULED, None),
+        ]
+
+
+# -- two real daemons on PostgreSQL, local backend ----------------------------------------
+
+BIG_AGENT = [{"id": "shared-agent", "cpu": 10_000, "mem": 10_000_000}]
+
+
+def _command(spawns: Path, code: int, sleep: float = 0.0) -> list[str]:
+    # Each kernel appends "kernel-id pid" when its command starts: a kernel spawned
+    # twice shows up twice.
+    body = f'echo "$DROVER_KERNEL_ID $$" >> {spawns}; sleep {sleep}; exit {code}'
+    return ["/bin/sh", "-c", body]
+
+
+@pg_only
+async def test_two_coordinators_on_postgresql_never_spawn_twice_nor_kill_a_live_kernel(
+    pg: Database, tmp_path: Path
+):
+    """200 sessions, two daemons on one database and one data directory: every kernel
+    is spawned once, only terminated sessions are killed, results match exit codes."""
+    spawns = tmp_path / "spawns.log"
+    data = tmp_path / "data"
+    extra = {"backend.agents": BIG_AGENT, "backend.kill_grace": 1.0, "claim_ttl": 20.0}
+    async with (
+        running_daemon(pg, data, **extra) as (app, _one),
+        running_daemon(pg, data, **extra) as (_app2, _two),
+    ):
+        repo = app.repository
+        requests = []
+        expected: dict[int, str] = {}
+        for i in range(200):
+            codes = [0, 0] if i % 5 else [0, 3]  # every fifth session has a failing kernel
+            sleep = 20.0 if i % 20 == 7 else 0.0  # these get terminated
+            kernels = [{"command": _command(spawns, c, sleep), "cpu": 1, "mem": 1} for c in codes]
+            requests.append({"name": f"s{i}", "kernels": kernels})
+            expected[i] = "SUCCESS" if codes == [0, 0] else "FAILURE"
+        ids = await repo.create_sessions(requests)
+        doomed = [sid for i, sid in enumerate(ids) if i % 20 == 7]
+
+        async def doomed_running() -> bool:
+            found = [await repo.get_session(s) for s in doomed]
+            return all(s.status == S.RUNNING for s in found)
+
+        await wait_for(doomed_running, timeout=120, what="the long sessions RUNNING")
+        await repo.request_termination(doomed)
+
+        async def all_ended() -> bool:
+            counts = await repo.count_by_status()
+            return sum(counts.get(s, 0) for s in (S.TERMINATED, S.CANCELLED, S.ERROR)) == 200
+
+        await wait_for(all_ended, timeout=180, what="all 200 sessions ended")
+        coordinators = await repo.coordinators(alive_within=30)
+        assert len(coordinators) == 2
+
+    lines = spawns.read_text().split("\n")
+    started = Counter(line.split()[0] for line in lines if line)
+    twice = {k: n for k, n in started.items() if n > 1}
+    assert twice == {}, f"kernels spawned more than once: {twice}"
+    assert len(started) == 400
+    for pid in (int(line.split()[1]) for line in lines if line):
+        assert not process_alive(pid), "no kernel process is left behind"
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        for i, sid in enumerate(ids):
+            session = await h.session(sid)
+            assert session.status == S.TERMINATED, (i, session.status, session.status_info)
+            if sid in doomed:
+                assert session.status_info == "USER_REQUESTED"
+                continue
+            assert session.result == expected[i], (i, session.kernels)
+            assert sorted(k.exit_code for k in session.kernels) == sorted(
+                [0, 0] if expected[i] == "SUCCESS" else [0, 3]
+            )
+            assert all(k.status_info != "destroyed" for k in session.kernels), session.kernels
+
+
+# -- SQLite: one coordinator, enforced ------------------------------------------------------
+
+
+def _write_config(path: Path, url: str, data: Path) -> None:
+    path.write_text(
+        f'database_url = "{url}"\n'
+        f'data_dir = "{data}"\n'
+        "heartbeat_interval = 0.5\n"
+        "safety_interval = 2.0\n"
+        "shutdown_grace = 5.0\n"
+        "[backend]\n"
+        'name = "local"\n'
+    )
+
+
+async def _drover(config: Path, log: Path, *args: str) -> asyncio.subprocess.Process:
+    with open(log, "ab") as handle:  # the child keeps its own copy of the descriptor
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "drover",
+            "--config",
+            str(config),
+            *args,
+            stdout=handle,
+            stderr=handle,
+            env={k: v for k, v in os.environ.items() if not k.startswith("DROVER_")},
+        )
+
+
+async def test_a_second_drover_run_on_one_sqlite_file_is_refused_then_takes_over(
+    tmp_path: Path,
+):
+    """Refused with one line naming the running coordinator; after `kill -9` of the first
+    and its heartbeat gone stale, a new one takes over and says so."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    config = tmp_path / "drover.toml"
+    _write_config(config, url, tmp_path / "data")
+    first_log, second_log, third_log = (tmp_path / f"{n}.log" for n in ("a", "b", "c"))
+    app = App(load_config(config, environ={}))
+    await app.check_schema(auto_upgrade=True)
+    repo = app.repository
+    first = await _drover(config, first_log, "run")
+    try:
+
+        async def registered() -> bool:
+            return bool(await repo.coordinators(alive_within=5))
+
+        await wait_for(registered, timeout=30, what="the first coordinator's heartbeat")
+        second = await _drover(config, second_log, "run")
+        code = await asyncio.wait_for(second.wait(), timeout=30)
+        out = second_log.read_text()
+        assert code == 1, out
+        assert "Traceback" not in out
+        (line,) = [x for x in out.splitlines() if x.startswith("Error:")]
+        assert "another coordinator is running on this SQLite database" in line
+        assert f"pid {first.pid} on host" in line
+        assert "since" in line
+
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+
+        async def stale() -> bool:
+            return not await repo.coordinators(alive_within=1.5)
+
+        await wait_for(stale, timeout=30, what="the dead coordinator's heartbeat to go stale")
+        third = await _drover(config, third_log, "run")
+        try:
+
+            async def took_over() -> bool:
+                return "taking over from coordinator" in third_log.read_text()
+
+            await wait_for(took_over, timeout=30, what="the takeover message")
+            assert f"pid {first.pid} on host" in third_log.read_text()
+            await wait_for(registered, timeout=30, what="the new heartbeat")
+
+            async def running() -> bool:
+                return "running handlers" in third_log.read_text()
+
+            await wait_for(running, timeout=30, what="the new coordinator to run")
+            assert [c.pid for c in await repo.coordinators(alive_within=5)] == [third.pid]
+        finally:
+            third.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(third.wait(), timeout=30) == 0
+    finally:
+        await app.close()
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
