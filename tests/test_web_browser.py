@@ -1,7 +1,7 @@
 """The dashboard in a real headless browser: Debian's chromium driven by Playwright.
 
 Playwright never downloads a browser here: it drives ``/usr/bin/chromium``
-(``apt-get install chromium``; ``.ci/run`` installs it). Without it these
+(``make system-deps`` installs it; ``make test`` runs that first). Without it these
 tests FAIL. uvicorn serves the dashboard on a free 127.0.0.1 port in a
 background thread, over a SQLite database with known sessions. Screenshots of
 every page go to ``screenshots/`` (gitignored).
@@ -133,9 +133,7 @@ class Served:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Debian's chromium, headless, with a fresh profile; no Playwright browser download."""
-    assert CHROMIUM.exists(), (
-        f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)"
-    )
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: install Debian's chromium (make system-deps)"
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
         try:
