@@ -9,7 +9,7 @@ backend instance and explicit plugins for tests).
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -22,6 +22,7 @@ from drover.coordinator.observers import Observer
 from drover.coordinator.tick import Coordinator
 from drover.model.clock import Clock, SystemClock
 from drover.model.errors import DroverError
+from drover.model.spec import check_against_deployment, session_request
 from drover.model.values import HandlerOptions
 from drover.plugins.manager import (
     collect_backends,
@@ -188,6 +189,25 @@ class App:
                 max_requeues=None if max_requeues < 0 else max_requeues,
             )
         return self.coordinator
+
+    def known_slots(self) -> set[str]:
+        """Every resource slot some agent of the backend offers."""
+        return {slot for agent in self.backend.agents() for slot in agent.capacity}
+
+    async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Create sessions as ``drover submit`` does; return their ids.
+
+        Each request is checked (:func:`~drover.model.spec.session_request`),
+        then against what this drover runs: options only for loaded handlers,
+        kernels only asking for slots some agent offers. One bad request
+        raises InvalidSpecError and nothing is written.
+        """
+        checked = [session_request(r) for r in requests]
+        handlers = self.handlers
+        slots = self.known_slots()
+        for request in checked:
+            check_against_deployment(request, handlers=handlers, slots=slots)
+        return await self.repository.create_sessions(requests)
 
     async def start(self, *, auto_upgrade: bool = True) -> Coordinator:
         """Ready to tick: schema checked (or upgraded), handlers loaded, backend started."""

@@ -220,3 +220,142 @@ def test_every_command_has_help_with_an_example():
         result = runner.invoke(group, [*path, "--help"])
         assert result.exit_code == 0, path
         assert "Example" in result.output, f"`drover {' '.join(path)} --help` has no example"
+
+
+# -- input checked where it enters ----------------------------------------------------------
+
+
+def _one_error_line(result, message: str) -> None:
+    """A refused input: non-zero exit, one line naming the problem, no traceback.
+
+    A flag click itself refuses also gets click's usage reminder above that line.
+    """
+    assert result.exit_code != 0, result.output
+    lines = [line for line in result.output.strip().splitlines() if line]
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert len(errors) == 1, result.output
+    assert message in errors[0], result.output
+    others = [line for line in lines if line not in errors]
+    assert all(line.startswith(("Usage: ", "Try ")) for line in others), result.output
+
+
+def _session_file(tmp_path: Path, text: str | bytes) -> str:
+    path = tmp_path / "session.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+_KERNEL = '[[kernels]]\ncommand = ["true"]\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # The engine's own fields: once, a phantom RUNNING kernel holding an agent's capacity.
+        (
+            _KERNEL + 'status = "RUNNING"\nagent_id = "node-1"\n',
+            "kernel 1: 'agent_id', 'status' are set by drover, not by a kernel spec",
+        ),
+        (_KERNEL + "exit_code = 0\n", "kernel 1: 'exit_code' is set by drover"),
+        # Every slot is a finite amount >= 0.
+        (_KERNEL + "gpu = -1000\n", "kernel 1: resource 'gpu' must be a finite number >= 0"),
+        (_KERNEL + "cpu = nan\n", "kernel 1: resource 'cpu' must be a finite number >= 0"),
+        (_KERNEL + "mem = inf\n", "kernel 1: resource 'mem' must be a finite number >= 0"),
+        # A slot no agent has would wait PENDING forever.
+        (
+            _KERNEL + "cpus = 2\n",
+            "kernel 1: no agent has the resource slot(s) 'cpus'; the known slots are cpu, mem",
+        ),
+        # Options only for handlers that are loaded.
+        (
+            "[options.prepare-sesions]\ntimeout = 5\n" + _KERNEL,
+            "options for unknown handler(s) 'prepare-sesions'; the loaded handlers are "
+            "detect-start-failure, detect-termination, ",
+        ),
+        # What PostgreSQL would refuse, refused on SQLite too.
+        ("priority = 2147483648\n" + _KERNEL, "priority 2147483648 is out of range"),
+        (f'name = "{"n" * 256}"\n' + _KERNEL, "name is 256 characters long; at most 255"),
+        ('name = "a\\u0000b"\n' + _KERNEL, "name 'a\\x00b' contains a NUL character"),
+        (_KERNEL + 'env = { A = "\\u0000" }\n', "kernel 1 spec: the text '\\x00' contains a NUL"),
+        ('spec = "fast"\n' + _KERNEL, "'spec' must be a table, got 'fast'"),
+        ("[spec]\nwhen = 2024-01-01\n" + _KERNEL, "session spec is not JSON-serializable: date"),
+        # Not a text file at all.
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not a UTF-8 text file (byte 0x89 at offset 0)"),
+        (b'name = "caf\xe9"\n', "not a UTF-8 text file (byte 0xe9 at offset 11)"),
+    ],
+)
+def test_submit_file_refuses_bad_input_in_one_line_and_writes_nothing(
+    cli, harness, tmp_path, text, message
+):
+    """Each bad session file: exit 1, one line naming the problem, and no session written."""
+    result = cli("submit", "--file", _session_file(tmp_path, text))
+    _one_error_line(result, message)
+    assert harness(lambda h: h.repository.list_sessions()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--priority", "2147483648"], "2147483648 is not in the range"),
+        (["--cpu", "nan"], "kernel 1: resource 'cpu' must be a finite number >= 0"),
+        (["--mem", "inf"], "kernel 1: resource 'mem' must be a finite number >= 0"),
+        (["--option", "prepare-sesions.timeout=5"], "options for unknown handler(s)"),
+        (["--option", "prepare-sessions.timeout=nan"], "'timeout'] must be a finite number"),
+        (["--name", "x" * 300], "name is 300 characters long; at most 255"),
+        (["--name", "caf\udce9"], "is not valid UTF-8 text"),
+        (["--env", "A=\udcff"], "kernel 1 spec: the text '\\udcff' is not valid UTF-8 text"),
+    ],
+)
+def test_submit_flags_refuse_bad_input_in_one_line_and_write_nothing(cli, harness, args, message):
+    """The same checks for flags (a non-UTF-8 argument arrives as lone surrogates)."""
+    result = cli("submit", *args, "--", "true")
+    _one_error_line(result, message)
+    assert harness(lambda h: h.repository.list_sessions()) == []
+
+
+def test_submit_names_the_loaded_handlers_for_an_unknown_option(cli, harness):
+    """The message lists every loaded handler, so the typo is easy to see."""
+    result = cli("submit", "--option", "shedule-sessions.timeout=5", "--", "true")
+    _one_error_line(result, "options for unknown handler(s) 'shedule-sessions'")
+    for name in ("prepare-sessions", "schedule-sessions", "start-sessions", "terminate-sessions"):
+        assert name in result.output
+
+
+def test_slots_are_those_of_the_configured_agents(cli, harness, tmp_path):
+    """With an agent offering gpu, gpu is a slot; gpu=-1 is still refused; tpu is unknown."""
+    (tmp_path / "drover.toml").write_text(
+        '[[backend.agents]]\nid = "node-a"\ncpu = 8\nmem = 4096\ngpu = 1\n'
+    )
+    ok = cli("submit", "--file", _session_file(tmp_path, _KERNEL + "gpu = 1\n"))
+    assert ok.exit_code == 0, ok.output
+    (s,) = harness(lambda h: h.repository.list_sessions())
+    assert s.kernels[0].spec["gpu"] == 1
+    for line, message in (
+        ("gpu = -1\n", "resource 'gpu' must be a finite number >= 0"),
+        ("tpu = 1\n", "no agent has the resource slot(s) 'tpu'; the known slots are cpu, gpu, mem"),
+    ):
+        _one_error_line(cli("submit", "--file", _session_file(tmp_path, _KERNEL + line)), message)
+    assert len(harness(lambda h: h.repository.list_sessions())) == 1
+
+
+def test_file_kernels_get_the_same_defaults_as_flags(cli, harness, tmp_path):
+    """A --file kernel without cpu or mem asks for what `--` kernels ask by default."""
+    by_flags = cli("submit", "--", "true").output.strip()
+    by_file = cli("submit", "--file", _session_file(tmp_path, _KERNEL)).output.strip()
+    own = cli("submit", "--file", _session_file(tmp_path, _KERNEL + "cpu = 3\n")).output.strip()
+    flags, file, mine = (
+        harness(lambda h, sid=sid: h.session(sid)) for sid in (by_flags, by_file, own)
+    )
+    assert (
+        flags.kernels[0].spec
+        == file.kernels[0].spec
+        == {
+            "command": ["true"],
+            "cpu": 1.0,
+            "mem": 256.0,
+        }
+    )
+    assert mine.kernels[0].spec == {"command": ["true"], "cpu": 3, "mem": 256.0}

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from drover.model.clock import Clock
 from drover.model.plan import ApplyOutcome, Change
 from drover.model.promotion import PromotionRule
-from drover.model.spec import session_request
+from drover.model.spec import seeded_session_request, session_request
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
@@ -88,11 +88,11 @@ class Repository:
         status: SessionStatus = SessionStatus.PENDING,
         spec: Mapping[str, Any] | None = None,
     ) -> str:
-        """Create one session with its kernels and return its id.
+        """Create one PENDING session with its kernels and return its id.
 
-        Each kernel mapping is the kernel's spec (``cpu``, ``mem``, ``command``…);
-        an optional ``"status"`` key sets the kernel's initial status, which
-        otherwise follows the session's.
+        Each kernel mapping is the kernel's spec (``cpu``, ``mem``, ``command``…),
+        checked as :meth:`create_sessions` does. ``status`` is there for tests:
+        anything but PENDING is refused; :meth:`seed_sessions` starts elsewhere.
         """
         (sid,) = await self.create_sessions(
             [
@@ -114,6 +114,16 @@ class Repository:
         and nothing is written.
         """
         checked = [session_request(r) for r in requests]
+        return await _sessions.create_sessions(self._db, checked)
+
+    async def seed_sessions(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Like :meth:`create_sessions`, for tests and benchmarks: start anywhere.
+
+        A request's ``status`` sets the session's initial status, and a
+        kernel's ``"status"`` and ``"agent_id"`` keys its own (kernels otherwise
+        follow the session). See :func:`drover.model.spec.seeded_session_request`.
+        """
+        checked = [seeded_session_request(r) for r in requests]
         return await _sessions.create_sessions(self._db, checked)
 
     async def get_session(self, session_id: str) -> SessionWithKernels:
