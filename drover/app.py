@@ -33,7 +33,7 @@ from drover.plugins.manager import (
 )
 from drover.plugins.registry import RegisteredHandler, RuntimeContext
 from drover.storage.connect import create_engine
-from drover.storage.migrate import current_revision, head_revision, upgrade
+from drover.storage.migrate import current_revision, head_revision, schema_exists, upgrade
 from drover.storage.repository import Repository
 from drover.storage.retry import run_transaction
 
@@ -164,8 +164,15 @@ class App:
         """Upgrade (``auto_upgrade``) or insist that the database is at head."""
         if auto_upgrade:
             # Another process (a CLI call) may hold the new file for a moment.
-            await run_transaction(lambda: upgrade(self.engine))
+            await run_transaction(self.upgrade)
             return
+        schema = self.config.database_schema
+        if schema and not await schema_exists(self.engine, schema):
+            raise SchemaNotReadyError(
+                f"the PostgreSQL schema {schema!r} (database_schema, "
+                f"{self.loaded.source('database_schema')}) does not exist: "
+                "`drover db upgrade` creates it"
+            )
         revision = await current_revision(self.engine)
         if revision != head_revision():
             state = "empty (not upgraded)" if revision is None else f"at {revision}"
@@ -173,6 +180,10 @@ class App:
                 f"the database is {state}, drover needs {head_revision()}: "
                 "run `drover db upgrade` first"
             )
+
+    async def upgrade(self) -> None:
+        """Bring the database to drover's schema head, creating the PostgreSQL schema if needed."""
+        await upgrade(self.engine, schema=self.config.database_schema or None)
 
     def load_handlers(self) -> Coordinator:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
+import asyncpg
+import attrs
 import pytest
 from click.testing import CliRunner
+from conftest import PG_URL, SKIP_PG
+from sqlalchemy.engine import make_url
 
 from drover.cli import main
 from drover.cli.main import main as group
@@ -359,3 +366,196 @@ def test_file_kernels_get_the_same_defaults_as_flags(cli, harness, tmp_path):
         }
     )
     assert mine.kernels[0].spec == {"command": ["true"], "cpu": 3, "mem": 256.0}
+
+
+# -- configuration, database and plugins: one line, never a traceback -------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("safety_interval = 0\n", "safety_interval = 0.0 (from file drover.toml): must be a"),
+        ("heartbeat_interval = -1\n", "heartbeat_interval = -1.0 (from file drover.toml)"),
+        ("heartbeat_interval = nan\n", "heartbeat_interval = nan (from file drover.toml)"),
+        (
+            "[handlers.schedule-sessions]\ninterval = 0\n",
+            "handlers.schedule-sessions.interval = 0.0 (from file drover.toml): must be a "
+            "finite number of seconds > 0",
+        ),
+        ("shutdown_grace = -5\n", "shutdown_grace = -5.0 (from file drover.toml)"),
+        (
+            'log_level = "LOUD"\n',
+            "log_level = 'LOUD' (from file drover.toml): expected one of DEBUG, INFO, WARNING",
+        ),
+        (
+            '[[backend.agents]]\nid = "a"\ncpu = 4\nmem = 64\ngpu = -1\n',
+            "agent 'a' offers gpu = -1.0",
+        ),
+    ],
+)
+def test_configuration_values_that_make_no_sense_stop_the_daemon(
+    tmp_path, monkeypatch, toml, message
+):
+    """A zero interval (a busy loop), an unknown log level…: one line before anything starts.
+
+    `drover run` runs in a process of its own, with a time limit: a daemon
+    that accepted the value would not stop by itself.
+    """
+    (tmp_path / "drover.toml").write_text(toml)
+    db = f"sqlite+aiosqlite:///{tmp_path}/d.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "drover", "--database", db, "run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout == ""
+    _one_error_line(_Outcome(result.returncode, result.stderr), message)
+    assert not (tmp_path / "d.db").exists()
+
+
+@attrs.frozen
+class _Outcome:
+    """What _one_error_line reads, for a command run in a subprocess."""
+
+    exit_code: int
+    output: str
+
+
+def test_log_level_from_the_environment_is_checked_too(tmp_path, monkeypatch):
+    """DROVER_LOG_LEVEL=verbose names its source; a lower-case level is fine."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_LOG_LEVEL", "verbose")
+    result = CliRunner().invoke(group, ["config", "show"], catch_exceptions=False)
+    _one_error_line(result, "log_level = 'verbose' (from env DROVER_LOG_LEVEL)")
+    monkeypatch.setenv("DROVER_LOG_LEVEL", "debug")
+    assert CliRunner().invoke(group, ["config", "show"]).exit_code == 0
+
+
+def _plain(url: str) -> str:
+    """The URL without its ``+driver``: what people copy from elsewhere."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.split('+')[0]}://{rest}"
+
+
+def test_a_plain_database_url_gets_the_async_driver(cli, harness, database):
+    """postgresql://… and sqlite:///… work: drover picks asyncpg or aiosqlite."""
+    result = cli("--database", _plain(database.url), "submit", "--name", "plain", "--", "true")
+    assert result.exit_code == 0, result.output
+    assert [s.name for s in harness(lambda h: h.repository.list_sessions())] == ["plain"]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "postgresql+psycopg2://me:secret@db.internal/drover",
+            "database_url 'postgresql+psycopg2://me:***@db.internal/drover' names the driver "
+            "'psycopg2', which is not an asyncio driver; write "
+            "'postgresql+asyncpg://me:***@db.internal/drover'",
+        ),
+        (
+            "sqlite+pysqlite:///./x.db",
+            "which is not an asyncio driver; write 'sqlite+aiosqlite:///./x.db'",
+        ),
+        ("mysql://me@db/drover", "drover keeps its data in SQLite or PostgreSQL, not mysql"),
+        ("drover.db", "database_url 'drover.db' is not a database URL; write sqlite+aiosqlite"),
+    ],
+)
+def test_a_database_url_drover_cannot_use_says_what_to_write(tmp_path, monkeypatch, url, message):
+    """A sync driver, another database or no URL at all: one line with the URL to write."""
+    monkeypatch.chdir(tmp_path)
+    for command in (["sessions"], ["run"], ["db", "upgrade"], ["submit", "--", "true"]):
+        result = CliRunner().invoke(group, ["--database", url, *command], catch_exceptions=False)
+        _one_error_line(result, message)
+        assert "secret" not in result.output
+
+
+pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
+
+
+@pg_only
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"database": "drover_no_such_database"},
+            'PostgreSQL says: database "drover_no_such_database" does not exist; create it '
+            "(createdb drover_no_such_database) or fix database_url",
+        ),
+        (
+            {"username": "drover_no_such_role"},
+            'PostgreSQL says: role "drover_no_such_role" does not exist; create it '
+            "(createuser drover_no_such_role) or fix the user in database_url",
+        ),
+    ],
+)
+def test_a_missing_postgresql_database_or_role_is_one_line(tmp_path, monkeypatch, change, message):
+    """Nothing to connect to: one line naming what is missing and how to make it."""
+    monkeypatch.chdir(tmp_path)
+    url = make_url(PG_URL).set(**change).render_as_string(hide_password=False)
+    for command in (["sessions"], ["db", "upgrade"], ["run"]):
+        result = CliRunner().invoke(group, ["--database", url, *command], catch_exceptions=False)
+        _one_error_line(result, message)
+
+
+@pg_only
+def test_a_schema_that_does_not_exist_is_created_by_upgrade(tmp_path, monkeypatch):
+    """database_schema names a new schema: commands say so in one line; db upgrade creates it."""
+    monkeypatch.chdir(tmp_path)
+    schema = f"fresh_{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("DROVER_DATABASE_URL", PG_URL)
+    monkeypatch.setenv("DROVER_DATABASE_SCHEMA", schema)
+    try:
+        result = CliRunner().invoke(group, ["sessions"], catch_exceptions=False)
+        _one_error_line(
+            result,
+            f"the PostgreSQL schema '{schema}' (database_schema, env DROVER_DATABASE_SCHEMA) "
+            "does not exist: `drover db upgrade` creates it",
+        )
+        upgraded = CliRunner().invoke(group, ["db", "upgrade"], catch_exceptions=False)
+        assert upgraded.exit_code == 0, upgraded.output
+        assert "upgraded empty database ->" in upgraded.output
+        submitted = CliRunner().invoke(group, ["submit", "--", "true"], catch_exceptions=False)
+        assert submitted.exit_code == 0, submitted.output
+        listed = CliRunner().invoke(group, ["sessions", "--json"], catch_exceptions=False)
+        assert [s["id"] for s in json.loads(listed.output)] == [submitted.output.strip()]
+    finally:
+        asyncio.run(_drop_schema(schema))
+
+
+async def _drop_schema(schema: str) -> None:
+    conn = await asyncpg.connect(
+        make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def broken_plugin(tmp_path, monkeypatch):
+    """An installed plugin (entry point group ``drover``) whose module fails to import."""
+    site = tmp_path / "site"
+    dist = site / "drover_broken-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: drover-broken\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[drover]\nbroken = drover_broken_mod\n")
+    (site / "drover_broken_mod.py").write_text("import drover_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(site))
+    return "broken"
+
+
+@pytest.mark.parametrize("command", [["submit", "--", "true"], ["run"], ["plugins"], ["graph"]])
+def test_a_plugin_that_fails_to_import_is_one_line(cli, harness, broken_plugin, command):
+    """The plugin is named with its module and the import error; nothing is written."""
+    result = cli(*command)
+    _one_error_line(
+        result,
+        "plugin 'broken' (drover_broken_mod) failed to import: ModuleNotFoundError: No module "
+        "named 'drover_no_such_dependency'; fix or uninstall it, or leave it out with "
+        "plugins.block / DROVER_DISABLE_PLUGINS=broken",
+    )
+    assert harness(lambda h: h.repository.list_sessions()) == []
