@@ -559,3 +559,25 @@ def test_a_plugin_that_fails_to_import_is_one_line(cli, harness, broken_plugin, 
         "plugins.block / DROVER_DISABLE_PLUGINS=broken",
     )
     assert harness(lambda h: h.repository.list_sessions()) == []
+
+
+def test_sessions_are_listed_newest_first_unless_sorted_otherwise(cli, harness):
+    """drover sessions: newest first by default; --sort oldest and --sort priority."""
+
+    async def make(h):
+        ids = []
+        for name, priority in (("first", 0), ("second", 5), ("third", 1)):
+            ids.append(await h.create_session(name=name, priority=priority))
+            h.clock.advance(1)
+        return ids
+
+    harness(make)
+
+    def names(*args):
+        return [s["name"] for s in json.loads(cli("sessions", "--json", *args).output)]
+
+    assert names() == ["third", "second", "first"]
+    assert names("--sort", "newest") == ["third", "second", "first"]
+    assert names("--sort", "oldest") == ["first", "second", "third"]
+    assert names("--sort", "priority") == ["second", "third", "first"]
+    _one_error_line(cli("sessions", "--sort", "size"), "'size' is not one of")

@@ -246,6 +246,14 @@ def submit(
     help="Only sessions in this status (repeatable).",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--sort",
+    type=click.Choice(["newest", "oldest", "priority"]),
+    default="newest",
+    show_default=True,
+    help="newest or oldest first by creation, or priority: the order handlers take them "
+    "(highest priority, then oldest).",
+)
 @json_option
 @database_option
 @click.pass_context
@@ -253,17 +261,18 @@ def sessions(
     ctx: click.Context,
     statuses: tuple[str, ...],
     limit: int,
+    sort: str,
     as_json: bool,
     database_url: str | None,
 ) -> None:
-    """List sessions, highest priority and oldest first.
+    """List sessions, newest first (or --sort oldest, --sort priority).
 
-    Example: drover sessions --status PENDING --status RUNNING --json
+    Example: drover sessions --status PENDING --status RUNNING --sort priority --json
     """
     wanted = [SessionStatus(s.upper()) for s in statuses] or None
 
     async def work(app: App) -> list[Any]:
-        return await app.repository.list_sessions(statuses=wanted, limit=limit)
+        return await app.repository.list_sessions(statuses=wanted, limit=limit, order=sort)
 
     found = with_app(ctx, work, database_url=database_url)
     if as_json:

@@ -135,10 +135,17 @@ class Repository:
         return await _sessions.resolve_session_id(self._db, prefix)
 
     async def list_sessions(
-        self, *, statuses: Iterable[SessionStatus] | None = None, limit: int | None = None
+        self,
+        *,
+        statuses: Iterable[SessionStatus] | None = None,
+        limit: int | None = None,
+        order: str = "priority",
     ) -> list[SessionWithKernels]:
-        """Sessions (with kernels), in fetch order, optionally filtered by status."""
-        return await _sessions.list_sessions(self._db, statuses=statuses, limit=limit)
+        """Sessions (with kernels), optionally filtered by status, in ``order``.
+
+        ``order``: ``priority`` (fetch order, the default), ``newest`` or ``oldest``.
+        """
+        return await _sessions.list_sessions(self._db, statuses=statuses, limit=limit, order=order)
 
     async def filtered_sessions(self, f: SessionFilter) -> list[SessionWithKernels]:
         """Sessions (with kernels) matching the dashboard's filters."""
