@@ -5,7 +5,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run demo test bench chaos replicas clean
+.PHONY: venv system-deps run demo test bench chaos replicas clean
+
+# Debian packages drover needs beyond Python: chromium for the dashboard's
+# browser tests, graphviz (`dot`) to lay out the dashboard's state graph. The
+# check makes the target a no-op once both are on PATH; the lock timeout lets
+# it wait for another apt-get instead of failing.
+SYSTEM_TOOLS := chromium dot
+SYSTEM_PACKAGES := chromium graphviz
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The example plugin is installed too: `make test` runs its tests, and the
 # end-to-end test in tests/ needs its entry point.
@@ -18,8 +27,18 @@ $(STAMP): pyproject.toml examples/drover-max-duration/pyproject.toml
 
 venv: $(STAMP)
 
+## Install the Debian packages above (needs root or sudo) unless they are already there.
+system-deps:
+	@if command -v $(firstword $(SYSTEM_TOOLS)) >/dev/null 2>&1 \
+	    && command -v $(lastword $(SYSTEM_TOOLS)) >/dev/null 2>&1; then :; else \
+	    echo "installing $(SYSTEM_PACKAGES) (Debian packages)"; \
+	    $(SUDO) $(APT_GET) update -qq \
+	    && $(SUDO) $(APT_GET) install -y -qq $(SYSTEM_PACKAGES) >/dev/null \
+	    || { echo "could not install $(SYSTEM_PACKAGES): run as root, or install them by hand" >&2; exit 1; }; \
+	fi
+
 ## The main job: the coordinator daemon on ./drover.db with the local backend (Ctrl-C stops it).
-run: $(STAMP)
+run: $(STAMP) system-deps
 	$(BIN)/drover run
 
 ## Start the daemon, submit real sessions, wait, print what happened, stop it.
@@ -27,7 +46,7 @@ demo: $(STAMP)
 	$(BIN)/python -m drover.demo --dir demo-data
 
 ## ruff, mypy --strict and pytest. (The kill campaign, `make chaos`, is not part of it yet: see docs/scaling.md.)
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(BIN)/ruff check drover tests bench examples
 	$(BIN)/ruff format --check drover tests bench examples
 	$(BIN)/mypy --strict drover

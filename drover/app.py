@@ -9,7 +9,7 @@ backend instance and explicit plugins for tests).
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -23,6 +23,7 @@ from drover.coordinator.tick import Coordinator
 from drover.model.clock import Clock, SystemClock
 from drover.model.errors import DroverError
 from drover.model.kinds import Kinds
+from drover.model.spec import check_against_deployment, session_request
 from drover.model.values import HandlerOptions
 from drover.plugins.manager import (
     collect_backends,
@@ -34,7 +35,7 @@ from drover.plugins.manager import (
 )
 from drover.plugins.registry import RegisteredHandler, RuntimeContext
 from drover.storage.connect import create_engine
-from drover.storage.migrate import current_revision, head_revision, upgrade
+from drover.storage.migrate import current_revision, head_revision, schema_exists, upgrade
 from drover.storage.repository import Repository
 from drover.storage.retry import run_transaction
 
@@ -174,8 +175,15 @@ class App:
         """Upgrade (``auto_upgrade``) or insist that the database is at head."""
         if auto_upgrade:
             # Another process (a CLI call) may hold the new file for a moment.
-            await run_transaction(lambda: upgrade(self.engine))
+            await run_transaction(self.upgrade)
             return
+        schema = self.config.database_schema
+        if schema and not await schema_exists(self.engine, schema):
+            raise SchemaNotReadyError(
+                f"the PostgreSQL schema {schema!r} (database_schema, "
+                f"{self.loaded.source('database_schema')}) does not exist: "
+                "`drover db upgrade` creates it"
+            )
         revision = await current_revision(self.engine)
         if revision != head_revision():
             state = "empty (not upgraded)" if revision is None else f"at {revision}"
@@ -183,6 +191,10 @@ class App:
                 f"the database is {state}, drover needs {head_revision()}: "
                 "run `drover db upgrade` first"
             )
+
+    async def upgrade(self) -> None:
+        """Bring the database to drover's schema head, creating the PostgreSQL schema if needed."""
+        await upgrade(self.engine, schema=self.config.database_schema or None)
 
     def load_handlers(self) -> Coordinator:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
@@ -202,6 +214,25 @@ class App:
                 budgets=self.config.budgets,
             )
         return self.coordinator
+
+    def known_slots(self) -> set[str]:
+        """Every resource slot some agent of the backend offers."""
+        return {slot for agent in self.backend.agents() for slot in agent.capacity}
+
+    async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Create sessions as ``drover submit`` does; return their ids.
+
+        Each request is checked (:func:`~drover.model.spec.session_request`),
+        then against what this drover runs: options only for loaded handlers,
+        kernels only asking for slots some agent offers. One bad request
+        raises InvalidSpecError and nothing is written.
+        """
+        checked = [session_request(r) for r in requests]
+        handlers = self.handlers
+        slots = self.known_slots()
+        for request in checked:
+            check_against_deployment(request, handlers=handlers, slots=slots)
+        return await self.repository.create_sessions(requests)
 
     async def start(self, *, auto_upgrade: bool = True) -> Coordinator:
         """Ready to tick: schema checked (or upgraded), handlers loaded, backend started."""

@@ -8,6 +8,7 @@ a wrong type is a :class:`ConfigError` naming the key and its source.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import tomllib
@@ -23,6 +24,7 @@ from drover.model.errors import DroverError
 from drover.storage.connect import DEFAULT_DATABASE_URL
 
 __all__ = [
+    "LOG_LEVELS",
     "AgentConfig",
     "BackendConfig",
     "Config",
@@ -352,7 +354,48 @@ def load_config(
         raise ConfigError("invalid configuration: " + "; ".join(lines)) from None
     except (ValueError, TypeError) as error:
         raise ConfigError(f"invalid configuration: {error}") from None
+    problems = _value_problems(config, sources)
+    if problems:
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
     return LoadedConfig(config=config, sources=sources, file=file)
+
+
+#: Log levels ``log_level`` may name (any case).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
+    """Values of the right type that still make no sense (a zero interval spins the daemon)."""
+    problems: list[str] = []
+
+    def check(key: str, value: float, *, zero_ok: bool = False) -> None:
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            wanted = ">= 0" if zero_ok else "> 0"
+            problems.append(
+                f"{key} = {value!r} ({_origin(key, sources)}): must be a finite number of "
+                f"seconds {wanted}"
+            )
+
+    check("safety_interval", config.safety_interval)
+    check("heartbeat_interval", config.heartbeat_interval)
+    check("shutdown_grace", config.shutdown_grace, zero_ok=True)
+    check("history.prune_interval", config.history.prune_interval)
+    check("backend.kill_grace", config.backend.kill_grace, zero_ok=True)
+    for name, handler in sorted(config.handlers.items()):
+        check(f"handlers.{name}.interval", handler.interval)
+    for agent in config.backend.agents:
+        for slot, amount in agent.capacity().items():
+            if not math.isfinite(amount) or amount < 0:
+                problems.append(
+                    f"backend.agents: agent {agent.id!r} offers {slot} = {amount!r} "
+                    f"({_origin('backend.agents', sources)}): must be a finite number >= 0"
+                )
+    if config.log_level.upper() not in LOG_LEVELS:
+        problems.append(
+            f"log_level = {config.log_level!r} ({_origin('log_level', sources)}): "
+            f"expected one of {', '.join(LOG_LEVELS)}"
+        )
+    return problems
 
 
 def _origin(key: str, sources: Mapping[str, str]) -> str:

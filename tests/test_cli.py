@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
+import asyncpg
+import attrs
 import pytest
 from click.testing import CliRunner
+from conftest import PG_URL, SKIP_PG
+from sqlalchemy.engine import make_url
 
 from drover.cli import main
 from drover.cli.main import main as group
@@ -226,3 +233,357 @@ def test_every_command_has_help_with_an_example():
         result = runner.invoke(group, [*path, "--help"])
         assert result.exit_code == 0, path
         assert "Example" in result.output, f"`drover {' '.join(path)} --help` has no example"
+
+
+# -- input checked where it enters ----------------------------------------------------------
+
+
+def _one_error_line(result, message: str) -> None:
+    """A refused input: non-zero exit, one line naming the problem, no traceback.
+
+    A flag click itself refuses also gets click's usage reminder above that line.
+    """
+    assert result.exit_code != 0, result.output
+    lines = [line for line in result.output.strip().splitlines() if line]
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert len(errors) == 1, result.output
+    assert message in errors[0], result.output
+    others = [line for line in lines if line not in errors]
+    assert all(line.startswith(("Usage: ", "Try ")) for line in others), result.output
+
+
+def _session_file(tmp_path: Path, text: str | bytes) -> str:
+    path = tmp_path / "session.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+_KERNEL = '[[kernels]]\ncommand = ["true"]\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # The engine's own fields: once, a phantom RUNNING kernel holding an agent's capacity.
+        (
+            _KERNEL + 'status = "RUNNING"\nagent_id = "node-1"\n',
+            "kernel 1: 'agent_id', 'status' are set by drover, not by a kernel spec",
+        ),
+        (_KERNEL + "exit_code = 0\n", "kernel 1: 'exit_code' is set by drover"),
+        # Every slot is a finite amount >= 0.
+        (_KERNEL + "gpu = -1000\n", "kernel 1: resource 'gpu' must be a finite number >= 0"),
+        (_KERNEL + "cpu = nan\n", "kernel 1: resource 'cpu' must be a finite number >= 0"),
+        (_KERNEL + "mem = inf\n", "kernel 1: resource 'mem' must be a finite number >= 0"),
+        # A slot no agent has would wait PENDING forever.
+        (
+            _KERNEL + "cpus = 2\n",
+            "kernel 1: no agent has the resource slot(s) 'cpus'; the known slots are cpu, mem",
+        ),
+        # Options only for handlers that are loaded.
+        (
+            "[options.prepare-sesions]\ntimeout = 5\n" + _KERNEL,
+            "options for unknown handler(s) 'prepare-sesions'; the loaded handlers are "
+            "detect-start-failure, detect-termination, ",
+        ),
+        # What PostgreSQL would refuse, refused on SQLite too.
+        ("priority = 2147483648\n" + _KERNEL, "priority 2147483648 is out of range"),
+        (f'name = "{"n" * 256}"\n' + _KERNEL, "name is 256 characters long; at most 255"),
+        ('name = "a\\u0000b"\n' + _KERNEL, "name 'a\\x00b' contains a NUL character"),
+        (_KERNEL + 'env = { A = "\\u0000" }\n', "kernel 1 spec: the text '\\x00' contains a NUL"),
+        ('spec = "fast"\n' + _KERNEL, "'spec' must be a table, got 'fast'"),
+        ("[spec]\nwhen = 2024-01-01\n" + _KERNEL, "session spec is not JSON-serializable: date"),
+        # Not a text file at all.
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not a UTF-8 text file (byte 0x89 at offset 0)"),
+        (b'name = "caf\xe9"\n', "not a UTF-8 text file (byte 0xe9 at offset 11)"),
+    ],
+)
+def test_submit_file_refuses_bad_input_in_one_line_and_writes_nothing(
+    cli, harness, tmp_path, text, message
+):
+    """Each bad session file: exit 1, one line naming the problem, and no session written."""
+    result = cli("submit", "--file", _session_file(tmp_path, text))
+    _one_error_line(result, message)
+    assert harness(lambda h: h.repository.list_sessions()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--priority", "2147483648"], "2147483648 is not in the range"),
+        (["--cpu", "nan"], "kernel 1: resource 'cpu' must be a finite number >= 0"),
+        (["--mem", "inf"], "kernel 1: resource 'mem' must be a finite number >= 0"),
+        (["--option", "prepare-sesions.timeout=5"], "options for unknown handler(s)"),
+        (["--option", "prepare-sessions.timeout=nan"], "'timeout'] must be a finite number"),
+        (["--name", "x" * 300], "name is 300 characters long; at most 255"),
+        (["--name", "caf\udce9"], "is not valid UTF-8 text"),
+        (["--env", "A=\udcff"], "kernel 1 spec: the text '\\udcff' is not valid UTF-8 text"),
+    ],
+)
+def test_submit_flags_refuse_bad_input_in_one_line_and_write_nothing(cli, harness, args, message):
+    """The same checks for flags (a non-UTF-8 argument arrives as lone surrogates)."""
+    result = cli("submit", *args, "--", "true")
+    _one_error_line(result, message)
+    assert harness(lambda h: h.repository.list_sessions()) == []
+
+
+def test_submit_names_the_loaded_handlers_for_an_unknown_option(cli, harness):
+    """The message lists every loaded handler, so the typo is easy to see."""
+    result = cli("submit", "--option", "shedule-sessions.timeout=5", "--", "true")
+    _one_error_line(result, "options for unknown handler(s) 'shedule-sessions'")
+    for name in ("prepare-sessions", "schedule-sessions", "start-sessions", "terminate-sessions"):
+        assert name in result.output
+
+
+def test_slots_are_those_of_the_configured_agents(cli, harness, tmp_path):
+    """With an agent offering gpu, gpu is a slot; gpu=-1 is still refused; tpu is unknown."""
+    (tmp_path / "drover.toml").write_text(
+        '[[backend.agents]]\nid = "node-a"\ncpu = 8\nmem = 4096\ngpu = 1\n'
+    )
+    ok = cli("submit", "--file", _session_file(tmp_path, _KERNEL + "gpu = 1\n"))
+    assert ok.exit_code == 0, ok.output
+    (s,) = harness(lambda h: h.repository.list_sessions())
+    assert s.kernels[0].spec["gpu"] == 1
+    for line, message in (
+        ("gpu = -1\n", "resource 'gpu' must be a finite number >= 0"),
+        ("tpu = 1\n", "no agent has the resource slot(s) 'tpu'; the known slots are cpu, gpu, mem"),
+    ):
+        _one_error_line(cli("submit", "--file", _session_file(tmp_path, _KERNEL + line)), message)
+    assert len(harness(lambda h: h.repository.list_sessions())) == 1
+
+
+def test_file_kernels_get_the_same_defaults_as_flags(cli, harness, tmp_path):
+    """A --file kernel without cpu or mem asks for what `--` kernels ask by default."""
+    by_flags = cli("submit", "--", "true").output.strip()
+    by_file = cli("submit", "--file", _session_file(tmp_path, _KERNEL)).output.strip()
+    own = cli("submit", "--file", _session_file(tmp_path, _KERNEL + "cpu = 3\n")).output.strip()
+    flags, file, mine = (
+        harness(lambda h, sid=sid: h.session(sid)) for sid in (by_flags, by_file, own)
+    )
+    assert (
+        flags.kernels[0].spec
+        == file.kernels[0].spec
+        == {
+            "command": ["true"],
+            "cpu": 1.0,
+            "mem": 256.0,
+        }
+    )
+    assert mine.kernels[0].spec == {"command": ["true"], "cpu": 3, "mem": 256.0}
+
+
+# -- configuration, database and plugins: one line, never a traceback -------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("safety_interval = 0\n", "safety_interval = 0.0 (from file drover.toml): must be a"),
+        ("heartbeat_interval = -1\n", "heartbeat_interval = -1.0 (from file drover.toml)"),
+        ("heartbeat_interval = nan\n", "heartbeat_interval = nan (from file drover.toml)"),
+        (
+            "[handlers.schedule-sessions]\ninterval = 0\n",
+            "handlers.schedule-sessions.interval = 0.0 (from file drover.toml): must be a "
+            "finite number of seconds > 0",
+        ),
+        ("shutdown_grace = -5\n", "shutdown_grace = -5.0 (from file drover.toml)"),
+        (
+            'log_level = "LOUD"\n',
+            "log_level = 'LOUD' (from file drover.toml): expected one of DEBUG, INFO, WARNING",
+        ),
+        (
+            '[[backend.agents]]\nid = "a"\ncpu = 4\nmem = 64\ngpu = -1\n',
+            "agent 'a' offers gpu = -1.0",
+        ),
+    ],
+)
+def test_configuration_values_that_make_no_sense_stop_the_daemon(
+    tmp_path, monkeypatch, toml, message
+):
+    """A zero interval (a busy loop), an unknown log level…: one line before anything starts.
+
+    `drover run` runs in a process of its own, with a time limit: a daemon
+    that accepted the value would not stop by itself.
+    """
+    (tmp_path / "drover.toml").write_text(toml)
+    db = f"sqlite+aiosqlite:///{tmp_path}/d.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "drover", "--database", db, "run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout == ""
+    _one_error_line(_Outcome(result.returncode, result.stderr), message)
+    assert not (tmp_path / "d.db").exists()
+
+
+@attrs.frozen
+class _Outcome:
+    """What _one_error_line reads, for a command run in a subprocess."""
+
+    exit_code: int
+    output: str
+
+
+def test_log_level_from_the_environment_is_checked_too(tmp_path, monkeypatch):
+    """DROVER_LOG_LEVEL=verbose names its source; a lower-case level is fine."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_LOG_LEVEL", "verbose")
+    result = CliRunner().invoke(group, ["config", "show"], catch_exceptions=False)
+    _one_error_line(result, "log_level = 'verbose' (from env DROVER_LOG_LEVEL)")
+    monkeypatch.setenv("DROVER_LOG_LEVEL", "debug")
+    assert CliRunner().invoke(group, ["config", "show"]).exit_code == 0
+
+
+def _plain(url: str) -> str:
+    """The URL without its ``+driver``: what people copy from elsewhere."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.split('+')[0]}://{rest}"
+
+
+def test_a_plain_database_url_gets_the_async_driver(cli, harness, database):
+    """postgresql://… and sqlite:///… work: drover picks asyncpg or aiosqlite."""
+    result = cli("--database", _plain(database.url), "submit", "--name", "plain", "--", "true")
+    assert result.exit_code == 0, result.output
+    assert [s.name for s in harness(lambda h: h.repository.list_sessions())] == ["plain"]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "postgresql+psycopg2://me:secret@db.internal/drover",
+            "database_url 'postgresql+psycopg2://me:***@db.internal/drover' names the driver "
+            "'psycopg2', which is not an asyncio driver; write "
+            "'postgresql+asyncpg://me:***@db.internal/drover'",
+        ),
+        (
+            "sqlite+pysqlite:///./x.db",
+            "which is not an asyncio driver; write 'sqlite+aiosqlite:///./x.db'",
+        ),
+        ("mysql://me@db/drover", "drover keeps its data in SQLite or PostgreSQL, not mysql"),
+        ("drover.db", "database_url 'drover.db' is not a database URL; write sqlite+aiosqlite"),
+    ],
+)
+def test_a_database_url_drover_cannot_use_says_what_to_write(tmp_path, monkeypatch, url, message):
+    """A sync driver, another database or no URL at all: one line with the URL to write."""
+    monkeypatch.chdir(tmp_path)
+    for command in (["sessions"], ["run"], ["db", "upgrade"], ["submit", "--", "true"]):
+        result = CliRunner().invoke(group, ["--database", url, *command], catch_exceptions=False)
+        _one_error_line(result, message)
+        assert "secret" not in result.output
+
+
+pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
+
+
+@pg_only
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"database": "drover_no_such_database"},
+            'PostgreSQL says: database "drover_no_such_database" does not exist; create it '
+            "(createdb drover_no_such_database) or fix database_url",
+        ),
+        (
+            {"username": "drover_no_such_role"},
+            'PostgreSQL says: role "drover_no_such_role" does not exist; create it '
+            "(createuser drover_no_such_role) or fix the user in database_url",
+        ),
+    ],
+)
+def test_a_missing_postgresql_database_or_role_is_one_line(tmp_path, monkeypatch, change, message):
+    """Nothing to connect to: one line naming what is missing and how to make it."""
+    monkeypatch.chdir(tmp_path)
+    url = make_url(PG_URL).set(**change).render_as_string(hide_password=False)
+    for command in (["sessions"], ["db", "upgrade"], ["run"]):
+        result = CliRunner().invoke(group, ["--database", url, *command], catch_exceptions=False)
+        _one_error_line(result, message)
+
+
+@pg_only
+def test_a_schema_that_does_not_exist_is_created_by_upgrade(tmp_path, monkeypatch):
+    """database_schema names a new schema: commands say so in one line; db upgrade creates it."""
+    monkeypatch.chdir(tmp_path)
+    schema = f"fresh_{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("DROVER_DATABASE_URL", PG_URL)
+    monkeypatch.setenv("DROVER_DATABASE_SCHEMA", schema)
+    try:
+        result = CliRunner().invoke(group, ["sessions"], catch_exceptions=False)
+        _one_error_line(
+            result,
+            f"the PostgreSQL schema '{schema}' (database_schema, env DROVER_DATABASE_SCHEMA) "
+            "does not exist: `drover db upgrade` creates it",
+        )
+        upgraded = CliRunner().invoke(group, ["db", "upgrade"], catch_exceptions=False)
+        assert upgraded.exit_code == 0, upgraded.output
+        assert "upgraded empty database ->" in upgraded.output
+        submitted = CliRunner().invoke(group, ["submit", "--", "true"], catch_exceptions=False)
+        assert submitted.exit_code == 0, submitted.output
+        listed = CliRunner().invoke(group, ["sessions", "--json"], catch_exceptions=False)
+        assert [s["id"] for s in json.loads(listed.output)] == [submitted.output.strip()]
+    finally:
+        asyncio.run(_drop_schema(schema))
+
+
+async def _drop_schema(schema: str) -> None:
+    conn = await asyncpg.connect(
+        make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def broken_plugin(tmp_path, monkeypatch):
+    """An installed plugin (entry point group ``drover``) whose module fails to import."""
+    site = tmp_path / "site"
+    dist = site / "drover_broken-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: drover-broken\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[drover]\nbroken = drover_broken_mod\n")
+    (site / "drover_broken_mod.py").write_text("import drover_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(site))
+    return "broken"
+
+
+@pytest.mark.parametrize("command", [["submit", "--", "true"], ["run"], ["plugins"], ["graph"]])
+def test_a_plugin_that_fails_to_import_is_one_line(cli, harness, broken_plugin, command):
+    """The plugin is named with its module and the import error; nothing is written."""
+    result = cli(*command)
+    _one_error_line(
+        result,
+        "plugin 'broken' (drover_broken_mod) failed to import: ModuleNotFoundError: No module "
+        "named 'drover_no_such_dependency'; fix or uninstall it, or leave it out with "
+        "plugins.block / DROVER_DISABLE_PLUGINS=broken",
+    )
+    assert harness(lambda h: h.repository.list_sessions()) == []
+
+
+def test_sessions_are_listed_newest_first_unless_sorted_otherwise(cli, harness):
+    """drover sessions: newest first by default; --sort oldest and --sort priority."""
+
+    async def make(h):
+        ids = []
+        for name, priority in (("first", 0), ("second", 5), ("third", 1)):
+            ids.append(await h.create_session(name=name, priority=priority))
+            h.clock.advance(1)
+        return ids
+
+    harness(make)
+
+    def names(*args):
+        return [s["name"] for s in json.loads(cli("sessions", "--json", *args).output)]
+
+    assert names() == ["third", "second", "first"]
+    assert names("--sort", "newest") == ["third", "second", "first"]
+    assert names("--sort", "oldest") == ["first", "second", "third"]
+    assert names("--sort", "priority") == ["second", "third", "first"]
+    _one_error_line(cli("sessions", "--sort", "size"), "'size' is not one of")

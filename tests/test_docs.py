@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import time
 import tomllib
 from pathlib import Path
 
 import attrs
+import pytest
 
 from drover.config import (
     BackendConfig,
@@ -54,3 +58,60 @@ def test_the_session_file_example_in_daemon_md_is_valid():
     data = tomllib.loads(example)
     assert set(data) <= {"name", "priority", "kernels", "options", "spec"}
     assert all(isinstance(k["command"], list) for k in data["kernels"])
+
+
+ROOT = DOCS.parent
+
+
+def _make_dry_run(target: str) -> str:
+    """What ``make -n TARGET`` would run (nothing is run; the venv stamp is taken as fresh)."""
+    out = subprocess.run(
+        ["make", "-n", "-o", ".venv/.installed", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
+@pytest.mark.parametrize("target", ["test", "run"])
+def test_make_test_and_run_install_the_system_packages_first(target):
+    """The README's commands do all the set-up: chromium and graphviz come before pytest or run."""
+    plan = _make_dry_run(target)
+    check = plan.index("command -v chromium")
+    assert "command -v dot" in plan
+    assert "apt-get" in plan
+    assert "chromium graphviz" in plan
+    assert "DEBIAN_FRONTEND=noninteractive" in plan
+    last = "python -m pytest" if target == "test" else "drover run"
+    assert check < plan.index(last)
+
+
+def test_system_deps_is_a_fast_no_op_once_installed():
+    """With chromium and dot on the PATH, `make system-deps` runs no apt-get and returns at once."""
+    if not (shutil.which("chromium") and shutil.which("dot")):
+        pytest.fail("chromium and dot must be installed (make system-deps) for this test")
+    started = time.monotonic()
+    out = subprocess.run(
+        ["make", "--no-print-directory", "system-deps"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert time.monotonic() - started < 5
+    assert out.stdout == ""
+
+
+def test_ci_runs_the_readme_test_command_alone():
+    """.ci/run installs nothing itself: besides settings it runs `make test`, once."""
+    script = (ROOT / ".ci" / "run").read_text()
+    commands = [
+        line.strip()
+        for line in script.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    setup = ("set ", "cd ", "export ", "unset ")
+    assert [c for c in commands if not c.startswith(setup)] == ["make test"]
+    assert "apt-get" not in script

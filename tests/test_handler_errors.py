@@ -118,7 +118,7 @@ def test_status_names_the_failing_handler(seeded):
 def _client(database) -> TestClient:
     flags = {"database_url": database.url, "database_schema": database.schema or ""}
     app = App(load_config(None, environ={}, flags=flags))
-    return TestClient(create_app(app, close_app_on_shutdown=True))
+    return TestClient(create_app(app, close_app_on_shutdown=True), base_url="http://127.0.0.1")
 
 
 def test_healthz_is_degraded_naming_the_handler(seeded):

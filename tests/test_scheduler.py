@@ -131,12 +131,12 @@ async def test_a_malformed_request_of_a_placed_kernel_does_not_break_scheduling(
 
 
 async def test_resource_amounts_are_validated_at_creation(make_harness):
-    """cpu and mem must be numbers >= 0."""
+    """cpu and mem must be numbers >= 0, and every other slot finite and >= 0."""
     import pytest
 
     from drover import InvalidSpecError
 
     async with make_harness() as h:
-        for bad in ({"cpu": "two"}, {"mem": -1}, {"cpu": True}):
-            with pytest.raises(InvalidSpecError, match="must be a number >= 0"):
+        for bad in ({"cpu": "two"}, {"mem": -1}, {"cpu": True}, {"gpu": -1000}):
+            with pytest.raises(InvalidSpecError, match=r"must be a (finite )?number >= 0"):
                 await h.create_session(kernels=[bad])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 
@@ -159,26 +162,103 @@ async def test_create_session_defaults(make_harness):
         assert await h.create_session(kernels=[]) != sid  # kernels=[] is allowed
 
 
+def _nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"kernels": [{"status": "FLYING"}]}, "unknown kernel status 'FLYING'"),
-        ({"kernels": [{"cmd": object()}]}, "kernel 0 spec is not JSON-serializable"),
+        ({"kernels": [{"status": "FLYING"}]}, "kernel 1: 'status' is set by drover"),
+        ({"kernels": [{"cmd": object()}]}, "kernel 1 spec is not JSON-serializable"),
         ({"kernels": "abc"}, "kernels must be a list"),
         ({"status": "LOST"}, "unknown session status 'LOST'"),
         ({"priority": "high"}, "priority must be an integer"),
         ({"spec": {"options": {"prepare-sessions": {"retries": 1}}}}, "unknown option 'retries'"),
-        ({"spec": {"options": {"x": {"timeout": -5}}}}, "'timeout'] must be a number of seconds"),
+        ({"spec": {"options": {"x": {"timeout": -5}}}}, "'timeout'] must be a finite number"),
         ({"spec": {"options": {"x": {"max_retries": 1.5}}}}, "must be a whole number"),
+        # What the engine owns: a kernel may not start RUNNING on an agent, nor a session.
+        (
+            {"kernels": [{"cpu": 1, "status": "RUNNING", "agent_id": "sim-1"}]},
+            "kernel 1: 'agent_id', 'status' are set by drover, not by a kernel spec",
+        ),
+        ({"kernels": [{"cpu": 1, "exit_code": 0}]}, "'exit_code' is set by drover"),
+        ({"status": "RUNNING"}, "a new session is PENDING; its status (RUNNING) is set by drover"),
+        # Every slot, not only cpu and mem, is a finite amount >= 0.
+        ({"kernels": [{"cpu": 1, "gpu": -1000}]}, "resource 'gpu' must be a finite number >= 0"),
+        ({"kernels": [{"cpu": float("nan")}]}, "resource 'cpu' must be a finite number >= 0"),
+        ({"kernels": [{"mem": float("inf")}]}, "resource 'mem' must be a finite number >= 0"),
+        ({"kernels": [{"gpu": 10**400}]}, "resource 'gpu' must be a finite number >= 0"),
+        ({"kernels": [{"cpu": "two"}]}, "'cpu' must be a number >= 0"),
+        # PostgreSQL's limits, enforced for SQLite too.
+        ({"priority": 2**31}, "priority 2147483648 is out of range"),
+        ({"priority": -(2**31) - 1}, "priority -2147483649 is out of range"),
+        ({"name": "n" * 256}, "name is 256 characters long; at most 255"),
+        ({"name": "a\x00b"}, "contains a NUL character"),
+        ({"name": "caf\udce9"}, "is not valid UTF-8 text"),
+        ({"name": 7}, "name must be text"),
+        ({"spec": {"note": "a\x00b"}}, "session spec: the text 'a\\x00b' contains a NUL"),
+        ({"spec": {"x\x00": 1}}, "the key 'x\\x00' contains a NUL"),
+        ({"kernels": [{"env": {"A": "\x00"}}]}, "kernel 1 spec: the text '\\x00' contains a NUL"),
+        ({"spec": {"ratio": float("nan")}}, "session spec: nan is not a finite number"),
+        ({"spec": {"options": {"x": {"timeout": float("inf")}}}}, "'timeout'] must be a finite"),
+        ({"spec": {"deep": _nested(100)}}, "nested more than 64 levels deep"),
     ],
 )
 async def test_bad_session_input_is_refused_and_nothing_is_written(make_harness, kwargs, message):
-    """A clear error naming the problem, and no half-written session."""
+    """A clear error naming the problem, and no half-written session: the same on both databases."""
     async with make_harness() as h:
         call = {"kernels": [{"cpu": 1}], **kwargs}
-        with pytest.raises(InvalidSpecError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        with pytest.raises(InvalidSpecError, match=re.escape(message)):
             await h.repository.create_session(**call)
+        with pytest.raises(InvalidSpecError, match=re.escape(message)):
+            await h.repository.create_sessions([call])
         assert await h.repository.list_sessions() == []
+
+
+async def test_the_limits_are_the_widest_both_databases_take(make_harness):
+    """Right at each limit, a session is written and read back unchanged on either database."""
+    async with make_harness() as h:
+        name = "\u00e9" * 255
+        spec = {"note": "caf\u00e9 \u2603", "big": 10**30, "options": {"x": {"timeout": 1e-9}}}
+        ids = await h.repository.create_sessions(
+            [
+                {"kernels": [{"cpu": 0, "gpu": 2.5}], "priority": 2**31 - 1, "name": name},
+                {"kernels": [], "priority": -(2**31), "spec": spec},
+            ]
+        )
+        top = await h.session(ids[0])
+        assert (top.name, top.priority, top.kernels[0].spec) == (
+            name,
+            2**31 - 1,
+            {"cpu": 0, "gpu": 2.5},
+        )
+        low = await h.session(ids[1])
+        assert (low.priority, low.spec) == (-(2**31), spec)
+
+
+async def test_seeding_sets_initial_statuses_for_tests(make_harness):
+    """seed_sessions (what the harness uses) may start kernels anywhere; statuses are checked."""
+    async with make_harness() as h:
+        (sid,) = await h.repository.seed_sessions(
+            [
+                {
+                    "kernels": [{"cpu": 1, "status": "RUNNING", "agent_id": "sim-1"}],
+                    "status": "RUNNING",
+                }
+            ]
+        )
+        s = await h.session(sid)
+        assert (s.status, s.kernels[0].status, s.kernels[0].agent_id) == (
+            S.RUNNING,
+            K.RUNNING,
+            "sim-1",
+        )
+        with pytest.raises(InvalidSpecError, match="unknown kernel status 'FLYING'"):
+            await h.repository.seed_sessions([{"kernels": [{"status": "FLYING"}]}])
 
 
 async def test_creating_many_sessions_is_all_or_nothing(make_harness):

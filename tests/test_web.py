@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -24,8 +25,8 @@ from drover.app import App
 from drover.cli.serve import public_bind_warning
 from drover.config import load_config
 from drover.model.clock import ManualClock
-from drover.model.status import SessionStatus
-from drover.model.values import CoordinatorInfo
+from drover.model.status import KernelStatus, SessionStatus
+from drover.model.values import CoordinatorInfo, KernelReport
 from drover.plugins.graph import edges_of
 from drover.serialization import session_json
 from drover.storage.repository import Repository
@@ -33,7 +34,7 @@ from drover.storage.ticks import BUCKETS
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
 from drover.web.palette import STATUS_COLOURS
-from drover.web.svg_graph import render_svg
+from drover.web.svg_graph import dot_source, render_svg
 
 TOKEN = "s3cret-token"
 
@@ -63,7 +64,8 @@ def make_client(database, monkeypatch, tmp_path):
         flags = {"database_url": database.url, "database_schema": database.schema or ""}
         app = App(load_config(None, environ={}, flags=flags))
         web = create_app(app, close_app_on_shutdown=True, **kwargs)
-        return TestClient(web)
+        # The dashboard answers only the Host it is bound to: 127.0.0.1 by default.
+        return TestClient(web, base_url="http://127.0.0.1:8080")
 
     return factory
 
@@ -221,7 +223,7 @@ def test_pages_render(harness, make_client):
 
 
 def test_token_gate(harness, make_client):
-    """With a token every request needs it: 401 without or with a wrong one."""
+    """With a token every request needs it (header or login cookie): 401 otherwise."""
     harness(_scenario)
     with make_client(auth_token=TOKEN) as client:
         for path in ("/", "/api/sessions", "/metrics", "/healthz", "/graph", "/static/live.js"):
@@ -231,20 +233,154 @@ def test_token_gate(harness, make_client):
         assert client.get(
             "/api/sessions", headers={"Authorization": "Bearer wrong"}
         ).status_code == (401)
-        assert client.get("/api/sessions", params={"token": "wrong"}).status_code == 401
+        # The token is never taken from the address, where logs and history keep it.
+        assert client.get("/api/sessions", params={"token": TOKEN}).status_code == 401
         html = client.get("/", headers={"Accept": "text/html"})
         assert html.status_code == 401
         assert "401 Unauthorized" in html.text
+        assert '<form method="post" action="/login">' in html.text
 
         ok = client.get("/api/sessions", headers={"Authorization": f"Bearer {TOKEN}"})
         assert ok.status_code == 200
         assert len(ok.json()) == 3
-        page = client.get("/", params={"token": TOKEN})
+        page = client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
         assert page.status_code == 200
-        # the pages carry the token in their links, forms and live refresh
-        assert f"token={TOKEN}" in page.text
-        assert f'name="token" value="{TOKEN}"' in page.text
-        assert client.get("/metrics", params={"token": TOKEN}).status_code == 200
+        assert TOKEN not in page.text
+        assert "token" not in page.text.lower().replace("log out", "")
+
+
+def test_login_form_sets_a_strict_httponly_cookie_and_links_carry_no_token(harness, make_client):
+    """The token is typed once: POST /login sets the cookie; no page copies the token."""
+    harness(_scenario)
+    with make_client(auth_token=TOKEN) as client:
+        form = client.get("/login", params={"next": "/graph"})
+        assert form.status_code == 200
+        assert 'name="next" value="/graph"' in form.text
+        wrong = client.post(
+            "/login", data={"token": "nope", "next": "/graph"}, follow_redirects=False
+        )
+        assert wrong.status_code == 401
+        assert "The token is wrong." in wrong.text
+        assert "set-cookie" not in wrong.headers
+
+        right = client.post(
+            "/login", data={"token": TOKEN, "next": "/graph"}, follow_redirects=False
+        )
+        assert right.status_code == 303
+        assert right.headers["location"] == "/graph"
+        cookie = right.headers["set-cookie"]
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
+        assert {"httponly", "path"} <= attributes
+        assert "samesite=strict" in cookie.lower()
+        assert TOKEN not in cookie  # a value derived from it, not the token itself
+
+        pages = [client.get(p) for p in ("/", "/graph", "/handlers", "/api/sessions")]
+        assert [p.status_code for p in pages] == [200, 200, 200, 200]
+        overview = pages[0].text
+        assert TOKEN not in overview
+        assert "token=" not in overview  # was in every link: 118 times on one page
+        assert 'href="/logout"' in overview
+
+        # Another site cannot send the browser on elsewhere after logging in.
+        outside = client.post(
+            "/login", data={"token": TOKEN, "next": "//evil.example/"}, follow_redirects=False
+        )
+        assert outside.headers["location"] == "/"
+
+        out = client.get("/logout", follow_redirects=False)
+        assert out.status_code == 303
+        assert (
+            'drover_session=""' in out.headers["set-cookie"]
+            or "Max-Age=0" in (out.headers["set-cookie"])
+        )
+        client.cookies.clear()
+        assert client.get("/").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("bound", "allowed", "host", "status"),
+    [
+        ("127.0.0.1", (), "127.0.0.1:8080", 200),
+        ("127.0.0.1", (), "localhost:8080", 200),
+        ("127.0.0.1", (), "[::1]:8080", 200),
+        # DNS rebinding: a name the attacker controls, resolving to 127.0.0.1.
+        ("127.0.0.1", (), "rebind.evil.example:8080", 400),
+        ("127.0.0.1", (), "10.0.0.5:8080", 400),
+        ("127.0.0.1", ("drover.internal",), "drover.internal:8080", 200),
+        ("127.0.0.1", ("drover.internal",), "DROVER.INTERNAL", 200),
+        ("0.0.0.0", (), "192.168.1.20:8080", 200),
+        ("0.0.0.0", (), "[fe80::1]:8080", 200),
+        ("0.0.0.0", (), "localhost", 200),
+        ("0.0.0.0", (), "rebind.evil.example", 400),
+        ("0.0.0.0", ("dash.example.org",), "dash.example.org", 200),
+        ("10.1.2.3", (), "10.1.2.3:8080", 200),
+        ("10.1.2.3", (), "localhost:8080", 400),
+    ],
+)
+def test_the_host_header_must_name_this_dashboard(
+    harness, make_client, bound, allowed, host, status
+):
+    """Only the bound address (loopback names on loopback) and the allow-list are answered."""
+    harness(_scenario)
+    with make_client(host=bound, allowed_hosts=allowed) as client:
+        for path in ("/", "/api/sessions", "/healthz", "/static/dashboard.css"):
+            response = client.get(path, headers={"Host": host})
+            if status == 400:
+                assert response.status_code == 400, (path, host)
+                assert "does not answer to the host" in response.text
+                assert "--allowed-host" in response.text
+            else:
+                assert response.status_code in (200, 503), (path, host, response.text)
+
+
+def test_security_headers_on_every_answer(harness, make_client):
+    """CSP allowing only the dashboard's own files, nosniff, no referrer, no framing."""
+    ids = harness(_scenario)
+    with make_client(auth_token=TOKEN) as client:
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        answers = [
+            client.get("/", headers=bearer),
+            client.get(f"/sessions/{ids['alpha']}", headers=bearer),
+            client.get("/graph", headers=bearer),
+            client.get("/api/sessions", headers=bearer),
+            client.get("/static/dashboard.css", headers=bearer),
+            client.get("/palette.css", headers=bearer),
+            client.get("/sessions/nope", headers=bearer),
+            client.get("/"),
+            client.get("/", headers={"Host": "evil.example"}),
+            client.get("/login"),
+        ]
+        assert [a.status_code for a in answers] == [
+            200,
+            200,
+            200,
+            200,
+            200,
+            200,
+            404,
+            401,
+            400,
+            200,
+        ]
+        for answer in answers:
+            csp = answer.headers["content-security-policy"]
+            assert "default-src 'none'" in csp
+            assert "script-src 'self'" in csp
+            assert "style-src 'self'" in csp
+            assert "frame-ancestors 'none'" in csp
+            assert "unsafe-inline" not in csp
+            assert answer.headers["x-content-type-options"] == "nosniff"
+            assert answer.headers["referrer-policy"] == "no-referrer"
+            assert answer.headers["x-frame-options"] == "DENY"
+        # What the policy forbids is not there: no inline script or style, no other origin.
+        for answer in answers[:3]:
+            assert "<style" not in answer.text
+            assert " style=" not in answer.text
+            assert re.findall(r"<script(?![^>]*\bsrc=)", answer.text) == []
+            assert "http://" not in re.sub(
+                r'xmlns(:xlink)?="http://www.w3.org/[^"]*"', "", answer.text
+            )
+            assert "https://" not in answer.text
 
 
 def test_public_bind_warning():
@@ -370,40 +506,64 @@ def test_healthz_without_a_database(tmp_path, monkeypatch):
     app = App(
         load_config(None, environ={}, flags={"database_url": f"sqlite+aiosqlite:///{missing}"})
     )
-    with TestClient(create_app(app, close_app_on_shutdown=True)) as client:
+    with TestClient(
+        create_app(app, close_app_on_shutdown=True), base_url="http://127.0.0.1"
+    ) as client:
         response = client.get("/healthz")
     assert response.status_code == 503
     assert "database does not answer" in response.text
 
 
-def test_svg_graph_is_deterministic_and_well_formed():
-    """The server-side SVG: same input, same bytes; every status a labelled box; arrows."""
+def test_the_graph_is_laid_out_by_graphviz(harness, make_client):
+    """/graph.svg comes from `dot`: every status a node with its colour, every pair one labelled
+    arrow, and the same SVG inlined in /graph (no external file, no script)."""
     from drover.plugins.manager import collect_handlers, make_plugin_manager
     from drover.plugins.registry import RuntimeContext
 
+    harness(lambda h: asyncio.sleep(0))
     pm = make_plugin_manager(include_builtins=True)
     handlers, _ = collect_handlers(pm, RuntimeContext(None, None, None))
     edges = edges_of(handlers)
-    svg = render_svg(edges)
-    assert svg == render_svg(list(reversed(edges)))
+    source = dot_source(edges)
+    assert source == dot_source(list(reversed(edges)))  # the same DOT whatever the order
+    svg = asyncio.run(render_svg(edges))
+    assert "Generated by graph" not in svg  # dot's comments and prologue are gone
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
-    labels = [t.text for t in root.iter(f"{ns}text") if t.get("class") == "node-label"]
-    assert labels == [
-        "PENDING", "SCHEDULED", "PREPARING", "PREPARED", "CREATING", "RUNNING",
-        "TERMINATING", "TERMINATED", "CANCELLED", "ERROR",
-    ]  # fmt: skip
-    fills = {
-        g.get("data-status"): g.find(f"{ns}rect").get("fill")
+    nodes = {
+        g.get("id").removeprefix("status-"): g
         for g in root.iter(f"{ns}g")
         if g.get("class") == "node"
     }
-    assert fills == {s: STATUS_COLOURS[s][0] for s in fills}
-    paths = [p for p in root.iter(f"{ns}path") if p.get("class") == "edge"]
-    assert paths
-    assert all(p.get("marker-end") == "url(#arrow)" for p in paths)
-    assert "schedule-sessions: success" in svg
-    assert "prepare-sessions: expired, give_up" in svg
+    assert set(nodes) == {s.value for s in SessionStatus}
+    for status, g in nodes.items():
+        assert g.find(f"{ns}text").text == status
+        shape = g.find(f"{ns}path")
+        assert shape.get("fill") == STATUS_COLOURS[status][0]
+    arrows = [g for g in root.iter(f"{ns}g") if g.get("class") == "edge"]
+    pairs = {(e.source, e.target) for e in edges}
+    assert len(arrows) == len(pairs)
+    labels = " ".join(t.text or "" for t in root.iter(f"{ns}text"))
+    assert "schedule-sessions: success" in labels
+    assert "prepare-sessions: expired, give_up" in labels
+    with make_client() as client:
+        served = client.get("/graph.svg")
+        assert served.headers["content-type"].startswith("image/svg+xml")
+        ET.fromstring(served.text)
+        assert served.text in client.get("/graph").text  # the page inlines the same SVG
+
+
+def test_the_graph_page_says_when_graphviz_is_missing(harness, make_client, monkeypatch):
+    """Without `dot`, /graph still answers, naming the package to install; /graph.svg is 503."""
+    harness(lambda h: asyncio.sleep(0))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with make_client() as client:
+        page = client.get("/graph")
+        assert page.status_code == 200
+        assert "Graphviz is not installed (no `dot` on the PATH): run `make system-deps`" in (
+            page.text
+        )
+        assert client.get("/graph.svg").status_code == 503
 
 
 def _free_port() -> int:
@@ -437,7 +597,9 @@ async def test_run_with_http_serves_the_dashboard_beside_the_daemon(database, tm
             while True:
                 assert not task.done(), task
                 try:
-                    response = await client.get("/healthz", params={"token": TOKEN})
+                    response = await client.get(
+                        "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}
+                    )
                     if response.status_code == 200:
                         break
                 except httpx2.TransportError:
@@ -528,3 +690,86 @@ def test_deployment_pages_and_endpoints(harness, make_client):
         assert client.get("/api/deployments/nope/endpoints").status_code == 404
         listed = client.get("/api/deployments").json()
         assert [(d["name"], d["replicas"], d["live_routes"]) for d in listed] == [("web", 2, 2)]
+
+
+async def _ended(h: CoordinatorHarness) -> dict[str, str]:
+    """Two TERMINATED sessions, one SUCCESS and one FAILURE (exit 3), created a second apart."""
+    ok = await h.create_session(name="went-well", kernels=[{"cpu": 1, "sim": {"run_for": 1}}])
+    h.clock.advance(1)
+    bad = await h.create_session(
+        name="went-wrong", kernels=[{"cpu": 1, "sim": {"run_for": 1, "exit_code": 3}}]
+    )
+    await h.run_until_settled()
+    h.clock.advance(2)
+    await h.run_until_settled()
+    return {"ok": ok, "bad": bad}
+
+
+def test_failed_sessions_stand_out_newest_first_and_filters_above(harness, make_client):
+    """A TERMINATED FAILURE row is marked apart from a SUCCESS one; newest first; the form
+    comes before the table; ?sort= orders otherwise."""
+    ids = harness(_ended)
+    with make_client() as client:
+        page = client.get("/").text
+        assert page.index('<form class="filters"') < page.index('<table class="sessions"')
+        rows = re.findall(r'<tr data-session-id="([^"]+)"[^>]*>', page)
+        assert rows == [ids["bad"], ids["ok"]]  # newest first
+        bad_row = re.search(rf'<tr data-session-id="{ids["bad"]}"[^>]*>.*?</tr>', page, re.S)
+        ok_row = re.search(rf'<tr data-session-id="{ids["ok"]}"[^>]*>.*?</tr>', page, re.S)
+        assert 'data-status="TERMINATED" data-result="FAILURE" class="failed"' in bad_row.group(0)
+        assert "✗ failed" in bad_row.group(0)
+        assert 'class="failed"' not in ok_row.group(0)
+        assert "✗ failed" not in ok_row.group(0)
+        oldest = client.get("/", params={"sort": "oldest"}).text
+        assert re.findall(r'<tr data-session-id="([^"]+)"', oldest) == [ids["ok"], ids["bad"]]
+        assert [s["id"] for s in client.get("/api/sessions").json()] == [ids["bad"], ids["ok"]]
+        assert client.get("/", params={"sort": "size"}).status_code == 400
+        css = client.get("/static/dashboard.css").text
+        assert "tr.failed td" in css
+
+
+def test_kernel_logs_are_readable_from_the_session_page(harness, make_client, tmp_path):
+    """The session page shows the tail of each kernel's stdout and stderr (capped); the raw
+    tail is one click away, capped too."""
+    out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    out.write_text("".join(f"line {i:05d}\n" for i in range(5000)))  # 55 000 bytes
+    err.write_text("Traceback: <boom> & \x1b[31mred\x1b[0m\n")
+
+    async def running(h: CoordinatorHarness) -> str:
+        sid = await h.create_session(
+            name="logged",
+            status=SessionStatus.RUNNING,
+            kernels=[{"cpu": 1, "status": "CREATING", "agent_id": "sim-1"}, {"cpu": 1}],
+        )
+        kernel = (await h.session(sid)).kernels[0]
+        (applied,) = await h.repository.report_kernel_statuses(
+            [
+                KernelReport(
+                    kernel.id,
+                    KernelStatus.RUNNING,
+                    runtime={"pid": 1, "stdout": str(out), "stderr": str(err)},
+                )
+            ]
+        )
+        assert applied
+        return sid
+
+    sid = harness(running)
+    with make_client() as client:
+        page = client.get(f"/sessions/{sid}").text
+        assert "line 04999" in page  # the end
+        assert "line 00000" not in page  # not the beginning: the page shows a capped tail
+        assert "55000 bytes, the last 16 KiB shown" in page
+        assert "Traceback: &lt;boom&gt; &amp;" in page  # escaped, not markup
+        assert "No logs yet" in page  # kernel 2 never started
+        raw = client.get(f"/sessions/{sid}/kernels/1/stdout", params={"bytes": 33})
+        assert raw.status_code == 200
+        assert raw.headers["content-type"].startswith("text/plain")
+        assert raw.headers["x-drover-log-size"] == "55000"
+        assert raw.text == "line 04998\nline 04999\n"
+        assert len(client.get(f"/sessions/{sid}/kernels/1/stdout").text) == 55000
+        assert client.get(f"/sessions/{sid}/kernels/1/stderr").text.startswith("Traceback")
+        assert client.get(f"/sessions/{sid}/kernels/2/stdout").status_code == 404
+        assert client.get(f"/sessions/{sid}/kernels/3/stdout").status_code == 404
+        assert client.get(f"/sessions/{sid}/kernels/1/nope").status_code == 404
+        assert client.get(f"/sessions/{sid}/kernels/1/stdout?bytes=0").status_code == 400

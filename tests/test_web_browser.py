@@ -1,7 +1,7 @@
 """The dashboard in a real headless browser: Debian's chromium driven by Playwright.
 
 Playwright never downloads a browser here: it drives ``/usr/bin/chromium``
-(``apt-get install chromium``; ``.ci/run`` installs it). Without it these
+(``make system-deps`` installs it; ``make test`` runs that first). Without it these
 tests FAIL. uvicorn serves the dashboard on a free 127.0.0.1 port in a
 background thread, over a SQLite database with known sessions. Screenshots of
 every page go to ``screenshots/`` (gitignored).
@@ -23,7 +23,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from drover.app import App
 from drover.config import load_config
-from drover.model.status import SessionStatus
+from drover.model.status import KernelStatus, SessionStatus
+from drover.model.values import KernelReport
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
 
@@ -89,6 +90,30 @@ async def _build(url: str) -> dict[str, str]:
         return {"alpha": alpha, "beta": beta, "gamma": gamma, "delta": delta}
 
 
+async def _ended_and_logged(url: str, log: str) -> dict[str, str]:
+    """ok (SUCCESS) and bad (FAILURE) TERMINATED; logged RUNNING with a stdout log."""
+    async with CoordinatorHarness(database_url=url) as h:
+        ok = await h.create_session(name="went-well", kernels=[{"cpu": 1, "sim": {"run_for": 1}}])
+        h.clock.advance(1)
+        bad = await h.create_session(
+            name="went-wrong", kernels=[{"cpu": 1, "sim": {"run_for": 1, "exit_code": 3}}]
+        )
+        await h.run_until_settled()
+        h.clock.advance(2)
+        await h.run_until_settled()
+        h.clock.advance(1)
+        logged = await h.create_session(
+            name="training",
+            status=SessionStatus.RUNNING,
+            kernels=[{"cpu": 1, "status": "CREATING", "agent_id": "sim-1"}],
+        )
+        kernel = (await h.session(logged)).kernels[0]
+        await h.repository.report_kernel_statuses(
+            [KernelReport(kernel.id, KernelStatus.RUNNING, runtime={"stdout": log})]
+        )
+        return {"ok": ok, "bad": bad, "logged": logged}
+
+
 async def _add_session(url: str, name: str, status: SessionStatus) -> str:
     async with CoordinatorHarness(database_url=url) as h:
         return await h.create_session(name=name, status=status)
@@ -133,9 +158,7 @@ class Served:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Debian's chromium, headless, with a fresh profile; no Playwright browser download."""
-    assert CHROMIUM.exists(), (
-        f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)"
-    )
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: install Debian's chromium (make system-deps)"
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
         try:
@@ -279,50 +302,145 @@ def test_handlers_and_graph_pages(served, page: Page):
         page.click("header nav >> text=Graph")
     svg = page.locator("#kind-session figure.graph svg")
     expect(svg).to_be_visible()
-    expect(svg.locator('g.node[data-status="PENDING"] text')).to_have_text("PENDING")
+    expect(svg.locator("g.node#status-PENDING text")).to_have_text("PENDING")
     assert svg.locator("g.node").count() == len(SessionStatus)
     expect(svg).to_contain_text("schedule-sessions: success")
     box = svg.bounding_box()
     assert box is not None
-    assert box["width"] > 800
+    assert box["width"] > 600
+    # Graphviz places the labels: none lies on another, none on a status box.
+    # One box per arrow's label (the union of its lines).
+    labels = svg.locator("g.edge").evaluate_all(
+        "gs => gs.map(g => { const bs = [...g.querySelectorAll('text')]"
+        ".map(t => t.getBoundingClientRect());"
+        " return [Math.min(...bs.map(b => b.left)), Math.min(...bs.map(b => b.top)),"
+        " Math.max(...bs.map(b => b.right)), Math.max(...bs.map(b => b.bottom))]; })"
+    )
+    nodes = svg.locator("g.node path").evaluate_all(
+        "ps => ps.map(p => { const b = p.getBoundingClientRect();"
+        " return [b.left, b.top, b.right, b.bottom]; })"
+    )
+    assert len(labels) >= 20
+
+    def overlap(a: list[float], b: list[float]) -> bool:
+        return a[0] < b[2] - 1 and b[0] < a[2] - 1 and a[1] < b[3] - 1 and b[1] < a[3] - 1
+
+    clashes = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1 :] if overlap(a, b)]
+    assert clashes == []
+    assert [(a, n) for a in labels for n in nodes if overlap(a, n)] == []
     _shot(page, "graph")
 
 
 def test_token_gate_in_the_browser(tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch):
-    """Without the token: a 401 page; with ?token=…, every link keeps it."""
+    """Without the token: a 401 page with a login form; logging in once sets an HttpOnly,
+    SameSite=Strict cookie, and no link, form or address carries the token."""
     monkeypatch.chdir(tmp_path)
     url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
     _run(_build, url)
     with Served(url, token=TOKEN) as s:
-        response = page.goto(s.base + "/")
+        response = page.goto(s.base + "/graph")
         assert response is not None
         assert response.status == 401
         expect(page.locator("h1")).to_have_text("401 Unauthorized")
         _shot(page, "token-required")
-        response = page.goto(f"{s.base}/api/sessions?token=wrong")
-        assert response is not None
-        assert response.status == 401
+        page.fill("input[name=token]", "wrong")
+        with page.expect_navigation():
+            page.click("#login")
+        expect(page.locator(".error")).to_have_text("The token is wrong.")
 
-        response = page.goto(f"{s.base}/?token={TOKEN}")
-        assert response is not None
-        assert response.status == 200
+        page.fill("input[name=token]", TOKEN)
+        with page.expect_navigation():
+            page.click("#login")
+        assert page.url == s.base + "/graph"  # back where it was going
+        expect(page.locator("#kind-session figure.graph svg")).to_be_visible()
+        (cookie,) = page.context.cookies()
+        assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == (
+            "drover_session",
+            True,
+            "Strict",
+        )
+        assert cookie["value"] != TOKEN
+        assert page.evaluate("document.cookie") == ""  # scripts cannot read it
+
+        page.goto(s.base + "/")
         expect(page.locator('[data-count-status="RUNNING"] .n')).to_have_text("2")
-        # the stylesheet loaded (it needs the token too)
+        # the stylesheets loaded (they need the login too)
         colour = page.locator(".badge-RUNNING").first.evaluate(
             "e => getComputedStyle(e).backgroundColor"
         )
         assert colour == "rgb(29, 78, 216)"
-        with page.expect_navigation():
-            page.click("header nav >> text=Graph")
-        assert f"token={TOKEN}" in page.url
-        expect(page.locator("#kind-session figure.graph svg")).to_be_visible()
-        page.goto(f"{s.base}/?token={TOKEN}")
+        assert TOKEN not in page.content()
+        hrefs = page.locator("a").evaluate_all("as => as.map(a => a.href)")
+        assert hrefs
+        assert not [h for h in hrefs if "token" in h]
         page.select_option("select[name=status]", ["CANCELLED"])
         with page.expect_navigation():
             page.click("#apply-filters")
-        assert f"token={TOKEN}" in page.url
+        assert "token" not in page.url
         assert _row_names(page) == ["gamma"]
         before = int(page.locator("body").get_attribute("data-refreshes") or "0")
         page.wait_for_function(f"() => Number(document.body.dataset.refreshes) > {before}")
         assert _row_names(page) == ["gamma"]
         expect(page.locator(".live-state").first).to_have_text(" · live")
+
+        with page.expect_navigation():
+            page.click("header >> text=log out")
+        response = page.goto(s.base + "/")
+        assert response is not None
+        assert response.status == 401
+
+
+def test_pages_break_no_content_security_policy_rule(served, page: Page):
+    """Every page loads under the CSP with no violation: its styles, script and graph are
+    the dashboard's own, and the live refresh still runs."""
+    s, ids = served
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    for path in ("/", f"/sessions/{ids['alpha']}", "/handlers", "/graph"):
+        response = page.goto(s.base + path)
+        assert response is not None
+        assert "default-src 'none'" in response.headers["content-security-policy"]
+        assert response.headers["x-frame-options"] == "DENY"
+    page.goto(s.base + "/")
+    page.wait_for_function("() => Number(document.body.dataset.refreshes) >= 1")
+    assert problems == []
+
+
+def test_failed_sessions_and_kernel_logs_in_the_browser(tmp_path, page: Page, monkeypatch):
+    """A TERMINATED FAILURE row looks different from a SUCCESS one; newest first, filters
+    above; a kernel's log tail on its session page."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    log = tmp_path / "stdout.log"
+    log.write_text("".join(f"epoch {i} loss {1 / (i + 1):.3f}\n" for i in range(3000)))
+    ids = _run(_ended_and_logged, url, str(log))
+    with Served(url) as s:
+        page.goto(s.base + "/")
+        rows = page.locator("#sessions tbody tr[data-session-id]")
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.sessionId)") == [
+            ids["logged"],
+            ids["bad"],
+            ids["ok"],
+        ]
+        form = page.locator("form.filters").bounding_box()
+        table = page.locator("#sessions").bounding_box()
+        assert form is not None
+        assert table is not None
+        assert form["y"] + form["height"] <= table["y"]
+
+        def background(sid: str) -> str:
+            return page.locator(f'tr[data-session-id="{sid}"] td').first.evaluate(
+                "e => getComputedStyle(e).backgroundColor"
+            )
+
+        assert background(ids["bad"]) != background(ids["ok"])
+        expect(page.locator(f'tr[data-session-id="{ids["bad"]}"] .failure-mark')).to_be_visible()
+        expect(page.locator(f'tr[data-session-id="{ids["ok"]}"] .failure-mark')).to_have_count(0)
+        _shot(page, "overview-failed")
+
+        page.goto(f"{s.base}/sessions/{ids['logged']}")
+        tail = page.locator('section.kernel-logs[data-kernel-index="1"] pre.log-tail').first
+        expect(tail).to_contain_text("epoch 2999 loss 0.000")
+        assert "epoch 0 loss" not in tail.inner_text()
+        _shot(page, "session-logs")

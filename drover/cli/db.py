@@ -6,7 +6,7 @@ import click
 
 from drover.app import App
 from drover.cli._common import database_option, with_app
-from drover.storage.migrate import current_revision, head_revision, upgrade
+from drover.storage.migrate import current_revision, head_revision
 
 __all__ = ["db"]
 
@@ -30,7 +30,7 @@ def upgrade_command(ctx: click.Context, database_url: str | None) -> None:
 
     async def work(app: App) -> tuple[str | None, str]:
         before = await current_revision(app.engine)
-        await upgrade(app.engine)
+        await app.upgrade()
         return before, head_revision()
 
     before, head = with_app(ctx, work, database_url=database_url, check_schema=False)

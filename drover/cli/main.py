@@ -47,6 +47,15 @@ def main(ctx: click.Context, config_path: str | None, database_url: str | None) 
     """
     flags = {"database_url": database_url} if database_url else {}
     ctx.obj = CliState(config_path, flags)
+    warning = getattr(ctx.command, _DEFERRED_WARNING, None)
+    if warning and ctx.invoked_subcommand not in _LOAD_PLUGINS_THEMSELVES:
+        click.echo(warning, err=True)
+
+
+#: Commands that load every plugin and report one that fails to import as their error line.
+_LOAD_PLUGINS_THEMSELVES = frozenset({"run", "submit", "plugins", "graph", "why"})
+# Attribute of the group holding why plugin commands could not be added.
+_DEFERRED_WARNING = "drover_plugin_warning"
 
 
 for command in (
@@ -86,7 +95,7 @@ def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = Non
     """
     import os
 
-    from drover.plugins.manager import load_entry_points, make_plugin_manager
+    from drover.plugins.manager import PluginLoadError, load_entry_points, make_plugin_manager
 
     def names(var: str) -> list[str] | None:
         raw = os.environ.get(var)
@@ -99,6 +108,9 @@ def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = Non
                 pm, names("DROVER_LOAD_PLUGINS"), names("DROVER_DISABLE_PLUGINS") or []
             )
         pm.hook.drover_register_commands(cli=cli)
+    except PluginLoadError as error:
+        # Said once the command is known: those that load plugins say it as their error.
+        setattr(cli, _DEFERRED_WARNING, f"warning: plugin commands not loaded: {error}")
     except Exception as error:
         click.echo(f"warning: plugin commands not loaded: {error}", err=True)
 

@@ -16,6 +16,7 @@ import click
 from drover import __version__
 from drover.app import App, tune_gc
 from drover.cli._common import CliState, database_option, run_async
+from drover.cli.serve import allowed_host_option
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.observers import ObserverDispatcher, events_of
 from drover.inspection._format import parse_duration
@@ -33,6 +34,7 @@ async def serve_daemon(
     install_signals: bool = True,
     on_ready: Callable[[Daemon], None] | None = None,
     http: tuple[str, int, str | None] | None = None,
+    allowed_hosts: tuple[str, ...] = (),
 ) -> int:
     """Run the daemon for ``app`` until SIGINT/SIGTERM; return the exit code.
 
@@ -40,7 +42,7 @@ async def serve_daemon(
     ``shutdown_grace``; a second signal exits at once. ``on_ready`` receives the
     :class:`Daemon` (to stop it without a signal, as tests do). ``http`` is
     ``(host, port, auth_token)``: the web dashboard then runs in this event loop
-    and stops with the daemon.
+    and stops with the daemon, answering ``host`` and ``allowed_hosts``.
     """
     config = app.config
     await app.check_schema(auto_upgrade=auto_upgrade)
@@ -99,7 +101,14 @@ async def serve_daemon(
         warning = public_bind_warning(host, token)
         if warning:
             log.warning("%s", warning)
-        web_server = make_server(app, host=host, port=port, auth_token=token, embedded=True)
+        web_server = make_server(
+            app,
+            host=host,
+            port=port,
+            auth_token=token,
+            allowed_hosts=allowed_hosts,
+            embedded=True,
+        )
         web_task = asyncio.create_task(web_server.serve(), name="drover-http")
         log.info("dashboard on http://%s:%d/", host, port)
     if on_ready is not None:
@@ -154,6 +163,7 @@ async def serve_daemon(
     default=None,
     help="Token every dashboard request needs (with --http) [env DROVER_AUTH_TOKEN].",
 )
+@allowed_host_option
 @click.option(
     "--no-upgrade",
     is_flag=True,
@@ -170,6 +180,7 @@ def run(
     http_port: int | None,
     http_host: str,
     auth_token: str | None,
+    allowed_hosts: tuple[str, ...],
     no_upgrade: bool,
 ) -> None:
     """Run the coordinator daemon until SIGINT or SIGTERM.
@@ -199,7 +210,9 @@ def run(
         app = App(loaded)
         try:
             http = (http_host, http_port, auth_token) if http_port is not None else None
-            return await serve_daemon(app, auto_upgrade=not no_upgrade, http=http)
+            return await serve_daemon(
+                app, auto_upgrade=not no_upgrade, http=http, allowed_hosts=allowed_hosts
+            )
         finally:
             await app.close()
 

@@ -15,6 +15,7 @@ from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
 from drover.inspection.why import describe_exit
 from drover.model.errors import DroverError, InvalidSpecError
+from drover.model.spec import KERNEL_DEFAULTS, PRIORITY_RANGE, with_kernel_defaults
 from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
 from drover.model.values import Entity, HistoryRecord, SessionWithKernels
 from drover.serialization import entity_json, history_json, iso, session_json, termination_json
@@ -61,9 +62,18 @@ def _parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 def _request_from_file(path: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except OSError as error:
         raise click.ClickException(f"cannot read {path}: {error.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise click.ClickException(
+            f"{path}: not a UTF-8 text file (byte 0x{raw[error.start]:02x} at offset "
+            f"{error.start}); a session file is TOML"
+        ) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise click.ClickException(f"{path}: not valid TOML: {error}") from None
     unknown = set(data) - {"name", "priority", "kernels", "options", "spec"}
@@ -72,13 +82,20 @@ def _request_from_file(path: str) -> dict[str, Any]:
             f"{path}: unknown key(s) {sorted(unknown)}; "
             "allowed: name, priority, kernels, options, spec"
         )
-    spec = dict(data.get("spec") or {})
+    spec = data.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise click.ClickException(f"{path}: 'spec' must be a table, got {spec!r}")
+    spec = dict(spec)
     if "options" in data:
         spec["options"] = data["options"]
+    kernels = data.get("kernels")
+    if isinstance(kernels, list):
+        # The same defaults as the command-line flags.
+        kernels = [with_kernel_defaults(k) if isinstance(k, dict) else k for k in kernels]
     return {
         "name": data.get("name"),
         "priority": data.get("priority", 0),
-        "kernels": data.get("kernels"),
+        "kernels": kernels,
         "spec": spec,
     }
 
@@ -101,16 +118,35 @@ def _check_kernels(kernels: Any, where: str) -> None:
 @click.command()
 @click.option("--name", default=None, help="A name to recognise the session by.")
 @click.option("--kernels", "count", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--cpu", type=click.FloatRange(min=0), default=1.0, show_default=True)
-@click.option("--mem", type=click.FloatRange(min=0), default=256.0, show_default=True, help="MiB.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher goes first.")
+@click.option(
+    "--cpu",
+    type=click.FloatRange(min=0),
+    default=KERNEL_DEFAULTS["cpu"],
+    show_default=True,
+    help="Cores per kernel (a --file kernel without cpu gets the same).",
+)
+@click.option(
+    "--mem",
+    type=click.FloatRange(min=0),
+    default=KERNEL_DEFAULTS["mem"],
+    show_default=True,
+    help="MiB per kernel (a --file kernel without mem gets the same).",
+)
+@click.option(
+    "--priority",
+    type=click.IntRange(*PRIORITY_RANGE),
+    default=0,
+    show_default=True,
+    help="Higher goes first (a 32-bit integer).",
+)
 @click.option("--setup", default=None, help="Shell command run while preparing each kernel.")
 @click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the kernels (repeatable).")
 @click.option(
     "--option",
     "option_items",
     multiple=True,
-    help="HANDLER.FIELD=VALUE for this session only, e.g. prepare-sessions.timeout=60.",
+    help="HANDLER.FIELD=VALUE for this session only, e.g. prepare-sessions.timeout=60; "
+    "HANDLER must be a loaded handler.",
 )
 @click.option(
     "--max-requeues",
@@ -148,7 +184,9 @@ def submit(
 ) -> None:
     """Create a PENDING session and print its id.
 
-    Everything after -- is the command each kernel runs.
+    Everything after -- is the command each kernel runs. The request is
+    checked before anything is written: resource amounts are finite and >= 0,
+    every resource slot is one some agent has, options name loaded handlers.
 
     Examples:
 
@@ -170,7 +208,9 @@ def submit(
     else:
         if not command:
             raise click.UsageError("nothing to run: add -- COMMAND ARGS… (or --file)")
-        kernel: dict[str, Any] = {"command": list(command), "cpu": cpu, "mem": mem}
+        kernel: dict[str, Any] = with_kernel_defaults(
+            {"command": list(command), "cpu": cpu, "mem": mem}
+        )
         if setup:
             kernel["setup"] = setup
         env = _parse_env(env_pairs)
@@ -190,7 +230,7 @@ def submit(
         }
 
     async def work(app: App) -> str:
-        (sid,) = await app.repository.create_sessions([request])
+        (sid,) = await app.submit([request])
         return sid
 
     sid = with_app(ctx, work, database_url=database_url)
@@ -209,6 +249,14 @@ def submit(
     help="Only sessions in this status (repeatable).",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--sort",
+    type=click.Choice(["newest", "oldest", "priority"]),
+    default="newest",
+    show_default=True,
+    help="newest or oldest first by creation, or priority: the order handlers take them "
+    "(highest priority, then oldest).",
+)
 @json_option
 @database_option
 @click.pass_context
@@ -216,17 +264,18 @@ def sessions(
     ctx: click.Context,
     statuses: tuple[str, ...],
     limit: int,
+    sort: str,
     as_json: bool,
     database_url: str | None,
 ) -> None:
-    """List sessions, highest priority and oldest first.
+    """List sessions, newest first (or --sort oldest, --sort priority).
 
-    Example: drover sessions --status PENDING --status RUNNING --json
+    Example: drover sessions --status PENDING --status RUNNING --sort priority --json
     """
     wanted = [SessionStatus(s.upper()) for s in statuses] or None
 
     async def work(app: App) -> list[Any]:
-        return await app.repository.list_sessions(statuses=wanted, limit=limit)
+        return await app.repository.list_sessions(statuses=wanted, limit=limit, order=sort)
 
     found = with_app(ctx, work, database_url=database_url)
     if as_json:

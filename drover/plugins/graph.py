@@ -213,12 +213,56 @@ def render_mermaid(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
     return "\n".join(lines)
 
 
-def render_dot(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
-    """A Graphviz ``digraph``."""
-    lines = ["digraph drover {", "    rankdir=LR;", "    node [shape=box, style=rounded];"]
-    for status in sorted(kind.terminal):
-        lines.append(f'    "{status}" [peripheries=2];')
-    for e in ordered_edges(edges, kind):
-        lines.append(f'    "{e.source}" -> "{e.target}" [label="{_label(e)}"];')
+def _escaped(text: str) -> str:
+    """``text`` inside a DOT double-quoted string."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def render_dot(
+    edges: Iterable[Edge],
+    kind: EntityKind = SESSION,
+    *,
+    grouped: bool = False,
+    colours: Mapping[str, tuple[str, str]] | None = None,
+    rankdir: str = "LR",
+) -> str:
+    """A Graphviz ``digraph`` of every status of ``kind`` and ``edges``.
+
+    The one place DOT is written: ``drover graph --format dot`` prints it and
+    the dashboard has Graphviz lay it out. Terminal statuses have a double
+    border; each status node has the id ``status-<STATUS>``. ``grouped`` draws
+    one edge per pair of statuses, labelled with each ``handler: outcomes`` on
+    a line of its own (else one edge per handler outcome); ``colours`` maps a
+    status to its (fill, text) colours.
+    """
+    lines = [
+        "digraph drover {",
+        f"    rankdir={rankdir};",
+        '    node [shape=box, style="rounded,filled", fillcolor="#ffffff", '
+        'fontname="Helvetica,Arial,sans-serif"];',
+        '    edge [fontname="Helvetica,Arial,sans-serif", fontsize=10];',
+    ]
+    for status in kind.status_names:
+        attributes = [f'id="status-{status}"']
+        if status in kind.terminal:
+            attributes.append("peripheries=2")
+        if colours and status in colours:
+            fill, text = colours[status]
+            attributes += [f'fillcolor="{fill}"', f'fontcolor="{text}"']
+        lines.append(f'    "{status}" [{", ".join(attributes)}];')
+    ordered = ordered_edges(edges, kind)
+    if grouped:
+        pairs: dict[tuple[str, str], dict[str, list[str]]] = {}
+        for e in ordered:
+            pairs.setdefault((e.source, e.target), {}).setdefault(e.handler, []).append(e.outcome)
+        for (source, target), handlers in pairs.items():
+            # The DOT escape \\n (a backslash and n) breaks the label: a line per handler.
+            label = "\\n".join(
+                _escaped(f"{h}: {', '.join(o)}") for h, o in sorted(handlers.items())
+            )
+            lines.append(f'    "{source}" -> "{target}" [label="{label}"];')
+    else:
+        for e in ordered:
+            lines.append(f'    "{e.source}" -> "{e.target}" [label="{_escaped(_label(e))}"];')
     lines.append("}")
     return "\n".join(lines)

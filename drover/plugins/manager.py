@@ -12,7 +12,7 @@ import pluggy
 
 from drover.coordinator.handlers import Handler, handler_name
 from drover.coordinator.observers import Observer
-from drover.model.errors import InvalidHandlerError
+from drover.model.errors import DroverError, InvalidHandlerError
 from drover.model.kinds import BUILTIN_KINDS, EntityKind, Kinds
 from drover.plugins import hookspecs
 from drover.plugins.markers import PROJECT
@@ -33,6 +33,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "TRACE_ENV",
     "Backends",
+    "PluginLoadError",
     "collect_backends",
     "collect_handlers",
     "collect_kinds",
@@ -49,6 +50,10 @@ ENTRY_POINT_GROUP = "drover"
 BUILTIN_PREFIX = "drover.handlers."
 #: Set to 1 to print every hook call pluggy makes (and what it returned) to stderr.
 TRACE_ENV = "DROVER_TRACE_PLUGINS"
+
+
+class PluginLoadError(DroverError):
+    """An installed plugin could not be loaded; the message names it and the cause."""
 
 
 def make_plugin_manager(
@@ -177,7 +182,21 @@ def load_entry_points(
             continue
         if ep.name in blocked or pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
             continue
-        pm.register(ep.load(), name=ep.name)
+        try:
+            plugin = ep.load()
+        except Exception as error:  # whatever the plugin's import raises
+            raise PluginLoadError(
+                f"plugin {ep.name!r} ({ep.value}) failed to import: "
+                f"{type(error).__name__}: {error}; fix or uninstall it, or leave it out with "
+                f"plugins.block / DROVER_DISABLE_PLUGINS={ep.name}"
+            ) from error
+        try:
+            pm.register(plugin, name=ep.name)
+        except (ValueError, pluggy.PluginValidationError) as error:
+            raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}): {error}") from error
         loaded.append(ep.name)
-    pm.check_pending()
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as error:
+        raise PluginLoadError(f"plugin {error.plugin!r}: {error}") from error
     return loaded

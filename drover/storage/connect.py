@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy import event, exc
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from drover.model.errors import DroverError
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "WRITE_OPTION",
+    "DatabaseUrlError",
+    "async_database_url",
     "create_engine",
+    "describe_database_error",
     "is_sqlite",
     "threaded_sqlite_engine",
 ]
@@ -35,20 +41,85 @@ _SQLITE_PRAGMAS = (
 )
 
 
+#: The asyncio driver drover uses for each database it supports.
+ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+# Spellings of a backend name SQLAlchemy itself no longer takes.
+_BACKEND_ALIASES = {"postgres": "postgresql", "pgsql": "postgresql", "sqlite3": "sqlite"}
+_EXAMPLES = "sqlite+aiosqlite:///./drover.db or postgresql+asyncpg://user@host/dbname"
+
+
+class DatabaseUrlError(DroverError):
+    """``database_url`` is not a URL drover can use; the message says what to write."""
+
+
+def async_database_url(url: str | URL) -> URL:
+    """``url`` with drover's asyncio driver: a plain ``postgresql://`` or ``sqlite:///`` URL
+    gets ``asyncpg`` or ``aiosqlite``; any other driver is a :class:`DatabaseUrlError`
+    that gives the URL to write instead.
+    """
+    try:
+        parsed = make_url(url)
+    except (exc.ArgumentError, ValueError):
+        raise DatabaseUrlError(
+            f"database_url {str(url)!r} is not a database URL; write {_EXAMPLES}"
+        ) from None
+    name, plus, driver = parsed.drivername.partition("+")
+    backend = _BACKEND_ALIASES.get(name, name)
+    if backend not in ASYNC_DRIVERS:
+        raise DatabaseUrlError(
+            f"database_url {parsed.render_as_string()!r}: drover keeps its data in SQLite or "
+            f"PostgreSQL, not {name}; write {_EXAMPLES}"
+        )
+    wanted = ASYNC_DRIVERS[backend]
+    fixed = parsed.set(drivername=f"{backend}+{wanted}")
+    if plus and driver != wanted:
+        raise DatabaseUrlError(
+            f"database_url {parsed.render_as_string()!r} names the driver {driver!r}, which "
+            f"is not an asyncio driver; write {fixed.render_as_string()!r}"
+        )
+    return fixed
+
+
+def describe_database_error(error: BaseException) -> str | None:
+    """One line saying what is wrong with the database behind a driver error, if known.
+
+    PostgreSQL's answers are told apart by SQLSTATE: a database, role or
+    schema that does not exist, or a password that is refused.
+    """
+    orig = getattr(error, "orig", None) or error
+    cause = getattr(orig, "__cause__", None)
+    state = getattr(orig, "sqlstate", None) or getattr(cause, "sqlstate", None)
+    detail = str(orig).splitlines()[0] if str(orig) else type(orig).__name__
+    quoted = re.search(r'"([^"]+)"', detail)
+    name = quoted.group(1) if quoted else "NAME"
+    if state == "3D000":
+        return f"PostgreSQL says: {detail}; create it (createdb {name}) or fix database_url"
+    if state == "28000" and "role" in detail:
+        return (
+            f"PostgreSQL says: {detail}; create it (createuser {name}) or fix the user "
+            "in database_url"
+        )
+    if state in ("28000", "28P01"):
+        return f"PostgreSQL refuses the login: {detail}; fix the user or password in database_url"
+    if state == "3F000":
+        return f"PostgreSQL says: {detail}; `drover db upgrade` creates the schema"
+    return None
+
+
 def is_sqlite(engine: AsyncEngine) -> bool:
     """Tell whether ``engine`` talks to SQLite."""
     return engine.dialect.name == "sqlite"
 
 
 def create_engine(url: str, *, schema: str | None = None, echo: bool = False) -> AsyncEngine:
-    """Create the async engine drover uses for ``url``.
+    """Create the async engine drover uses for ``url`` (see :func:`async_database_url`).
 
     On SQLite this sets WAL and the other pragmas on every connection and makes
     write transactions ``BEGIN IMMEDIATE`` (so writers queue on the busy timeout
     instead of failing on lock upgrade). On PostgreSQL, ``schema`` sets the
     connection's ``search_path``.
     """
-    parsed = make_url(url)
+    parsed = async_database_url(url)
     kwargs: dict[str, Any] = {"echo": echo}
     if parsed.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": 30}

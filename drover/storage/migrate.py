@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.storage.connect import WRITE_OPTION
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+__all__ = ["alembic_config", "current_revision", "head_revision", "schema_exists", "upgrade"]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -34,10 +34,18 @@ def head_revision() -> str:
     return head
 
 
-async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    """Upgrade the database behind ``engine`` to ``revision`` (default: head)."""
+async def upgrade(
+    engine: AsyncEngine, revision: str = "head", *, schema: str | None = None
+) -> None:
+    """Upgrade the database behind ``engine`` to ``revision`` (default: head).
+
+    On PostgreSQL, ``schema`` (the engine's ``search_path``) is created first
+    if it does not exist yet.
+    """
 
     def _run(sync_conn: sa.Connection) -> None:
+        if schema and sync_conn.dialect.name == "postgresql":
+            sync_conn.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
         command.upgrade(alembic_config(sync_conn), revision)
 
     async with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
@@ -52,3 +60,12 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 
     async with engine.connect() as conn:
         return await conn.run_sync(_read)
+
+
+async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
+    """Whether PostgreSQL has the schema ``schema`` (always true on SQLite)."""
+    if engine.dialect.name != "postgresql":
+        return True
+    query = sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :name")
+    async with engine.connect() as conn:
+        return (await conn.execute(query, {"name": schema})).first() is not None

@@ -21,7 +21,7 @@ from drover.model.filters import CandidateFilter
 from drover.model.kinds import Kinds
 from drover.model.plan import ApplyOutcome, Change, Claim
 from drover.model.promotion import PromotionRule
-from drover.model.spec import session_request
+from drover.model.spec import seeded_session_request, session_request
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
@@ -106,11 +106,11 @@ class Repository:
         status: SessionStatus = SessionStatus.PENDING,
         spec: Mapping[str, Any] | None = None,
     ) -> str:
-        """Create one session with its kernels and return its id.
+        """Create one PENDING session with its kernels and return its id.
 
-        Each kernel mapping is the kernel's spec (``cpu``, ``mem``, ``command``…);
-        an optional ``"status"`` key sets the kernel's initial status, which
-        otherwise follows the session's.
+        Each kernel mapping is the kernel's spec (``cpu``, ``mem``, ``command``…),
+        checked as :meth:`create_sessions` does. ``status`` is there for tests:
+        anything but PENDING is refused; :meth:`seed_sessions` starts elsewhere.
         """
         (sid,) = await self.create_sessions(
             [
@@ -134,6 +134,16 @@ class Repository:
         checked = [session_request(r) for r in requests]
         return await _sessions.create_sessions(self._db, checked)
 
+    async def seed_sessions(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Like :meth:`create_sessions`, for tests and benchmarks: start anywhere.
+
+        A request's ``status`` sets the session's initial status, and a
+        kernel's ``"status"`` and ``"agent_id"`` keys its own (kernels otherwise
+        follow the session). See :func:`drover.model.spec.seeded_session_request`.
+        """
+        checked = [seeded_session_request(r) for r in requests]
+        return await _sessions.create_sessions(self._db, checked)
+
     async def get_session(self, session_id: str) -> SessionWithKernels:
         """One session with its kernels, or UnknownSessionError."""
         return await _sessions.get_session(self._db, session_id)
@@ -143,10 +153,17 @@ class Repository:
         return await _sessions.resolve_session_id(self._db, prefix)
 
     async def list_sessions(
-        self, *, statuses: Iterable[SessionStatus] | None = None, limit: int | None = None
+        self,
+        *,
+        statuses: Iterable[SessionStatus] | None = None,
+        limit: int | None = None,
+        order: str = "priority",
     ) -> list[SessionWithKernels]:
-        """Sessions (with kernels), in fetch order, optionally filtered by status."""
-        return await _sessions.list_sessions(self._db, statuses=statuses, limit=limit)
+        """Sessions (with kernels), optionally filtered by status, in ``order``.
+
+        ``order``: ``priority`` (fetch order, the default), ``newest`` or ``oldest``.
+        """
+        return await _sessions.list_sessions(self._db, statuses=statuses, limit=limit, order=order)
 
     async def filtered_sessions(self, f: SessionFilter) -> list[SessionWithKernels]:
         """Sessions (with kernels) matching the dashboard's filters."""

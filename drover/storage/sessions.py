@@ -27,6 +27,7 @@ from drover.storage.schema import entities, scheduling_history
 
 __all__ = [
     "FETCH_ORDER",
+    "SESSION_ORDERS",
     "SessionFilter",
     "count_by_status",
     "create_sessions",
@@ -41,6 +42,12 @@ __all__ = [
 e = entities
 #: The order handlers see sessions in: highest priority, then oldest.
 FETCH_ORDER = (e.c.priority.desc(), e.c.created_at, e.c.id)
+#: Orders a person may list sessions in (``drover sessions --sort``, the dashboard).
+SESSION_ORDERS: dict[str, tuple[Any, ...]] = {
+    "newest": (e.c.created_at.desc(), e.c.id.desc()),
+    "oldest": (e.c.created_at, e.c.id),
+    "priority": FETCH_ORDER,
+}
 
 _ROW_KEYS = [c.name for c in e.c]
 
@@ -159,10 +166,19 @@ async def resolve_session_id(db: Database, prefix: str, kind: str | None = SESSI
 
 
 async def list_sessions(
-    db: Database, *, statuses: Iterable[SessionStatus] | None = None, limit: int | None = None
+    db: Database,
+    *,
+    statuses: Iterable[SessionStatus] | None = None,
+    limit: int | None = None,
+    order: str = "priority",
 ) -> list[SessionWithKernels]:
-    """Sessions (with kernels), in fetch order, optionally filtered by status."""
-    query = sa.select(*SESSION_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*FETCH_ORDER)
+    """Sessions (with kernels), optionally filtered by status, in ``order``.
+
+    ``order`` is a key of :data:`SESSION_ORDERS`; ``priority`` is fetch order.
+    """
+    query = (
+        sa.select(*SESSION_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[order])
+    )
     if statuses is not None:
         query = query.where(e.c.status.in_([s.value for s in statuses]))
     if limit is not None:
@@ -183,11 +199,17 @@ class SessionFilter:
     since: float | None = None
     until: float | None = None
     limit: int = 100
+    #: A key of :data:`SESSION_ORDERS`.
+    sort: str = "newest"
 
 
 async def filtered_sessions(db: Database, f: SessionFilter) -> list[SessionWithKernels]:
-    """Sessions (with kernels) matching ``f``, in fetch order."""
-    query = sa.select(*SESSION_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*FETCH_ORDER)
+    """Sessions (with kernels) matching ``f``, in the order ``f.sort`` names."""
+    query = (
+        sa.select(*SESSION_COLUMNS)
+        .where(e.c.kind == SESSION_KIND)
+        .order_by(*SESSION_ORDERS[f.sort])
+    )
     if f.statuses:
         query = query.where(e.c.status.in_([s.value for s in f.statuses]))
     if f.name:

@@ -159,10 +159,24 @@ class CoordinatorHarness:
         name: str | None = None,
         spec: Mapping[str, Any] | None = None,
     ) -> str:
-        """Create a session; each kernel dict is its spec, with an optional ``"status"``."""
-        return await self.repository.create_session(
-            kernels=kernels, name=name, priority=priority, status=status, spec=spec
+        """Create a session in any status; each kernel dict is its spec.
+
+        A kernel's optional ``"status"`` and ``"agent_id"`` keys start it there
+        (see :meth:`~drover.storage.Repository.seed_sessions`); the checks on
+        everything else are those of ``drover submit``.
+        """
+        (sid,) = await self.repository.seed_sessions(
+            [
+                {
+                    "kernels": kernels,
+                    "name": name,
+                    "priority": priority,
+                    "status": status,
+                    "spec": spec,
+                }
+            ]
         )
+        return sid
 
     async def deliver(self) -> int:
         """Deliver the backend's progress that is due by the clock (simulated backends)."""

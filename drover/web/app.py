@@ -8,10 +8,11 @@ the daemon's event loop.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hmac
+import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drover.app import App
 from drover.coordinator.tick import Coordinator
@@ -55,15 +56,20 @@ from drover.serialization import (
     session_json,
     stats_json,
 )
-from drover.storage.sessions import SessionFilter
+from drover.storage.sessions import SESSION_ORDERS, SessionFilter
 from drover.web.metrics import render_metrics
 from drover.web.palette import STATUS_COLOURS, badge_css
-from drover.web.svg_graph import render_svg
+from drover.web.security import HostCheck, SecurityHeaders, TokenGate
+from drover.web.svg_graph import GraphvizError, render_svg
 
-__all__ = ["CONTENT_TYPE_METRICS", "Dashboard", "create_app"]
+__all__ = ["CONTENT_TYPE_METRICS", "LOG_TAIL_BYTES", "MAX_LOG_BYTES", "Dashboard", "create_app"]
 
 _HERE = Path(__file__).parent
 CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
+#: How much of the end of each kernel log the session page shows.
+LOG_TAIL_BYTES = 16 * 1024
+#: The most ``/sessions/{id}/kernels/{n}/stdout?bytes=N`` returns.
+MAX_LOG_BYTES = 1024 * 1024
 
 
 class BadFilterError(ValueError):
@@ -79,6 +85,15 @@ class Dashboard:
         self.app = app
         self.auth_token = auth_token or None
         self.refresh_seconds = refresh_seconds
+        # The loaded handlers never change in a process: dot runs once per kind.
+        self._svg: dict[str, str] = {}
+
+    async def graph_svg(self, kind: EntityKind) -> str:
+        """The state graph of ``kind`` from the loaded handlers, laid out by Graphviz (cached)."""
+        if kind.name not in self._svg:
+            edges = edges_of(self.coordinator().handlers, kind=kind)
+            self._svg[kind.name] = await render_svg(edges, kind)
+        return self._svg[kind.name]
 
     def coordinator(self) -> Coordinator:
         """The daemon's coordinator, or one built (not run) from the configuration."""
@@ -86,59 +101,6 @@ class Dashboard:
             self.app.load_handlers()
         assert self.app.coordinator is not None
         return self.app.coordinator
-
-
-# -- access -------------------------------------------------------------------------
-
-
-def _given_token(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            text: str = bytes(value).decode("latin-1")
-            scheme, _, rest = text.partition(" ")
-            if scheme.lower() == "bearer":
-                return rest.strip()
-    query = QueryParams(scope.get("query_string", b"").decode("latin-1"))
-    token = query.get("token")
-    return None if token is None else str(token)
-
-
-class TokenGate:
-    """Every request needs ``Authorization: Bearer T`` or ``?token=T``; else 401."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = _given_token(scope)
-        if given is not None and hmac.compare_digest(given.encode(), self.token):
-            await self.app(scope, receive, send)
-            return
-        reason = "a token is required" if given is None else "the token is wrong"
-        accept = dict(scope.get("headers", [])).get(b"accept", b"").decode("latin-1")
-        headers = {"WWW-Authenticate": 'Bearer realm="drover"'}
-        response: Response
-        if "text/html" in accept:
-            response = HTMLResponse(
-                "<!doctype html><html><head><title>401 Unauthorized · drover</title></head>"
-                "<body><h1>401 Unauthorized</h1>"
-                f"<p>This drover dashboard needs its access token: {reason}. "
-                "Add <code>?token=…</code> to the address, or send "
-                "<code>Authorization: Bearer …</code>.</p></body></html>",
-                status_code=401,
-                headers=headers,
-            )
-        else:
-            response = PlainTextResponse(
-                f"401 Unauthorized: {reason} (Authorization: Bearer T, or ?token=T)\n",
-                status_code=401,
-                headers=headers,
-            )
-        await response(scope, receive, send)
 
 
 # -- query parameters -----------------------------------------------------------------
@@ -167,6 +129,13 @@ def _limit_param(params: QueryParams, default: int = 100) -> int:
     return value
 
 
+def _sort_param(params: QueryParams) -> str:
+    raw = (params.get("sort") or "newest").strip().lower()
+    if raw not in SESSION_ORDERS:
+        raise BadFilterError(f"sort: {raw!r} is not one of {', '.join(SESSION_ORDERS)}")
+    return raw
+
+
 def _session_filter(params: QueryParams, now: float) -> SessionFilter:
     statuses = []
     for raw in params.getlist("status"):
@@ -186,7 +155,43 @@ def _session_filter(params: QueryParams, now: float) -> SessionFilter:
         since=_time_param(params, "since", now),
         until=_time_param(params, "until", now),
         limit=_limit_param(params),
+        sort=_sort_param(params),
     )
+
+
+# -- kernel logs ----------------------------------------------------------------------
+
+
+def _tail(path: str, size: int) -> tuple[str, int] | None:
+    """The last ``size`` bytes of ``path`` as text, and the file's whole size; None if absent."""
+    try:
+        with open(path, "rb") as handle:
+            total = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, total - size))
+            data = handle.read(size)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return None
+    text = data.decode("utf-8", "replace")
+    if total > size:
+        # The cut may fall inside a line (or a character): start at the next line.
+        text = text.partition("\n")[2] or text
+    return text, total
+
+
+async def _kernel_logs(runtime: Mapping[str, Any] | None, size: int) -> dict[str, Any]:
+    """``{stream: {"path", "text", "size", "cut"}}`` for the streams a kernel has."""
+    out: dict[str, Any] = {}
+    for stream in ("stdout", "stderr"):
+        path = (runtime or {}).get(stream)
+        if not isinstance(path, str):
+            continue
+        found = await asyncio.to_thread(_tail, path, size)
+        if found is None:
+            out[stream] = {"path": path, "text": None, "size": 0, "cut": False}
+        else:
+            text, total = found
+            out[stream] = {"path": path, "text": text, "size": total, "cut": total > size}
+    return out
 
 
 # -- helpers for templates --------------------------------------------------------------
@@ -210,22 +215,22 @@ def _templates(dashboard: Dashboard) -> Jinja2Templates:
     templates = Jinja2Templates(env=env)
     env.globals["statuses"] = [s.value for s in SessionStatus]
     env.globals["status_colours"] = STATUS_COLOURS
-    env.globals["badge_css"] = badge_css()
     env.globals["iso"] = display_time
     env.globals["refresh_ms"] = int(dashboard.refresh_seconds * 1000)
     env.globals["terminal_statuses"] = {s.value for s in TERMINAL_SESSION_STATUSES}
 
     def url(path: str, params: Mapping[str, Any] | None = None, **more: Any) -> str:
+        # Never the token: a browser holds the login cookie instead.
         pairs: list[tuple[str, str]] = []
         for key, value in {**(params or {}), **more}.items():
             values = value if isinstance(value, list | tuple) else [value]
             pairs.extend((key, str(v)) for v in values if v is not None and v != "")
-        if dashboard.auth_token:
-            pairs.append(("token", dashboard.auth_token))
         return path + ("?" + urlencode(pairs) if pairs else "")
 
     env.globals["url"] = url
-    env.globals["auth_token"] = dashboard.auth_token
+    env.globals["login_required"] = dashboard.auth_token is not None
+    env.globals["sort_orders"] = list(SESSION_ORDERS)
+    env.globals["log_tail_kib"] = LOG_TAIL_BYTES // 1024
     return templates
 
 
@@ -238,8 +243,16 @@ def create_app(
     auth_token: str | None = None,
     refresh_seconds: float = 3.0,
     close_app_on_shutdown: bool = False,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
-    """The dashboard over ``app``; with ``auth_token`` every request must carry it."""
+    """The dashboard over ``app``, served on the address ``host``.
+
+    Requests must name ``host`` (or, on loopback, ``localhost``), or one of
+    ``allowed_hosts``, in their ``Host`` header; with ``auth_token`` every
+    request must carry the token or the login cookie (see
+    :mod:`drover.web.security`).
+    """
     dashboard = Dashboard(app, auth_token=auth_token, refresh_seconds=refresh_seconds)
     templates = _templates(dashboard)
     repo = app.repository
@@ -280,6 +293,7 @@ def create_app(
             "handler": request.query_params.get("handler", ""),
             "since": request.query_params.get("since", ""),
             "until": request.query_params.get("until", ""),
+            "sort": f.sort,
         }
         handler_names: list[str] = []
         with contextlib.suppress(DroverError):
@@ -316,6 +330,7 @@ def create_app(
             why_error = str(error)
         items = await timeline(repo, sid)
         kernel_index = {k["id"]: k["index"] for k in data["kernels"]}
+        logs = [await _kernel_logs(k.runtime, LOG_TAIL_BYTES) for k in session.kernels]
         return page(
             request,
             "session.html",
@@ -327,6 +342,7 @@ def create_app(
                 "why_error": why_error,
                 "timeline": items,
                 "kernel_index": kernel_index,
+                "logs": logs,
                 "now": now,
                 "ago": lambda v: _ago(v, now),
             },
@@ -361,23 +377,52 @@ def create_app(
         return kind, edges_of(handlers, kind=kind)
 
     async def graph_page(request: Request) -> Response:
-        """One graph per kind that has edges (sessions first)."""
+        """One graph per kind that has edges (sessions first), laid out by Graphviz."""
+        graphs = []
         try:
-            graphs = []
             for name in app.kinds:
                 kind, edges = kind_edges(name)
                 if not edges:
                     continue
+                svg: str | None = None
+                graph_error: str | None = None
+                try:
+                    svg = await dashboard.graph_svg(kind)
+                except GraphvizError as error:
+                    graph_error = str(error)
                 graphs.append(
                     {
                         "kind": kind.name,
-                        "svg": render_svg(edges, kind),
+                        "svg": svg,
+                        "graph_error": graph_error,
                         "edges": graph_json(edges, kind)["edges"],
                     }
                 )
         except DroverError as error:
             return page(request, "error.html", {"title": "Graph", "message": str(error)}, 500)
         return page(request, "graph.html", {"title": "State graphs", "graphs": graphs})
+
+    async def kernel_log(request: Request) -> Response:
+        sid = await resolve(request, api=False)
+        session = await repo.get_session(sid)
+        index = int(request.path_params["index"])
+        if not 1 <= index <= len(session.kernels):
+            raise HTTPException(404, f"session {sid} has no kernel {index}")
+        raw = (request.query_params.get("bytes") or "").strip()
+        try:
+            size = min(int(raw), MAX_LOG_BYTES) if raw else MAX_LOG_BYTES
+        except ValueError:
+            return bad_request(request, f"bytes: {raw!r} is not a whole number", api=False)
+        if size < 1:
+            return bad_request(request, "bytes: must be at least 1", api=False)
+        stream = request.path_params["stream"]
+        found = (await _kernel_logs(session.kernels[index - 1].runtime, size)).get(stream)
+        if found is None or found["text"] is None:
+            raise HTTPException(404, f"kernel {index} of {sid} has no {stream} log")
+        return PlainTextResponse(found["text"], headers={"X-Drover-Log-Size": str(found["size"])})
+
+    async def palette_css(request: Request) -> Response:
+        return Response(badge_css() + "\n", media_type="text/css")
 
     # -- API -------------------------------------------------------------------------
 
@@ -513,10 +558,13 @@ def create_app(
 
     async def graph_svg(request: Request) -> Response:
         try:
-            kind, edges = kind_edges(request.query_params.get("kind"))
+            kind, _edges = kind_edges(request.query_params.get("kind"))
+            svg = await dashboard.graph_svg(kind)
+        except GraphvizError as error:
+            return PlainTextResponse(f"{error}\n", status_code=503)
         except DroverError as error:
             return bad_request(request, str(error), api=True)
-        return Response(render_svg(edges, kind), media_type="image/svg+xml")
+        return Response(svg, media_type="image/svg+xml")
 
     # -- operations --------------------------------------------------------------------
 
@@ -595,6 +643,12 @@ def create_app(
         Route("/deployments/{name}", deployment_page, name="deployment"),
         Route("/graph", graph_page, name="graph"),
         Route("/graph.svg", graph_svg, name="graph_svg"),
+        Route(
+            "/sessions/{session_id}/kernels/{index:int}/{stream:str}",
+            kernel_log,
+            name="kernel_log",
+        ),
+        Route("/palette.css", palette_css),
         Route("/api/sessions", api_sessions),
         Route("/api/deployments", api_deployments),
         Route("/api/deployments/{name}/endpoints", api_deployment_endpoints),
@@ -608,12 +662,18 @@ def create_app(
         Route("/healthz", healthz),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
+    # Outermost first: every answer gets the headers, even a refused Host or a 401.
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(HostCheck, bound=host, allowed=tuple(allowed_hosts)),
+    ]
+    if dashboard.auth_token:
+        middleware.append(Middleware(TokenGate, token=dashboard.auth_token))
     web = Starlette(
         routes=routes,
+        middleware=middleware,
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
-    if dashboard.auth_token:
-        web.add_middleware(TokenGate, token=dashboard.auth_token)
     web.state.dashboard = dashboard
     return web

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import uvicorn
 
@@ -31,12 +31,23 @@ def make_server(
     host: str,
     port: int,
     auth_token: str | None,
+    allowed_hosts: Sequence[str] = (),
     embedded: bool = False,
     close_app_on_shutdown: bool = False,
     log_level: str = "info",
 ) -> uvicorn.Server:
-    """A uvicorn server for the dashboard over ``app`` (not started yet)."""
-    web = create_app(app, auth_token=auth_token, close_app_on_shutdown=close_app_on_shutdown)
+    """A uvicorn server for the dashboard over ``app`` (not started yet).
+
+    Requests must name ``host`` or one of ``allowed_hosts`` in their ``Host``
+    header (see :class:`drover.web.security.HostCheck`).
+    """
+    web = create_app(
+        app,
+        auth_token=auth_token,
+        close_app_on_shutdown=close_app_on_shutdown,
+        host=host,
+        allowed_hosts=allowed_hosts,
+    )
     config = uvicorn.Config(
         web,
         host=host,

@@ -92,6 +92,8 @@ async def test_only_the_sessions_past_their_own_limit_are_stopped(
 
 
 @only_this_plugin
+# (An infinite max_duration cannot even be stored: JSON has no infinity, so
+# drover refuses the session at creation, on SQLite as on PostgreSQL.)
 @pytest.mark.parametrize("bad", ["1h", True, 0, -5, [60]])
 async def test_an_invalid_max_duration_is_reported_once(
     drover_harness: CoordinatorHarness, bad: object
