@@ -1,7 +1,7 @@
-"""The Slurm backend's pure parts: settings, running the tools, reading their output.
+"""Running Slurm's tools and reading what they print: jobs, nodes, exit codes.
 
-Nothing here keeps state. :mod:`drover.backends.slurm` decides what to do with
-what these functions read.
+Nothing here keeps state; :mod:`drover.backends._slurm_client` calls these and
+:mod:`drover.backends.slurm` decides what the results mean for kernels.
 """
 
 from __future__ import annotations
@@ -9,15 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -26,25 +22,20 @@ from tenacity import (
 )
 
 from drover.backends.base import BackendError
-from drover.model.errors import DroverError
 
 __all__ = [
     "FINISHED_STATES",
+    "SINFO_FORMAT",
     "SlurmCommandError",
     "SlurmJob",
     "SlurmNode",
-    "SlurmSettings",
-    "SpecProblem",
     "decode_exit",
     "job_from_fields",
-    "job_script",
     "parse_jobcomp",
     "parse_key_values",
     "parse_sinfo",
     "parse_squeue_json",
-    "resource_args",
     "run_tool",
-    "settings_from",
     "transient_retry",
 ]
 
@@ -79,11 +70,6 @@ _TRANSIENT = re.compile(
     r"communication connection failure|transport endpoint|try again",
     re.IGNORECASE,
 )
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class SpecProblem(Exception):
-    """A kernel spec that cannot become a Slurm job; the message says why."""
 
 
 class SlurmCommandError(BackendError):
@@ -92,96 +78,6 @@ class SlurmCommandError(BackendError):
     def __init__(self, argv: Sequence[str], message: str, *, transient: bool) -> None:
         super().__init__(f"{argv[0]}: {message}")
         self.transient = transient
-
-
-@attrs.frozen
-class SlurmSettings:
-    """``[backend.settings]`` when ``backend.name = "slurm"`` (docs/slurm.md)."""
-
-    #: Partition to submit to and take nodes from; unset: the cluster's default partition.
-    partition: str | None = None
-    #: ``--account`` of every job; unset: the submitting user's default account.
-    account: str | None = None
-    #: Extra ``sbatch`` arguments, as a list (``["--time=04:00:00", "--qos=normal"]``).
-    sbatch_args: list[str] = attrs.field(factory=list)
-    #: Seconds between two polls (one ``squeue --json`` for all jobs).
-    poll_interval: float = 1.0
-    #: Seconds between two reads of the nodes (``sinfo``).
-    nodes_interval: float = 10.0
-    #: ``True``: submit with ``--nodelist`` on the node drover's scheduler chose.
-    #: ``False``: submit to the partition and let Slurm choose (recorded as ``runtime.node``).
-    placement: bool = True
-    #: Signal ``scancel --signal`` sends first when destroying; the final cancel follows
-    #: after ``kill_grace``.
-    signal: str = "TERM"
-    #: Seconds between the signal and the final cancel; unset: ``backend.kill_grace``.
-    kill_grace: float | None = None
-    #: The ``jobcomp/filetxt`` file, read for jobs that left the controller; unset:
-    #: ``JobCompLoc`` from ``scontrol show config`` when ``JobCompType=jobcomp/filetxt``.
-    jobcomp_file: str | None = None
-    #: Every job is named ``<prefix><kernel id>``; drover finds its jobs by this name.
-    job_name_prefix: str = "drover-"
-    #: Seconds one tool call may take before it counts as a (transient) failure.
-    command_timeout: float = 30.0
-    #: The tools, as paths or names on ``PATH``.
-    sbatch: str = "sbatch"
-    squeue: str = "squeue"
-    sinfo: str = "sinfo"
-    scontrol: str = "scontrol"
-    scancel: str = "scancel"
-
-
-def _settings_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
-
-    def _number(value: Any, _type: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError(f"expected a number, got {value!r}")
-        return float(value)
-
-    def _bool(value: Any, _type: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in {"true", "false"}:
-            return value.lower() == "true"
-        raise ValueError(f"expected true or false, got {value!r}")
-
-    def _string(value: Any, _type: Any) -> str:
-        if not isinstance(value, str):
-            raise ValueError(f"expected a string, got {value!r}")
-        return value
-
-    def _strings(value: Any, _type: Any) -> list[str]:
-        if isinstance(value, str):
-            # From an environment variable or a flag: one shell-quoted string.
-            return shlex.split(value)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"expected a list of strings, got {value!r}")
-        return list(value)
-
-    conv.register_structure_hook(float, _number)
-    conv.register_structure_hook(bool, _bool)
-    conv.register_structure_hook(str, _string)
-    conv.register_structure_hook_func(lambda t: t == list[str], _strings)
-    conv.register_structure_hook(
-        SlurmSettings, make_dict_structure_fn(SlurmSettings, conv, _cattrs_forbid_extra_keys=True)
-    )
-    return conv
-
-
-_CONVERTER = _settings_converter()
-
-
-def settings_from(raw: Mapping[str, Any]) -> SlurmSettings:
-    """Structure ``backend.settings``; a wrong key or value is a :class:`DroverError`."""
-    try:
-        settings = _CONVERTER.structure(dict(raw), SlurmSettings)
-    except cattrs.BaseValidationError as error:
-        problems = "; ".join(cattrs.transform_error(error, path="backend.settings"))
-        raise DroverError(f"invalid slurm backend settings: {problems}") from None
-    if settings.poll_interval <= 0 or settings.nodes_interval <= 0:
-        raise DroverError("invalid slurm backend settings: intervals must be > 0 seconds")
-    return settings
 
 
 # -- running the tools -------------------------------------------------------------
@@ -444,90 +340,3 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
             partitions=parts,
         )
     return list(nodes.values())
-
-
-# -- what a kernel asks for --------------------------------------------------------------
-
-
-def _amount(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def resource_args(spec: Mapping[str, Any], known_gres: Sequence[str]) -> list[str]:
-    """``sbatch`` arguments for a kernel's slots: cpu, mem (MiB) and GRES by name.
-
-    The scheduler reads every top-level number of a kernel spec as a slot, so
-    each one must map to Slurm; anything else is refused, naming what is known.
-    """
-    args = ["--nodes=1", "--ntasks=1"]
-    cpu = _amount(spec.get("cpu"))
-    # Slurm allocates whole CPUs and at least one.
-    args.append(f"--cpus-per-task={max(1, math.ceil(cpu or 0))}")
-    mem = _amount(spec.get("mem"))
-    if mem:
-        args.append(f"--mem={math.ceil(mem)}M")
-    gres: list[str] = []
-    for slot, value in sorted(spec.items()):
-        amount = _amount(value)
-        if slot in {"cpu", "mem"} or amount is None or amount == 0:
-            continue
-        if slot not in known_gres:
-            known = ", ".join(["cpu", "mem", *sorted(known_gres)])
-            raise SpecProblem(
-                f"resource slot {slot!r} (= {amount:g}) has no Slurm equivalent; "
-                f"the slots Slurm offers here are: {known}"
-            )
-        if amount < 0 or amount != int(amount):
-            raise SpecProblem(f"resource slot {slot!r} must be a whole number, got {value!r}")
-        gres.append(f"{slot}:{int(amount)}")
-    if gres:
-        args.append("--gres=" + ",".join(gres))
-    return args
-
-
-def _argv(value: Any, what: str) -> list[str]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in value)
-    ):
-        raise SpecProblem(f"invalid kernel spec: {what!r} must be a non-empty list of arguments")
-    return [str(a) for a in value]
-
-
-def job_script(spec: Mapping[str, Any], *, cwd: str, session_id: str, kernel_id: str) -> str:
-    """The batch script: environment, optional setup, then ``exec`` of the command.
-
-    A failed setup ends the job with the setup's exit code and says so on stderr.
-    """
-    command = _argv(spec.get("command"), "command")
-    env = spec.get("env") or {}
-    if not isinstance(env, Mapping):
-        raise SpecProblem("invalid kernel spec: 'env' must be a table of NAME = value")
-    lines = ["#!/bin/sh"]
-    exports = {**{str(k): str(v) for k, v in env.items()}}
-    exports["DROVER_SESSION_ID"] = session_id
-    exports["DROVER_KERNEL_ID"] = kernel_id
-    for name, value in exports.items():
-        if not _ENV_NAME.match(name):
-            raise SpecProblem(f"invalid kernel spec: {name!r} is not an environment variable name")
-        lines.append(f"export {name}={shlex.quote(value)}")
-    lines.append(f"cd {shlex.quote(cwd)} || exit 126")
-    setup = spec.get("setup")
-    if setup:
-        if isinstance(setup, str):
-            setup_cmd = f"/bin/sh -c {shlex.quote(setup)}"
-        elif isinstance(setup, list):
-            setup_cmd = shlex.join(_argv(setup, "setup"))
-        else:
-            raise SpecProblem(
-                "invalid kernel spec: 'setup' must be a shell command string or an argument list"
-            )
-        lines.append(
-            f"{setup_cmd} || {{ code=$?; "
-            'echo "drover: setup failed with exit code $code" >&2; exit $code; }'
-        )
-    lines.append(f"exec {shlex.join(command)}")
-    return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ def _simulated(config: Config) -> AgentBackend:
 
 
 def _slurm(config: Config) -> AgentBackend:
-    from drover.backends._slurm_tools import settings_from
+    from drover.backends._slurm_settings import settings_from
     from drover.backends.slurm import SlurmBackend
     from drover.config import ConfigError
     from drover.model.errors import DroverError

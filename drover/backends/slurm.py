@@ -31,27 +31,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drover.backends._slurm_tools import (
-    SINFO_FORMAT,
-    SlurmCommandError,
-    SlurmJob,
-    SlurmNode,
-    SlurmSettings,
-    SpecProblem,
-    job_from_fields,
-    job_script,
-    parse_jobcomp,
-    parse_key_values,
-    parse_sinfo,
-    parse_squeue_json,
-    resource_args,
-    run_tool,
-    transient_retry,
-)
+from drover.backends._slurm_client import SlurmClient, newest_named
+from drover.backends._slurm_script import SpecProblem, job_script, resource_args
+from drover.backends._slurm_settings import SlurmSettings
+from drover.backends._slurm_tools import SlurmCommandError, SlurmJob, SlurmNode, transient_retry
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
 from drover.model.rules import NON_TERMINAL_KERNEL_STATUSES
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
@@ -105,104 +92,19 @@ class SlurmBackend(AgentBackend):
         # Jobs named after a kernel that existed when this backend started: a
         # kernel whose PREPARING report was lost adopts its job from here.
         self._found: dict[str, list[SlurmJob]] = {}
-        self._jobcomp: str | None = settings.jobcomp_file
+        self.slurm = SlurmClient(settings)
         self._monitor: asyncio.Task[None] | None = None
-        self._squeue_task: asyncio.Future[dict[int, SlurmJob]] | None = None
         self._stopping = False
 
-    # -- talking to Slurm -------------------------------------------------------------
-
-    async def _tool(self, *argv: str, stdin: str | None = None) -> str:
-        return await run_tool(argv, stdin=stdin, limit=self.settings.command_timeout)
-
-    async def _squeue(self) -> dict[int, SlurmJob]:
-        """Every job the controller holds (22.05 ignores ``-j``/``-t`` with ``--json``)."""
-        text = await self._tool(self.settings.squeue, "--json")
-        # Parsed off the loop: on a busy cluster the document is megabytes.
-        return await asyncio.to_thread(parse_squeue_json, text)
-
-    async def _recent_jobs(self) -> dict[int, SlurmJob]:
-        """A squeue result no older than this call; callers that overlap share one run."""
-        if self._squeue_task is None or self._squeue_task.done():
-            self._squeue_task = asyncio.ensure_future(self._squeue())
-        return await asyncio.shield(self._squeue_task)
+    # -- the backend's own lifecycle ------------------------------------------------------
 
     async def _refresh_nodes(self) -> None:
-        partition = self.settings.partition
-        argv = [self.settings.sinfo, "-N", "-h", "-o", SINFO_FORMAT]
-        text = await self._tool(*argv, *(["-p", partition] if partition else []))
-        nodes = parse_sinfo(text)
-        if not partition:  # the default partition is the one sinfo marks with "*"
-            nodes = [n for n in nodes if any(p.endswith("*") for p in n.partitions)]
+        nodes = await self.slurm.nodes()
         before = {n.name for n in self._nodes if n.usable}
         self._nodes = nodes
         after = {n.name for n in nodes if n.usable}
         if before != after:
             log.info("slurm nodes offered: %s", ", ".join(sorted(after)) or "none")
-
-    async def _cancel(self, job_ids: Iterable[int], *, signal: str | None = None) -> None:
-        ids = sorted({str(j) for j in job_ids})
-        if not ids:
-            return
-        flags = [f"--signal={signal}", "--full"] if signal else []
-        try:
-            async for attempt in transient_retry():
-                with attempt:
-                    await self._tool(self.settings.scancel, *flags, *ids)
-        except SlurmCommandError as error:
-            # Some job had already ended: the others were still signalled.
-            log.info("scancel %s: %s", " ".join(ids), error)
-
-    async def _lookup_gone(self, job_id: int) -> SlurmJob | None:
-        """A job squeue no longer lists: ``scontrol``, then the jobcomp file."""
-        try:
-            text = await self._tool(self.settings.scontrol, "-o", "show", "job", str(job_id))
-            for line in text.splitlines():
-                job = job_from_fields(parse_key_values(line))
-                if job is not None and job.job_id == job_id:
-                    return job
-        except SlurmCommandError as error:
-            if error.transient:
-                raise
-        if self._jobcomp:
-            return (await self._read_jobcomp()).get(job_id)
-        return None
-
-    async def _read_jobcomp(self) -> dict[int, SlurmJob]:
-        path = self._jobcomp
-        if not path:
-            return {}
-
-        def read() -> dict[int, SlurmJob]:
-            try:
-                text = Path(path).read_text(errors="replace")
-            except OSError:
-                return {}
-            return parse_jobcomp(text, self.settings.job_name_prefix)
-
-        return await asyncio.to_thread(read)
-
-    async def _jobcomp_location(self) -> str | None:
-        try:
-            text = await self._tool(self.settings.scontrol, "show", "config")
-        except SlurmCommandError as error:
-            log.warning("scontrol show config failed (%s): no jobcomp file", error)
-            return None
-        config: dict[str, str] = {}
-        for line in text.splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                config[key.strip()] = value.strip()
-        if config.get("JobCompType") == "jobcomp/filetxt" and config.get("JobCompLoc"):
-            return config["JobCompLoc"]
-        log.warning(
-            "JobCompType is %s, not jobcomp/filetxt: jobs that leave the controller while "
-            "drover is down cannot be read back",
-            config.get("JobCompType", "unknown"),
-        )
-        return None
-
-    # -- the backend's own lifecycle ------------------------------------------------------
 
     def agents(self) -> Sequence[AgentInfo]:
         """The partition's nodes that take jobs, with CPUs, memory (MiB) and GRES counts."""
@@ -222,14 +124,13 @@ class SlurmBackend(AgentBackend):
             async for attempt in transient_retry():
                 with attempt:
                     await self._refresh_nodes()
-                    jobs = await self._squeue()
+                    jobs = await self.slurm.squeue()
         except SlurmCommandError as error:
             raise BackendError(f"slurm backend cannot reach Slurm: {error}") from None
-        if self._jobcomp is None:
-            self._jobcomp = await self._jobcomp_location()
+        await self.slurm.find_jobcomp()
         prefix = self.settings.job_name_prefix
         named = [j for j in jobs.values() if j.name.startswith(prefix)]
-        named += (await self._read_jobcomp()).values()
+        named += (await self.slurm.read_jobcomp()).values()
         for job in named:
             self._found.setdefault(job.name[len(prefix) :], []).append(job)
         adopted = 0
@@ -248,7 +149,7 @@ class SlurmBackend(AgentBackend):
             "slurm backend started: %d node(s) offered, %d job(s) adopted, jobcomp file %s",
             len(self.agents()),
             adopted,
-            self._jobcomp or "none",
+            self.slurm.jobcomp or "none",
         )
 
     async def _cancel_strays(self, jobs: dict[int, SlurmJob]) -> None:
@@ -272,7 +173,7 @@ class SlurmBackend(AgentBackend):
             strays.append(job.job_id)
         if strays:
             log.warning("cancelling slurm jobs no kernel owns: %s", strays)
-            await self._cancel(strays)
+            await self.slurm.cancel(strays)
 
     async def stop(self) -> None:
         """Stop polling. Jobs keep running, to be adopted by the next start."""
@@ -281,8 +182,7 @@ class SlurmBackend(AgentBackend):
             self._monitor.cancel()
             await asyncio.gather(self._monitor, return_exceptions=True)
             self._monitor = None
-        if self._squeue_task is not None:
-            await asyncio.gather(self._squeue_task, return_exceptions=True)
+        await self.slurm.close()
 
     def _adopt(self, kernel: KernelInfo) -> _Tracked | None:
         """Track the job recorded in the kernel's runtime, if it has one."""
@@ -333,119 +233,68 @@ class SlurmBackend(AgentBackend):
             )
             resources = resource_args(kernel.spec, self._known_gres())
         except SpecProblem as problem:
-            await self._report(
-                [
-                    KernelReport(
-                        kernel.id,
-                        _K.ERROR,
-                        expected=frozenset({_K.SCHEDULED}),
-                        message=str(problem),
-                    )
-                ]
-            )
+            await self._refuse(kernel, str(problem))
             return
         previous = (kernel.runtime or {}).get("slurm_job_id")
+        after = previous if isinstance(previous, int) else None
         old = self._jobs.pop(kernel.id, None)
         if old is not None and (old.job is None or not old.job.finished):
             # Sent back to PENDING and scheduled again: the old attempt's job goes.
-            await self._cancel([old.job_id])
+            await self.slurm.cancel([old.job_id])
         runtime: dict[str, Any] = {
             "backend": "slurm",
             "workdir": str(workdir),
             "stdout": str(workdir / "stdout.log"),
             "stderr": str(workdir / "stderr.log"),
         }
-        argv = [
-            self.settings.sbatch,
-            "--parsable",
-            f"--job-name={self.settings.job_name_prefix}{kernel.id}",
-            f"--comment=drover session {session.id} kernel {kernel.id}",
-            f"--output={runtime['stdout']}",
-            f"--error={runtime['stderr']}",
-            "--open-mode=append",
-            f"--chdir={workdir}",
-            # A job drover sees end never comes back: drover decides what runs again.
-            "--no-requeue",
-            *resources,
-        ]
-        if self.settings.partition:
-            argv.append(f"--partition={self.settings.partition}")
-        if self.settings.account:
-            argv.append(f"--account={self.settings.account}")
-        if self.settings.placement and kernel.agent_id:
-            argv.append(f"--nodelist={kernel.agent_id}")
-        argv += self.settings.sbatch_args
-        try:
-            job_id = await self._find_or_submit(kernel.id, previous, argv, script)
-        except SlurmCommandError as error:
-            if error.transient:
-                raise  # prepare-sessions retries the session on its next tick
-            await self._report(
-                [
-                    KernelReport(
-                        kernel.id,
-                        _K.ERROR,
-                        expected=frozenset({_K.SCHEDULED}),
-                        message=f"slurm refused the job: {error}",
-                    )
-                ]
+        name = f"{self.settings.job_name_prefix}{kernel.id}"
+        job_id = newest_named(self._found.pop(kernel.id, []), name, after)
+        if job_id is not None:
+            log.info(
+                "kernel %s: adopting slurm job %d submitted before a restart", kernel.id, job_id
             )
-            return
-        runtime["slurm_job_id"] = job_id
-        (ok,) = await self._report(
-            [
-                KernelReport(
-                    kernel.id, _K.PREPARING, expected=frozenset({_K.SCHEDULED}), runtime=runtime
-                )
+        else:
+            argv = [
+                "--parsable",
+                f"--job-name={name}",
+                f"--comment=drover session {session.id} kernel {kernel.id}",
+                f"--output={runtime['stdout']}",
+                f"--error={runtime['stderr']}",
+                "--open-mode=append",
+                f"--chdir={workdir}",
+                # drover decides what runs again, not Slurm.
+                "--no-requeue",
+                *resources,
+                *([f"--partition={self.settings.partition}"] if self.settings.partition else []),
+                *([f"--account={self.settings.account}"] if self.settings.account else []),
+                *(
+                    [f"--nodelist={kernel.agent_id}"]
+                    if self.settings.placement and kernel.agent_id
+                    else []
+                ),
+                *self.settings.sbatch_args,
             ]
+            try:
+                job_id = await self.slurm.submit(argv, script, name, after)
+            except SlurmCommandError as error:
+                if error.transient:
+                    raise  # prepare-sessions retries the session on its next tick
+                await self._refuse(kernel, f"slurm refused the job: {error}")
+                return
+        runtime["slurm_job_id"] = job_id
+        early = frozenset({_K.SCHEDULED})
+        (ok,) = await self._report(
+            [KernelReport(kernel.id, _K.PREPARING, expected=early, runtime=runtime)]
         )
         if ok:
             self._jobs[kernel.id] = _Tracked(kernel.id, job_id, runtime)
         else:
-            log.warning(
-                "kernel %s moved on while slurm job %d was submitted: cancelling it",
-                kernel.id,
-                job_id,
-            )
-            await self._cancel([job_id])
+            log.warning("kernel %s moved on during sbatch: cancelling job %d", kernel.id, job_id)
+            await self.slurm.cancel([job_id])
 
-    async def _find_or_submit(
-        self, kernel_id: str, previous: Any, argv: list[str], script: str
-    ) -> int:
-        """The kernel's job: one found by name (newer than ``previous``), or a new one."""
-
-        def newest(jobs: Iterable[SlurmJob]) -> int | None:
-            name = f"{self.settings.job_name_prefix}{kernel_id}"
-            ids = [
-                j.job_id
-                for j in jobs
-                if j.name == name and (not isinstance(previous, int) or j.job_id > previous)
-            ]
-            return max(ids) if ids else None
-
-        found = newest(self._found.pop(kernel_id, []))
-        if found is not None:
-            log.info(
-                "kernel %s: adopting slurm job %d submitted before a restart", kernel_id, found
-            )
-            return found
-        first = True
-        async for attempt in transient_retry():
-            with attempt:
-                if not first:
-                    # The failed sbatch may have reached the controller after all.
-                    found = newest((await self._squeue()).values())
-                    if found is not None:
-                        return found
-                first = False
-                out = await self._tool(*argv, stdin=script)
-                try:
-                    return int(out.strip().split(";")[0])
-                except ValueError:
-                    raise SlurmCommandError(
-                        argv, f"unexpected output {out.strip()!r}", transient=False
-                    ) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+    async def _refuse(self, kernel: KernelInfo, message: str) -> None:
+        early = frozenset({_K.SCHEDULED})
+        await self._report([KernelReport(kernel.id, _K.ERROR, expected=early, message=message)])
 
     # -- create: RUNNING -------------------------------------------------------------------
 
@@ -459,7 +308,7 @@ class SlurmBackend(AgentBackend):
             if tracked is None:
                 raise BackendError(f"kernel {kernel.id} has no slurm job; it was not prepared")
             if tracked.job is None or not tracked.job.allocated:
-                tracked.job = (await self._recent_jobs()).get(tracked.job_id, tracked.job)
+                tracked.job = (await self.slurm.recent_jobs()).get(tracked.job_id, tracked.job)
             if tracked.job is not None and tracked.job.allocated and not tracked.destroying:
                 reports += self._started(tracked, tracked.job)
         await self._report(reports)
@@ -520,14 +369,14 @@ class SlurmBackend(AgentBackend):
             return
         tracked = list(self._jobs.values())
         statuses = await self.reporter.kernel_statuses([t.kernel_id for t in tracked])
-        jobs = await self._recent_jobs()
+        jobs = await self.slurm.recent_jobs()
         reports: list[KernelReport] = []
         cancel: list[int] = []
         for item in tracked:
             status = statuses.get(item.kernel_id)
             job = jobs.get(item.job_id)
             if job is None and (item.job is None or not item.job.finished):
-                job = await self._lookup_gone(item.job_id)
+                job = await self.slurm.lookup_gone(item.job_id)
                 if job is None:
                     item.missing += 1
                     if status not in _OWNING:
@@ -547,7 +396,7 @@ class SlurmBackend(AgentBackend):
             reports += self._progress(item, status)
         if cancel:
             log.warning("cancelling slurm jobs of kernels that no longer want them: %s", cancel)
-            await self._cancel(cancel)
+            await self.slurm.cancel(cancel)
         await self._report(reports)
 
     def _lost(self, item: _Tracked) -> KernelReport:
@@ -600,8 +449,8 @@ class SlurmBackend(AgentBackend):
         await self._refresh(victims)
         live = [t for t in victims if t.job is None or not t.job.finished]
         started = [t.job_id for t in live if t.job is not None and t.job.allocated]
-        await self._cancel([t.job_id for t in live if t.job_id not in started])
-        await self._cancel(started, signal=self.settings.signal)
+        await self.slurm.cancel([t.job_id for t in live if t.job_id not in started])
+        await self.slurm.cancel(started, signal=self.settings.signal)
         live = await self._wait_finished(live)
         if live:
             log.warning(
@@ -610,7 +459,7 @@ class SlurmBackend(AgentBackend):
                 self.settings.signal,
                 self.kill_grace,
             )
-            await self._cancel([t.job_id for t in live])
+            await self.slurm.cancel([t.job_id for t in live])
             live = await self._wait_finished(live)
         # Report how they ended before the handler marks them TERMINATED without a code.
         await self._report(
@@ -622,7 +471,7 @@ class SlurmBackend(AgentBackend):
         )
 
     async def _refresh(self, items: Sequence[_Tracked]) -> None:
-        jobs = await self._recent_jobs()
+        jobs = await self.slurm.recent_jobs()
         for item in items:
             item.job = jobs.get(item.job_id, item.job)
 
