@@ -125,7 +125,7 @@ def transient_retry(attempts: int = 4) -> AsyncRetrying:
     return AsyncRetrying(
         retry=retry_if_exception(lambda e: isinstance(e, SlurmCommandError) and e.transient),
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(initial=0.2, max=3.0),
+        wait=wait_exponential_jitter(multiplier=0.2, max=3.0, jitter=0.2),
         reraise=True,
     )
 
