@@ -31,8 +31,19 @@ from slurm_helpers import (  # noqa: F401  (fixtures)
 from drover import KernelStatus, SchedulingResult, SessionStatus
 from drover.app import App
 from drover.backends._slurm_client import SlurmClient
-from drover.backends._slurm_settings import SlurmSettings
-from drover.config import load_config
+from drover.backends._slurm_reports import ended, progress
+from drover.backends._slurm_script import SpecProblem, job_script, resource_args
+from drover.backends._slurm_settings import SlurmSettings, settings_from
+from drover.backends._slurm_tools import (
+    SlurmJob,
+    decode_exit,
+    job_from_fields,
+    parse_jobcomp,
+    parse_key_values,
+    parse_sinfo,
+    parse_squeue_json,
+)
+from drover.config import ConfigError, load_config
 
 S = SessionStatus
 K = KernelStatus
@@ -404,3 +415,235 @@ async def test_drained_nodes_are_not_offered(job_prefix):
 
 async def _usable(client: SlurmClient) -> bool:
     return sorted(n.name for n in await client.nodes() if n.usable) == list(NODES)
+
+
+# -- the pure parts, without a cluster ------------------------------------------------
+
+
+def test_exit_codes_are_decoded_from_raw_wait_statuses():
+    """22.05's squeue gives wait statuses; later releases give return codes and signals."""
+    assert [decode_exit(raw) for raw in (0, 768, 15, 143 << 8, None)] == [0, 3, -15, 143, None]
+    assert decode_exit({"return_code": 3, "signal": {"signal_id": 0}}) == 3
+    assert decode_exit({"return_code": 0, "signal": {"signal_id": {"number": 9}}}) == -9
+    assert decode_exit({"set": True, "number": 512}) == 2
+
+
+def test_squeue_json_scontrol_and_jobcomp_lines_are_read():
+    """The same job, as squeue --json, scontrol -o and the jobcomp file show it."""
+    squeue = {
+        "jobs": [
+            {
+                "job_id": 7,
+                "name": "drover-k1",
+                "job_state": "FAILED",
+                "exit_code": 768,
+                "state_reason": "NonZeroExitCode",
+                "nodes": "n2",
+            },
+            {
+                "job_id": 8,
+                "name": "other",
+                "job_state": ["PENDING"],
+                "exit_code": 0,
+                "state_reason": "Resources",
+                "nodes": "",
+            },
+        ]
+    }
+    jobs = parse_squeue_json(json.dumps(squeue))
+    assert jobs[7] == SlurmJob(7, "drover-k1", "FAILED", "NonZeroExitCode", 3, "n2")
+    assert (jobs[8].state, jobs[8].node, jobs[8].allocated, jobs[8].finished) == (
+        "PENDING",
+        None,
+        False,
+        False,
+    )
+    assert (jobs[7].allocated, jobs[7].finished) == (True, True)
+    assert jobs[7].describe() == "slurm job 7 FAILED (NonZeroExitCode)"
+    line = (
+        "JobId=7 JobName=drover-k1 UserId=root(0) JobState=CANCELLED Reason=None "
+        "Dependency=(null) ExitCode=0:15 RunTime=00:00:01 NodeList=n2 BatchHost=n2 "
+        "Command=(null) WorkDir=/tmp/a dir with spaces StdOut=/tmp/o"
+    )
+    fields = parse_key_values(line)
+    assert fields["WorkDir"] == "/tmp/a dir with spaces"
+    assert job_from_fields(fields) == SlurmJob(7, "drover-k1", "CANCELLED", None, -15, "n2")
+    jobcomp = (
+        "JobId=9 UserId=root(0) GroupId=root(0) Name=drover-k2 JobState=TIMEOUT "
+        "Partition=main NodeList=n1 DerivedExitCode=0:0 ExitCode=0:0\n"
+        "JobId=10 UserId=root(0) Name=someone-else JobState=COMPLETED NodeList=n1 ExitCode=0:0\n"
+    )
+    assert parse_jobcomp(jobcomp, "drover-") == {
+        9: SlurmJob(9, "drover-k2", "TIMEOUT", None, 0, "n1")
+    }
+
+
+def test_nodes_drained_down_or_not_responding_are_not_usable():
+    """sinfo lines: GRES are counted per name; only nodes that take jobs are usable."""
+    text = "\n".join(
+        [
+            "a|4|8000|gpu:tesla:2(S:0-1),mps:100|idle|main*",
+            "a|4|8000|gpu:tesla:2(S:0-1),mps:100|idle|other",
+            "b|8|16000|(null)|mixed|main*",
+            "c|8|16000|(null)|drained|main*",
+            "d|8|16000|(null)|draining|main*",
+            "e|8|16000|(null)|down*|main*",
+            "f|8|16000|(null)|idle*|main*",
+            "g|8|16000|(null)|idle~|main*",
+            "h|8|16000|(null)|mixed+drain|main*",
+            "i|8|16000|gpu:1,gpu:v100:2|allocated|main*",
+        ]
+    )
+    nodes = {n.name: n for n in parse_sinfo(text)}
+    assert nodes["a"].gres == {"gpu": 2, "mps": 100}
+    assert nodes["a"].partitions == ("main*", "other")
+    assert nodes["i"].gres == {"gpu": 3}
+    assert sorted(n for n, node in nodes.items() if node.usable) == ["a", "b", "g", "i"]
+
+
+def test_resource_slots_map_to_sbatch_arguments_and_unknown_ones_are_refused():
+    """cpu -> --cpus-per-task, mem -> --mem, GRES by name -> --gres; others name the known."""
+    spec = {"command": ["x"], "cpu": 1.5, "mem": 100.5, "gpu": 2, "tpu": 0, "env": {}}
+    assert resource_args(spec, ["gpu", "mps"]) == [
+        "--nodes=1",
+        "--ntasks=1",
+        "--cpus-per-task=2",
+        "--mem=101M",
+        "--gres=gpu:2",
+    ]
+    assert resource_args({"command": ["x"]}, []) == ["--nodes=1", "--ntasks=1", "--cpus-per-task=1"]
+    with pytest.raises(SpecProblem) as refused:
+        resource_args({"cpu": 1, "tpu": 1}, ["gpu"])
+    assert str(refused.value) == (
+        "resource slot 'tpu' (= 1) has no Slurm equivalent; "
+        "the slots Slurm offers here are: cpu, mem, gpu"
+    )
+    with pytest.raises(SpecProblem, match="whole number"):
+        resource_args({"gpu": 0.5}, ["gpu"])
+
+
+def test_the_job_script_quotes_env_runs_setup_and_execs_the_command():
+    """Values are shell-quoted; a failed setup ends the job with its own exit code."""
+    spec = {"command": ["echo", "it's"], "env": {"A": "x y$z"}, "setup": "make it"}
+    script = job_script(spec, cwd="/w d", session_id="s1", kernel_id="k1")
+    assert script.splitlines() == [
+        "#!/bin/sh",
+        "export A='x y$z'",
+        "export DROVER_SESSION_ID=s1",
+        "export DROVER_KERNEL_ID=k1",
+        "cd '/w d' || exit 126",
+        "/bin/sh -c 'make it' || { code=$?; "
+        'echo "drover: setup failed with exit code $code" >&2; exit $code; }',
+        "exec echo 'it'\"'\"'s'",
+    ]
+    with pytest.raises(SpecProblem, match="not an environment variable name"):
+        job_script({"command": ["x"], "env": {"A-B": "1"}}, cwd="/", session_id="s", kernel_id="k")
+    with pytest.raises(SpecProblem, match="'command' must be a non-empty list"):
+        job_script({"command": "x"}, cwd="/", session_id="s", kernel_id="k")
+
+
+def _job(state: str, code: int | None = 0, node: str | None = "n1", reason: str | None = None):
+    return SlurmJob(5, "drover-k", state, reason, code, node)
+
+
+@pytest.mark.parametrize(
+    ("job", "destroying", "status", "code", "message"),
+    [
+        (_job("COMPLETED"), False, K.TERMINATED, 0, None),
+        (
+            _job("FAILED", 3, reason="NonZeroExitCode"),
+            False,
+            K.ERROR,
+            3,
+            "exited with code 3; slurm job 5 FAILED (NonZeroExitCode)",
+        ),
+        (
+            _job("OUT_OF_MEMORY", -9, reason="OutOfMemory"),
+            False,
+            K.ERROR,
+            -9,
+            "killed by signal 9; slurm job 5 OUT_OF_MEMORY (OutOfMemory)",
+        ),
+        (
+            _job("TIMEOUT", -15, reason="TimeLimit"),
+            False,
+            K.ERROR,
+            -15,
+            "killed by signal 15; slurm job 5 TIMEOUT (TimeLimit)",
+        ),
+        (
+            _job("NODE_FAIL", None, reason="NodeDown"),
+            False,
+            K.ERROR,
+            None,
+            "slurm job 5 NODE_FAIL (NodeDown)",
+        ),
+        (_job("CANCELLED", -15), False, K.TERMINATED, -15, "slurm job 5 CANCELLED"),
+        (_job("CANCELLED", 0, node=None), False, K.CANCELLED, 0, "slurm job 5 CANCELLED"),
+        (
+            _job("FAILED", -15, reason="JobLaunchFailure"),
+            True,
+            K.TERMINATED,
+            -15,
+            "destroyed: slurm job 5 FAILED (JobLaunchFailure)",
+        ),
+        (_job("CANCELLED", 0, node=None), True, K.CANCELLED, 0, "destroyed: slurm job 5 CANCELLED"),
+    ],
+)
+def test_how_a_finished_job_ends_its_kernel(job, destroying, status, code, message):
+    """COMPLETED, FAILED/OOM/TIMEOUT/NODE_FAIL, CANCELLED before or after it ran, destroyed."""
+    report = ended("k", job, frozenset({K.RUNNING}), destroying=destroying)
+    assert (report.status, report.exit_code, report.message) == (status, code, message)
+
+
+def test_a_kernel_walks_the_lifecycle_in_order_whatever_slurm_shows():
+    """A job already over when first seen still goes PREPARED, RUNNING, then its end."""
+    done = _job("FAILED", 3, reason="NonZeroExitCode")
+    step = progress("k", done, K.PREPARING, destroying=False, runtime={"slurm_job_id": 5})
+    assert [(r.status, r.runtime) for r in step] == [
+        (K.PREPARED, {"slurm_job_id": 5, "node": "n1"})
+    ]
+    assert progress("k", done, K.PREPARED, destroying=False, runtime={}) == []
+    assert [r.status for r in progress("k", done, K.CREATING, destroying=False, runtime={})] == [
+        K.RUNNING,
+        K.ERROR,
+    ]
+    assert [r.status for r in progress("k", done, K.RUNNING, destroying=False, runtime={})] == [
+        K.ERROR
+    ]
+    configuring = _job("CONFIGURING", node="n1")
+    assert [
+        r.status for r in progress("k", configuring, K.PREPARING, destroying=False, runtime={})
+    ] == [K.PULLING]
+    waiting = _job("PENDING", node=None, reason="Resources")
+    assert progress("k", waiting, K.PREPARING, destroying=False, runtime={}) == []
+    refused = _job("FAILED", 1, node=None, reason="BadConstraints")
+    (report,) = progress("k", refused, K.PREPARING, destroying=False, runtime={})
+    assert (report.status, report.message) == (
+        K.ERROR,
+        "exited with code 1; slurm job 5 FAILED (BadConstraints)",
+    )
+
+
+async def test_wrong_settings_are_configuration_errors(tmp_path: Path):
+    """An unknown key or a wrong type under [backend.settings] names the key."""
+    for settings, problem in [
+        ({"partitoin": "main"}, "partitoin"),
+        ({"poll_interval": "soon"}, "backend.settings.poll_interval"),
+        ({"sbatch_args": [1]}, "backend.settings.sbatch_args"),
+    ]:
+        flags = {
+            "database_url": f"sqlite+aiosqlite:///{tmp_path}/d.db",
+            "backend.name": "slurm",
+            "backend.settings": settings,
+        }
+        app = App(load_config(None, environ={}, flags=flags))
+        try:
+            with pytest.raises(ConfigError, match=problem):
+                _ = app.backend
+        finally:
+            await app.close()
+    assert settings_from({"sbatch_args": "--time=1:00 --qos='a b'"}).sbatch_args == [
+        "--time=1:00",
+        "--qos=a b",
+    ]

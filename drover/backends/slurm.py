@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from drover.backends._slurm_client import SlurmClient, newest_named
+from drover.backends._slurm_reports import OWNING, ended, lost, progress, started
 from drover.backends._slurm_script import SpecProblem, job_script, resource_args
 from drover.backends._slurm_settings import SlurmSettings
 from drover.backends._slurm_tools import SlurmCommandError, SlurmJob, SlurmNode, transient_retry
@@ -49,12 +50,6 @@ __all__ = ["SlurmBackend", "SlurmSettings"]
 log = logging.getLogger("drover.backends.slurm")
 
 _K = KernelStatus
-#: Kernel statuses in which a kernel owns the job recorded in its runtime.
-_OWNING = frozenset(
-    {_K.PREPARING, _K.PULLING, _K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING}
-)
-_EARLY = frozenset({_K.PREPARING, _K.PULLING})
-_AFTER_START = frozenset({_K.RUNNING, _K.TERMINATING})
 #: A tracked job missing from squeue, scontrol and the jobcomp file this many polls in a row
 #: is reported lost.
 _MISSING_POLLS = 3
@@ -70,6 +65,8 @@ class _Tracked:
         self.job: SlurmJob | None = None
         self.destroying = False
         self.missing = 0
+        #: When the poll last cancelled it (loop time); it cancels again after kill_grace.
+        self.cancelled_at: float | None = None
 
 
 class SlurmBackend(AgentBackend):
@@ -139,10 +136,11 @@ class SlurmBackend(AgentBackend):
             if tracked is None:
                 continue
             tracked.job = jobs.get(tracked.job_id)
-            if kernel.status not in _OWNING and (tracked.job is None or tracked.job.finished):
+            if kernel.status in OWNING:
+                adopted += 1
+            elif tracked.job is None or tracked.job.finished:
                 del self._jobs[kernel.id]  # an old attempt's job, already over
-                continue
-            adopted += 1
+            # else: an old attempt's job still running; the first poll cancels it
         await self._cancel_strays(jobs)
         self._monitor = asyncio.create_task(self._watch(), name="drover-slurm-monitor")
         log.info(
@@ -168,7 +166,7 @@ class SlurmBackend(AgentBackend):
             tracked = self._jobs.get(kernel_id)
             if status is None or status == _K.SCHEDULED:
                 continue  # unknown here, or waiting for prepare() to adopt it
-            if status in _OWNING and tracked is not None and tracked.job_id == job.job_id:
+            if status in OWNING and tracked is not None and tracked.job_id == job.job_id:
                 continue
             strays.append(job.job_id)
         if strays:
@@ -214,7 +212,7 @@ class SlurmBackend(AgentBackend):
         for kernel in session.kernels:
             if kernel.status == _K.SCHEDULED:
                 await self._submit(session, kernel)
-            elif kernel.status in _OWNING:
+            elif kernel.status in OWNING:
                 self._adopt(kernel)  # submitted before a restart; the poll follows it
 
     def _known_gres(self) -> list[str]:
@@ -310,40 +308,8 @@ class SlurmBackend(AgentBackend):
             if tracked.job is None or not tracked.job.allocated:
                 tracked.job = (await self.slurm.recent_jobs()).get(tracked.job_id, tracked.job)
             if tracked.job is not None and tracked.job.allocated and not tracked.destroying:
-                reports += self._started(tracked, tracked.job)
+                reports += started(tracked.kernel_id, tracked.job)
         await self._report(reports)
-
-    def _started(self, tracked: _Tracked, job: SlurmJob) -> list[KernelReport]:
-        reports = [
-            KernelReport(
-                tracked.kernel_id, _K.RUNNING, expected=frozenset({_K.PREPARED, _K.CREATING})
-            )
-        ]
-        if job.finished:
-            reports.append(self._ended(tracked, job, frozenset({_K.RUNNING})))
-        return reports
-
-    def _ended(
-        self, tracked: _Tracked, job: SlurmJob, expected: frozenset[KernelStatus]
-    ) -> KernelReport:
-        """How a finished job ends its kernel."""
-        code = job.exit_code
-        status, message = _K.ERROR, job.describe()
-        message_or_none: str | None = message
-        if tracked.destroying:
-            status = _K.TERMINATED if job.allocated else _K.CANCELLED
-            message_or_none = f"destroyed: {message}"
-        elif job.state == "COMPLETED":
-            status, message_or_none, code = _K.TERMINATED, None, code or 0
-        elif job.state == "CANCELLED":
-            status = _K.TERMINATED if job.allocated else _K.CANCELLED
-        elif code is not None and code > 0:
-            message_or_none = f"exited with code {code}; {message}"
-        elif code is not None and code < 0:
-            message_or_none = f"killed by signal {-code}; {message}"
-        return KernelReport(
-            tracked.kernel_id, status, expected=expected, exit_code=code, message=message_or_none
-        )
 
     # -- watching -------------------------------------------------------------------------
 
@@ -379,58 +345,35 @@ class SlurmBackend(AgentBackend):
                 job = await self.slurm.lookup_gone(item.job_id)
                 if job is None:
                     item.missing += 1
-                    if status not in _OWNING:
+                    if status not in OWNING:
                         self._jobs.pop(item.kernel_id, None)
                     elif item.missing >= _MISSING_POLLS:
-                        reports.append(self._lost(item))
+                        reports.append(lost(item.kernel_id, item.job_id))
                     continue
             item.missing = 0
             item.job = job or item.job
-            if status is None or status not in _OWNING:
+            if status is None or status not in OWNING:
                 # Ended, or sent back to PENDING: its job is no longer wanted.
                 if item.job is not None and not item.job.finished:
-                    cancel.append(item.job_id)
+                    now = asyncio.get_running_loop().time()
+                    if item.cancelled_at is None or now - item.cancelled_at >= self.kill_grace:
+                        item.cancelled_at = now
+                        cancel.append(item.job_id)
                 else:
                     self._jobs.pop(item.kernel_id, None)
                 continue
-            reports += self._progress(item, status)
+            if item.job is not None:
+                reports += progress(
+                    item.kernel_id,
+                    item.job,
+                    status,
+                    destroying=item.destroying,
+                    runtime=item.runtime,
+                )
         if cancel:
             log.warning("cancelling slurm jobs of kernels that no longer want them: %s", cancel)
             await self.slurm.cancel(cancel)
         await self._report(reports)
-
-    def _lost(self, item: _Tracked) -> KernelReport:
-        return KernelReport(
-            item.kernel_id,
-            _K.ERROR,
-            expected=_OWNING,
-            message=f"slurm job {item.job_id} is known neither to squeue, scontrol nor the "
-            "jobcomp file: lost",
-        )
-
-    def _progress(self, item: _Tracked, status: KernelStatus) -> list[KernelReport]:
-        """The reports that bring a kernel in ``status`` up to its job's state."""
-        job = item.job
-        if job is None:
-            return []
-        if job.finished and (item.destroying or not job.allocated):
-            return [self._ended(item, job, _OWNING)]
-        if not job.allocated:
-            if job.state == "CONFIGURING" and status == _K.PREPARING:
-                return [
-                    KernelReport(item.kernel_id, _K.PULLING, expected=frozenset({_K.PREPARING}))
-                ]
-            return []
-        if status in _EARLY:
-            item.runtime = {**item.runtime, "node": job.node}
-            return [
-                KernelReport(item.kernel_id, _K.PREPARED, expected=_EARLY, runtime=item.runtime)
-            ]
-        if status == _K.CREATING:
-            return self._started(item, job)
-        if status in _AFTER_START and job.finished:
-            return [self._ended(item, job, _AFTER_START)]
-        return []  # PREPARED: create() reports RUNNING when start-sessions asks
 
     # -- destroy --------------------------------------------------------------------------
 
@@ -448,9 +391,10 @@ class SlurmBackend(AgentBackend):
             return
         await self._refresh(victims)
         live = [t for t in victims if t.job is None or not t.job.finished]
-        started = [t.job_id for t in live if t.job is not None and t.job.allocated]
-        await self.slurm.cancel([t.job_id for t in live if t.job_id not in started])
-        await self.slurm.cancel(started, signal=self.settings.signal)
+        # A job still waiting for a node has nothing to signal: it is cancelled at once.
+        signalled = [t.job_id for t in live if t.job is not None and t.job.allocated]
+        await self.slurm.cancel([t.job_id for t in live if t.job_id not in signalled])
+        await self.slurm.cancel(signalled, signal=self.settings.signal)
         live = await self._wait_finished(live)
         if live:
             log.warning(
@@ -464,7 +408,7 @@ class SlurmBackend(AgentBackend):
         # Report how they ended before the handler marks them TERMINATED without a code.
         await self._report(
             [
-                self._ended(t, t.job, _OWNING | {_K.SCHEDULED})
+                ended(t.kernel_id, t.job, OWNING | {_K.SCHEDULED}, destroying=True)
                 for t in victims
                 if t.job is not None and t.job.finished
             ]
