@@ -1,6 +1,7 @@
 """``python -m drover.demo``: the daemon, real processes and the operator CLI, start to end.
 
-1. starts ``drover run`` in the background (local backend, an SQLite file);
+1. starts ``drover run`` in the background (local backend, or with
+   ``--backend slurm`` the Slurm cluster of ``make slurm-up``; an SQLite file);
 2. submits real sessions with ``drover submit``: one that succeeds, one that
    exits non-zero, one that asks for more cpu than exists (it stays PENDING
    with its reason), and one that is terminated while running;
@@ -44,23 +45,30 @@ def _say(text: str) -> None:
     click.secho(text, bold=True)
 
 
-def run_demo(workdir: Path, *, database_url: str | None = None, schema: str = "") -> dict[str, Any]:
-    """Run the demo in ``workdir``; return each session's final state by name."""
+def run_demo(
+    workdir: Path, *, database_url: str | None = None, schema: str = "", backend: str = "local"
+) -> dict[str, Any]:
+    """Run the demo in ``workdir``; return each session's final state by name.
+
+    ``backend`` is ``local`` (one agent, ``demo-agent``) or ``slurm`` (the
+    cluster's nodes; every job is named ``drover-demo-<kernel id>``).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     database_url = database_url or f"sqlite+aiosqlite:///{workdir / 'demo.db'}"
     config = workdir / "drover.toml"
+    where = (
+        '[[backend.agents]]\nid = "demo-agent"\ncpu = 4\nmem = 4096\n'
+        if backend == "local"
+        else '[backend.settings]\npoll_interval = 0.5\njob_name_prefix = "drover-demo-"\n'
+    )
     config.write_text(
         f'database_url = "{database_url}"\n'
         f'database_schema = "{schema}"\n'
         f'data_dir = "{workdir / "data"}"\n'
         "heartbeat_interval = 1.0\n"
         "[backend]\n"
-        'name = "local"\n'
-        "kill_grace = 3.0\n"
-        "[[backend.agents]]\n"
-        'id = "demo-agent"\n'
-        "cpu = 4\n"
-        "mem = 4096\n"
+        f'name = "{backend}"\n'
+        "kill_grace = 3.0\n" + where
     )
     log_path = workdir / "daemon.log"
     _say(f"$ drover --config {config} run   (in the background, logs in {log_path})")
@@ -148,15 +156,24 @@ def _wait(config: Path, done: Any, what: str, timeout: float = 60.0) -> dict[str
     show_default=True,
     help="Where the demo's database, configuration, logs and kernel output go (recreated).",
 )
-def main(workdir: Path) -> None:
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="Real processes on this machine, or jobs on the Slurm cluster (`make slurm-up`).",
+)
+def main(workdir: Path, backend: str) -> None:
     """Run the daemon on real processes, submit sessions, and show what happened.
 
     Example: python -m drover.demo --dir /tmp/drover-demo
+
+    Example: python -m drover.demo --dir demo-data-slurm --backend slurm
     """
     if workdir.exists():
         for path in sorted(workdir.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
-    finals = run_demo(workdir.resolve())
+    finals = run_demo(workdir.resolve(), backend=backend)
     _say("\nfinal statuses:")
     for name, session in finals.items():
         click.echo(

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 from daemon_helpers import running_daemon, wait_for
 from slurm_helpers import (  # noqa: F401  (fixtures)
@@ -20,6 +22,7 @@ from slurm_helpers import (  # noqa: F401  (fixtures)
     NODE_CPUS,
     NODE_MEM,
     NODES,
+    ROOT,
     job_prefix_fixture,
     jobs_named,
     live_job_ids,
@@ -647,3 +650,14 @@ async def test_wrong_settings_are_configuration_errors(tmp_path: Path):
         "--time=1:00",
         "--qos=a b",
     ]
+
+
+def test_every_slurm_setting_is_documented():
+    """Each field of SlurmSettings has a row in docs/slurm.md and in docs/configuration.md."""
+    docs = ROOT / "docs"
+    fields = {f.name for f in attrs.fields(SlurmSettings)}
+    for page in ("slurm.md", "configuration.md"):
+        text = (docs / page).read_text()
+        rows = [line for line in text.splitlines() if line.startswith("| **`")]
+        documented = {name for row in rows for name in re.findall(r"\*\*`([a-z_]+)`\*\*", row)}
+        assert documented == fields, page
