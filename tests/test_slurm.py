@@ -72,13 +72,26 @@ def _moves(rows):
     return [(r.handler, r.from_status, r.to_status) for r in rows if r.from_status != r.to_status]
 
 
+def _until(go: Path, before: str = "true") -> list[str]:
+    """A command that runs ``before``, then exits 0 within 10 ms of ``go`` appearing.
+
+    A session ends when its first kernel exits (the others are destroyed), so
+    kernels that must all end on their own exit together, on the test's word.
+    """
+    wait = f"for i in $(seq 6000); do [ -e {go} ] && exit 0; sleep 0.01; done; exit 99"
+    return ["sh", "-c", f"{before}; {wait}"]
+
+
 async def test_two_kernels_land_on_two_nodes_and_succeed(database, tmp_path: Path, job_prefix):
     """Each kernel takes a whole node, so the two are placed on n1 and n2; both exit 0."""
     flags = slurm_settings(job_prefix)
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
-        command = ["sh", "-c", "echo on $SLURMD_NODENAME; sleep 1"]
+        go = tmp_path / "go"
+        command = _until(go, "echo on $SLURMD_NODENAME")
         kernel = {"command": command, "cpu": NODE_CPUS, "mem": 64}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel, kernel]}])
+        await wait_for(lambda: _status(app, sid, S.RUNNING), timeout=40, what="RUNNING")
+        go.touch()
         s = await wait_for(lambda: _status(app, sid, S.TERMINATED), timeout=40, what="TERMINATED")
         assert (s.result, s.status_info) == ("SUCCESS", "KERNEL_EXITED")
         assert sorted(k.agent_id for k in s.kernels) == list(NODES)
@@ -352,7 +365,8 @@ async def test_a_coordinator_killed_with_sigkill_is_restarted_and_adopts_its_job
     first = await _start(config, log)
     second: asyncio.subprocess.Process | None = None
     try:
-        sleeper = {"command": ["sleep", "4"], "cpu": 1, "mem": 64}
+        go = tmp_path / "go"
+        sleeper = {"command": _until(go), "cpu": 1, "mem": 64}
         quick = {"command": ["sh", "-c", "sleep 1; echo done"], "cpu": 1, "mem": 64}
         long_one, short_one = await repo.create_sessions(
             [{"kernels": [sleeper, sleeper]}, {"kernels": [quick]}]
@@ -373,23 +387,38 @@ async def test_a_coordinator_killed_with_sigkill_is_restarted_and_adopts_its_job
         await wait_for(lambda: _no_live(quick_name), timeout=20, what="the quick job to end")
 
         second = await _start(config, log)
+        await wait_for(lambda: _adopted(log), timeout=20, what="the restarted coordinator")
+        go.touch()
         for sid in (long_one, short_one):
             s = await wait_for(lambda sid=sid: _in(repo, sid), timeout=40, what="TERMINATED")
-            assert s.result == "SUCCESS"
+            changes = [
+                (r.source, r.from_status, r.to_status, r.message)
+                for k in s.kernels
+                for r in await repo.kernel_history(kernel_id=k.id)
+            ]
+            assert s.result == "SUCCESS", (s, changes, await repo.history(sid))
             assert all((k.status, k.exit_code) == (K.TERMINATED, 0) for k in s.kernels)
         for k in kernels:
             jobs = await jobs_named(f"{job_prefix}{k.id}")
             assert [(j["job_id"], j["job_state"]) for j in jobs] == [
                 (k.runtime["slurm_job_id"], "COMPLETED")
             ]
-        messages = [json.loads(x)["message"] for x in log.read_text().splitlines() if x[:1] == "{"]
-        assert any("3 job(s) adopted" in m for m in messages), messages
+        assert await _adopted(log) == [
+            "slurm backend started: 2 node(s) offered, 3 job(s) "
+            "adopted, jobcomp file /var/log/slurm/jobcomp.log"
+        ]
     finally:
         for proc in (first, second):
             if proc is not None and proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
                 await asyncio.wait_for(proc.wait(), timeout=30)
         await app.close()
+
+
+async def _adopted(log: Path) -> list[str]:
+    """The restarted coordinator's start-up line (the first says 0 jobs adopted)."""
+    messages = [json.loads(x)["message"] for x in log.read_text().splitlines() if x[:1] == "{"]
+    return [m for m in messages if "job(s) adopted" in m and "0 job(s)" not in m]
 
 
 async def _no_live(name: str) -> bool:
