@@ -1,11 +1,13 @@
 # The README's commands: `make run` (the coordinator daemon on the embedded
 # SQLite default), `make test`, and `make demo` (a guided tour with real processes).
+# `make slurm-up` starts a one-machine Slurm cluster (docs/slurm.md) and
+# `make slurm-demo` runs the tour on it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv system-deps run demo test bench chaos replicas clean
+.PHONY: venv system-deps run demo test bench chaos replicas clean slurm-up slurm-demo
 
 # Debian packages drover needs beyond Python: chromium for the dashboard's
 # browser tests, graphviz (`dot`) to lay out the dashboard's state graph. The
@@ -45,8 +47,19 @@ run: $(STAMP) system-deps
 demo: $(STAMP)
 	$(BIN)/python -m drover.demo --dir demo-data
 
-## ruff, mypy --strict and pytest. (The kill campaign, `make chaos`, is not part of it yet: see docs/scaling.md.)
-test: $(STAMP) system-deps
+## Install Debian's Slurm if missing and start a two-node cluster on this machine
+## (idempotent; needs root). The slurm backend's tests run on it.
+slurm-up:
+	bash scripts/slurm-up.sh
+
+## The demo's sessions as Slurm jobs (backend.name = "slurm"); files in demo-data-slurm/.
+slurm-demo: $(STAMP) slurm-up
+	$(BIN)/python -m drover.demo --dir demo-data-slurm --backend slurm
+
+## ruff, mypy --strict and pytest. Installs the system packages and starts the Slurm
+## test cluster first when missing (the slurm tests fail, never skip, without it).
+## (The kill campaign, `make chaos`, is not part of it yet: see docs/scaling.md.)
+test: $(STAMP) system-deps slurm-up
 	$(BIN)/ruff check drover tests bench examples
 	$(BIN)/ruff format --check drover tests bench examples
 	$(BIN)/mypy --strict drover
@@ -66,4 +79,4 @@ replicas: $(STAMP)
 	$(BIN)/python bench/replicas.py
 
 clean:
-	rm -rf $(VENV) demo-data
+	rm -rf $(VENV) demo-data demo-data-slurm

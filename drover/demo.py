@@ -1,6 +1,7 @@
 """``python -m drover.demo``: the daemon, real processes and the operator CLI, start to end.
 
-1. starts ``drover run`` in the background (local backend, an SQLite file);
+1. starts ``drover run`` in the background (local backend, or with
+   ``--backend slurm`` the Slurm cluster of ``make slurm-up``; an SQLite file);
 2. submits real sessions with ``drover submit``: one that succeeds, one that
    exits non-zero, one that asks for more cpu than exists (it stays PENDING
    with its reason), and one that is terminated while running;
@@ -47,23 +48,31 @@ def _say(text: str) -> None:
     click.secho(text, bold=True)
 
 
-def run_demo(workdir: Path, *, database_url: str | None = None, schema: str = "") -> dict[str, Any]:
-    """Run the demo in ``workdir``; return each session's final state by name."""
+def run_demo(
+    workdir: Path, *, database_url: str | None = None, schema: str = "", backend: str = "local"
+) -> dict[str, Any]:
+    """Run the demo in ``workdir``; return each session's final state by name.
+
+    ``backend`` is ``local`` (one agent, ``demo-agent``) or ``slurm`` (the
+    cluster's nodes; every job is named ``drover-demo-<kernel id>``).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     database_url = database_url or f"sqlite+aiosqlite:///{workdir / 'demo.db'}"
     config = workdir / "drover.toml"
+    where = (
+        '[[backend.agents]]\nid = "demo-agent"\ncpu = 4\nmem = 4096\n'
+        if backend == "local"
+        else '[backend.settings]\npoll_interval = 0.5\njob_name_prefix = "drover-demo-"\n'
+    )
     config.write_text(
         f'database_url = "{database_url}"\n'
         f'database_schema = "{schema}"\n'
         f'data_dir = "{workdir / "data"}"\n'
         "heartbeat_interval = 1.0\n"
         "[backend]\n"
-        'name = "local"\n'
+        f'name = "{backend}"\n'
         "kill_grace = 3.0\n"
-        "[[backend.agents]]\n"
-        'id = "demo-agent"\n'
-        "cpu = 4\n"
-        "mem = 4096\n"
+        + where
         # The service's handlers look often, so the tour does not wait.
         + "".join(f"[handlers.{name}]\ninterval = 0.5\n" for name in _SERVICE_HANDLERS)
     )
@@ -105,7 +114,9 @@ def run_demo(workdir: Path, *, database_url: str | None = None, schema: str = ""
         _say("\n$ drover status")
         click.echo(_drover(config, "status").rstrip())
         result: dict[str, Any] = {name: finals[sid] for name, sid in ids.items()}
-        result["service"] = _service_tour(config)
+        if backend == "local":
+            # Replicas get $PORT from the local backend; the slurm backend gives none.
+            result["service"] = _service_tour(config)
         return result
     finally:
         _say("\nstopping the daemon with SIGTERM")
@@ -231,26 +242,36 @@ def _wait(config: Path, done: Any, what: str, timeout: float = 60.0) -> dict[str
     show_default=True,
     help="Where the demo's database, configuration, logs and kernel output go (recreated).",
 )
-def main(workdir: Path) -> None:
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="Real processes on this machine, or jobs on the Slurm cluster (`make slurm-up`).",
+)
+def main(workdir: Path, backend: str) -> None:
     """Run the daemon on real processes, submit sessions, and show what happened.
 
     Example: python -m drover.demo --dir /tmp/drover-demo
+
+    Example: python -m drover.demo --dir demo-data-slurm --backend slurm
     """
     if workdir.exists():
         for path in sorted(workdir.rglob("*"), reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
-    finals = run_demo(workdir.resolve())
-    service = finals.pop("service")
+    finals = run_demo(workdir.resolve(), backend=backend)
+    service = finals.pop("service", None)
     _say("\nfinal statuses:")
     for name, session in finals.items():
         click.echo(
             f"  {name:16} {session['status']:11} result={session['result']} "
             f"status_info={session['status_info']}"
         )
-    ended = ", ".join(sorted(set(service["routes"].values())))
-    click.echo(
-        f"  service web      {service['status']:11} routes={len(service['routes'])} ({ended})"
-    )
+    if service is not None:
+        ended = ", ".join(sorted(set(service["routes"].values())))
+        click.echo(
+            f"  service web      {service['status']:11} routes={len(service['routes'])} ({ended})"
+        )
 
 
 if __name__ == "__main__":

@@ -340,7 +340,7 @@ def test_plugins_lists_builtins_only_with_all(tmp_path, monkeypatch):
     assert schedule["handlers"] == [
         {"name": "schedule-sessions", "kind": "lifecycle", "targets": ["PENDING"]}
     ]
-    assert rows["drover.backends"]["backends"] == ["local", "simulated"]
+    assert rows["drover.backends"]["backends"] == ["local", "simulated", "slurm"]
     text = _cli("plugins", env=env).output
     assert "no plugins installed" in text
 

@@ -39,8 +39,27 @@ def _simulated(config: Config) -> AgentBackend:
     )
 
 
+def _slurm(config: Config) -> AgentBackend:
+    from drover.backends._slurm_settings import settings_from
+    from drover.backends.slurm import SlurmBackend
+    from drover.config import ConfigError
+    from drover.model.errors import DroverError
+
+    try:
+        settings = settings_from(config.backend.settings)
+    except DroverError as error:
+        raise ConfigError(str(error)) from None
+    # Agents are the cluster's nodes (sinfo); backend.agents is not used.
+    return SlurmBackend(
+        settings,
+        config.data_dir,
+        kill_grace=config.backend.kill_grace,
+    )
+
+
 @hookimpl
 def drover_register_backends(register: BackendRegistry) -> None:
-    """Register ``local`` (real processes) and ``simulated``."""
+    """Register ``local`` (real processes), ``simulated`` and ``slurm`` (Slurm batch jobs)."""
     register("local", _local)
     register("simulated", _simulated)
+    register("slurm", _slurm)
