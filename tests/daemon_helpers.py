@@ -29,6 +29,8 @@ def daemon_flags(database: Any, data_dir: Path, **extra: Any) -> dict[str, Any]:
         "backend.kill_grace": 3.0,
         "safety_interval": 2.0,
         "heartbeat_interval": 0.5,
+        # A daemon killed with -9 leaves its claims (PostgreSQL) until they expire.
+        "claim_ttl": 3.0,
         "shutdown_grace": 5.0,
     }
     flags.update(extra)

@@ -286,6 +286,7 @@ _KERNEL = '[[kernels]]\ncommand = ["true"]\n'
         (
             "[options.prepare-sesions]\ntimeout = 5\n" + _KERNEL,
             "options for unknown handler(s) 'prepare-sesions'; the loaded handlers are "
+            "check-pending-deployment, check-replica-deployment, destroying-deployment, "
             "detect-start-failure, detect-termination, ",
         ),
         # What PostgreSQL would refuse, refused on SQLite too.

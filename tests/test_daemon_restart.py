@@ -30,6 +30,8 @@ def _write_config(path: Path, database, data_dir: Path) -> None:
         f'database_schema = "{database.schema or ""}"\n'
         f'data_dir = "{data_dir}"\n'
         "heartbeat_interval = 0.5\n"
+        # A daemon killed with -9 leaves its claims (PostgreSQL) until they expire.
+        "claim_ttl = 3.0\n"
         "safety_interval = 2.0\n"
         "shutdown_grace = 5.0\n"
         'log_format = "json"\n'
@@ -393,7 +395,7 @@ async def test_kernels_started_by_an_older_drover_are_adopted(database, tmp_path
     await app.check_schema(auto_upgrade=True)
     try:
         repo = app.repository
-        exits, stays = await repo.create_sessions(
+        exits, stays = await repo.seed_sessions(
             [
                 {
                     "status": "CREATING",

@@ -250,23 +250,15 @@ async def test_spawn_failures_are_kernel_failures_with_the_os_error(database, tm
         assert "exited with code 127" not in why
 
 
-async def test_a_nul_byte_in_the_command_is_a_kernel_failure(tmp_path: Path):
-    """SQLite only: PostgreSQL's jsonb cannot even store a NUL byte, so such a session
-    cannot be submitted there. On SQLite the kernel fails with the reason, instead of the
-    start-sessions handler failing again and again on a ValueError."""
-    from conftest import Database
+async def test_a_nul_byte_in_the_command_is_refused_where_it_enters(database, tmp_path: Path):
+    """A NUL byte cannot reach the backend: it is refused at submission, in one line, on
+    both databases (PostgreSQL's jsonb cannot store it), and nothing is written."""
+    from drover.model.errors import InvalidSpecError
 
-    database = Database("sqlite", f"sqlite+aiosqlite:///{tmp_path}/drover.db")
     async with running_daemon(database, tmp_path / "data") as (app, _daemon):
-        (sid,) = await app.repository.create_sessions([{"kernels": [kernel(["echo", "a\x00b"])]}])
-        s = await wait_for(lambda: _in(app, sid, S.TERMINATED), what="TERMINATED")
-        (k,) = s.kernels
-        assert (k.status, k.status_info) == (
-            K.ERROR,
-            "failed to start: argument 2 of the command contains a NUL byte",
-        )
-        rows = await app.repository.history(sid)
-        assert not [r for r in rows if r.handler == "start-sessions" and r.result != "SUCCESS"]
+        with pytest.raises(InvalidSpecError, match="contains a NUL character"):
+            await app.repository.create_sessions([{"kernels": [kernel(["echo", "a\x00b"])]}])
+        assert await app.repository.list_sessions() == []
 
 
 @pytest.mark.parametrize("setting", ["env", "cwd"])

@@ -225,7 +225,7 @@ async def test_a_job_submitted_just_before_a_crash_is_adopted_not_submitted_agai
     app = App(loaded)
     await app.check_schema(auto_upgrade=True)
     try:
-        (sid,) = await app.repository.create_sessions(
+        (sid,) = await app.repository.seed_sessions(
             [
                 {
                     "status": "SCHEDULED",
