@@ -368,22 +368,7 @@ def show(
         ],
         title="kernels",
     )
-    print_table(
-        ["time", "handler", "result", "from → to", "attempts", "error code", "message"],
-        [
-            (
-                iso(r.updated_at),
-                r.handler,
-                str(r.result),
-                f"{r.from_status} → {r.to_status}",
-                r.attempts,
-                r.error_code,
-                r.message,
-            )
-            for r in rows
-        ],
-        title="history (latest last)",
-    )
+    _print_history(rows)
 
 
 @click.command()
@@ -516,6 +501,11 @@ def _show_entity(entity: Entity, rows: list[HistoryRecord], as_json: bool) -> No
         [(i, c.id, c.kind, c.status, c.result) for i, c in enumerate(entity.children, start=1)],
         title="children",
     )
+    _print_history(rows)
+
+
+def _print_history(rows: list[HistoryRecord]) -> None:
+    """The latest history rows of ``drover show``, oldest first."""
     print_table(
         ["time", "handler", "result", "from → to", "attempts", "error code", "message"],
         [

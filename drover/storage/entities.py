@@ -17,6 +17,7 @@ from drover.model.ids import new_id
 from drover.model.kinds import Kinds
 from drover.model.values import Entity, NewEntity
 from drover.storage._db import Database
+from drover.storage.fetch import read_children_of
 from drover.storage.notify import notify
 from drover.storage.rows import ENTITY_COLUMNS, entities_with_children
 from drover.storage.schema import entities, relations, scheduling_history
@@ -43,6 +44,12 @@ API_SOURCE = "api"
 CREATED = "CREATED"
 
 _ROW_KEYS = [col.name for col in e.c]
+
+
+def _with_children(conn: sa.Connection, query: sa.Select[Any]) -> list[Entity]:
+    """The entities ``query`` selects (:data:`ENTITY_COLUMNS`), each with its children."""
+    rows = conn.execute(query).all()
+    return entities_with_children(rows, read_children_of(conn, [r[0] for r in rows]))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -260,17 +267,7 @@ async def list_entities(
     if limit is not None:
         query = query.limit(limit)
 
-    def work(conn: sa.Connection) -> list[Entity]:
-        rows = conn.execute(query).all()
-        ids = [r[0] for r in rows]
-        children = (
-            conn.execute(sa.select(*ENTITY_COLUMNS).where(e.c.parent_id.in_(ids))).all()
-            if ids
-            else []
-        )
-        return entities_with_children(rows, children)
-
-    return await db.read(work)
+    return await db.read(lambda conn: _with_children(conn, query))
 
 
 async def update_spec(db: Database, entity_id: str, patch: Mapping[str, Any]) -> Entity:
@@ -374,14 +371,4 @@ async def find_by_name(db: Database, kind: str, name: str) -> list[Entity]:
     terminal = sorted(db.kinds[kind].terminal)
     query = query.order_by(e.c.status.in_(terminal), e.c.created_at.desc(), e.c.id.desc())
 
-    def work(conn: sa.Connection) -> list[Entity]:
-        rows = conn.execute(query).all()
-        ids = [r[0] for r in rows]
-        children = (
-            conn.execute(sa.select(*ENTITY_COLUMNS).where(e.c.parent_id.in_(ids))).all()
-            if ids
-            else []
-        )
-        return entities_with_children(rows, children)
-
-    return await db.read(work)
+    return await db.read(lambda conn: _with_children(conn, query))
