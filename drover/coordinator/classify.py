@@ -92,11 +92,13 @@ def classify(
     patches = result.data
     messages, codes = result.messages, result.error_codes
     infos, placements = result.status_infos, result.placements
-    creates: dict[str, list[NewEntity]] = {}
+    creating: dict[str, list[NewEntity]] = {}
     for new in result.create:
         creator = new.creator
         if creator is not None:
-            creates.setdefault(creator, []).append(new)
+            creating.setdefault(creator, []).append(new)
+    creates = {k: tuple(v) for k, v in creating.items()}
+    none: tuple[NewEntity, ...] = ()
     by_outcome: dict[Any, Any] = {
         _SUCCESS: transitions.success,
         _NEED_RETRY: transitions.need_retry,
@@ -194,7 +196,7 @@ def classify(
                 kind_name,
                 budget,
                 patches.get(sid),
-                tuple(creates.get(sid, ())),
+                creates.get(sid, none),
             )
         )
     return changes

@@ -451,7 +451,9 @@ class Apply:
                 change.from_status,
                 change.result,
                 change.to_status if change.changes_status else None,
-                _children_side(change, kinds),
+                # What the children become follows from the key's other parts
+                # (kind, to_status, to_children): worked out once per group.
+                change.to_children,
                 change.try_count,
                 change.status_info,
                 change.requeue and change.changes_status,
