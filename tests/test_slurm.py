@@ -111,7 +111,9 @@ async def test_exit_3_ends_in_error_with_the_code_and_slurm_reason(
     """A job that exits 3: kernel ERROR with code 3 and Slurm's state and reason."""
     flags = slurm_settings(job_prefix)
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
-        kernel = {"command": ["sh", "-c", "echo failing >&2; exit 3"], "cpu": 1, "mem": 64}
+        # Alive long enough for the session to be RUNNING first (else it is a start
+        # failure, START_FAILED), even on a loaded machine.
+        kernel = {"command": ["sh", "-c", "sleep 2; echo failing >&2; exit 3"], "cpu": 1, "mem": 64}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
         s = await wait_for(lambda: _status(app, sid, S.TERMINATED), timeout=40, what="TERMINATED")
         (k,) = s.kernels
