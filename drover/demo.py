@@ -26,6 +26,8 @@ from typing import Any
 
 import click
 
+from drover.handlers import deployments, routes
+
 __all__ = ["main", "run_demo"]
 
 _SETTLED = {"TERMINATED", "CANCELLED", "ERROR"}
@@ -131,18 +133,8 @@ def run_demo(
             raise click.ClickException(f"the daemon did not stop cleanly; see {log_path}")
 
 
-_SERVICE_HANDLERS = (
-    "check-pending-deployment",
-    "scaling-deployment",
-    "check-replica-deployment",
-    "reconcile-deployment",
-    "destroying-deployment",
-    "provisioning-route",
-    "health-check-route",
-    "running-route",
-    "route-eviction",
-    "terminating-route",
-)
+#: The deployment and route handlers (the service tour makes them tick often).
+_SERVICE_HANDLERS = (*deployments.HANDLERS, *(h.name() for h in routes.ROUTE_HANDLERS))
 
 
 def _routes(config: Path) -> list[dict[str, Any]]:

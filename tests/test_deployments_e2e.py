@@ -20,23 +20,14 @@ from typing import Any
 
 import pytest
 
+from drover.handlers import deployments, routes
+
 DROVER = [sys.executable, "-m", "drover"]
 SERVER = "exec python3 -m http.server --bind 127.0.0.1 $PORT"
 # Every deployment and route handler ticks often, so the test runs in seconds.
 FAST = {
     f"DROVER_HANDLERS__{name.upper().replace('-', '_')}__INTERVAL": "0.3"
-    for name in (
-        "check-pending-deployment",
-        "scaling-deployment",
-        "check-replica-deployment",
-        "reconcile-deployment",
-        "destroying-deployment",
-        "provisioning-route",
-        "health-check-route",
-        "running-route",
-        "route-eviction",
-        "terminating-route",
-    )
+    for name in (*deployments.HANDLERS, *(h.name() for h in routes.ROUTE_HANDLERS))
 }
 
 
