@@ -14,6 +14,18 @@ from drover.app import App
 from drover.cli.run import serve_daemon
 from drover.config import load_config
 from drover.coordinator.daemon import Daemon
+from drover.model.status import SessionStatus as S
+
+#: The built-in lifecycle a successful session takes: (handler, from, to) per step.
+LIFECYCLE = [
+    ("schedule-sessions", S.PENDING, S.SCHEDULED),
+    ("prepare-sessions", S.SCHEDULED, S.PREPARING),
+    ("promote-to-prepared", S.PREPARING, S.PREPARED),
+    ("start-sessions", S.PREPARED, S.CREATING),
+    ("promote-to-running", S.CREATING, S.RUNNING),
+    ("detect-termination", S.RUNNING, S.TERMINATING),
+    ("promote-to-terminated", S.TERMINATING, S.TERMINATED),
+]
 
 AGENT = [{"id": "test-agent", "cpu": 4, "mem": 4096}]
 
@@ -86,3 +98,23 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in {"Z", "X"}
+
+
+def live_processes(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
+    """Pids of the live (non-zombie) processes in process group ``pgid`` or session ``sid``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if fields[0] in ("Z", "X"):
+            continue
+        if (pgid is not None and int(fields[2]) == pgid) or (
+            sid is not None and int(fields[3]) == sid
+        ):
+            found.append(int(name))
+    return found

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon_helpers import process_alive, running_daemon, wait_for
+from daemon_helpers import LIFECYCLE, process_alive, running_daemon, wait_for
 
 from drover import KernelStatus, SchedulingResult, SessionStatus
 
 S = SessionStatus
 K = KernelStatus
 R = SchedulingResult
-
-LIFECYCLE = [
-    ("schedule-sessions", S.PENDING, S.SCHEDULED),
-    ("prepare-sessions", S.SCHEDULED, S.PREPARING),
-    ("promote-to-prepared", S.PREPARING, S.PREPARED),
-    ("start-sessions", S.PREPARED, S.CREATING),
-    ("promote-to-running", S.CREATING, S.RUNNING),
-    ("detect-termination", S.RUNNING, S.TERMINATING),
-    ("promote-to-terminated", S.TERMINATING, S.TERMINATED),
-]
 
 
 def kernel(command: list[str], **extra: object) -> dict[str, object]:

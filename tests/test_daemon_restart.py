@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from daemon_helpers import AGENT, daemon_flags, process_alive, running_daemon, wait_for
+from daemon_helpers import (
+    AGENT,
+    daemon_flags,
+    live_processes,
+    process_alive,
+    running_daemon,
+    wait_for,
+)
 from sqlalchemy.exc import OperationalError
 
 from drover import KernelReport, KernelStatus, SessionStatus
@@ -176,25 +183,6 @@ def _kernel(command: list[str], **extra: object) -> dict[str, object]:
     return {"command": command, "cpu": 0.1, "mem": 16, **extra}
 
 
-def _live(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
-    """Pids of live (non-zombie) processes in process group ``pgid`` or session ``sid``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and (
-            (pgid is not None and int(fields[2]) == pgid)
-            or (sid is not None and int(fields[3]) == sid)
-        ):
-            found.append(int(name))
-    return found
-
-
 def _with_env(marker: str) -> list[int]:
     """Pids of live processes whose environment holds ``marker`` (``NAME=value``)."""
     found = []
@@ -210,6 +198,18 @@ def _with_env(marker: str) -> list[int]:
     return found
 
 
+async def _crash_before_running_commits(config: Path, tmp_path: Path) -> None:
+    """Run a daemon on ``config`` that is killed with -9 before its RUNNING report commits."""
+    script = tmp_path / "crashing_daemon.py"
+    script.write_text(_CRASH_BEFORE_RUNNING_COMMITS)
+    with open(tmp_path / "daemon.log", "ab") as handle:
+        crashing = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), str(config), stdout=handle, stderr=handle,
+            env={k: v for k, v in os.environ.items() if not k.startswith("DROVER_")},
+        )  # fmt: skip
+    assert await asyncio.wait_for(crashing.wait(), timeout=60) == -signal.SIGKILL
+
+
 def _lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
@@ -220,23 +220,15 @@ async def test_a_crash_between_spawn_and_running_report_never_runs_a_kernel_twic
     """The daemon dies after spawning a 20-kernel session and before its RUNNING report
     commits; the next daemon adopts the 20 processes instead of spawning 20 more."""
     config = tmp_path / "drover.toml"
-    log = tmp_path / "daemon.log"
     _write_config(config, database, tmp_path / "data")
     runs = tmp_path / "runs.txt"
-    script = tmp_path / "crashing_daemon.py"
-    script.write_text(_CRASH_BEFORE_RUNNING_COMMITS)
     app = App(load_config(config, environ={}))
     await app.check_schema(auto_upgrade=True)
     repo = app.repository
     try:
         command = ["sh", "-c", f"echo $$ >> {runs}; exec sleep 60"]
         (sid,) = await repo.create_sessions([{"kernels": [_kernel(command)] * 20}])
-        with open(log, "ab") as handle:
-            crashing = await asyncio.create_subprocess_exec(
-                sys.executable, str(script), str(config), stdout=handle, stderr=handle,
-                env={k: v for k, v in os.environ.items() if not k.startswith("DROVER_")},
-            )  # fmt: skip
-        assert await asyncio.wait_for(crashing.wait(), timeout=60) == -signal.SIGKILL
+        await _crash_before_running_commits(config, tmp_path)
         s = await repo.get_session(sid)
         assert {k.status for k in s.kernels} == {K.PREPARED}, "nothing committed RUNNING"
         await wait_for(lambda: _now(len(_lines(runs)) == 20), what="20 commands started")
@@ -252,9 +244,58 @@ async def test_a_crash_between_spawn_and_running_report_never_runs_a_kernel_twic
             s = await wait_for(
                 lambda: _in(second.repository, sid, S.TERMINATED), timeout=30, what="end"
             )
-        assert all(_live(pgid=pid) == [] for pid in first)
+        assert all(live_processes(pgid=pid) == [] for pid in first)
         assert len(_lines(runs)) == 20
         assert {(k.status, k.exit_code) for k in s.kernels} == {(K.TERMINATED, -15)}
+    finally:
+        await app.close()
+
+
+async def test_a_kernel_that_ended_before_its_running_report_keeps_its_exit_code_when_destroyed(
+    database, tmp_path: Path
+):
+    """The kill campaign's lost exit codes. A daemon spawns a session's commands and is
+    killed before their RUNNING report commits; the commands exit (3 and 0) and the user
+    terminates the session, still PREPARED. The next daemon's terminate-sessions destroys
+    kernels whose processes are gone: their exit codes, read from the supervisors' exit
+    records, are committed before the session's transition ends the kernels."""
+    config = tmp_path / "drover.toml"
+    _write_config(config, database, tmp_path / "data")
+    exits = tmp_path / "exits.txt"
+    app = App(load_config(config, environ={}))
+    await app.check_schema(auto_upgrade=True)
+    repo = app.repository
+    try:
+        commands = [["sh", "-c", f"echo {code} >> {exits}; exit {code}"] for code in (3, 0)]
+        (sid,) = await repo.create_sessions([{"kernels": [_kernel(c) for c in commands]}])
+        await _crash_before_running_commits(config, tmp_path)
+        await wait_for(lambda: _now(len(_lines(exits)) == 2), what="both commands to exit")
+        s = await repo.get_session(sid)
+        assert (s.status, {k.status for k in s.kernels}) == (S.PREPARED, {K.PREPARED})
+        await repo.request_termination([sid])
+
+        async with running_daemon(database, tmp_path / "data") as (second, _daemon):
+            s = await wait_for(
+                lambda: _in(second.repository, sid, S.TERMINATED), timeout=30, what="the end"
+            )
+            history = [
+                [
+                    (r.source, r.from_status, r.to_status)
+                    for r in await second.repository.kernel_history(kernel_id=k.id)
+                ]
+                for k in s.kernels
+            ]
+        assert [(k.status, k.exit_code, k.status_info) for k in s.kernels] == [
+            (K.TERMINATED, 3, "destroyed; exited with code 3"),
+            (K.TERMINATED, 0, "destroyed; exited with code 0"),
+        ]
+        assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+        for rows in history:  # it ran: RUNNING (never committed by the first daemon) first
+            assert rows[-2:] == [
+                ("backend", K.PREPARED, K.RUNNING),
+                ("backend", K.RUNNING, K.TERMINATED),
+            ], rows
+        assert len(_lines(exits)) == 2, "nothing ran twice"
     finally:
         await app.close()
 
@@ -294,7 +335,7 @@ async def test_an_exit_while_the_daemon_was_down_is_judged_like_any_other(databa
         assert [(k.status, k.exit_code, k.status_info) for k in t.kernels] == [
             (K.TERMINATED, 143, "destroyed; exited with code 143")
         ]
-        assert _live(pgid=pids[2]) == []
+        assert live_processes(pgid=pids[2]) == []
 
 
 async def test_an_exit_not_committed_before_shutdown_is_reported_at_the_next_start(
@@ -429,4 +470,4 @@ async def test_kernels_started_by_an_older_drover_are_adopted(database, tmp_path
         await repo.request_termination([stays])
         t = await wait_for(lambda: _in(repo, stays, S.TERMINATED), timeout=30, what="the end")
         assert t.kernels[0].status == K.TERMINATED
-        assert _live(sid=pids[1]) == []
+        assert live_processes(sid=pids[1]) == []

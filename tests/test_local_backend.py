@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from daemon_helpers import running_daemon, wait_for
+from daemon_helpers import live_processes, running_daemon, wait_for
 from sqlalchemy.exc import OperationalError
 
 from drover import KernelStatus, SessionStatus
@@ -25,26 +26,6 @@ K = KernelStatus
 
 def kernel(command: list[str], **extra: object) -> dict[str, object]:
     return {"command": command, "cpu": 0.5, "mem": 64, **extra}
-
-
-def live(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
-    """Pids of the live (non-zombie) processes in process group ``pgid`` or session ``sid``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] in ("Z", "X"):
-            continue
-        if (pgid is not None and int(fields[2]) == pgid) or (
-            sid is not None and int(fields[3]) == sid
-        ):
-            found.append(int(name))
-    return found
 
 
 async def _in(app, sid, *statuses):
@@ -95,12 +76,12 @@ async def test_terminate_escalates_to_sigkill_and_waits_for_the_whole_group(
         )
         s = await wait_for(lambda: _in(app, sid, S.RUNNING), what="RUNNING")
         pgid = s.kernels[0].runtime["pid"]
-        await wait_for(lambda: _async(len(live(pgid=pgid)) >= 2), what="both sleeps")
+        await wait_for(lambda: _async(len(live_processes(pgid=pgid)) >= 2), what="both sleeps")
         asked = time.monotonic()
         await app.repository.request_termination([sid])
         s = await wait_for(lambda: _in(app, sid, S.TERMINATED), timeout=30, what="TERMINATED")
         took = time.monotonic() - asked
-        assert live(pgid=pgid) == [], "a process of the kernel's group survived"
+        assert live_processes(pgid=pgid) == [], "a process of the kernel's group survived"
         (k,) = s.kernels
         assert (k.status, k.exit_code, k.status_info) == (
             K.TERMINATED,
@@ -146,7 +127,7 @@ async def test_exit_statuses_are_the_commands_own_when_terminated(database, tmp_
             (K.TERMINATED, 0, "destroyed; exited with code 0"),
             (K.TERMINATED, -15, "destroyed; killed by SIGTERM"),
         ]
-        assert all(live(pgid=pid) == [] for pid in pids)
+        assert all(live_processes(pgid=pid) == [] for pid in pids)
         out = await drover_cli(database, "show", sid)
         assert [(k["exit"], k["status_info"]) for k in shown_kernels(out)] == [
             ("143", "destroyed; exited with code 143"),
@@ -210,6 +191,50 @@ async def test_an_exit_is_kept_until_its_report_commits(database, tmp_path: Path
         (k,) = s.kernels
         assert (k.status, k.exit_code, k.status_info) == (K.ERROR, 3, "exited with code 3")
         assert s.status_info == "ABNORMAL_TERMINATION"
+
+
+async def test_a_kernel_that_ended_before_its_end_was_reported_keeps_its_exit_code_when_destroyed(
+    database, tmp_path: Path, monkeypatch
+):
+    """The command exits 3 and the daemon has seen it end, but has not yet read how (the
+    read is held up); the session is terminated right then. destroy finds no process left
+    to stop, reads the exit record itself and commits it: the kernel is not ended by the
+    session's transition with no exit code, and the late report is simply refused."""
+    from drover.backends import local as local_backend
+
+    go = tmp_path / "go"
+    async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        command = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3"]
+        (sid,) = await app.repository.create_sessions([{"kernels": [kernel(command)]}])
+        s = await wait_for(lambda: _in(app, sid, S.RUNNING), what="RUNNING")
+        (k,) = s.kernels
+        original = local_backend.read_end
+        entered = threading.Event()
+
+        def held_up(watch):  # runs in a worker thread
+            if watch.kernel_id == k.id:
+                entered.set()
+                time.sleep(5.0)
+            return original(watch)
+
+        monkeypatch.setattr(local_backend, "read_end", held_up)
+        go.touch()
+        await wait_for(lambda: _async(entered.is_set()), what="the end to be seen")
+        await app.repository.request_termination([sid])
+        s = await wait_for(lambda: _in(app, sid, S.TERMINATED), timeout=30, what="TERMINATED")
+        (k,) = s.kernels
+        assert (k.status, k.exit_code, k.status_info) == (
+            K.TERMINATED,
+            3,
+            "destroyed; exited with code 3",
+        )
+        assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+        rows = await app.repository.kernel_history(kernel_id=k.id)
+        assert [(r.source, r.from_status, r.to_status) for r in rows][-1] == (
+            "backend",
+            K.RUNNING,
+            K.TERMINATED,
+        )
 
 
 async def test_spawn_failures_are_kernel_failures_with_the_os_error(database, tmp_path: Path):

@@ -202,6 +202,97 @@ async def test_two_coordinators_on_postgresql_never_spawn_twice_nor_kill_a_live_
             assert all(k.status_info != "destroyed" for k in session.kernels), session.kernels
 
 
+# A real `drover run` that dies (SIGKILL) the moment it is about to report how a kernel
+# ended: the exit is on disk, in its supervisor's record, and nowhere else.
+_CRASH_BEFORE_AN_END_COMMITS = """
+import os, signal, sys
+from drover.storage.repository import Repository
+
+original = Repository.report_kernel_statuses
+
+async def crash_before_an_end_commits(self, reports):
+    if any(r.status in ("TERMINATED", "ERROR") for r in reports):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await original(self, reports)
+
+Repository.report_kernel_statuses = crash_before_an_end_commits
+sys.argv = ["drover", "--config", sys.argv[1], "run"]
+from drover.cli.main import main
+main()
+"""
+
+
+@pg_only
+async def test_a_kernel_whose_watcher_died_keeps_its_exit_code_when_another_destroys_it(
+    pg: Database, tmp_path: Path
+):
+    """Coordinator A runs a kernel and dies as it exits 3, before reporting it. The user
+    terminates the session; coordinator B, which never watched the kernel, destroys it:
+    the exit code from the supervisor's record is committed, not lost to the session's
+    transition to TERMINATED."""
+    data = tmp_path / "data"
+    go = tmp_path / "go"
+    config = tmp_path / "a.toml"
+    config.write_text(
+        f'database_url = "{pg.url}"\n'
+        f'database_schema = "{pg.schema}"\n'
+        f'data_dir = "{data}"\n'
+        "heartbeat_interval = 0.5\nsafety_interval = 2.0\nclaim_ttl = 3.0\n"
+        '[backend]\nname = "local"\nkill_grace = 1.0\n'
+        '[[backend.agents]]\nid = "shared-agent"\ncpu = 10000\nmem = 10000000\n'
+    )
+    script = tmp_path / "crashing_daemon.py"
+    script.write_text(_CRASH_BEFORE_AN_END_COMMITS)
+    # B starts no kernel (so A is the one that runs it) and starts before it exists (so
+    # it does not adopt it at start-up either).
+    extra = {
+        "backend.agents": BIG_AGENT,
+        "backend.kill_grace": 1.0,
+        "claim_ttl": 3.0,
+        "handlers.start-sessions.enabled": False,
+    }
+    async with running_daemon(pg, data, **extra) as (app, _b):
+        repo = app.repository
+        with open(tmp_path / "a.log", "ab") as handle:
+            a = await asyncio.create_subprocess_exec(
+                sys.executable, str(script), str(config), stdout=handle, stderr=handle,
+                env={k: v for k, v in os.environ.items() if not k.startswith("DROVER_")},
+            )  # fmt: skip
+        try:
+            command = ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3"]
+            (sid,) = await repo.create_sessions(
+                [{"kernels": [{"command": command, "cpu": 1, "mem": 1}]}]
+            )
+
+            async def running():
+                s = await repo.get_session(sid)
+                return s if s.status == S.RUNNING else None
+
+            await wait_for(running, timeout=60, what="RUNNING under coordinator A")
+            go.touch()
+            assert await asyncio.wait_for(a.wait(), timeout=30) == -signal.SIGKILL
+        finally:
+            if a.returncode is None:
+                a.kill()
+                await a.wait()
+        s = await repo.get_session(sid)
+        assert (s.status, s.kernels[0].status) == (S.RUNNING, K.RUNNING), "nothing reported"
+        await repo.request_termination([sid])
+
+        async def ended():
+            s = await repo.get_session(sid)
+            return s if s.status == S.TERMINATED else None
+
+        s = await wait_for(ended, timeout=60, what="TERMINATED by coordinator B")
+    (k,) = s.kernels
+    assert (k.status, k.exit_code, k.status_info) == (
+        K.TERMINATED,
+        3,
+        "destroyed; exited with code 3",
+    )
+    assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+
+
 # -- SQLite: one coordinator, enforced ------------------------------------------------------
 
 

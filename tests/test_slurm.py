@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from daemon_helpers import running_daemon, wait_for
+from daemon_helpers import LIFECYCLE, running_daemon, wait_for
 from slurm_helpers import (  # noqa: F401  (fixtures)
     FINISHED,
     NODE_CPUS,
@@ -51,16 +51,6 @@ from drover.config import ConfigError, load_config
 S = SessionStatus
 K = KernelStatus
 R = SchedulingResult
-
-LIFECYCLE = [
-    ("schedule-sessions", S.PENDING, S.SCHEDULED),
-    ("prepare-sessions", S.SCHEDULED, S.PREPARING),
-    ("promote-to-prepared", S.PREPARING, S.PREPARED),
-    ("start-sessions", S.PREPARED, S.CREATING),
-    ("promote-to-running", S.CREATING, S.RUNNING),
-    ("detect-termination", S.RUNNING, S.TERMINATING),
-    ("promote-to-terminated", S.TERMINATING, S.TERMINATED),
-]
 
 
 async def _status(app, sid, *statuses):

@@ -11,6 +11,9 @@
   exit status (a death by signal is the negative signal number).
 * destroy: SIGTERM to the kernel's process groups, SIGKILL after
   ``kill_grace``; the kernel is reported ended once none of its processes is left.
+  A kernel whose command already ended and was not reported yet (by another
+  coordinator, or by a daemon that died) is reported from its exit record, so
+  its exit code is never lost.
 
 Every command (a kernel's, or its setup) runs under its own small supervisor
 (``_local_supervisor.py``), which leads a session of its own, waits for the
@@ -303,7 +306,6 @@ class LocalBackend(AgentBackend):
         self, kernel_id: str, workdir: Path, spawn: disk.DiskSpawn, *, own: bool
     ) -> list[KernelReport]:
         """Reports for a kernel's spawn found on disk; a live one is watched from now on."""
-        runtime = runtime_of(workdir, spawn.state or {}, "kernel")
         if spawn.alive:
             if spawn.supervisor is None:
                 log.error("kernel %s: its supervisor lives but recorded nothing", kernel_id)
@@ -311,12 +313,31 @@ class LocalBackend(AgentBackend):
             watch = self._watch_of(kernel_id, "kernel", workdir, spawn, own=own)
             self._kernels[kernel_id] = watch
             return [watch.running_report()]
+        return self._ended(kernel_id, workdir, spawn, destroying=False, unstarted=True)
+
+    def _ended(
+        self,
+        kernel_id: str,
+        workdir: Path,
+        spawn: disk.DiskSpawn,
+        *,
+        destroying: bool,
+        unstarted: bool,
+    ) -> list[KernelReport]:
+        """Reports for a kernel's spawn found ended on disk: how it ended, from its exit record.
+
+        ``unstarted``: the kernel's RUNNING never committed (it is PREPARED or
+        CREATING in the database). A command that ran then gets its RUNNING
+        first, so its history says it ran; one that never ran (it could not
+        start, or nobody knows how it ended) goes straight to its end.
+        """
+        runtime = runtime_of(workdir, spawn.state or {}, "kernel")
         end = kernel_end(
-            kernel_id, spawn.exit, destroying=False, runtime=runtime, lost=lost_reason(spawn),
-            unstarted=True,
+            kernel_id, spawn.exit, destroying=destroying, runtime=runtime,
+            lost=lost_reason(spawn), unstarted=unstarted,
         )  # fmt: skip
-        if end.status == _K.ERROR and end.exit_code is None:
-            return [end]  # it never ran: no RUNNING in its history
+        if not unstarted or end.exit_code is None:
+            return [end]
         running = KernelReport(kernel_id, _K.RUNNING, expected=RUNNING_EXPECTED, runtime=runtime)
         return [running, end]
 
@@ -649,19 +670,27 @@ class LocalBackend(AgentBackend):
 
         Returns once no process of any of them is left and how each ended is
         committed, so that the handler's transition never hides an exit code;
-        raises :class:`BackendError` if that cannot be committed yet.
+        raises :class:`BackendError` if that cannot be committed yet. That
+        includes a kernel this daemon does not watch (any more) whose command
+        already ended: its watcher (another coordinator, one killed before its
+        RUNNING report committed, or this daemon's monitor still reading the
+        end) may report it too late or never, and the session's transition to
+        TERMINATED would then end the kernel without its code.
         """
         victims: list[Watch] = []
+        ended: list[KernelReport] = []
         for kernel in session.kernels:
             setup = self._setups.get(kernel.id)
             watch = self._kernels.get(kernel.id)
             if watch is None and kernel.status not in TERMINAL_KERNEL_STATUSES:
-                watch = await self._adopt_for_destroy(kernel)
+                watch = await self._adopt_for_destroy(kernel, ended)
             for victim in (setup, watch):
                 if victim is not None:
                     victim.destroying = True
                     terminate(victim)
                     victims.append(victim)
+        # Queued like every end, so the flush below commits them (or the runner retries).
+        self._reports.add(ended)
         grace = max((v.grace for v in victims), default=0.0)
         await self._wait_for_ends(victims, grace + _KILL_MARGIN)
         stuck = [v for v in victims if self._still_watched(v)]
@@ -691,26 +720,59 @@ class LocalBackend(AgentBackend):
         table = self._kernels if watch.role == "kernel" else self._setups
         return table.get(watch.kernel_id) is watch or watch.kernel_id in self._ending
 
-    async def _adopt_for_destroy(self, kernel: KernelInfo) -> Watch | None:
-        """Watch a kernel's live command that this daemon does not watch yet."""
+    async def _adopt_for_destroy(
+        self, kernel: KernelInfo, ended: list[KernelReport]
+    ) -> Watch | None:
+        """Watch a kernel's live command that this daemon does not watch yet.
+
+        A command of the kernel's current attempt that already ended is not
+        watched: how it ended (read from its exit record) is added to ``ended``.
+        """
         runtime = kernel.runtime or {}
         if runtime.get("token") is None and "pid" in runtime:
             pid, identity = runtime.get("pid"), runtime.get("identity")
             if not isinstance(pid, int) or not isinstance(identity, str):
                 return None
             if process_identity(pid) != identity:
+                # An older drover's wrapper that ended: its exit file, if it wrote one.
+                workdir = Path(runtime.get("workdir", self._workdir(kernel)))
+                record = await asyncio.to_thread(legacy_exit, workdir)
+                if record is not None:
+                    ended.append(kernel_end(kernel.id, record, destroying=True, runtime=runtime))
                 return None
             self._resume_legacy(kernel, [])
             return self._kernels.get(kernel.id)
         workdir = self._workdir(kernel)
-        spawn = await asyncio.to_thread(disk.inspect, workdir, "kernel", wait=False)
-        if spawn is None or not spawn.alive or spawn.supervisor is None:
+        # Waiting lets a supervisor spawned a moment ago record its command,
+        # which is then adopted and stopped instead of escaping the destroy.
+        spawn = await asyncio.to_thread(disk.inspect, workdir, "kernel")
+        if spawn is None:
             return None
         # A kernel never reported RUNNING (a crash came first) has no token in
-        # the database; its live spawn on disk is the current attempt's.
+        # the database; its spawn on disk is the current attempt's.
         if runtime.get("token") not in (None, spawn.token):
+            return None
+        if not spawn.alive:
+            # Only a kernel that wants a process has its current attempt's spawn
+            # on disk: an earlier attempt's would be reset by its preparation.
+            if kernel.status in _WANTS_PROCESS and (spawn.started or spawn.exit is not None):
+                ended.extend(await asyncio.to_thread(self._ended_for_destroy, kernel, spawn))
+            return None
+        if spawn.supervisor is None:
             return None
         confirmed = kernel.status not in RUNNING_EXPECTED
         watch = self._watch_of(kernel.id, "kernel", workdir, spawn, confirmed=confirmed)
         self._kernels[kernel.id] = watch
         return watch
+
+    def _ended_for_destroy(self, kernel: KernelInfo, spawn: disk.DiskSpawn) -> list[KernelReport]:
+        """(worker thread) How an unwatched kernel's command ended, for destroy to commit.
+
+        A supervisor that died without recording the end may have left
+        processes: they are killed, as destroy promises.
+        """
+        workdir = self._workdir(kernel)
+        if spawn.exit is None and spawn.started:
+            disk.kill_supervised(workdir, "kernel", spawn)
+        unstarted = kernel.status in RUNNING_EXPECTED
+        return self._ended(kernel.id, workdir, spawn, destroying=True, unstarted=unstarted)
