@@ -58,7 +58,7 @@ slurm-demo: $(STAMP) slurm-up
 
 ## ruff, mypy --strict and pytest. Installs the system packages and starts the Slurm
 ## test cluster first when missing (the slurm tests fail, never skip, without it).
-## (The kill campaign, `make chaos`, is not part of it yet: see docs/scaling.md.)
+## pytest includes the CI-sized kill campaign (`make chaos`, tests/test_chaos.py).
 test: $(STAMP) system-deps slurm-up
 	$(BIN)/ruff check drover tests bench examples
 	$(BIN)/ruff format --check drover tests bench examples

@@ -65,6 +65,16 @@ _KERNEL_DETAIL_SQL = (
     "FROM entities k JOIN entities s ON s.id = k.parent_id WHERE k.kind = 'kernel'"
 )
 _FENCED_SQL = "SELECT count(*) FROM scheduling_history WHERE error_code = 'fenced'"
+# What happened to a kernel (its status changes) and to its session (its history).
+_KERNEL_TRAIL_SQL = (
+    "SELECT created_at, source, from_status, to_status, message FROM status_changes "
+    "WHERE entity_id = :id ORDER BY id"
+)
+_SESSION_TRAIL_SQL = (
+    "SELECT h.created_at, h.handler, h.result, h.from_status, h.to_status, h.error_code "
+    "FROM scheduling_history h JOIN entities k ON k.parent_id = h.entity_id "
+    "WHERE k.id = :id ORDER BY h.id"
+)
 
 
 def _config(path: Path, url: str, schema: str, data: Path, claim_ttl: float) -> None:
@@ -107,6 +117,8 @@ class Campaign:
         _config(self.config, url, schema, self.dir / "data", args.claim_ttl)
         self.procs: list[asyncio.subprocess.Process | None] = [None] * coordinators
         self.kills = 0
+        # (epoch seconds, coordinator index) of each kill, to read a trail against.
+        self.kill_times: list[tuple[float, int]] = []
         self.restarts = 0
         self.terminated: set[str] = set()
         self.submitted: list[str] = []
@@ -178,6 +190,7 @@ class Campaign:
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
                 self.kills += 1
+                self.kill_times.append((time.time(), i))
             await asyncio.sleep(self.rng.uniform(0.2, 1.5))
             await self._start(i)
             self.restarts += 1
@@ -252,18 +265,22 @@ class Campaign:
                 os.kill(pid, signal.SIGKILL)
         by_status = Counter(sessions.values())
         # A kernel destroyed (its session terminated) in the instant between its
-        # command printing its code and the wrapper recording it has no exit code:
-        # it was killed, not wrong. Those are counted apart, not as mismatches.
+        # command printing its code and exiting dies of drover's signal: it was
+        # killed, not wrong. Its row says "destroyed; killed by SIGTERM" (a
+        # negative code) or "destroyed; its exit status is unknown" (none).
+        # Those are counted apart, not as mismatches; a destroyed kernel with a
+        # code of its own must have the printed one.
         raced = [
             kid
             for kid, code in printed.items()
             if kernels.get(kid) != code
-            and (detail.get(kid) or [None] * 3)[2] == "destroyed"
-            and kernels.get(kid) is None
+            and str((detail.get(kid) or [None] * 3)[2] or "").startswith("destroyed")
+            and (kernels.get(kid) is None or kernels[kid] < 0)
         ]
         mismatched = [
             kid for kid, code in printed.items() if kernels.get(kid) != code and kid not in raced
         ]
+        trails = await self._trails(mismatched)
         checks = {
             "every session ended": settled
             and all(s in TERMINAL for s in sessions.values())
@@ -297,7 +314,47 @@ class Campaign:
             # session status, session info) of what went wrong.
             "mismatched": {k: [printed[k], *detail.get(k, [])] for k in mismatched},
             "left": {k: detail.get(k) for k in left_kernels if k},
+            "trails": trails,
         }
+
+    async def _trails(self, kernel_ids: list[str]) -> dict[str, list[str]]:
+        """For each kernel: its status changes, its session's history, the exit record and
+        the kills nearby, as lines with times relative to when its command's end was recorded."""
+        if not kernel_ids:
+            return {}
+        engine = create_engine(self.url, schema=self.schema or None)
+        trails: dict[str, list[str]] = {}
+        try:
+            async with engine.connect() as conn:
+                for kid in kernel_ids:
+                    exit_file = self.dir / "data" / "kernels" / kid / ".drover" / "kernel.exit"
+                    try:
+                        t0 = exit_file.stat().st_mtime
+                        lines = [f"exit record {exit_file.read_text().strip()}"]
+                    except OSError:
+                        t0, lines = 0.0, ["no exit record"]
+                    events: list[tuple[float, str]] = []
+                    for at, source, src, dst, message in await conn.execute(
+                        sa.text(_KERNEL_TRAIL_SQL), {"id": kid}
+                    ):
+                        events.append((at, f"kernel {src}->{dst} by {source}: {message or ''}"))
+                    for at, handler, result, src, dst, code in await conn.execute(
+                        sa.text(_SESSION_TRAIL_SQL), {"id": kid}
+                    ):
+                        events.append(
+                            (at, f"session {src}->{dst} by {handler} {result} {code or ''}")
+                        )
+                    if events:
+                        first, last = events[0][0], events[-1][0]
+                        for at, i in self.kill_times:
+                            if first - 10 <= at <= last + 1:
+                                events.append((at, f"kill -9 coordinator {i}"))
+                    for at, text in sorted(events):
+                        lines.append(f"{at - t0:+8.2f}s {text}")
+                    trails[kid] = lines
+        finally:
+            await engine.dispose()
+        return trails
 
 
 def _lines(path: Path) -> list[str]:
@@ -376,6 +433,8 @@ async def main_async(args: argparse.Namespace) -> int:
         for key in ("mismatched", "left"):
             for kernel_id, row in result[key].items():
                 print(f"  {key}: kernel {kernel_id}: {row}")
+                for line in result["trails"].get(kernel_id, []) if key == "mismatched" else []:
+                    print(f"    {line}")
         for name, ok in result["checks"].items():
             print(f"{'PASS' if ok else 'FAIL'}  {name}")
             passed += ok
