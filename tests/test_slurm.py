@@ -62,13 +62,16 @@ def _moves(rows):
     return [(r.handler, r.from_status, r.to_status) for r in rows if r.from_status != r.to_status]
 
 
-def _until(go: Path, before: str = "true") -> list[str]:
-    """A command that runs ``before``, then exits 0 within 10 ms of ``go`` appearing.
+def _until(go: Path, before: str = "true", then: str = "exit 0") -> list[str]:
+    """A command that runs ``before``, then ``then`` within 10 ms of ``go`` appearing.
 
     A session ends when its first kernel exits (the others are destroyed), so
     kernels that must all end on their own exit together, on the test's word.
+    A command that must end after its session is RUNNING waits for the word too:
+    one that ends before is a start failure, and a fixed sleep loses that race
+    on a loaded machine.
     """
-    wait = f"for i in $(seq 6000); do [ -e {go} ] && exit 0; sleep 0.01; done; exit 99"
+    wait = f"for i in $(seq 6000); do [ -e {go} ] && {{ {then}; }}; sleep 0.01; done; exit 99"
     return ["sh", "-c", f"{before}; {wait}"]
 
 
@@ -101,10 +104,11 @@ async def test_exit_3_ends_in_error_with_the_code_and_slurm_reason(
     """A job that exits 3: kernel ERROR with code 3 and Slurm's state and reason."""
     flags = slurm_settings(job_prefix)
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
-        # Alive long enough for the session to be RUNNING first (else it is a start
-        # failure, START_FAILED), even on a loaded machine.
-        kernel = {"command": ["sh", "-c", "sleep 2; echo failing >&2; exit 3"], "cpu": 1, "mem": 64}
+        go = tmp_path / "go"
+        kernel = {"command": _until(go, then="echo failing >&2; exit 3"), "cpu": 1, "mem": 64}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
+        await wait_for(lambda: _status(app, sid, S.RUNNING), timeout=40, what="RUNNING")
+        go.touch()
         s = await wait_for(lambda: _status(app, sid, S.TERMINATED), timeout=40, what="TERMINATED")
         (k,) = s.kernels
         job_id = k.runtime["slurm_job_id"]
@@ -300,8 +304,11 @@ async def test_jobs_that_left_the_controller_are_read_from_the_jobcomp_file(
         tool.chmod(0o755)
     flags = slurm_settings(job_prefix, squeue=str(squeue), scontrol=str(scontrol))
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
-        kernel = {"command": ["sh", "-c", "sleep 1; exit 4"], "cpu": 1, "mem": 64}
+        go = tmp_path / "go"
+        kernel = {"command": _until(go, then="exit 4"), "cpu": 1, "mem": 64}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
+        await wait_for(lambda: _status(app, sid, S.RUNNING), timeout=40, what="RUNNING")
+        go.touch()
         s = await wait_for(lambda: _status(app, sid, S.TERMINATED), timeout=40, what="TERMINATED")
         (k,) = s.kernels
         assert (k.status, k.exit_code) == (K.ERROR, 4)
@@ -357,9 +364,11 @@ async def test_a_coordinator_killed_with_sigkill_is_restarted_and_adopts_its_job
     first = await _start(config, log)
     second: asyncio.subprocess.Process | None = None
     try:
-        go = tmp_path / "go"
+        go, quick_go = tmp_path / "go", tmp_path / "quick-go"
         sleeper = {"command": _until(go), "cpu": 1, "mem": 64}
-        quick = {"command": ["sh", "-c", "sleep 1; echo done"], "cpu": 1, "mem": 64}
+        # Ends on the test's word, not after a fixed delay: a job that ends before
+        # its session is RUNNING is a start failure, which a loaded machine can cause.
+        quick = {"command": _until(quick_go, before="echo done"), "cpu": 1, "mem": 64}
         long_one, short_one = await repo.create_sessions(
             [{"kernels": [sleeper, sleeper]}, {"kernels": [quick]}]
         )
@@ -375,6 +384,7 @@ async def test_a_coordinator_killed_with_sigkill_is_restarted_and_adopts_its_job
         for k in kernels[:2]:
             assert await live_job_ids(f"{job_prefix}{k.id}"), "jobs outlive the coordinator"
         # While no coordinator runs, the quick job ends.
+        quick_go.touch()
         quick_name = f"{job_prefix}{kernels[2].id}"
         await wait_for(lambda: _no_live(quick_name), timeout=20, what="the quick job to end")
 
