@@ -30,6 +30,19 @@ LIFECYCLE = [
 AGENT = [{"id": "test-agent", "cpu": 4, "mem": 4096}]
 
 
+def ends_on_word(go: Path, *, before: str = "true", then: str = "exit 0") -> list[str]:
+    """A command that runs ``before``, then ``then`` within 10 ms of ``go`` appearing.
+
+    A command that must end after its session is RUNNING waits for the test's
+    word: one that ends before is a start failure, and a fixed sleep loses that
+    race on a loaded machine. A session ends when its first kernel exits (the
+    others are destroyed), so kernels that must all end on their own exit
+    together on the same word. Gives up with exit 99 after 60 s.
+    """
+    wait = f"for i in $(seq 6000); do [ -e {go} ] && {{ {then}; }}; sleep 0.01; done; exit 99"
+    return ["sh", "-c", f"{before}; {wait}"]
+
+
 def daemon_flags(database: Any, data_dir: Path, **extra: Any) -> dict[str, Any]:
     """Flags for a fast daemon on the test's database and a temporary data directory."""
     flags: dict[str, Any] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon_helpers import LIFECYCLE, process_alive, running_daemon, wait_for
+from daemon_helpers import LIFECYCLE, ends_on_word, process_alive, running_daemon, wait_for
 
 from drover import KernelStatus, SchedulingResult, SessionStatus
 
@@ -49,9 +49,12 @@ async def test_a_successful_command(database, tmp_path: Path):
 async def test_a_non_zero_exit(database, tmp_path: Path):
     """exit 3: kernel ERROR with its code; session TERMINATED, FAILURE, ABNORMAL_TERMINATION."""
     async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        go = tmp_path / "go"
         (sid,) = await app.repository.create_sessions(
-            [{"kernels": [kernel(["sh", "-c", "sleep 0.3; exit 3"]), kernel(["sleep", "30"])]}]
+            [{"kernels": [kernel(ends_on_word(go, then="exit 3")), kernel(["sleep", "30"])]}]
         )
+        await wait_for(lambda: _status(app, sid, S.RUNNING), what="RUNNING")
+        go.touch()
         s = await wait_for(lambda: _status(app, sid, S.TERMINATED), what="TERMINATED")
         assert (s.result, s.status_info) == ("FAILURE", "ABNORMAL_TERMINATION")
         failed, slept = s.kernels

@@ -13,6 +13,7 @@ import pytest
 from daemon_helpers import (
     AGENT,
     daemon_flags,
+    ends_on_word,
     live_processes,
     process_alive,
     running_daemon,
@@ -345,8 +346,9 @@ async def test_an_exit_not_committed_before_shutdown_is_reported_at_the_next_sta
     the exit record at start-up and reports it (ERROR, exit 3)."""
     data = tmp_path / "data"
     async with running_daemon(database, data) as (app, _daemon):
+        go = tmp_path / "go"
         (sid,) = await app.repository.create_sessions(
-            [{"kernels": [_kernel(["sh", "-c", "sleep 0.5; exit 3"])]}]
+            [{"kernels": [_kernel(ends_on_word(go, then="exit 3"))]}]
         )
         s = await wait_for(lambda: _in(app.repository, sid, S.RUNNING), what="RUNNING")
         refused = []
@@ -356,6 +358,7 @@ async def test_an_exit_not_committed_before_shutdown_is_reported_at_the_next_sta
             raise OperationalError("UPDATE entities", {}, Exception("readonly database"))
 
         monkeypatch.setattr(app.repository, "report_kernel_statuses", unwritable)
+        go.touch()
         await wait_for(lambda: _dead(s.kernels[0].runtime["pid"]), what="the exit")
         await wait_for(lambda: _now(len(refused) >= 2), what="the report to be retried")
     assert (await app.repository.get_session(sid)).status == S.RUNNING  # nothing committed

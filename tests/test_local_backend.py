@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_helpers import live_processes, running_daemon, wait_for
+from daemon_helpers import ends_on_word, live_processes, running_daemon, wait_for
 from sqlalchemy.exc import OperationalError
 
 from drover import KernelStatus, SessionStatus
@@ -140,13 +140,15 @@ async def test_a_death_by_signal_is_recorded_as_the_signal(database, tmp_path: P
     """A command killed by a signal is ERROR "killed by SIGTERM", exit code -15; a command
     that returns 143 itself is "exited with code 143". show and why say which is which."""
     async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        go = tmp_path / "go"
         by_signal, by_code = await app.repository.create_sessions(
             [
-                # Alive long enough for the session to be RUNNING first, even under load.
-                {"kernels": [kernel(["sh", "-c", "sleep 2; kill -TERM $$"])]},
+                {"kernels": [kernel(ends_on_word(go, then="kill -TERM $$"))]},
                 {"kernels": [kernel(["sh", "-c", "exit 143"])]},
             ]
         )
+        await wait_for(lambda: _in(app, by_signal, S.RUNNING), what="RUNNING")
+        go.touch()
         s = await wait_for(lambda: _in(app, by_signal, S.TERMINATED), what="TERMINATED")
         (k,) = s.kernels
         assert (k.status, k.exit_code, k.status_info) == (K.ERROR, -15, "killed by SIGTERM")
@@ -168,8 +170,9 @@ async def test_an_exit_is_kept_until_its_report_commits(database, tmp_path: Path
     """The database refuses reports while the kernel exits; the exit is retried with backoff
     and lands once the database is writable again: the session does not stay RUNNING."""
     async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        go = tmp_path / "go"
         (sid,) = await app.repository.create_sessions(
-            [{"kernels": [kernel(["sh", "-c", "sleep 1; exit 3"])]}]
+            [{"kernels": [kernel(ends_on_word(go, then="exit 3"))]}]
         )
         await wait_for(lambda: _in(app, sid, S.RUNNING), what="RUNNING")
         original = app.repository.report_kernel_statuses
@@ -185,6 +188,7 @@ async def test_an_exit_is_kept_until_its_report_commits(database, tmp_path: Path
             return await original(reports)
 
         monkeypatch.setattr(app.repository, "report_kernel_statuses", unwritable)
+        go.touch()
         s = await wait_for(lambda: _in(app, sid, S.TERMINATED), timeout=30, what="TERMINATED")
         assert len(refused) >= 2, refused  # retried, not dropped after one failure
         assert all(statuses == [K.ERROR] for statuses in refused), refused

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from daemon_helpers import LIFECYCLE, running_daemon, wait_for
+from daemon_helpers import LIFECYCLE, ends_on_word, running_daemon, wait_for
 from slurm_helpers import (  # noqa: F401  (fixtures)
     FINISHED,
     NODE_CPUS,
@@ -62,25 +62,12 @@ def _moves(rows):
     return [(r.handler, r.from_status, r.to_status) for r in rows if r.from_status != r.to_status]
 
 
-def _until(go: Path, before: str = "true", then: str = "exit 0") -> list[str]:
-    """A command that runs ``before``, then ``then`` within 10 ms of ``go`` appearing.
-
-    A session ends when its first kernel exits (the others are destroyed), so
-    kernels that must all end on their own exit together, on the test's word.
-    A command that must end after its session is RUNNING waits for the word too:
-    one that ends before is a start failure, and a fixed sleep loses that race
-    on a loaded machine.
-    """
-    wait = f"for i in $(seq 6000); do [ -e {go} ] && {{ {then}; }}; sleep 0.01; done; exit 99"
-    return ["sh", "-c", f"{before}; {wait}"]
-
-
 async def test_two_kernels_land_on_two_nodes_and_succeed(database, tmp_path: Path, job_prefix):
     """Each kernel takes a whole node, so the two are placed on n1 and n2; both exit 0."""
     flags = slurm_settings(job_prefix)
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
         go = tmp_path / "go"
-        command = _until(go, "echo on $SLURMD_NODENAME")
+        command = ends_on_word(go, before="echo on $SLURMD_NODENAME")
         kernel = {"command": command, "cpu": NODE_CPUS, "mem": 64}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel, kernel]}])
         await wait_for(lambda: _status(app, sid, S.RUNNING), timeout=40, what="RUNNING")
@@ -105,7 +92,7 @@ async def test_exit_3_ends_in_error_with_the_code_and_slurm_reason(
     flags = slurm_settings(job_prefix)
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
         go = tmp_path / "go"
-        kernel = {"command": _until(go, then="echo failing >&2; exit 3"), "cpu": 1, "mem": 64}
+        kernel = {"command": ends_on_word(go, then="echo failing >&2; exit 3"), "cpu": 1, "mem": 64}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
         await wait_for(lambda: _status(app, sid, S.RUNNING), timeout=40, what="RUNNING")
         go.touch()
@@ -305,7 +292,7 @@ async def test_jobs_that_left_the_controller_are_read_from_the_jobcomp_file(
     flags = slurm_settings(job_prefix, squeue=str(squeue), scontrol=str(scontrol))
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
         go = tmp_path / "go"
-        kernel = {"command": _until(go, then="exit 4"), "cpu": 1, "mem": 64}
+        kernel = {"command": ends_on_word(go, then="exit 4"), "cpu": 1, "mem": 64}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
         await wait_for(lambda: _status(app, sid, S.RUNNING), timeout=40, what="RUNNING")
         go.touch()
@@ -365,10 +352,10 @@ async def test_a_coordinator_killed_with_sigkill_is_restarted_and_adopts_its_job
     second: asyncio.subprocess.Process | None = None
     try:
         go, quick_go = tmp_path / "go", tmp_path / "quick-go"
-        sleeper = {"command": _until(go), "cpu": 1, "mem": 64}
+        sleeper = {"command": ends_on_word(go), "cpu": 1, "mem": 64}
         # Ends on the test's word, not after a fixed delay: a job that ends before
         # its session is RUNNING is a start failure, which a loaded machine can cause.
-        quick = {"command": _until(quick_go, before="echo done"), "cpu": 1, "mem": 64}
+        quick = {"command": ends_on_word(quick_go, before="echo done"), "cpu": 1, "mem": 64}
         long_one, short_one = await repo.create_sessions(
             [{"kernels": [sleeper, sleeper]}, {"kernels": [quick]}]
         )
