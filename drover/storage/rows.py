@@ -34,7 +34,6 @@ __all__ = [
     "KERNEL_KIND",
     "SESSION_COLUMNS",
     "SESSION_KIND",
-    "Specs",
     "Times",
     "coordinator_from_row",
     "entities_with_children",
@@ -42,7 +41,6 @@ __all__ = [
     "history_from_row",
     "kernel_from_row",
     "kernel_history_from_row",
-    "session_from_row",
     "sessions_with_kernels",
 ]
 
@@ -133,27 +131,7 @@ class Times:
         return value
 
 
-class Specs:
-    """JSON text to values, decoded once per distinct text in one read.
-
-    A session's kernels usually share one spec; their values then share one
-    decoded object, which, like every value drover hands out, is read-only.
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[str, Any] = {}
-
-    def __call__(self, text: Any) -> Any:
-        """The decoded value of ``text``."""
-        if text.__class__ is not str:
-            return text
-        value = self._seen.get(text)
-        if value is None:
-            value = self._seen[text] = _json(text)
-        return value
-
-
-def kernel_from_row(row: Sequence[Any], times: Times, specs: Specs | None = None) -> KernelInfo:
+def kernel_from_row(row: Sequence[Any], times: Times) -> KernelInfo:
     """A :class:`KernelInfo` from a row of :data:`KERNEL_COLUMNS`."""
     return KernelInfo(
         row[0],
@@ -161,41 +139,10 @@ def kernel_from_row(row: Sequence[Any], times: Times, specs: Specs | None = None
         _KERNEL_STATUS[row[2]],
         times(row[3]),
         row[4],
-        specs(row[5]) if specs is not None else _json(row[5]),
+        _json(row[5]),
         row[6],
         row[7],
         _json(row[8]),
-    )
-
-
-def session_from_row(
-    row: Sequence[Any],
-    kernels: Sequence[KernelInfo],
-    times: Times,
-    handler: str | None = None,
-) -> SessionWithKernels:
-    """A session from a row of :data:`SESSION_COLUMNS` and its kernels.
-
-    ``try_count`` is ``handler``'s count, or the highest of any handler.
-    """
-    tries: dict[str, int] = _json(row[9]) or {}
-    try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
-    return SessionWithKernels(
-        row[0],
-        row[1] or "",
-        _SESSION_STATUS[row[2]],
-        times(row[3]),
-        try_count,
-        row[4],
-        times(row[5]),
-        _json(row[6]),
-        row[7],
-        row[8],
-        tuple(kernels),
-        tries,
-        row[10],
-        None if row[11] is None else _json(row[11]),
-        None if row[12] is None else _json(row[12]),
     )
 
 
@@ -254,9 +201,11 @@ def sessions_with_kernels(
     """Sessions in the order of ``session_rows``, each with its kernels in id order.
 
     The hot path of every lifecycle tick (a thousand sessions and four
-    thousand kernels a tick): the per-row work is inlined, the timestamp and
-    spec caches of :class:`Times` and :class:`Specs` included, because a
-    method call per column costs more than the lookup it wraps.
+    thousand kernels a tick): the per-row work is inlined, the timestamp
+    cache of :class:`Times` included, because a method call per column costs
+    more than the lookup it wraps. Kernels read together with identical spec
+    text share one decoded, read-only spec. ``try_count`` is ``handler``'s
+    count, or the highest of any handler.
     """
     seen_times: dict[float, datetime] = {}
     seen_specs: dict[str, Any] = {}
