@@ -204,7 +204,7 @@ async def test_a_kernel_that_ended_before_its_end_was_reported_keeps_its_exit_co
     read is held up); the session is terminated right then. destroy finds no process left
     to stop, reads the exit record itself and commits it: the kernel is not ended by the
     session's transition with no exit code, and the late report is simply refused."""
-    from drover.backends import local as local_backend
+    from drover.backends.local import backend as local_backend
 
     go = tmp_path / "go"
     async with running_daemon(database, tmp_path / "data") as (app, _daemon):

@@ -33,11 +33,11 @@ from slurm_helpers import (  # noqa: F401  (fixtures)
 
 from drover import KernelStatus, SchedulingResult, SessionStatus
 from drover.app import App
-from drover.backends._slurm_client import SlurmClient
-from drover.backends._slurm_reports import ended, progress
-from drover.backends._slurm_script import SpecProblem, job_script, resource_args
-from drover.backends._slurm_settings import SlurmSettings, settings_from
-from drover.backends._slurm_tools import (
+from drover.backends.slurm._client import SlurmClient
+from drover.backends.slurm._reports import ended, progress
+from drover.backends.slurm._script import SpecProblem, job_script, resource_args
+from drover.backends.slurm._settings import SlurmSettings, settings_from
+from drover.backends.slurm._tools import (
     SlurmJob,
     decode_exit,
     job_from_fields,

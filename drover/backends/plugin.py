@@ -40,8 +40,8 @@ def _simulated(config: Config) -> AgentBackend:
 
 
 def _slurm(config: Config) -> AgentBackend:
-    from drover.backends._slurm_settings import settings_from
     from drover.backends.slurm import SlurmBackend
+    from drover.backends.slurm._settings import settings_from
     from drover.config import ConfigError
     from drover.model.errors import DroverError
 

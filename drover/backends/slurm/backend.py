@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drover.backends._slurm_client import SlurmClient, newest_named
-from drover.backends._slurm_reports import OWNING, ended, lost, progress, started
-from drover.backends._slurm_script import SpecProblem, job_script, resource_args
-from drover.backends._slurm_settings import SlurmSettings
-from drover.backends._slurm_tools import SlurmCommandError, SlurmJob, SlurmNode, transient_retry
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.backends.slurm._client import SlurmClient, newest_named
+from drover.backends.slurm._reports import OWNING, ended, lost, progress, started
+from drover.backends.slurm._script import SpecProblem, job_script, resource_args
+from drover.backends.slurm._settings import SlurmSettings
+from drover.backends.slurm._tools import SlurmCommandError, SlurmJob, SlurmNode, transient_retry
 from drover.model.rules import NON_TERMINAL_KERNEL_STATUSES
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels

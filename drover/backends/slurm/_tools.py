@@ -1,7 +1,7 @@
 """Running Slurm's tools and reading what they print: jobs, nodes, exit codes.
 
-Nothing here keeps state; :mod:`drover.backends._slurm_client` calls these and
-:mod:`drover.backends.slurm` decides what the results mean for kernels.
+Nothing here keeps state; :mod:`drover.backends.slurm._client` calls these and
+:mod:`drover.backends.slurm.backend` decides what the results mean for kernels.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The supervisor of one local kernel command (or setup): a script, never imported by drover.
 
-``python -I -S _local_supervisor.py PREFIX TOKEN CWD GRACE COMMAND...``
+``python -I -S _supervisor.py PREFIX TOKEN CWD GRACE COMMAND...``
 
 The local backend starts one supervisor per command, as the leader of a new
 session, with the intent file it locked on fd 3 (the lock is held for the

@@ -7,8 +7,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from drover.backends._slurm_settings import SlurmSettings
-from drover.backends._slurm_tools import (
+from drover.backends.slurm._settings import SlurmSettings
+from drover.backends.slurm._tools import (
     SINFO_FORMAT,
     SlurmCommandError,
     SlurmJob,

@@ -36,7 +36,7 @@ from typing import Any
 
 import attrs
 
-from drover.backends._local_proc import boot_id, process_identity, read_stat, signal_members
+from drover.backends.local._proc import boot_id, process_identity, read_stat, signal_members
 
 __all__ = [
     "SUPERVISOR",
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: The supervisor script, run with ``python -I -S`` (see its docstring).
-SUPERVISOR = str(Path(__file__).with_name("_local_supervisor.py"))
+SUPERVISOR = str(Path(__file__).with_name("_supervisor.py"))
 
 # Seconds a restarted daemon waits for a live supervisor to record what it
 # started (it may have been spawned a moment before the old daemon died).

@@ -19,10 +19,10 @@ from typing import Any
 
 import attrs
 
-from drover.backends import _local_disk as disk
-from drover.backends._local_outcome import RUNNING_EXPECTED
-from drover.backends._local_proc import process_identity, session_members, signal_members
-from drover.backends._local_spec import log_paths
+from drover.backends.local import _disk as disk
+from drover.backends.local._outcome import RUNNING_EXPECTED
+from drover.backends.local._proc import process_identity, session_members, signal_members
+from drover.backends.local._spec import log_paths
 from drover.model.status import KernelStatus
 from drover.model.values import KernelReport
 

@@ -16,13 +16,13 @@
   its exit code is never lost.
 
 Every command (a kernel's, or its setup) runs under its own small supervisor
-(``_local_supervisor.py``), which leads a session of its own, waits for the
+(``_supervisor.py``), which leads a session of its own, waits for the
 command, records how it ended in the working directory and cleans up what
 the command left behind. Supervisors are not children of an asyncio
 transport and outlive the daemon: a restarted daemon adopts what runs, and
 reads how the rest ended. Before any spawn an intent (a spawn token) is
 fsynced and locked, so a crash never runs a kernel twice (see
-``_local_disk.py``). Reports of how things ended are kept until they commit.
+``_disk.py``). Reports of how things ended are kept until they commit.
 A pid is only ever signalled if its ``/proc`` start time and boot id still
 match what was recorded: pids get reused. Linux only.
 
@@ -43,12 +43,13 @@ from typing import Any
 
 import attrs
 
-from drover.backends import _local_disk as disk
-from drover.backends._local_outcome import AFTER_SETUP, RUNNING_EXPECTED, kernel_end, setup_end
-from drover.backends._local_proc import boot_id, process_identity
-from drover.backends._local_reports import ReportQueue
-from drover.backends._local_spec import cwd_of, env_of, log_paths, spec_problem
-from drover.backends._local_watch import (
+from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.backends.local import _disk as disk
+from drover.backends.local._outcome import AFTER_SETUP, RUNNING_EXPECTED, kernel_end, setup_end
+from drover.backends.local._proc import boot_id, process_identity
+from drover.backends.local._reports import ReportQueue
+from drover.backends.local._spec import cwd_of, env_of, log_paths, spec_problem
+from drover.backends.local._watch import (
     Attempt,
     Command,
     Watch,
@@ -62,7 +63,6 @@ from drover.backends._local_watch import (
     runtime_of,
     terminate,
 )
-from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 

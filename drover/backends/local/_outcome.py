@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from drover.backends._local_proc import describe_signal
+from drover.backends.local._proc import describe_signal
 from drover.model.status import KernelStatus
 from drover.model.values import KernelReport
 

@@ -8,7 +8,7 @@ one (``detect-termination``, KERNEL_EXITED), never as a start failure.
 
 from __future__ import annotations
 
-from drover.backends._slurm_tools import SlurmJob
+from drover.backends.slurm._tools import SlurmJob
 from drover.model.status import KernelStatus
 from drover.model.values import KernelReport
 
