@@ -82,6 +82,17 @@ def test_sql_is_built_only_in_storage():
     assert not bad, sorted(bad)
 
 
+def test_the_dashboard_imports_no_sqlalchemy():
+    """drover.web reads only through the repository: not even sqlalchemy's error types."""
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in _modules("web")
+        for module in _imports(path)
+        if module.split(".")[0] == "sqlalchemy"
+    }
+    assert not bad, sorted(bad)
+
+
 def test_no_code_outside_a_backend_checks_which_backend_it_has():
     """No isinstance() on backend classes outside drover.backends."""
     names = {"SimulatedBackend", "LocalBackend"}

@@ -23,7 +23,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from drover.storage.ticks import BUCKETS, MetricsSnapshot
 
-__all__ = ["render_metrics"]
+__all__ = ["CONTENT_TYPE_METRICS", "render_metrics"]
+
+#: The media type of :func:`render_metrics`' text (Prometheus exposition format 0.0.4).
+CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _SnapshotCollector(Collector):

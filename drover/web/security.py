@@ -12,6 +12,8 @@ Three ASGI middlewares, outermost first:
   ``Authorization: Bearer T`` or the session cookie the login form sets
   (HttpOnly, SameSite=Strict), so the token is typed once and never copied
   into a link.
+
+:func:`security_middleware` lists them in that order for the application.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import hashlib
 import hmac
 import html
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs
 
 from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,6 +39,7 @@ __all__ = [
     "TokenGate",
     "allowed_hosts_for",
     "host_of",
+    "security_middleware",
 ]
 
 #: Only the dashboard's own files: no inline script or style, no other origin, no frames.
@@ -278,3 +282,17 @@ class TokenGate:
             secure=scope.get("scheme") == "https",
         )
         await response(scope, receive, send)
+
+
+def security_middleware(
+    *, host: str, allowed_hosts: Sequence[str] = (), auth_token: str | None = None
+) -> list[Middleware]:
+    """The middlewares, outermost first; the token gate only with an ``auth_token``."""
+    # Outermost first: every answer gets the headers, even a refused Host or a 401.
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(HostCheck, bound=host, allowed=tuple(allowed_hosts)),
+    ]
+    if auth_token:
+        middleware.append(Middleware(TokenGate, token=auth_token))
+    return middleware

@@ -1,0 +1,208 @@
+"""The dashboard's JSON API (``/api/…``), and ``/metrics`` and ``/healthz`` for operators.
+
+The JSON shapes are :mod:`drover.serialization`'s, the same as the CLI's
+``--json``. A bad query parameter is a 400 with ``{"error": message}``.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from drover.inspection.health import recent_handler_errors
+from drover.inspection.history import search_history, timeline
+from drover.inspection.stats import collect_stats
+from drover.inspection.why import diagnose_session
+from drover.model.errors import DroverError
+from drover.model.status import RouteStatus, SchedulingResult
+from drover.serialization import (
+    deployment_json,
+    diagnosis_json,
+    graph_json,
+    history_json,
+    session_json,
+    stats_json,
+)
+from drover.web.dashboard import bad_request, dashboard_of, deployment_of, session_id_of
+from drover.web.metrics import CONTENT_TYPE_METRICS, render_metrics
+from drover.web.params import BadFilterError, limit_param, session_filter, time_param
+
+__all__ = [
+    "deployment_endpoints",
+    "deployments",
+    "graph",
+    "healthz",
+    "history",
+    "metrics",
+    "session",
+    "session_timeline",
+    "session_why",
+    "sessions",
+    "stats",
+]
+
+
+async def sessions(request: Request) -> Response:
+    """``/api/sessions``: the sessions the filters select."""
+    dashboard = dashboard_of(request)
+    try:
+        f = session_filter(request.query_params, dashboard.now())
+    except BadFilterError as error:
+        return bad_request(request, str(error), api=True)
+    return JSONResponse([session_json(s) for s in await dashboard.repo.filtered_sessions(f)])
+
+
+async def session(request: Request) -> Response:
+    """``/api/sessions/{session_id}``: one session with its kernels and history."""
+    repo = dashboard_of(request).repo
+    sid = await session_id_of(request)
+    data = session_json(await repo.get_session(sid))
+    data["history"] = [history_json(r) for r in await repo.history(sid)]
+    return JSONResponse(data)
+
+
+async def session_why(request: Request) -> Response:
+    """``/api/sessions/{session_id}/why``: what the session waits for (``drover why``)."""
+    dashboard = dashboard_of(request)
+    sid = await session_id_of(request)
+    coordinator = dashboard.coordinator()
+    diagnosis = await diagnose_session(dashboard.repo, coordinator, sid, dashboard.now())
+    return JSONResponse(diagnosis_json(diagnosis))
+
+
+async def session_timeline(request: Request) -> Response:
+    """``/api/sessions/{session_id}/timeline``: the session's and its kernels' history."""
+    sid = await session_id_of(request)
+    return JSONResponse(await timeline(dashboard_of(request).repo, sid))
+
+
+async def deployments(request: Request) -> Response:
+    """``/api/deployments``: every deployment."""
+    found = await dashboard_of(request).repo.list_entities("deployment", limit=None)
+    return JSONResponse([deployment_json(d) for d in found])
+
+
+async def deployment_endpoints(request: Request) -> Response:
+    """The HEALTHY replicas' URLs, for a load balancer (Traefik's HTTP provider, nginx)."""
+    deployment = await deployment_of(request)
+    urls = sorted(
+        str((r.data or {}).get("url"))
+        for r in deployment.children
+        if r.status == RouteStatus.HEALTHY and (r.data or {}).get("url")
+    )
+    return JSONResponse(
+        {
+            "deployment": deployment.name,
+            "id": deployment.id,
+            "status": str(deployment.status),
+            "endpoints": urls,
+        }
+    )
+
+
+async def history(request: Request) -> Response:
+    """``/api/history``: history rows by session, kernel, handler, result and time."""
+    dashboard = dashboard_of(request)
+    params = request.query_params
+    now = dashboard.now()
+    try:
+        raw_result = (params.get("result") or "").strip().upper()
+        try:
+            result = SchedulingResult(raw_result) if raw_result else None
+        except ValueError:
+            raise BadFilterError(
+                f"result: {raw_result!r} is not one of "
+                f"{', '.join(r.value for r in SchedulingResult)}"
+            ) from None
+        session_id = (params.get("session") or "").strip() or None
+        if session_id is not None:
+            session_id = await dashboard.repo.resolve_session_id(session_id)
+        rows = await search_history(
+            dashboard.repo,
+            session_id=session_id,
+            kernel_id=(params.get("kernel") or "").strip() or None,
+            handler=(params.get("handler") or "").strip() or None,
+            result=result,
+            since=time_param(params, "since", now),
+            until=time_param(params, "until", now),
+            limit=limit_param(params),
+        )
+    except BadFilterError as error:
+        return bad_request(request, str(error), api=True)
+    except DroverError as error:
+        return JSONResponse({"error": str(error)}, status_code=404)
+    return JSONResponse([history_json(r) for r in rows])
+
+
+async def stats(request: Request) -> Response:
+    """``/api/stats?since=``: each handler's ticks, results and timings."""
+    dashboard = dashboard_of(request)
+    now = dashboard.now()
+    try:
+        since = time_param(request.query_params, "since", now)
+    except BadFilterError as error:
+        return bad_request(request, str(error), api=True)
+    return JSONResponse(stats_json(await collect_stats(dashboard.repo, since=since, now=now)))
+
+
+async def graph(request: Request) -> Response:
+    """``/api/graph?kind=``: a kind's statuses and the loaded handlers' edges between them."""
+    try:
+        kind, edges = dashboard_of(request).kind_edges(request.query_params.get("kind"))
+    except DroverError as error:
+        return bad_request(request, str(error), api=True)
+    return JSONResponse(graph_json(edges, kind))
+
+
+async def metrics(request: Request) -> Response:
+    """``/metrics``: Prometheus text, read from the database at scrape time."""
+    snapshot = await dashboard_of(request).repo.metrics_snapshot()
+    return Response(render_metrics(snapshot), media_type=CONTENT_TYPE_METRICS)
+
+
+async def healthz(request: Request) -> Response:
+    """``/healthz``: 200 ``ok`` or ``degraded`` while a coordinator beats; else 503."""
+    dashboard = dashboard_of(request)
+    repo = dashboard.repo
+    window = 3 * dashboard.app.config.heartbeat_interval
+
+    try:
+        await repo.ping()
+    except Exception as error:  # any failure to answer is unhealthy
+        detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+        return PlainTextResponse(
+            f"unhealthy: the database does not answer: {type(error).__name__}: {detail}\n",
+            status_code=503,
+        )
+    try:
+        alive = await repo.coordinators(alive_within=window)
+    except Exception as error:
+        return PlainTextResponse(
+            f"unhealthy: cannot read coordinators: {type(error).__name__}: {error}\n",
+            status_code=503,
+        )
+    if not alive:
+        return PlainTextResponse(
+            f"unhealthy: no coordinator heartbeat in the last {window:g}s "
+            "(3 x heartbeat_interval); is `drover run` running?\n",
+            status_code=503,
+        )
+    newest = alive[0]
+    now = dashboard.now()
+    age = now - max(c.heartbeat_at.timestamp() for c in alive)
+    liveness = (
+        f"the database answers; {len(alive)} live coordinator(s), "
+        f"newest {newest.id} on {newest.host} (pid {newest.pid}), "
+        f"last heartbeat {age:.1f}s ago"
+    )
+    failing = await recent_handler_errors(repo, now)
+    if failing:
+        # Still 200: the coordinator runs and other handlers make progress.
+        names = "; ".join(
+            f"handler {e.handler} failed {e.count} time(s), last: {e.last_error}" for e in failing
+        )
+        return PlainTextResponse(
+            f"degraded: {names} (in the last 10 minutes); {liveness}\n",
+            headers={"X-Drover-Health": "degraded"},
+        )
+    return PlainTextResponse(f"ok: {liveness}\n", headers={"X-Drover-Health": "ok"})

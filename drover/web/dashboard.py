@@ -1,0 +1,179 @@
+"""What every dashboard endpoint shares: the :class:`Dashboard` and how answers are made.
+
+:func:`~drover.web.app.create_app` keeps one :class:`Dashboard` in
+``app.state.dashboard``; the endpoints (:mod:`drover.web.pages`,
+:mod:`drover.web.api`) are plain functions of the request that reach it with
+:func:`dashboard_of` and answer with :func:`page`, :func:`bad_request` or an
+:class:`~starlette.exceptions.HTTPException` (see :func:`http_error`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.templating import Jinja2Templates
+
+from drover.app import App
+from drover.coordinator.tick import Coordinator
+from drover.model.errors import DroverError, UnknownSessionError
+from drover.model.kinds import EntityKind, Kinds
+from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
+from drover.model.values import Entity
+from drover.plugins.graph import Edge, edges_of
+from drover.serialization import display_time
+from drover.storage.repository import Repository
+from drover.storage.sessions import SESSION_ORDERS
+from drover.web.logs import LOG_TAIL_BYTES
+from drover.web.palette import STATUS_COLOURS
+from drover.web.svg_graph import render_svg
+
+__all__ = [
+    "Dashboard",
+    "bad_request",
+    "dashboard_of",
+    "deployment_of",
+    "http_error",
+    "page",
+    "session_id_of",
+]
+
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+class Dashboard:
+    """What the endpoints need: the app's repository, kinds and handlers, the templates, a clock.
+
+    ``auth_token`` is None when the dashboard is open; ``refresh_seconds`` is
+    how often the pages reload their live parts.
+    """
+
+    def __init__(
+        self, app: App, *, auth_token: str | None = None, refresh_seconds: float = 3.0
+    ) -> None:
+        self.app = app
+        self.repo: Repository = app.repository
+        self.auth_token = auth_token or None
+        self.refresh_seconds = refresh_seconds
+        self.templates = _templates(self)
+        # The loaded handlers never change in a process: dot runs once per kind.
+        self._svg: dict[str, str] = {}
+
+    @property
+    def kinds(self) -> Kinds:
+        """The registered entity kinds (read on first use: plugins load then)."""
+        return self.app.kinds
+
+    def now(self) -> float:
+        """The wall-clock time the pages measure ages and relative filters against."""
+        return time.time()
+
+    def coordinator(self) -> Coordinator:
+        """The daemon's coordinator, or one built (not run) from the configuration."""
+        if self.app.coordinator is None:
+            self.app.load_handlers()
+        assert self.app.coordinator is not None
+        return self.app.coordinator
+
+    def kind_edges(self, kind_name: str | None) -> tuple[EntityKind, list[Edge]]:
+        """The kind named ``kind_name`` (sessions if None) and its edges in the loaded handlers."""
+        handlers = self.coordinator().handlers
+        kind = self.kinds[kind_name or "session"]
+        return kind, edges_of(handlers, kind=kind)
+
+    async def graph_svg(self, kind: EntityKind) -> str:
+        """The state graph of ``kind`` from the loaded handlers, laid out by Graphviz (cached)."""
+        if kind.name not in self._svg:
+            edges = edges_of(self.coordinator().handlers, kind=kind)
+            self._svg[kind.name] = await render_svg(edges, kind)
+        return self._svg[kind.name]
+
+
+def _templates(dashboard: Dashboard) -> Jinja2Templates:
+    env = Environment(
+        loader=FileSystemLoader(str(_TEMPLATES)),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    templates = Jinja2Templates(env=env)
+    env.globals["statuses"] = [s.value for s in SessionStatus]
+    env.globals["status_colours"] = STATUS_COLOURS
+    env.globals["iso"] = display_time
+    env.globals["refresh_ms"] = int(dashboard.refresh_seconds * 1000)
+    env.globals["terminal_statuses"] = {s.value for s in TERMINAL_SESSION_STATUSES}
+    env.globals["url"] = _url
+    env.globals["login_required"] = dashboard.auth_token is not None
+    env.globals["sort_orders"] = list(SESSION_ORDERS)
+    env.globals["log_tail_kib"] = LOG_TAIL_BYTES // 1024
+    return templates
+
+
+def _url(path: str, params: Mapping[str, Any] | None = None, **more: Any) -> str:
+    # Never the token: a browser holds the login cookie instead.
+    pairs: list[tuple[str, str]] = []
+    for key, value in {**(params or {}), **more}.items():
+        values = value if isinstance(value, list | tuple) else [value]
+        pairs.extend((key, str(v)) for v in values if v is not None and v != "")
+    return path + ("?" + urlencode(pairs) if pairs else "")
+
+
+def dashboard_of(request: Request) -> Dashboard:
+    """The :class:`Dashboard` of the application serving ``request``."""
+    return cast(Dashboard, request.app.state.dashboard)
+
+
+def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    """Template ``name`` rendered with ``context`` (plus ``now``, ``path`` and ``updated``)."""
+    dashboard = dashboard_of(request)
+    context.setdefault("now", dashboard.now())
+    context.setdefault("path", request.url.path)
+    context.setdefault("updated", datetime.now(UTC).strftime("%H:%M:%S UTC"))
+    return dashboard.templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def bad_request(request: Request, message: str, *, api: bool) -> Response:
+    """A 400 saying ``message``: ``{"error": message}`` for the API, else the error page."""
+    if api:
+        return JSONResponse({"error": message}, status_code=400)
+    return page(request, "error.html", {"title": "Bad request", "message": message}, 400)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """An :class:`HTTPException` as ``{"error": detail}`` under ``/api/``, else the error page."""
+    assert isinstance(exc, HTTPException)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+    title = "Not found" if exc.status_code == 404 else "Error"
+    return page(request, "error.html", {"title": title, "message": exc.detail}, exc.status_code)
+
+
+async def session_id_of(request: Request) -> str:
+    """The full id of the session the path's ``session_id`` (an id or a prefix) names.
+
+    Raises HTTPException: 404 for no such session, 400 for an ambiguous prefix.
+    """
+    prefix = request.path_params["session_id"]
+    try:
+        return str(await dashboard_of(request).repo.resolve_session_id(prefix))
+    except UnknownSessionError:
+        raise HTTPException(404, f"no session {prefix!r}") from None
+    except DroverError as error:
+        raise HTTPException(400, str(error)) from None
+
+
+async def deployment_of(request: Request) -> Entity:
+    """The deployment the path's ``name`` names (the live one first); 404 if none."""
+    name = request.path_params["name"]
+    found = await dashboard_of(request).repo.find_by_name("deployment", name)
+    if not found:
+        raise HTTPException(404, f"no deployment named {name!r}")
+    return found[0]

@@ -1,0 +1,260 @@
+"""The dashboard's HTML pages, and the files they show: kernel logs, graph SVG, palette CSS.
+
+Each endpoint is a function of the request; what it reads comes from the
+request's :class:`~drover.web.dashboard.Dashboard`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from drover.inspection._format import duration
+from drover.inspection.history import timeline
+from drover.inspection.stats import collect_stats
+from drover.inspection.why import diagnose_session
+from drover.model.errors import DroverError
+from drover.model.status import SchedulingResult, SessionStatus
+from drover.serialization import (
+    deployment_json,
+    graph_json,
+    history_json,
+    route_json,
+    session_json,
+    stats_json,
+)
+from drover.web.dashboard import bad_request, dashboard_of, deployment_of, page, session_id_of
+from drover.web.logs import LOG_TAIL_BYTES, MAX_LOG_BYTES, kernel_logs
+from drover.web.palette import badge_css
+from drover.web.params import BadFilterError, session_filter, time_param
+from drover.web.svg_graph import GraphvizError
+
+__all__ = [
+    "deployment_page",
+    "deployments_page",
+    "graph_page",
+    "graph_svg",
+    "handlers_page",
+    "kernel_log",
+    "overview",
+    "palette_css",
+    "session_page",
+]
+
+
+def _ago(value: datetime | str | None, now: float) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return duration(now - value.timestamp()) + " ago"
+
+
+async def overview(request: Request) -> Response:
+    """``/``: sessions by status, and the sessions the filters select."""
+    dashboard = dashboard_of(request)
+    now = dashboard.now()
+    try:
+        f = session_filter(request.query_params, now)
+    except BadFilterError as error:
+        return bad_request(request, str(error), api=False)
+    found = await dashboard.repo.filtered_sessions(f)
+    counts = await dashboard.repo.count_by_status()
+    params = {
+        "status": [s.value for s in f.statuses],
+        "name": request.query_params.get("name", ""),
+        "handler": request.query_params.get("handler", ""),
+        "since": request.query_params.get("since", ""),
+        "until": request.query_params.get("until", ""),
+        "sort": f.sort,
+    }
+    handler_names: list[str] = []
+    # A configuration whose handlers do not load still has sessions to show.
+    with contextlib.suppress(DroverError):
+        handler_names = sorted(dashboard.coordinator().handlers)
+    return page(
+        request,
+        "overview.html",
+        {
+            "title": "Overview",
+            "sessions": found,
+            "counts": {s.value: counts.get(s, 0) for s in SessionStatus},
+            "total": sum(counts.values()),
+            "filters": params,
+            "selected": {s.value for s in f.statuses},
+            "handler_names": handler_names,
+            "limit": f.limit,
+            "now": now,
+            "ago": lambda v: _ago(v, now),
+        },
+    )
+
+
+async def session_page(request: Request) -> Response:
+    """``/sessions/{session_id}``: one session, why it waits, its timeline and kernel logs."""
+    dashboard = dashboard_of(request)
+    repo = dashboard.repo
+    now = dashboard.now()
+    sid = await session_id_of(request)
+    session = await repo.get_session(sid)
+    data = session_json(session)
+    why_lines: list[str] = []
+    why_error = None
+    try:
+        diagnosis = await diagnose_session(repo, dashboard.coordinator(), sid, now)
+        why_lines = list(diagnosis.lines)
+    except DroverError as error:
+        why_error = str(error)
+    items = await timeline(repo, sid)
+    kernel_index = {k["id"]: k["index"] for k in data["kernels"]}
+    logs = [await kernel_logs(k.runtime, LOG_TAIL_BYTES) for k in session.kernels]
+    return page(
+        request,
+        "session.html",
+        {
+            "title": f"Session {session.name}",
+            "session": session,
+            "data": data,
+            "why": why_lines,
+            "why_error": why_error,
+            "timeline": items,
+            "kernel_index": kernel_index,
+            "logs": logs,
+            "now": now,
+            "ago": lambda v: _ago(v, now),
+        },
+    )
+
+
+async def handlers_page(request: Request) -> Response:
+    """``/handlers``: each handler's ticks, results and timings (``?since=``)."""
+    dashboard = dashboard_of(request)
+    now = dashboard.now()
+    try:
+        since = time_param(request.query_params, "since", now)
+    except BadFilterError as error:
+        return bad_request(request, str(error), api=False)
+    stats = stats_json(await collect_stats(dashboard.repo, since=since, now=now))
+    results = sorted({r for h in stats["handlers"] for r in h["results"]})
+    ordered = [r.value for r in SchedulingResult if r.value in results]
+    ordered += [r for r in results if r not in ordered]
+    return page(
+        request,
+        "handlers.html",
+        {
+            "title": "Handlers",
+            "stats": stats,
+            "result_names": ordered,
+            "since": request.query_params.get("since", ""),
+            "fmt_s": lambda v: duration(float(v)) if v else "0s",
+            "fmt_ms": lambda v: f"{float(v) * 1000:.1f} ms",
+        },
+    )
+
+
+async def graph_page(request: Request) -> Response:
+    """``/graph``: one graph per kind that has edges (sessions first), laid out by Graphviz."""
+    dashboard = dashboard_of(request)
+    graphs: list[dict[str, Any]] = []
+    try:
+        for name in dashboard.kinds:
+            kind, edges = dashboard.kind_edges(name)
+            if not edges:
+                continue
+            svg: str | None = None
+            graph_error: str | None = None
+            try:
+                svg = await dashboard.graph_svg(kind)
+            except GraphvizError as error:
+                graph_error = str(error)
+            graphs.append(
+                {
+                    "kind": kind.name,
+                    "svg": svg,
+                    "graph_error": graph_error,
+                    "edges": graph_json(edges, kind)["edges"],
+                }
+            )
+    except DroverError as error:
+        return page(request, "error.html", {"title": "Graph", "message": str(error)}, 500)
+    return page(request, "graph.html", {"title": "State graphs", "graphs": graphs})
+
+
+async def graph_svg(request: Request) -> Response:
+    """``/graph.svg?kind=``: the state graph alone; 503 without Graphviz."""
+    dashboard = dashboard_of(request)
+    try:
+        kind, _edges = dashboard.kind_edges(request.query_params.get("kind"))
+        svg = await dashboard.graph_svg(kind)
+    except GraphvizError as error:
+        return PlainTextResponse(f"{error}\n", status_code=503)
+    except DroverError as error:
+        return bad_request(request, str(error), api=True)
+    return Response(svg, media_type="image/svg+xml")
+
+
+async def kernel_log(request: Request) -> Response:
+    """``/sessions/{id}/kernels/{n}/{stream}?bytes=N``: the end of a kernel's log as text."""
+    sid = await session_id_of(request)
+    session = await dashboard_of(request).repo.get_session(sid)
+    index = int(request.path_params["index"])
+    if not 1 <= index <= len(session.kernels):
+        raise HTTPException(404, f"session {sid} has no kernel {index}")
+    raw = (request.query_params.get("bytes") or "").strip()
+    try:
+        size = min(int(raw), MAX_LOG_BYTES) if raw else MAX_LOG_BYTES
+    except ValueError:
+        return bad_request(request, f"bytes: {raw!r} is not a whole number", api=False)
+    if size < 1:
+        return bad_request(request, "bytes: must be at least 1", api=False)
+    stream = request.path_params["stream"]
+    found = (await kernel_logs(session.kernels[index - 1].runtime, size)).get(stream)
+    if found is None or found["text"] is None:
+        raise HTTPException(404, f"kernel {index} of {sid} has no {stream} log")
+    return PlainTextResponse(found["text"], headers={"X-Drover-Log-Size": str(found["size"])})
+
+
+async def palette_css(request: Request) -> Response:
+    """``/palette.css``: a badge class per status colour (the CSP allows no inline style)."""
+    return Response(badge_css() + "\n", media_type="text/css")
+
+
+async def deployments_page(request: Request) -> Response:
+    """``/deployments``: every deployment."""
+    found = await dashboard_of(request).repo.list_entities("deployment", limit=None)
+    return page(
+        request,
+        "deployments.html",
+        {"title": "Deployments", "deployments": [deployment_json(d) for d in found]},
+    )
+
+
+async def deployment_page(request: Request) -> Response:
+    """``/deployments/{name}``: one deployment, its routes' last checks and their history."""
+    repo = dashboard_of(request).repo
+    deployment = await deployment_of(request)
+    routes = []
+    rows = list(await repo.history(deployment.id))
+    for route in deployment.children:
+        data = route_json(route)
+        own = await repo.history(route.id)
+        checks = [r for r in own if r.handler == "health-check-route"]
+        data["last_check"] = f"{checks[-1].result}: {checks[-1].message or ''}" if checks else None
+        routes.append(data)
+        rows.extend(own)
+    rows.sort(key=lambda r: (r.updated_at, r.id), reverse=True)
+    return page(
+        request,
+        "deployment.html",
+        {
+            "title": f"Deployment {deployment.name}",
+            "d": deployment_json(deployment),
+            "routes": routes,
+            "timeline": [history_json(r) for r in rows[:200]],
+        },
+    )
