@@ -85,7 +85,7 @@ async def test_compare_and_set_loses_to_a_concurrent_status_change(make_harness)
 
 
 @pytest.mark.parametrize(
-    "step", ["after-sessions", "after-kernels", "before-history", "after-history"]
+    "step", ["after-entities", "after-kernels", "before-history", "after-history"]
 )
 async def test_a_failure_mid_apply_leaves_no_partial_writes(make_harness, step):
     """Whatever step of the apply fails, the tick's writes are all rolled back."""

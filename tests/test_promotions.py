@@ -104,7 +104,7 @@ async def test_a_promotion_selects_and_moves_in_one_transaction(make_harness):
         await h.request_termination(other)  # RUNNING -> TERMINATING before the tick
 
         def explode(step: str) -> None:
-            if step == "after-sessions":
+            if step == "after-entities":
                 raise RuntimeError("injected")
 
         h.coordinator.inject_apply_failure = explode

@@ -1,22 +1,28 @@
 """The apply: one tick's changes written in one transaction, with compare-and-set.
 
-Changes are grouped by (from status, result, transition, effect on tries,
-status_info rule, requeue), so that each group is a few set-based statements:
+Changes are grouped by (kind, from status, result, transition, effect on
+tries, status_info rule, requeue, budget), so that each group is a few
+set-based statements:
 
-1. compare-and-set the sessions (``UPDATE … WHERE status = :read RETURNING id``);
-   a session no longer in the status the tick read gets nothing, and the race
-   is only reported (``stale-status``): it never becomes the session's latest
-   history row;
-2. move the kernels of the sessions that passed, recording their status
-   changes in SQL (no kernel row travels to Python);
-3. set ``result`` of sessions that ended;
+1. compare-and-set the entities (``UPDATE … WHERE status = :read RETURNING
+   id``); an entity no longer in the status the tick read gets nothing, and
+   the race is only reported (``stale-status``): it never becomes the
+   entity's latest history row;
+2. move the children (a session's kernels) of the entities that passed,
+   recording their status changes in SQL (no child row travels to Python);
+3. set ``result`` of entities that ended;
 4. write the history: a row that changes the status is always new (the
-   latest row of a session always ends in its current status, so it cannot
-   repeat); a row that keeps it merges into the session's latest row when
+   latest row of an entity always ends in its current status, so it cannot
+   repeat); a row that keeps it merges into the entity's latest row when
    they are equal in handler, result, statuses and error code.
 
-Every statement is built once per shape (see :func:`drover.storage._sql.statement`)
-and takes its ids as one parameter.
+:func:`promote` moves the entities a promotion rule matches, then does 2-4
+the same way.
+
+The statements are built in :mod:`drover.storage.statements.apply` and
+:mod:`drover.storage.statements.promote`; this module executes them, each
+built once per shape (see :func:`drover.storage._sql.statement`) and taking
+its ids as one parameter.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.kinds import KERNEL, EntityKind, Kinds
+from drover.model.kinds import EntityKind, Kinds
 from drover.model.plan import (
     FENCED,
     STALE_STATUS,
@@ -38,54 +44,35 @@ from drover.model.plan import (
     TryCount,
 )
 from drover.model.promotion import PromotionRule
-from drover.model.status import KernelMatchType, KernelStatus, SchedulingResult
-from drover.model.values import NewEntity, StatusInfoRule
-from drover.storage._children import K, kernel_exists, kernel_status_in, match_condition
+from drover.model.status import KernelMatchType, SchedulingResult
+from drover.model.values import NewEntity
 from drover.storage._db import Database
-from drover.storage._sql import ids_param, ids_value, statement
+from drover.storage._sql import ids_value, statement
 from drover.storage.entities import insert_new_entities, merge_patch
 from drover.storage.fetch import release_claims
 from drover.storage.notify import notify
-from drover.storage.schema import entities, scheduling_history, status_changes
-from drover.storage.sessions import FETCH_ORDER
+from drover.storage.statements.apply import (
+    INSERT_HISTORY_ROWS,
+    MERGE_HISTORY,
+    claim_state,
+    count_try,
+    entity_data,
+    insert_history,
+    latest_history,
+    lock_entities,
+    move_entities,
+    move_kernels,
+    place_and_move_kernels,
+    place_kernels,
+    record_own_moves,
+    reset_tries,
+    set_entity_data,
+    set_result,
+    spend_budget,
+)
+from drover.storage.statements.promote import promote_entities, promotion_probe
 
 __all__ = ["Apply", "promote"]
-
-e = entities
-h = scheduling_history
-
-_MERGE_HISTORY = (
-    sa.update(h)
-    .where(h.c.id == sa.bindparam("hid"))
-    .values(
-        attempts=h.c.attempts + 1,
-        updated_at=sa.bindparam("now"),
-        message=sa.bindparam("msg"),
-    )
-)
-_HISTORY_COLUMNS = [
-    "entity_id",
-    "kind",
-    "handler",
-    "result",
-    "from_status",
-    "to_status",
-    "error_code",
-    "message",
-    "attempts",
-    "created_at",
-    "updated_at",
-]
-_CHANGE_COLUMNS = [
-    "entity_id",
-    "kind",
-    "parent_id",
-    "source",
-    "from_status",
-    "to_status",
-    "message",
-    "created_at",
-]
 
 
 def _children_side(change: Change, kinds: Kinds) -> str | None:
@@ -103,299 +90,11 @@ def _children_side(change: Change, kinds: Kinds) -> str | None:
     return change.to_children
 
 
-# -- statements, built once per shape ----------------------------------------------------
-
-
-def _session_guard(postgres: bool, fenced: bool = False) -> sa.ColumnElement[bool]:
-    """The compare-and-set: still in the status read, and (``fenced``) still under our claim."""
-    guard = sa.and_(
-        ids_param(e.c.id, "ids", postgres),
-        e.c.status == sa.bindparam("from_status"),
-        e.c.kind == sa.bindparam("of_kind"),
-    )
-    if fenced:
-        guard = sa.and_(guard, e.c.claim_token == sa.bindparam("b_claim_token"))
-    return guard
-
-
-def _lock_sessions(postgres: bool, fenced: bool = False) -> sa.Select[Any]:
-    query = sa.select(e.c.id).where(_session_guard(postgres, fenced))
-    return query.with_for_update() if postgres else query
-
-
-def _claim_state(postgres: bool) -> sa.Select[Any]:
-    """Status and claim token of the entities ``:ids`` (why a compare-and-set failed)."""
-    return sa.select(e.c.id, e.c.status, e.c.claim_token, e.c.claim_owner).where(
-        ids_param(e.c.id, "ids", postgres)
-    )
-
-
-def _without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) -> Any:
-    """``column`` (a JSON object) without ``keys``."""
-    if postgres:
-        expression: Any = column
-        for key in keys:
-            expression = expression.op("-")(sa.literal(key))
-        return expression
-    return sa.func.json_remove(column, *[f'$."{key}"' for key in keys])
-
-
-def _move_sessions(
-    postgres: bool,
-    requeue: bool,
-    rule: StatusInfoRule | None,
-    resets: tuple[str, ...] = (),
-    fenced: bool = False,
-) -> sa.Update:
-    values: dict[str, Any] = {
-        "status": sa.bindparam("to_status"),
-        "status_changed_at": sa.bindparam("now"),
-        "tries": None,
-    }
-    if resets:
-        values["budgets"] = _without_keys(e.c.budgets, resets, postgres)
-    if requeue:
-        values["requeues"] = e.c.requeues + 1
-    if rule is not None:
-        values["status_info"] = _status_info_expression(rule)
-    return sa.update(e).where(_session_guard(postgres, fenced)).values(**values).returning(e.c.id)
-
-
-def _promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
-    """One session ``rule`` would promote, if there is any."""
-    return (
-        sa.select(e.c.id)
-        .where(
-            e.c.kind == rule.kind,
-            e.c.status.in_(sorted(str(s) for s in rule.from_statuses)),
-            match_condition(rule.match, rule.kernel_statuses),
-        )
-        .limit(1)
-    )
-
-
 def _leaves_no_live_kernel(rule: PromotionRule, child: EntityKind | None) -> bool:
     """Whether an entity the rule matches has no live child left (nothing to end)."""
     return child is None or (
         rule.match is KernelMatchType.NOT_ANY and rule.kernel_statuses >= child.live
     )
-
-
-def _promote_sessions(postgres: bool, rule: PromotionRule, from_status: str) -> sa.Update:
-    """Move the entities in ``from_status`` that ``rule`` matches, up to ``:limit``."""
-    chosen = (
-        sa.select(e.c.id)
-        .where(
-            e.c.kind == rule.kind,
-            e.c.status == str(from_status),
-            match_condition(rule.match, rule.kernel_statuses),
-        )
-        .order_by(*FETCH_ORDER)
-        .limit(sa.bindparam("limit"))
-        # Its own FROM: not correlated to the table being updated.
-        .correlate(None)
-    )
-    if postgres:
-        chosen = chosen.with_for_update(skip_locked=True)
-    values: dict[str, Any] = {
-        "status": sa.bindparam("to_status"),
-        "status_changed_at": sa.bindparam("now"),
-        "tries": None,
-    }
-    if rule.status_info is not None:
-        values["status_info"] = _status_info_expression(rule.status_info)
-    return (
-        sa.update(e)
-        .where(e.c.id.in_(chosen), e.c.status == str(from_status))
-        .values(**values)
-        .returning(e.c.id)
-    )
-
-
-def _incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]:
-    """``column[:handler] + 1`` as a new JSON object (``:path`` on SQLite)."""
-    if postgres:
-        handler = sa.bindparam("handler", type_=sa.String)
-        current = sa.cast(column.op("->>")(handler), sa.Integer)
-        merged: sa.ColumnElement[Any] = sa.func.coalesce(column, sa.func.jsonb_build_object()).op(
-            "||"
-        )(sa.func.jsonb_build_object(handler, sa.func.coalesce(current, 0) + 1))
-        return merged
-    path = sa.bindparam("path", type_=sa.String)
-    return sa.func.json_set(
-        sa.func.coalesce(column, "{}"),
-        path,
-        sa.func.coalesce(sa.func.json_extract(column, path), 0) + 1,
-    )
-
-
-def _count_try(postgres: bool, fenced: bool = False) -> sa.Update:
-    """``tries[:handler] += 1`` (``:path`` is the SQLite JSON path of the handler)."""
-    expression = _incremented(e.c.tries, postgres)
-    guard = _session_guard(postgres, fenced)
-    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
-
-
-def _spend_budget(postgres: bool) -> sa.Update:
-    """``budgets[:handler] += 1`` on the entities ``:ids`` (the budget's name as ``:handler``)."""
-    expression = _incremented(e.c.budgets, postgres)
-    return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(budgets=expression)
-
-
-def _record_own_moves(postgres: bool) -> sa.Insert:
-    """Status changes of children moved by a handler of their own kind (``:ids``)."""
-    source = sa.select(
-        e.c.id,
-        e.c.kind,
-        e.c.parent_id,
-        sa.bindparam("source", type_=sa.String),
-        sa.bindparam("from_status", type_=sa.String),
-        sa.bindparam("to_status", type_=sa.String),
-        sa.null(),
-        sa.bindparam("now", type_=sa.Double),
-    ).where(ids_param(e.c.id, "ids", postgres))
-    return sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)
-
-
-def _reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
-    """Forget ``tries[:handler]``."""
-    expression: sa.ColumnElement[Any]
-    if postgres:
-        expression = e.c.tries.op("-")(sa.bindparam("handler", type_=sa.String))
-    else:
-        expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
-    guard = _session_guard(postgres, fenced)
-    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
-
-
-def _place_kernels(postgres: bool) -> sa.Update:
-    """``agent_id = :agent_id`` on the PENDING kernels ``:ids``."""
-    return (
-        sa.update(e)
-        .where(ids_param(e.c.id, "ids", postgres), e.c.status == KernelStatus.PENDING.value)
-        .values(agent_id=sa.bindparam("agent_id"))
-    )
-
-
-def _place_and_move_kernels(target: str) -> sa.Update:
-    """SQLite: set the agent of, and move, the eligible kernels ``:kids``."""
-    eligible = sorted(KERNEL.movable_to(target))
-    return (
-        sa.update(e)
-        .where(ids_param(e.c.id, "kids", False), e.c.status.in_(eligible))
-        .values(
-            agent_id=sa.bindparam("agent_id"),
-            status=sa.bindparam("to_status"),
-            status_changed_at=sa.bindparam("now"),
-        )
-    )
-
-
-def _change_values(from_status: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement[Any], ...]:
-    """source, from_status, to_status, message, created_at of a recorded status change."""
-    return (
-        sa.bindparam("source", type_=sa.String),
-        from_status,
-        sa.bindparam("to_status", type_=sa.String),
-        sa.null(),
-        sa.bindparam("now", type_=sa.Double),
-    )
-
-
-def _move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Executable]:
-    """Statements recording and moving the eligible children of the entities ``:ids``.
-
-    On SQLite, BEGIN IMMEDIATE already serialises writers, so INSERT…SELECT
-    then UPDATE with the same condition see the same rows. On PostgreSQL one
-    data-modifying CTE locks the rows, updates them and records them from the
-    old statuses it returns.
-    """
-    eligible = sorted(child.movable_to(target))
-    where = sa.and_(ids_param(e.c.parent_id, "ids", postgres), e.c.status.in_(eligible))
-    values: dict[str, Any] = {
-        "status": sa.bindparam("to_status"),
-        "status_changed_at": sa.bindparam("now"),
-    }
-    if child.name == KERNEL.name and target == KernelStatus.PENDING:
-        # Rescheduled kernels give their agent's capacity back.
-        values["agent_id"] = None
-    if postgres:
-        old = sa.select(e.c.id, e.c.status).where(where).with_for_update().cte("old")
-        moved = (
-            sa.update(e)
-            .where(e.c.id == old.c.id)
-            .values(**values)
-            .returning(e.c.id, e.c.kind, e.c.parent_id, old.c.status)
-            .cte("moved")
-        )
-        source = sa.select(
-            moved.c.id, moved.c.kind, moved.c.parent_id, *_change_values(moved.c.status)
-        )
-        return [sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)]
-    source = sa.select(e.c.id, e.c.kind, e.c.parent_id, *_change_values(e.c.status)).where(where)
-    return [
-        sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source),
-        sa.update(e).where(where).values(**values),
-    ]
-
-
-def _set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa.Update:
-    """SUCCESS iff the entity ended in a success status and no child ended otherwise.
-
-    For sessions: TERMINATED, and every kernel TERMINATED with exit code 0.
-    """
-    good: sa.ColumnElement[bool] = e.c.status.in_(sorted(kind.success_statuses))
-    if child is not None:
-        failed = [~kernel_status_in(child.success_statuses)]
-        if child.exit_codes:
-            failed += [K.c.exit_code.is_(None), K.c.exit_code != 0]
-        good = sa.and_(good, ~kernel_exists(sa.or_(*failed)))
-    result = sa.case((good, "SUCCESS"), else_="FAILURE")
-    return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(result=result)
-
-
-def _insert_history(postgres: bool) -> sa.Insert:
-    """One history row per session ``:ids``, all alike."""
-    now = sa.bindparam("now", type_=sa.Double)
-    source = sa.select(
-        e.c.id,
-        e.c.kind,
-        sa.bindparam("handler", type_=sa.String),
-        sa.bindparam("result", type_=sa.String),
-        sa.bindparam("from_status", type_=sa.String),
-        sa.bindparam("to_status", type_=sa.String),
-        sa.bindparam("error_code", type_=sa.String),
-        sa.bindparam("message", type_=sa.Text),
-        sa.literal(1),
-        now,
-        now,
-    ).where(ids_param(e.c.id, "ids", postgres))
-    return sa.insert(h).from_select(_HISTORY_COLUMNS, source)
-
-
-def _latest_history(postgres: bool) -> sa.Select[Any]:
-    """The latest history row of each entity ``:ids``."""
-    newest = (
-        sa.select(sa.func.max(h.c.id))
-        .where(ids_param(h.c.entity_id, "ids", postgres))
-        .group_by(h.c.entity_id)
-    )
-    return sa.select(
-        h.c.id, h.c.entity_id, h.c.handler, h.c.result, h.c.from_status, h.c.to_status,
-        h.c.error_code,
-    ).where(h.c.id.in_(newest))  # fmt: skip
-
-
-def _status_info_expression(rule: StatusInfoRule) -> sa.ColumnElement[Any]:
-    """``status_info`` for a status change from a rule, evaluated per session in SQL."""
-    whens: list[tuple[sa.ColumnElement[bool], Any]] = [
-        (kernel_exists(kernel_status_in(statuses)), sa.literal(text))
-        for statuses, text in rule.if_any_kernel
-    ]
-    default: Any = sa.literal(rule.default) if rule.default is not None else e.c.status_info
-    if not whens:
-        return default  # type: ignore[no-any-return]
-    return sa.case(*whens, else_=default)
 
 
 # -- the apply ----------------------------------------------------------------------------
@@ -493,7 +192,7 @@ class Apply:
         if not missing:
             return {}
         pg = self.postgres
-        query = statement(("claim-state", pg), lambda: _claim_state(pg))
+        query = statement(("claim-state", pg), lambda: claim_state(pg))
         rows = self.conn.execute(query, {"ids": self._ids(missing)}).all()
         return {r.id: r for r in rows if r.claim_token != self.claim.token}
 
@@ -502,9 +201,9 @@ class Apply:
         kind = self.kinds[first.kind]
         from_status = first.from_status
         ids = [c.entity_id for c in group]
-        live = set(self._guard_sessions(first, kind, ids))
-        self.inject("after-sessions")
-        live_ids = [sid for sid in ids if sid in live]
+        live = set(self._guard_entities(first, kind, ids))
+        self.inject("after-entities")
+        live_ids = [eid for eid in ids if eid in live]
         to_status = first.to_status if first.changes_status else from_status
         assert to_status is not None
         if live_ids:
@@ -592,7 +291,7 @@ class Apply:
         if first.changes_status and kind.parent is not None:
             # A child moved by a handler of its own kind: its parent's view records it.
             self.conn.execute(
-                statement(("own-moves", pg), lambda: _record_own_moves(pg)),
+                statement(("own-moves", pg), lambda: record_own_moves(pg)),
                 {
                     "ids": self._ids(live_ids),
                     "source": self.source,
@@ -605,13 +304,13 @@ class Apply:
             resets = any(b.resets for b in kind.budgets if b.name == first.budget)
             if not (resets and first.changes_status):
                 self.conn.execute(
-                    statement(("spend-budget", pg), lambda: _spend_budget(pg)),
+                    statement(("spend-budget", pg), lambda: spend_budget(pg)),
                     {"ids": self._ids(live_ids), **self._handler_param(first.budget)},
                 )
         if first.changes_status and to_status in kind.terminal:
             child = self.kinds.child_of(kind.name)
             self.conn.execute(
-                statement(("result", pg, kind, child), lambda: _set_result(pg, kind, child)),
+                statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
         patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
@@ -623,29 +322,26 @@ class Apply:
 
     def _patch_data(self, patches: dict[str, Any]) -> None:
         """Merge-patch the entities' ``data`` (read and written in this transaction)."""
-        query = sa.select(e.c.id, e.c.data).where(ids_param(e.c.id, "ids", self.postgres))
-        current = dict(self.conn.execute(query, {"ids": self._ids(list(patches))}).all())
+        pg = self.postgres
+        query = statement(("entity-data", pg), lambda: entity_data(pg))
+        found = self.conn.execute(query, {"ids": self._ids(list(patches))}).all()
+        current: dict[str, Any] = {eid: data for eid, data in found}
         rows = [
             {"eid": eid, "new_data": merge_patch(current.get(eid), patch)}
             for eid, patch in patches.items()
         ]
-        update = (
-            sa.update(e)
-            .where(e.c.id == sa.bindparam("eid"))
-            .values(data=sa.bindparam("new_data", type_=e.c.data.type))
-        )
-        self.conn.execute(update, rows)
+        self.conn.execute(statement(("set-entity-data",), set_entity_data), rows)
 
     def promote(self, rule: PromotionRule, from_status: str, limit: int) -> list[AppliedChange]:
         """Select and move the entities in ``from_status`` that ``rule`` matches."""
         pg = self.postgres
         kind = self.kinds[rule.kind]
         stmt = statement(
-            ("promote", pg, rule, from_status), lambda: _promote_sessions(pg, rule, from_status)
+            ("promote", pg, rule, from_status), lambda: promote_entities(pg, rule, from_status)
         )
         params = {"limit": limit, "to_status": str(rule.to_status), "now": self.now}
         live_ids = [r[0] for r in self.conn.execute(stmt, params)]
-        self.inject("after-sessions")
+        self.inject("after-entities")
         if not live_ids:
             return []
         if rule.to_status in kind.terminal:
@@ -654,18 +350,18 @@ class Apply:
                 self._move_kernels(kind, live_ids, child.end_status_for(rule.to_status))
                 self.inject("after-kernels")
             self.conn.execute(
-                statement(("result", pg, kind, child), lambda: _set_result(pg, kind, child)),
+                statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
         done = SchedulingResult.SUCCESS
         rows = [
-            AppliedChange(sid, done, from_status, rule.to_status, None, None, kind.name)
-            for sid in live_ids
+            AppliedChange(eid, done, from_status, rule.to_status, None, None, kind.name)
+            for eid in live_ids
         ]
         self._moved_history.append((live_ids, rows[0]))
         return rows
 
-    def _guard_sessions(self, first: Change, kind: EntityKind, ids: list[str]) -> list[str]:
+    def _guard_entities(self, first: Change, kind: EntityKind, ids: list[str]) -> list[str]:
         """Compare-and-set the group's entities; return the ids still in ``from_status``."""
         pg = self.postgres
         params: dict[str, Any] = {
@@ -682,18 +378,18 @@ class Apply:
             requeue, rule = first.requeue, first.status_info
             resets = tuple(sorted(b.name for b in kind.budgets if b.resets))
             stmt = statement(
-                ("move-sessions", pg, requeue, rule, resets, fenced),
-                lambda: _move_sessions(pg, requeue, rule, resets, fenced),
+                ("move-entities", pg, requeue, rule, resets, fenced),
+                lambda: move_entities(pg, requeue, rule, resets, fenced),
             )
             params.update(to_status=str(first.to_status), now=self.now)
         elif first.try_count is TryCount.INCREMENT:
-            stmt = statement(("count-try", pg, fenced), lambda: _count_try(pg, fenced))
+            stmt = statement(("count-try", pg, fenced), lambda: count_try(pg, fenced))
             params.update(self._handler_param())
         elif first.try_count is TryCount.RESET:
-            stmt = statement(("reset-tries", pg, fenced), lambda: _reset_tries(pg, fenced))
+            stmt = statement(("reset-tries", pg, fenced), lambda: reset_tries(pg, fenced))
             params.update(self._handler_param())
         else:
-            stmt = statement(("lock-sessions", pg, fenced), lambda: _lock_sessions(pg, fenced))
+            stmt = statement(("lock-entities", pg, fenced), lambda: lock_entities(pg, fenced))
         return [r[0] for r in self.conn.execute(stmt, params)]
 
     def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
@@ -702,14 +398,14 @@ class Apply:
         for kernel_id, agent_id in placements:
             by_agent[agent_id].append(kernel_id)
         pg = self.postgres
-        stmt = statement(("place-kernels", pg), lambda: _place_kernels(pg))
+        stmt = statement(("place-kernels", pg), lambda: place_kernels(pg))
         for agent_id, kernel_ids in by_agent.items():
             self.conn.execute(stmt, {"ids": self._ids(kernel_ids), "agent_id": agent_id})
 
     def _move_kernels(
         self,
         kind: EntityKind,
-        session_ids: list[str],
+        entity_ids: list[str],
         target: str,
         placements: Sequence[tuple[str, str]] = (),
     ) -> None:
@@ -723,10 +419,10 @@ class Apply:
         if child is None:
             return
         record, *move = statement(
-            ("move-kernels", pg, child, target), lambda: _move_kernels(pg, child, target)
+            ("move-kernels", pg, child, target), lambda: move_kernels(pg, child, target)
         )
         params = {
-            "ids": self._ids(session_ids),
+            "ids": self._ids(entity_ids),
             "to_status": str(target),
             "now": self.now,
             "source": self.source,
@@ -734,7 +430,7 @@ class Apply:
         recorded = max(self.conn.execute(record, params).rowcount, 0)
         moved = 0
         if placements:
-            place = statement(("place-and-move", target), lambda: _place_and_move_kernels(target))
+            place = statement(("place-and-move", target), lambda: place_and_move_kernels(target))
             by_agent: dict[str, list[str]] = defaultdict(list)
             for kernel_id, agent_id in placements:
                 by_agent[agent_id].append(kernel_id)
@@ -752,7 +448,7 @@ class Apply:
         pg = self.postgres
         for ids, row in self._moved_history:
             self.conn.execute(
-                statement(("insert-history", pg), lambda: _insert_history(pg)),
+                statement(("insert-history", pg), lambda: insert_history(pg)),
                 {
                     "ids": self._ids(ids),
                     "handler": self.source,
@@ -768,7 +464,7 @@ class Apply:
         merges: list[dict[str, Any]] = []
         if self._kept_rows:
             kept = [r.entity_id for r in self._kept_rows]
-            query = statement(("latest-history", pg), lambda: _latest_history(pg))
+            query = statement(("latest-history", pg), lambda: latest_history(pg))
             latest = {
                 row.entity_id: row for row in self.conn.execute(query, {"ids": self._ids(kept)})
             }
@@ -786,9 +482,9 @@ class Apply:
                 else:
                     inserts.append(self._history_row(row))
         if merges:
-            self.conn.execute(_MERGE_HISTORY, merges)
+            self.conn.execute(MERGE_HISTORY, merges)
         if inserts:
-            self.conn.execute(sa.insert(h), inserts)
+            self.conn.execute(INSERT_HISTORY_ROWS, inserts)
 
     def _history_row(self, row: AppliedChange) -> dict[str, Any]:
         return {
@@ -815,12 +511,12 @@ async def promote(
     *,
     probe_first: bool = True,
 ) -> ApplyOutcome:
-    """Promote the sessions ``rule`` matches, up to ``limit``, in one write transaction.
+    """Promote the entities ``rule`` matches, up to ``limit``, in one write transaction.
 
-    No value is built for the sessions and no id list goes back and forth: for
+    No value is built for the entities and no id list goes back and forth: for
     each of the rule's from statuses one ``UPDATE … WHERE id IN (SELECT …
-    LIMIT)`` selects and moves the sessions (the selection locks and skips
-    locked rows on PostgreSQL), then their kernels, result and history follow
+    LIMIT)`` selects and moves the entities (the selection locks and skips
+    locked rows on PostgreSQL), then their children, result and history follow
     as in any apply. The statuses are taken one after another, each in fetch
     order.
     """
@@ -828,7 +524,7 @@ async def promote(
     # Most promotion ticks find nothing: unless the last one found work
     # (``probe_first=False``), a read probe first keeps them from taking the
     # write lock (SQLite has one writer) for nothing.
-    probe = statement(("promote-probe", rule), lambda: _promotion_probe(rule))
+    probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
 
     def any_candidate(conn: sa.Connection) -> bool:
         return (conn.execute(probe)).first() is not None

@@ -281,12 +281,6 @@ class Repository:
         """Listen for other processes' news (PostgreSQL ``LISTEN``); ``None`` on SQLite."""
         return await _notify.subscribe(self._db, on_news)
 
-    async def fetch_promotion_candidates(
-        self, rule: PromotionRule, limit: int
-    ) -> list[tuple[str, str]]:
-        """Ids and statuses of the sessions ``rule`` promotes, evaluated in SQL."""
-        return await _fetch.fetch_promotion_candidates(self._db, rule, limit)
-
     async def promote(
         self,
         rule: PromotionRule,

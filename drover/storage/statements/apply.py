@@ -1,0 +1,379 @@
+"""The statements of the apply (:class:`drover.storage.apply.Apply`), in the order it runs them.
+
+1. the compare-and-set on the group's entities: :func:`move_entities`,
+   :func:`count_try`, :func:`reset_tries` or :func:`lock_entities`, all
+   guarded by :func:`entity_guard`; :func:`claim_state` says why one failed;
+2. what the entities that passed bring along: :func:`place_kernels` and
+   :func:`place_and_move_kernels` (a scheduler's placements),
+   :func:`move_kernels` (their children), :func:`record_own_moves`,
+   :func:`spend_budget`, :func:`set_result`, :func:`entity_data` and
+   :func:`set_entity_data`;
+3. the history: :func:`insert_history`, :func:`latest_history`,
+   :data:`MERGE_HISTORY` and :data:`INSERT_HISTORY_ROWS`.
+
+Ids are bound as one parameter (``:ids``, see :func:`drover.storage._sql.ids_param`).
+The executor builds each statement once per shape
+(:func:`drover.storage._sql.statement`); the arguments of a builder are its
+shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from drover.model.kinds import KERNEL, EntityKind
+from drover.model.status import KernelStatus
+from drover.model.values import StatusInfoRule
+from drover.storage._children import K, kernel_exists, kernel_status_in
+from drover.storage._sql import ids_param
+from drover.storage.schema import entities, scheduling_history, status_changes
+
+__all__ = [
+    "INSERT_HISTORY_ROWS",
+    "MERGE_HISTORY",
+    "change_values",
+    "claim_state",
+    "count_try",
+    "entity_data",
+    "entity_guard",
+    "incremented",
+    "insert_history",
+    "latest_history",
+    "lock_entities",
+    "move_entities",
+    "move_kernels",
+    "place_and_move_kernels",
+    "place_kernels",
+    "record_own_moves",
+    "reset_tries",
+    "set_entity_data",
+    "set_result",
+    "spend_budget",
+    "status_info_expression",
+    "without_keys",
+]
+
+e = entities
+h = scheduling_history
+
+_HISTORY_COLUMNS = [
+    "entity_id",
+    "kind",
+    "handler",
+    "result",
+    "from_status",
+    "to_status",
+    "error_code",
+    "message",
+    "attempts",
+    "created_at",
+    "updated_at",
+]
+_CHANGE_COLUMNS = [
+    "entity_id",
+    "kind",
+    "parent_id",
+    "source",
+    "from_status",
+    "to_status",
+    "message",
+    "created_at",
+]
+
+
+# -- the compare-and-set -------------------------------------------------------------------
+
+
+def entity_guard(postgres: bool, fenced: bool = False) -> sa.ColumnElement[bool]:
+    """The compare-and-set: the entities ``:ids`` of kind ``:of_kind`` still in ``:from_status``.
+
+    ``fenced``: and still under our claim (``:b_claim_token``).
+    """
+    guard = sa.and_(
+        ids_param(e.c.id, "ids", postgres),
+        e.c.status == sa.bindparam("from_status"),
+        e.c.kind == sa.bindparam("of_kind"),
+    )
+    if fenced:
+        guard = sa.and_(guard, e.c.claim_token == sa.bindparam("b_claim_token"))
+    return guard
+
+
+def lock_entities(postgres: bool, fenced: bool = False) -> sa.Select[Any]:
+    """The ids that pass :func:`entity_guard`, locked (PostgreSQL): a guard that writes nothing."""
+    query = sa.select(e.c.id).where(entity_guard(postgres, fenced))
+    return query.with_for_update() if postgres else query
+
+
+def claim_state(postgres: bool) -> sa.Select[Any]:
+    """Status and claim token of the entities ``:ids`` (why a compare-and-set failed)."""
+    return sa.select(e.c.id, e.c.status, e.c.claim_token, e.c.claim_owner).where(
+        ids_param(e.c.id, "ids", postgres)
+    )
+
+
+def without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) -> Any:
+    """``column`` (a JSON object) without ``keys``."""
+    if postgres:
+        expression: Any = column
+        for key in keys:
+            expression = expression.op("-")(sa.literal(key))
+        return expression
+    return sa.func.json_remove(column, *[f'$."{key}"' for key in keys])
+
+
+def move_entities(
+    postgres: bool,
+    requeue: bool,
+    rule: StatusInfoRule | None,
+    resets: tuple[str, ...] = (),
+    fenced: bool = False,
+) -> sa.Update:
+    """Move the entities that pass :func:`entity_guard` to ``:to_status`` at ``:now``.
+
+    Every handler's tries are forgotten; ``resets`` names the budgets a status
+    change resets, ``requeue`` counts a requeue, and ``rule`` sets
+    ``status_info``. Returns the ids moved.
+    """
+    values: dict[str, Any] = {
+        "status": sa.bindparam("to_status"),
+        "status_changed_at": sa.bindparam("now"),
+        "tries": None,
+    }
+    if resets:
+        values["budgets"] = without_keys(e.c.budgets, resets, postgres)
+    if requeue:
+        values["requeues"] = e.c.requeues + 1
+    if rule is not None:
+        values["status_info"] = status_info_expression(rule)
+    return sa.update(e).where(entity_guard(postgres, fenced)).values(**values).returning(e.c.id)
+
+
+def incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]:
+    """``column[:handler] + 1`` as a new JSON object (``:path`` on SQLite)."""
+    if postgres:
+        handler = sa.bindparam("handler", type_=sa.String)
+        current = sa.cast(column.op("->>")(handler), sa.Integer)
+        merged: sa.ColumnElement[Any] = sa.func.coalesce(column, sa.func.jsonb_build_object()).op(
+            "||"
+        )(sa.func.jsonb_build_object(handler, sa.func.coalesce(current, 0) + 1))
+        return merged
+    path = sa.bindparam("path", type_=sa.String)
+    return sa.func.json_set(
+        sa.func.coalesce(column, "{}"),
+        path,
+        sa.func.coalesce(sa.func.json_extract(column, path), 0) + 1,
+    )
+
+
+def count_try(postgres: bool, fenced: bool = False) -> sa.Update:
+    """``tries[:handler] += 1`` where :func:`entity_guard` passes; returns the ids.
+
+    ``:path`` is the SQLite JSON path of the handler.
+    """
+    expression = incremented(e.c.tries, postgres)
+    guard = entity_guard(postgres, fenced)
+    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
+
+
+def reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
+    """Forget ``tries[:handler]`` where :func:`entity_guard` passes; returns the ids."""
+    expression: sa.ColumnElement[Any]
+    if postgres:
+        expression = e.c.tries.op("-")(sa.bindparam("handler", type_=sa.String))
+    else:
+        expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
+    guard = entity_guard(postgres, fenced)
+    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
+
+
+# -- what the entities that passed bring along ---------------------------------------------
+
+
+def spend_budget(postgres: bool) -> sa.Update:
+    """``budgets[:handler] += 1`` on the entities ``:ids`` (the budget's name as ``:handler``)."""
+    expression = incremented(e.c.budgets, postgres)
+    return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(budgets=expression)
+
+
+def record_own_moves(postgres: bool) -> sa.Insert:
+    """Status changes of children moved by a handler of their own kind (``:ids``)."""
+    source = sa.select(
+        e.c.id,
+        e.c.kind,
+        e.c.parent_id,
+        sa.bindparam("source", type_=sa.String),
+        sa.bindparam("from_status", type_=sa.String),
+        sa.bindparam("to_status", type_=sa.String),
+        sa.null(),
+        sa.bindparam("now", type_=sa.Double),
+    ).where(ids_param(e.c.id, "ids", postgres))
+    return sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)
+
+
+def place_kernels(postgres: bool) -> sa.Update:
+    """``agent_id = :agent_id`` on the PENDING kernels ``:ids``."""
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", postgres), e.c.status == KernelStatus.PENDING.value)
+        .values(agent_id=sa.bindparam("agent_id"))
+    )
+
+
+def place_and_move_kernels(target: str) -> sa.Update:
+    """SQLite: set the agent of, and move, the eligible kernels ``:kids``."""
+    eligible = sorted(KERNEL.movable_to(target))
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "kids", False), e.c.status.in_(eligible))
+        .values(
+            agent_id=sa.bindparam("agent_id"),
+            status=sa.bindparam("to_status"),
+            status_changed_at=sa.bindparam("now"),
+        )
+    )
+
+
+def change_values(from_status: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement[Any], ...]:
+    """source, from_status, to_status, message, created_at of a recorded status change."""
+    return (
+        sa.bindparam("source", type_=sa.String),
+        from_status,
+        sa.bindparam("to_status", type_=sa.String),
+        sa.null(),
+        sa.bindparam("now", type_=sa.Double),
+    )
+
+
+def move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Executable]:
+    """Statements recording and moving the eligible children of the entities ``:ids``.
+
+    The first statement records the status changes (its row count is the
+    number of children moved); on SQLite a second one moves them. BEGIN
+    IMMEDIATE already serialises writers there, so INSERT…SELECT then UPDATE
+    with the same condition see the same rows. On PostgreSQL one
+    data-modifying CTE locks the rows, updates them and records them from the
+    old statuses it returns.
+    """
+    eligible = sorted(child.movable_to(target))
+    where = sa.and_(ids_param(e.c.parent_id, "ids", postgres), e.c.status.in_(eligible))
+    values: dict[str, Any] = {
+        "status": sa.bindparam("to_status"),
+        "status_changed_at": sa.bindparam("now"),
+    }
+    if child.name == KERNEL.name and target == KernelStatus.PENDING:
+        # Rescheduled kernels give their agent's capacity back.
+        values["agent_id"] = None
+    if postgres:
+        old = sa.select(e.c.id, e.c.status).where(where).with_for_update().cte("old")
+        moved = (
+            sa.update(e)
+            .where(e.c.id == old.c.id)
+            .values(**values)
+            .returning(e.c.id, e.c.kind, e.c.parent_id, old.c.status)
+            .cte("moved")
+        )
+        source = sa.select(
+            moved.c.id, moved.c.kind, moved.c.parent_id, *change_values(moved.c.status)
+        )
+        return [sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source)]
+    source = sa.select(e.c.id, e.c.kind, e.c.parent_id, *change_values(e.c.status)).where(where)
+    return [
+        sa.insert(status_changes).from_select(_CHANGE_COLUMNS, source),
+        sa.update(e).where(where).values(**values),
+    ]
+
+
+def set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa.Update:
+    """``result`` of the entities ``:ids``, which have ended.
+
+    SUCCESS iff the entity ended in a success status of its kind and no child
+    ended otherwise; for sessions: TERMINATED, and every kernel TERMINATED
+    with exit code 0.
+    """
+    good: sa.ColumnElement[bool] = e.c.status.in_(sorted(kind.success_statuses))
+    if child is not None:
+        failed = [~kernel_status_in(child.success_statuses)]
+        if child.exit_codes:
+            failed += [K.c.exit_code.is_(None), K.c.exit_code != 0]
+        good = sa.and_(good, ~kernel_exists(sa.or_(*failed)))
+    result = sa.case((good, "SUCCESS"), else_="FAILURE")
+    return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(result=result)
+
+
+def entity_data(postgres: bool) -> sa.Select[Any]:
+    """Id and ``data`` of the entities ``:ids`` (read before a merge-patch)."""
+    return sa.select(e.c.id, e.c.data).where(ids_param(e.c.id, "ids", postgres))
+
+
+def set_entity_data() -> sa.Update:
+    """``data = :new_data`` of the entity ``:eid`` (executed with many rows)."""
+    return (
+        sa.update(e)
+        .where(e.c.id == sa.bindparam("eid"))
+        .values(data=sa.bindparam("new_data", type_=e.c.data.type))
+    )
+
+
+def status_info_expression(rule: StatusInfoRule) -> sa.ColumnElement[Any]:
+    """``status_info`` for a status change from a rule, evaluated per entity in SQL."""
+    whens: list[tuple[sa.ColumnElement[bool], Any]] = [
+        (kernel_exists(kernel_status_in(statuses)), sa.literal(text))
+        for statuses, text in rule.if_any_kernel
+    ]
+    default: Any = sa.literal(rule.default) if rule.default is not None else e.c.status_info
+    if not whens:
+        return default  # type: ignore[no-any-return]
+    return sa.case(*whens, else_=default)
+
+
+# -- the history ---------------------------------------------------------------------------
+
+
+def insert_history(postgres: bool) -> sa.Insert:
+    """One history row per entity ``:ids``, all alike."""
+    now = sa.bindparam("now", type_=sa.Double)
+    source = sa.select(
+        e.c.id,
+        e.c.kind,
+        sa.bindparam("handler", type_=sa.String),
+        sa.bindparam("result", type_=sa.String),
+        sa.bindparam("from_status", type_=sa.String),
+        sa.bindparam("to_status", type_=sa.String),
+        sa.bindparam("error_code", type_=sa.String),
+        sa.bindparam("message", type_=sa.Text),
+        sa.literal(1),
+        now,
+        now,
+    ).where(ids_param(e.c.id, "ids", postgres))
+    return sa.insert(h).from_select(_HISTORY_COLUMNS, source)
+
+
+def latest_history(postgres: bool) -> sa.Select[Any]:
+    """The latest history row of each entity ``:ids``."""
+    newest = (
+        sa.select(sa.func.max(h.c.id))
+        .where(ids_param(h.c.entity_id, "ids", postgres))
+        .group_by(h.c.entity_id)
+    )
+    return sa.select(
+        h.c.id, h.c.entity_id, h.c.handler, h.c.result, h.c.from_status, h.c.to_status,
+        h.c.error_code,
+    ).where(h.c.id.in_(newest))  # fmt: skip
+
+
+#: A repeated outcome merged into the row ``:hid``: one more attempt, the newest message.
+MERGE_HISTORY = (
+    sa.update(h)
+    .where(h.c.id == sa.bindparam("hid"))
+    .values(
+        attempts=h.c.attempts + 1,
+        updated_at=sa.bindparam("now"),
+        message=sa.bindparam("msg"),
+    )
+)
+
+#: History rows written one by one (executed with many rows, one per outcome).
+INSERT_HISTORY_ROWS = sa.insert(h)

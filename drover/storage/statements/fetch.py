@@ -1,0 +1,88 @@
+"""The statements of the fetch (:mod:`drover.storage.fetch`): a lifecycle handler's targets.
+
+:func:`targets_query` reads the batch (claiming it on PostgreSQL with
+:func:`claim_rows`; an apply drops the claim with :func:`release_rows`), and
+:func:`children_of` reads the children of the batch's entities (sessions'
+kernels have their own read, :func:`drover.storage.sessions.read_kernels_of`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from drover.model.filters import CandidateFilter
+from drover.storage._filters import compile_filters
+from drover.storage._sql import ids_param
+from drover.storage.rows import ENTITY_COLUMNS, SESSION_COLUMNS, SESSION_KIND
+from drover.storage.schema import entities
+from drover.storage.sessions import FETCH_ORDER
+
+__all__ = ["children_of", "claim_rows", "release_rows", "targets_query"]
+
+e = entities
+
+
+def targets_query(
+    kind: str,
+    statuses: frozenset[str],
+    filters: tuple[CandidateFilter, ...],
+    postgres: bool,
+    claiming: bool = False,
+) -> sa.Select[Any]:
+    """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order, up to ``:limit``.
+
+    Sessions are read with :data:`~drover.storage.rows.SESSION_COLUMNS`, other
+    kinds with :data:`~drover.storage.rows.ENTITY_COLUMNS`. Filters that read
+    the clock take ``:now``. ``claiming`` (PostgreSQL): only rows with no live
+    claim at ``:claim_now``, locked, skipping those another transaction holds.
+    """
+    columns = SESSION_COLUMNS if kind == SESSION_KIND else ENTITY_COLUMNS
+    query = sa.select(*columns).where(
+        e.c.kind == kind, e.c.status.in_(sorted(str(s) for s in statuses))
+    )
+    conditions = compile_filters(filters, postgres)
+    if conditions:
+        query = query.where(*conditions)
+    if claiming:
+        # Unclaimed or lapsed claims only; rows another coordinator's claim
+        # transaction holds right now are skipped, not waited for.
+        now = sa.bindparam("claim_now", type_=sa.Double)
+        query = query.where(sa.or_(e.c.claim_expires.is_(None), e.c.claim_expires < now))
+        return (
+            query.order_by(*FETCH_ORDER)
+            .limit(sa.bindparam("limit"))
+            .with_for_update(skip_locked=True, of=e)
+        )
+    return query.order_by(*FETCH_ORDER).limit(sa.bindparam("limit"))
+
+
+def claim_rows() -> sa.Update:
+    """Mark the entities ``:ids`` (PostgreSQL) as claimed by one tick."""
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", True))
+        .values(
+            claim_owner=sa.bindparam("b_claim_owner"),
+            claim_token=sa.bindparam("b_claim_token"),
+            claim_expires=sa.bindparam("b_claim_expires"),
+        )
+    )
+
+
+def release_rows() -> sa.Update:
+    """Drop one tick's claim from the entities ``:ids`` that still carry its token."""
+    return (
+        sa.update(e)
+        .where(
+            ids_param(e.c.id, "ids", True),
+            e.c.claim_token == sa.bindparam("b_claim_token"),
+        )
+        .values(claim_owner=None, claim_token=None, claim_expires=None)
+    )
+
+
+def children_of(postgres: bool) -> sa.Select[Any]:
+    """The children of the entities ``:ids``, as :data:`~drover.storage.rows.ENTITY_COLUMNS`."""
+    return sa.select(*ENTITY_COLUMNS).where(ids_param(e.c.parent_id, "ids", postgres))
