@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from drover.app import App
-from drover.cli.run import serve_daemon
 from drover.config import load_config
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.tick import TickReport
@@ -47,9 +46,9 @@ def _flags(workdir: Path, backend: str) -> dict[str, Any]:
 
 
 async def _start(workdir: Path, backend: str) -> tuple[App, Daemon, asyncio.Task[int]]:
-    app = App(load_config(None, environ={}, flags=_flags(workdir, backend)))
+    app = App(load_config(None, environ={}, flags=_flags(workdir, backend)), claims=True)
     ready: asyncio.Future[Daemon] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(serve_daemon(app, install_signals=False, on_ready=ready.set_result))
+    task = asyncio.create_task(app.run_daemon(install_signals=False, on_ready=ready.set_result))
     daemon = await asyncio.wait_for(asyncio.shield(ready), timeout=60)
     return app, daemon, task
 

@@ -125,7 +125,7 @@ def _app(schema: str, args: argparse.Namespace) -> App:
         plugins=[RpcPlugin(args.wait, args.batch)], include_builtins=False, load_entrypoints=False
     )
     backend = SimulatedBackend([AgentInfo("sim", {"cpu": 1e9, "mem": 1e12})])
-    return App(config, backend=backend, plugin_manager=pm)
+    return App(config, backend=backend, plugin_manager=pm, claims=True)
 
 
 async def _coordinator_main(schema: str, args: argparse.Namespace, go: Any, done: Any) -> None:

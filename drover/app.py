@@ -8,23 +8,34 @@ backend instance and explicit plugins for tests).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
-from collections.abc import Mapping, Sequence
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pluggy
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from drover import __version__
 from drover.backends.base import AgentBackend
 from drover.config import Config, LoadedConfig
+from drover.coordinator.daemon import Daemon
 from drover.coordinator.handlers import Handler
-from drover.coordinator.observers import Observer
+from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator
+from drover.inspection._format import parse_duration
 from drover.model.clock import Clock, SystemClock
+from drover.model.creation import check_against_deployment, check_new_entities
 from drover.model.errors import DroverError
+from drover.model.ids import new_id
 from drover.model.kinds import Kinds
-from drover.model.spec import check_against_deployment, session_request
-from drover.model.values import HandlerOptions
+from drover.model.spec import new_session
+from drover.model.values import HandlerOptions, NewEntity
 from drover.plugins.manager import (
     collect_backends,
     collect_handlers,
@@ -47,6 +58,8 @@ __all__ = [
     "handler_overrides",
     "tune_gc",
 ]
+
+log = logging.getLogger("drover.daemon")
 
 #: Young objects allocated before the collector runs (Python's default is 700).
 GC_THRESHOLD = (100_000, 50, 100)
@@ -100,6 +113,10 @@ class App:
     where each value came from, for error messages). Tests and benchmarks pass
     the rest: a ``clock``, a ``backend`` instance, a ``plugin_manager`` with
     explicit plugins, and ``handler_options`` on top of the configuration's.
+    ``claims`` (the daemon): every lifecycle tick claims its targets under
+    :attr:`coordinator_id`, so several daemons can share a PostgreSQL database.
+    Nothing is set on an App after it is built: :meth:`run_daemon` is the
+    daemon, and the harness, the CLI and the benchmarks use the same pieces.
     """
 
     def __init__(
@@ -110,6 +127,7 @@ class App:
         backend: AgentBackend | None = None,
         plugin_manager: pluggy.PluginManager | None = None,
         handler_options: Mapping[str, HandlerOptions | Mapping[str, Any]] | None = None,
+        claims: bool = False,
     ) -> None:
         if isinstance(config, Config):
             config = LoadedConfig(config=config, sources={}, file=None)
@@ -131,8 +149,10 @@ class App:
         self.registered: list[RegisteredHandler] = []
         self.observers: list[tuple[str, Observer]] = []
         self._backend_started = False
-        #: Called when the backend reported kernel changes (the daemon wakes promotions).
-        self.on_backend_change: Any = lambda: None
+        #: The name this process's coordinator claims entities under, and its heartbeat row's.
+        self.coordinator_id: str | None = new_id() if claims else None
+        # The running daemon (run_daemon), woken when the backend reports kernel changes.
+        self._daemon: Daemon | None = None
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
@@ -212,36 +232,143 @@ class App:
                 max_requeues=None if max_requeues < 0 else max_requeues,
                 kinds=kinds,
                 budgets=self.config.budgets,
+                claim_owner=self.coordinator_id,
+                claim_ttl=self.config.claim_ttl,
             )
         return self.coordinator
 
-    def known_slots(self) -> set[str]:
-        """Every resource slot some agent of the backend offers."""
-        return {slot for agent in self.backend.agents() for slot in agent.capacity}
+    async def create(self, news: Sequence[NewEntity]) -> list[str]:
+        """Create entities as the CLI does (``drover submit``, ``drover deploy``); return their ids.
+
+        The one creation check (:func:`~drover.model.creation.check_new_entities`),
+        then against what this drover runs: options only for loaded handlers,
+        children only asking for resource slots some agent offers (asked of
+        the backend without starting it). One bad entity raises
+        InvalidSpecError and nothing is written.
+        """
+        checked = check_new_entities(news, self.kinds)
+        slots = await self.backend.offered_slots()
+        check_against_deployment(checked, self.kinds, handlers=self.handlers, slots=slots)
+        return await self.repository.create_entities(checked)
 
     async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Create sessions as ``drover submit`` does; return their ids.
-
-        Each request is checked (:func:`~drover.model.spec.session_request`),
-        then against what this drover runs: options only for loaded handlers,
-        kernels only asking for slots some agent offers. One bad request
-        raises InvalidSpecError and nothing is written.
-        """
-        checked = [session_request(r) for r in requests]
-        handlers = self.handlers
-        slots = self.known_slots()
-        for request in checked:
-            check_against_deployment(request, handlers=handlers, slots=slots)
-        return await self.repository.create_sessions(requests)
+        """Create sessions from ``drover submit``'s requests (see :meth:`create`)."""
+        return await self.create([new_session(r) for r in requests])
 
     async def start(self, *, auto_upgrade: bool = True) -> Coordinator:
         """Ready to tick: schema checked (or upgraded), handlers loaded, backend started."""
         await self.check_schema(auto_upgrade=auto_upgrade)
         coordinator = self.load_handlers()
         if not self._backend_started:
-            await self.backend.start(self.repository, lambda: self.on_backend_change())
+            await self.backend.start(self.repository, self._backend_reported)
             self._backend_started = True
         return coordinator
+
+    def _backend_reported(self) -> None:
+        # Kernel statuses changed: the promotions decide what that means.
+        if self._daemon is not None:
+            self._daemon.wake_promotions()
+
+    async def run_daemon(
+        self,
+        *,
+        auto_upgrade: bool = True,
+        install_signals: bool = True,
+        on_ready: Callable[[Daemon], None] | None = None,
+        http: tuple[str, int, str | None] | None = None,
+        allowed_hosts: tuple[str, ...] = (),
+    ) -> int:
+        """Run the coordinator daemon until SIGINT/SIGTERM (``drover run``); return the exit code.
+
+        The first signal stops new ticks and lets in-flight ones finish within
+        ``shutdown_grace``; a second signal exits at once. ``on_ready`` receives
+        the :class:`Daemon` (to stop it without a signal, as tests do). ``http``
+        is ``(host, port, auth_token)``: the web dashboard then runs in this
+        event loop and stops with the daemon, answering ``host`` and
+        ``allowed_hosts``.
+        """
+        config = self.config
+        await self.check_schema(auto_upgrade=auto_upgrade)
+        daemon = self.daemon()
+        # Before the backend starts: a daemon refused on SQLite (another one runs)
+        # must not adopt, report or kill any kernel.
+        await daemon.register()
+        try:
+            await self.start(auto_upgrade=False)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.repository.coordinator_stopped(daemon.id)
+            raise
+        tune_gc()
+        dispatcher = ObserverDispatcher(self.observers)
+        if self.observers:
+            dispatcher.start()
+            daemon.on_tick = lambda report: dispatcher.publish(events_of(report, time.time()))
+        loop = asyncio.get_running_loop()
+        received: list[int] = []
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            if len(received) == 1:
+                log.info("received %s: shutting down", signal.Signals(signum).name)
+                daemon.stop()
+            else:
+                log.warning("second signal: exiting at once")
+                # Whatever is in flight is an open transaction: the database rolls it back.
+                os._exit(128 + signum)
+
+        if install_signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, on_signal, signum)
+        web_task: asyncio.Task[None] | None = None
+        web_server: Any = None
+        if http is not None:
+            from drover.web.security import public_bind_warning
+            from drover.web.server import make_server
+
+            host, port, token = http
+            warning = public_bind_warning(host, token)
+            if warning:
+                log.warning("%s", warning)
+            web_server = make_server(
+                self, host=host, port=port, auth_token=token, allowed_hosts=allowed_hosts,
+                embedded=True,
+            )  # fmt: skip
+            web_task = asyncio.create_task(web_server.serve(), name="drover-http")
+            log.info("dashboard on http://%s:%d/", host, port)
+        if on_ready is not None:
+            on_ready(daemon)
+        try:
+            await daemon.run()
+        finally:
+            if web_task is not None:
+                web_server.should_exit = True
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(web_task, timeout=config.shutdown_grace)
+            if install_signals:
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(signum)
+            await dispatcher.close(grace=config.shutdown_grace)
+        return 0
+
+    def daemon(self) -> Daemon:
+        """The daemon of this app's coordinator, built from the configuration (once)."""
+        if self._daemon is None:
+            config = self.config
+            retention = config.history.retention
+            self._daemon = Daemon(
+                self.load_handlers(),
+                self.repository,
+                intervals={n: h.interval for n, h in config.handlers.items()},
+                enabled={n: h.enabled for n, h in config.handlers.items()},
+                safety_interval=config.safety_interval,
+                heartbeat_interval=config.heartbeat_interval,
+                shutdown_grace=config.shutdown_grace,
+                version=__version__,
+                retention=parse_duration(retention) if retention else None,
+                prune_interval=config.history.prune_interval,
+            )
+        return self._daemon
 
     async def close(self) -> None:
         """Stop the backend (its kernels keep running) and dispose of the database engine."""

@@ -18,6 +18,12 @@ PORTS=(17001 17002)
 # so the tests know what fits; slurmd is told to trust this (config_overrides).
 NODE_CPUS=2
 NODE_MEM=2048
+# Per node: GPUs Slurm counts, so that drover's handling of a GRES slot is
+# tested on the real thing. Slurm counts a gpu by its device file; two files
+# that exist everywhere stand in (jobs are only placed, nothing opens them).
+NODE_GPUS=2
+GPU_FILES=/dev/null,/dev/zero
+GRES_CONF=/etc/slurm/gres.conf
 LOG_DIR=/var/log/slurm
 WAIT_SECONDS=${SLURM_UP_WAIT:-60}
 
@@ -44,7 +50,7 @@ mkdir -p /etc/slurm "$LOG_DIR" /var/spool/slurmctld /var/spool/slurmd
 nodes_line=""
 for i in "${!NODES[@]}"; do
     nodes_line+="NodeName=${NODES[$i]} NodeHostname=$host NodeAddr=127.0.0.1 Port=${PORTS[$i]} "
-    nodes_line+="CPUs=$NODE_CPUS RealMemory=$NODE_MEM State=UNKNOWN"$'\n'
+    nodes_line+="CPUs=$NODE_CPUS RealMemory=$NODE_MEM Gres=gpu:$NODE_GPUS State=UNKNOWN"$'\n'
 done
 wanted=$(cat <<EOF
 $MARK
@@ -87,15 +93,25 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 MpiDefault=none
 SwitchType=switch/none
+GresTypes=gpu
 ${nodes_line}PartitionName=main Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
 EOF
 )
+gres_wanted=$(cat <<EOF
+$MARK
+Name=gpu File=$GPU_FILES
+EOF
+)
+changed=0
 if [ ! -f "$CONF" ] || [ "$(cat "$CONF")" != "$wanted" ]; then
     say "writing $CONF"
     printf '%s\n' "$wanted" >"$CONF"
     changed=1
-else
-    changed=0
+fi
+if [ ! -f "$GRES_CONF" ] || [ "$(cat "$GRES_CONF")" != "$gres_wanted" ]; then
+    say "writing $GRES_CONF"
+    printf '%s\n' "$gres_wanted" >"$GRES_CONF"
+    changed=1
 fi
 
 running() { pgrep -x "$1" >/dev/null 2>&1; }
@@ -122,9 +138,14 @@ if ! running munged; then
 fi
 
 # -- daemons ---------------------------------------------------------------------
-if running slurmctld && [ "$changed" = 1 ]; then
-    say "configuration changed: reconfiguring"
-    scontrol reconfigure || true
+if [ "$changed" = 1 ] && { running slurmctld || running slurmd; }; then
+    # Nodes' resources are read when the daemons start: restart them all.
+    say "configuration changed: restarting slurmctld and slurmd"
+    pkill -x slurmd || true
+    pkill -x slurmctld || true
+    for _ in $(seq 50); do
+        if running slurmd || running slurmctld; then sleep 0.2; else break; fi
+    done
 fi
 if ! running slurmctld; then
     say "starting slurmctld"

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from drover.app import App
-from drover.cli.run import serve_daemon
 from drover.config import load_config
 from drover.coordinator.daemon import Daemon
 from drover.model.status import SessionStatus as S
@@ -68,9 +67,9 @@ async def running_daemon(
 ) -> AsyncIterator[tuple[App, Daemon]]:
     """Start ``drover run``'s daemon in this event loop; stop it cleanly on exit."""
     loaded = load_config(None, environ={}, flags=daemon_flags(database, data_dir, **extra))
-    app = App(loaded)
+    app = App(loaded, claims=True)
     ready: asyncio.Future[Daemon] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(serve_daemon(app, install_signals=False, on_ready=ready.set_result))
+    task = asyncio.create_task(app.run_daemon(install_signals=False, on_ready=ready.set_result))
     try:
         daemon = await asyncio.wait_for(asyncio.shield(ready), timeout=20)
     except BaseException:

@@ -8,11 +8,22 @@ import time
 import pytest
 from scripted import ScriptedPlugin, fail
 
-from drover import HandlerResult, KernelStatus, SchedulingResult, SessionStatus
+from drover import HandlerResult, HistoryRecord, KernelStatus, SchedulingResult, SessionStatus
 
 R = SchedulingResult
 S = SessionStatus
 K = KernelStatus
+
+
+def assert_created(row: HistoryRecord) -> None:
+    """``row`` is the CREATED row ``api`` wrote when the test created the (PENDING) session."""
+    assert (row.handler, row.result, row.from_status, row.to_status, row.message) == (
+        "api",
+        "CREATED",
+        S.PENDING,
+        S.PENDING,
+        "created by api",
+    )
 
 
 async def test_identical_rows_merge_into_attempts_with_the_newest_message(make_harness):
@@ -24,7 +35,8 @@ async def test_identical_rows_merge_into_attempts_with_the_newest_message(make_h
             plugin.handler.script = lambda t, n=n: fail(sid, message=f"try {n}", code="E1")
             await h.tick("scripted")
             h.clock.advance(1)
-        rows = await h.history(sid)
+        created, *rows = await h.history(sid)
+        assert_created(created)
         # max_retries=2: two NEED_RETRY rows merge; the third failure is a GIVE_UP row
         assert [(r.result, r.attempts, r.message, r.error_code) for r in rows[:1]] == [
             (R.NEED_RETRY, 2, "try 1", "E1")
@@ -45,12 +57,21 @@ async def test_a_different_error_code_starts_a_new_row(make_harness):
         for _ in range(3):
             await h.tick("scripted")
         rows = await h.history(sid)
-        assert [(r.error_code, r.attempts) for r in rows] == [("A", 2), ("B", 1)]
+        assert [(r.result, r.error_code, r.attempts) for r in rows] == [
+            ("CREATED", None, 1),
+            (R.SKIPPED, "A", 2),
+            (R.SKIPPED, "B", 1),
+        ]
         plugin.handler.script = lambda t: HandlerResult(skipped=[sid], error_codes={sid: "A"})
         await h.tick("scripted")
         rows = await h.history(sid)
         # merging only looks at the latest row: A after B is a new row
-        assert [(r.error_code, r.attempts) for r in rows] == [("A", 2), ("B", 1), ("A", 1)]
+        assert [(r.result, r.error_code, r.attempts) for r in rows] == [
+            ("CREATED", None, 1),
+            (R.SKIPPED, "A", 2),
+            (R.SKIPPED, "B", 1),
+            (R.SKIPPED, "A", 1),
+        ]
 
 
 async def test_compare_and_set_loses_to_a_concurrent_status_change(make_harness):
@@ -78,6 +99,7 @@ async def test_compare_and_set_loses_to_a_concurrent_status_change(make_harness)
         assert [k.status for k in r.kernels] == [K.CANCELLED]
         rows = await h.history(raced)
         assert [(x.handler, x.result, x.from_status, x.to_status, x.error_code) for x in rows] == [
+            ("api", "CREATED", S.PENDING, S.PENDING, None),
             ("api", R.SUCCESS, S.PENDING, S.CANCELLED, None),
         ]
         assert rows[-1].to_status == r.status  # the latest row tells the truth
@@ -106,7 +128,8 @@ async def test_a_failure_mid_apply_leaves_no_partial_writes(make_harness, step):
             s = await h.session(sid)
             assert (s.status, s.try_count) == (S.PENDING, 0)
             assert {k.status for k in s.kernels} == {K.PENDING}
-            assert await h.history(sid) == []
+            (created,) = await h.history(sid)
+            assert_created(created)
             for k in s.kernels:
                 assert await h.kernel_history(k.id) == []
         h.coordinator.inject_apply_failure = None
@@ -135,7 +158,8 @@ async def test_a_handler_that_raises_skips_every_target_without_counting_a_try(m
             assert report.counts == {R.SKIPPED: 2}
             assert report.error == "ConnectionResetError: registry went away"
         for sid in (a, b):
-            (row,) = await h.history(sid)
+            created, row = await h.history(sid)
+            assert_created(created)
             assert (row.result, row.error_code, row.attempts) == (R.SKIPPED, "handler-error", 5)
             assert row.message == "ConnectionResetError: registry went away"
             s = await h.session(sid)
@@ -176,7 +200,8 @@ async def test_base_exceptions_from_a_handler_are_its_fault_too(make_harness, er
         report = await h.tick("scripted")
         assert report.counts == {R.SKIPPED: 1}
         assert report.error is not None
-        (row,) = await h.history(sid)
+        created, row = await h.history(sid)
+        assert_created(created)
         assert row.error_code == "handler-error"
 
 
@@ -198,7 +223,8 @@ async def test_a_real_cancellation_of_the_tick_propagates(make_harness):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert await h.history(sid) == []
+        (created,) = await h.history(sid)
+        assert_created(created)
 
 
 async def test_a_handler_blocking_the_event_loop_is_named_in_the_log(make_harness, caplog):
@@ -236,7 +262,8 @@ async def test_an_id_listed_twice_makes_the_whole_result_invalid(make_harness, m
         assert report.counts == {R.SKIPPED: 2}
         assert "more than once" in (report.error or "")
         for sid in (a, b):
-            (row,) = await h.history(sid)
+            created, row = await h.history(sid)
+            assert_created(created)
             assert row.error_code == "invalid-result"
             s = await h.session(sid)
             assert (s.status, s.try_count) == (S.PENDING, 0)
@@ -249,7 +276,8 @@ async def test_a_result_of_the_wrong_type_is_invalid(make_harness):
         a = await h.create_session()
         plugin.handler.script = lambda t: {"successes": [a]}  # type: ignore[return-value,arg-type]
         await h.tick("scripted")
-        (row,) = await h.history(a)
+        created, row = await h.history(a)
+        assert_created(created)
         assert (row.result, row.error_code) == (R.SKIPPED, "invalid-result")
 
 

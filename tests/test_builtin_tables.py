@@ -16,6 +16,7 @@ from drover import (
     TERMINAL_KERNEL_STATUSES,
     HandlerOptions,
     HandlerResult,
+    HistoryRecord,
     KernelMatchType,
     KernelStatus,
     PromotionRule,
@@ -225,8 +226,29 @@ async def make_session(
     return await h.create_session(kernels=kernels, status=status)
 
 
+def assert_created(record: HistoryRecord, status: SessionStatus) -> None:
+    """``record`` is the CREATED row ``api`` writes for a session created in ``status``."""
+    assert (record.handler, record.result, record.from_status, record.to_status) == (
+        "api",
+        "CREATED",
+        status,
+        status,
+    )
+    assert record.message == "created by api"
+
+
 async def rows(h: CoordinatorHarness, sid: str) -> list[tuple[str, R, S, S]]:
-    return [(r.handler, r.result, r.from_status, r.to_status) for r in await h.history(sid)]
+    """The session's history rows written by handlers: every row after its CREATED row.
+
+    Every session's history starts with the CREATED row ``api`` wrote when the
+    test created it; this asserts that row (in the status the next row starts
+    from, or the session's status now when no handler has written one) and
+    returns the rows after it.
+    """
+    created, *after = await h.history(sid)
+    status = after[0].from_status if after else (await h.session(sid)).status
+    assert_created(created, status)
+    return [(r.handler, r.result, r.from_status, r.to_status) for r in after]
 
 
 def kernel_statuses(session: SessionWithKernels) -> list[KernelStatus]:
@@ -343,7 +365,8 @@ async def test_need_retry_keeps_both_statuses_and_counts_the_try(make_harness, n
         assert session.try_count == 2
         assert session.result is None
 
-        (hrow,) = await h.history(sid)
+        created, hrow = await h.history(sid)
+        assert_created(created, row.acting)
         assert (hrow.handler, hrow.result, hrow.from_status, hrow.to_status) == (
             name,
             R.NEED_RETRY,
@@ -488,7 +511,8 @@ async def test_in_flight_sessions_are_unmentioned_and_only_expire(
         h.clock.advance(2)
         await h.tick(name)
 
-        (hrow,) = await h.history(sid)
+        created, hrow = await h.history(sid)
+        assert_created(created, status)
         assert (hrow.handler, hrow.result, hrow.from_status, hrow.to_status) == (
             name,
             R.EXPIRED,
@@ -545,7 +569,8 @@ async def test_schedule_skips_never_expire_by_default(make_harness):
         h.clock.advance(30 * 24 * 3600)
         await h.tick("schedule-sessions")
 
-        (hrow,) = await h.history(sid)
+        created, hrow = await h.history(sid)
+        assert_created(created, S.PENDING)
         assert (hrow.handler, hrow.result, hrow.from_status, hrow.to_status) == (
             "schedule-sessions",
             R.SKIPPED,

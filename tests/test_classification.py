@@ -5,10 +5,21 @@ from __future__ import annotations
 import attrs
 from scripted import Scripted, ScriptedPlugin, fail
 
-from drover import HandlerResult, KernelStatus, SchedulingResult, SessionStatus
+from drover import HandlerResult, HistoryRecord, KernelStatus, SchedulingResult, SessionStatus
 
 R = SchedulingResult
 S = SessionStatus
+
+
+def assert_created(row: HistoryRecord) -> None:
+    """``row`` is the CREATED row ``api`` wrote when the test created the (PENDING) session."""
+    assert (row.handler, row.result, row.from_status, row.to_status, row.message) == (
+        "api",
+        "CREATED",
+        S.PENDING,
+        S.PENDING,
+        "created by api",
+    )
 
 
 async def test_success_moves_session_and_kernels_and_writes_history(make_harness):
@@ -22,7 +33,8 @@ async def test_success_moves_session_and_kernels_and_writes_history(make_harness
         assert s.status == S.SCHEDULED
         assert [k.status for k in s.kernels] == [KernelStatus.SCHEDULED] * 2
         assert report.counts == {R.SUCCESS: 1}
-        (row,) = await h.history(sid)
+        created, row = await h.history(sid)
+        assert_created(created)
         assert (row.handler, row.result, row.from_status, row.to_status, row.attempts) == (
             "scripted",
             R.SUCCESS,
@@ -58,11 +70,13 @@ async def test_give_up_on_the_max_retries_plus_first_consecutive_failure(make_ha
         assert [k.status for k in s.kernels] == [KernelStatus.ERROR]
         rows = await h.history(sid)
         assert [(r.result, r.attempts, r.to_status) for r in rows] == [
+            ("CREATED", 1, S.PENDING),
             (R.NEED_RETRY, 2, S.PENDING),
             (R.GIVE_UP, 1, S.ERROR),
         ]
-        assert "agent unreachable" in (rows[1].message or "")
-        assert "failed 3 times (max_retries=2)" in (rows[1].message or "")
+        assert_created(rows[0])
+        assert "agent unreachable" in (rows[2].message or "")
+        assert "failed 3 times (max_retries=2)" in (rows[2].message or "")
 
 
 async def test_success_resets_the_try_count(make_harness):
@@ -100,7 +114,8 @@ async def test_skips_never_count_as_tries(make_harness):
             assert report.counts == {R.SKIPPED: 1}
         s = await h.session(sid)
         assert (s.status, s.try_count) == (S.PENDING, 0)
-        (row,) = await h.history(sid)
+        created, row = await h.history(sid)
+        assert_created(created)
         assert (row.result, row.attempts, row.error_code, row.message) == (
             R.SKIPPED,
             5,
@@ -110,14 +125,18 @@ async def test_skips_never_count_as_tries(make_harness):
 
 
 async def test_unmentioned_targets_get_no_history_row(make_harness):
-    """A target the handler does not mention gets nothing before its timeout."""
+    """A target the handler does not mention gets nothing before its timeout.
+
+    Its history stays the one CREATED row written when it was created.
+    """
     plugin = ScriptedPlugin()
     async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
         sid = await h.create_session()
         report = await h.tick("scripted")
         assert report.fetched == 1
         assert report.changes == ()
-        assert await h.history(sid) == []
+        (created,) = await h.history(sid)
+        assert_created(created)
 
 
 async def test_unmentioned_and_skipped_targets_expire_after_the_timeout(make_harness):
@@ -141,10 +160,12 @@ async def test_unmentioned_and_skipped_targets_expire_after_the_timeout(make_har
             assert s.status == S.CANCELLED
             assert [k.status for k in s.kernels] == [KernelStatus.CANCELLED]
             assert s.try_count == 0
-        quiet_rows = await h.history(quiet)
+        created, *quiet_rows = await h.history(quiet)
+        assert_created(created)
         assert [(r.result, r.error_code) for r in quiet_rows] == [(R.EXPIRED, "timeout")]
         assert "timeout=60s" in (quiet_rows[0].message or "")
-        skipped_rows = await h.history(skipped)
+        created, *skipped_rows = await h.history(skipped)
+        assert_created(created)
         assert [r.result for r in skipped_rows] == [R.SKIPPED, R.EXPIRED]
         assert (skipped_rows[1].message or "").startswith("no room; in PENDING for 61s")
 
@@ -200,7 +221,8 @@ async def test_no_timeout_and_no_retry_limit_mean_never(make_harness):
             await h.tick("scripted")
         s = await h.session(sid)
         assert (s.status, s.try_count) == (S.PENDING, 8)
-        (row,) = await h.history(sid)
+        created, row = await h.history(sid)
+        assert_created(created)
         assert (row.result, row.attempts) == (R.NEED_RETRY, 8)
 
 

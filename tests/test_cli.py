@@ -90,8 +90,9 @@ def test_submit_then_sessions_show_and_terminate(cli, harness):
     assert [k["agent_id"] for k in shown["kernels"]] == ["sim-2", "sim-1"] or all(
         k["agent_id"] for k in shown["kernels"]
     )
-    assert [(h["handler"], h["to_status"]) for h in shown["history"]] == [
-        ("schedule-sessions", "SCHEDULED")
+    assert [(h["handler"], h["result"], h["to_status"]) for h in shown["history"]] == [
+        ("api", "CREATED", "PENDING"),
+        ("schedule-sessions", "SUCCESS", "SCHEDULED"),
     ]
     text = cli("show", sid).output
     assert f"session      {sid}  (hello)" in text
@@ -137,8 +138,8 @@ def test_submit_from_a_file_with_different_kernels(cli, harness, tmp_path: Path)
         (["submit", "--option", "timeout=3", "--", "true"], "is not HANDLER.FIELD=VALUE"),
         (["submit", "--option", "x.timeout=soon", "--", "true"], "'soon' is not a number"),
         (["submit", "--option", "x.retries=1", "--", "true"], "unknown option 'retries'"),
-        (["show", "no-such-id"], "no session with id 'no-such-id'"),
-        (["terminate", "no-such-id"], "no session with id 'no-such-id'"),
+        (["show", "no-such-id"], "no entity with id 'no-such-id'"),
+        (["terminate", "no-such-id"], "no entity with id 'no-such-id'"),
     ],
 )
 def test_bad_input_gets_one_clear_line_and_writes_nothing(cli, harness, args, message):

@@ -39,7 +39,13 @@ async def test_a_successful_command(database, tmp_path: Path):
         assert (k.status, k.exit_code) == (K.TERMINATED, 0)
         assert Path(k.runtime["stdout"]).read_text() == f"hello from {k.id}\n"
         assert Path(k.runtime["stderr"]).read_text() == "e\n"
-        rows = await app.repository.history(sid)
+        created, *rows = await app.repository.history(sid)
+        assert (created.handler, created.result, created.from_status, created.to_status) == (
+            "api",
+            "CREATED",
+            S.PENDING,
+            S.PENDING,
+        )
         assert _moves(rows) == LIFECYCLE
         assert all(r.result in (R.SUCCESS, R.SKIPPED) for r in rows)
         krows = await app.repository.kernel_history(kernel_id=k.id)
@@ -96,7 +102,8 @@ async def test_a_session_too_large_stays_pending_with_its_reason(database, tmp_p
             rows = await app.repository.history(sid)
             return rows if rows and rows[-1].result == R.SKIPPED else None
 
-        (row,) = await wait_for(skipped, what="a SKIPPED row")
+        created, row = await wait_for(skipped, what="a SKIPPED row")
+        assert (created.handler, created.result, created.to_status) == ("api", "CREATED", S.PENDING)
         assert row.error_code == "insufficient-resources"
         assert row.message == (
             "insufficient resources: kernel 1/1 needs cpu=64 mem=64, the largest free agent "

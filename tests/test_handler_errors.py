@@ -47,6 +47,7 @@ async def test_the_daemon_backs_off_a_failing_handler_and_records_its_errors(dat
         Config(database_url=database.url, database_schema=database.schema or ""),
         plugin_manager=make_plugin_manager(plugins=[plugin], include_builtins=False),
         clock=SystemClock(),
+        claims=True,
     )
     try:
         coordinator = await app.start()

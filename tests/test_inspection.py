@@ -76,7 +76,9 @@ def test_history_text_json_and_csv(world):
         ("promote-to-prepared", "PREPARED"),
         ("prepare-sessions", "PREPARING"),
         ("schedule-sessions", "SCHEDULED"),
+        ("api", "PENDING"),
     ]
+    assert (data[-1]["result"], data[-1]["message"]) == ("CREATED", "created by api")
     skips = json.loads(cli("history", ids["stuck"], "--json").output)[0]["attempts"]
     assert skips >= 3  # one per schedule-sessions tick, merged into one row
     text = cli("history", ids["stuck"][:20]).output.splitlines()
@@ -91,7 +93,15 @@ def test_history_text_json_and_csv(world):
     skipped = json.loads(cli("history", "--result", "SKIPPED", "--json").output)
     assert {r["session_id"] for r in skipped} == {ids["stuck"]}
     by_api = json.loads(cli("history", "--handler", "api", "--json").output)
-    assert [r["session_id"] for r in by_api] == [ids["done"]]
+    # every session's CREATED row, and the one termination request (newest first)
+    assert [(r["session_id"], r["result"]) for r in by_api] == [
+        (ids["preparing"], "CREATED"),
+        (ids["expired"], "CREATED"),
+        (ids["done"], "SUCCESS"),
+        (ids["done"], "CREATED"),
+        (ids["running"], "CREATED"),
+        (ids["stuck"], "CREATED"),
+    ]
     rows = list(csv.reader(io.StringIO(cli("history", ids["done"], "--csv").output)))
     assert rows[0][0] == "time"
     assert rows[1][2] == "terminate-sessions"  # a running session's kernels were destroyed

@@ -51,10 +51,8 @@ class Gated(Scripted):
 
 
 def _coordinator(h: CoordinatorHarness, handler: Scripted, owner: str) -> Coordinator:
-    coordinator = Coordinator(h.repository, {"scripted": handler}, clock=h.clock)
-    coordinator.claim_owner = owner
-    coordinator.claim_ttl = 10.0
-    return coordinator
+    handlers = {"scripted": handler}
+    return Coordinator(h.repository, handlers, clock=h.clock, claim_owner=owner, claim_ttl=10.0)
 
 
 @pg_only
@@ -88,10 +86,11 @@ async def test_a_tick_whose_claim_was_taken_over_is_fenced(pg: Database):
         assert session.status == S.SCHEDULED
         rows = await h.history(sid)  # oldest first
         assert [(r.handler, r.result, r.from_status, r.to_status, r.error_code) for r in rows] == [
+            ("api", "CREATED", S.PENDING, S.PENDING, None),
             ("scripted", R.SUCCESS, S.PENDING, S.SCHEDULED, None),
             ("scripted", R.SKIPPED, S.SCHEDULED, S.SCHEDULED, "fenced"),
         ]
-        assert "coordinator-a" in (rows[1].message or "")
+        assert "coordinator-a" in (rows[2].message or "")
         assert await h.repository.claims_by_owner() == {}, "every claim released"
 
 
@@ -122,6 +121,7 @@ async def test_a_claim_taken_over_before_the_other_applies_fences_without_moving
         assert report_b.count(R.SUCCESS) == 1
         rows = await h.history(sid)
         assert [(r.result, r.from_status, r.to_status, r.error_code) for r in rows] == [
+            ("CREATED", S.PENDING, S.PENDING, None),
             (R.SKIPPED, S.PENDING, S.PENDING, "fenced"),
             (R.SUCCESS, S.PENDING, S.SCHEDULED, None),
         ]

@@ -80,13 +80,17 @@ async def test_match_types(make_harness, match):
             if name in EXPECTED[match]:
                 assert s.status == S.TERMINATING
                 assert [(r.handler, r.result, r.from_status, r.to_status) for r in rows] == [
-                    ("promote-test", SchedulingResult.SUCCESS, S.RUNNING, S.TERMINATING)
+                    ("api", "CREATED", S.RUNNING, S.RUNNING),
+                    ("promote-test", SchedulingResult.SUCCESS, S.RUNNING, S.TERMINATING),
                 ]
                 # promotion never touches kernels
                 assert [k.status for k in s.kernels] == [K(st) for st in CASES[name]]
             else:
                 assert s.status == S.RUNNING
-                assert rows == []  # non-matching sessions get no history row
+                # non-matching sessions get no history row: only their CREATED one
+                assert [(r.handler, r.result, r.from_status, r.to_status) for r in rows] == [
+                    ("api", "CREATED", S.RUNNING, S.RUNNING)
+                ]
         assert (await h.session(other)).status == S.CREATING
 
 
@@ -111,13 +115,16 @@ async def test_a_promotion_selects_and_moves_in_one_transaction(make_harness):
         with pytest.raises(RuntimeError, match="injected"):
             await h.tick("promote-test")
         assert (await h.session(sid)).status == S.RUNNING
-        assert await h.history(sid) == []
+        assert [(r.handler, r.result) for r in await h.history(sid)] == [("api", "CREATED")]
         h.coordinator.inject_apply_failure = None
         report = await h.tick("promote-test")
         assert [c.session_id for c in report.changes] == [sid]
         assert (await h.session(sid)).status == S.TERMINATING
         rows = await h.history(other)
-        assert [(r.handler, r.to_status) for r in rows] == [("api", S.TERMINATING)]
+        assert [(r.handler, r.result, r.to_status) for r in rows] == [
+            ("api", "CREATED", S.RUNNING),
+            ("api", SchedulingResult.SUCCESS, S.TERMINATING),
+        ]
 
 
 async def test_a_session_whose_only_kernel_fails_setup_ends_instead_of_waiting(make_harness):

@@ -264,6 +264,7 @@ async def test_terminate_sessions_does_not_report_skipped_when_its_destroy_won_a
         assert [(c.result, c.error_code) for c in report.changes] == [(R.SKIPPED, "stale-status")]
         rows = await h.history(sid)
         assert [(r.handler, r.result, r.to_status) for r in rows] == [
+            ("api", "CREATED", S.RUNNING),
             ("api", R.SUCCESS, S.TERMINATING),
             ("promote-to-terminated", R.SUCCESS, S.TERMINATED),
         ]

@@ -37,7 +37,8 @@ async def test_a_session_that_does_not_fit_is_skipped_with_what_it_needs(make_ha
         s = await h.session(big)
         assert (s.status, s.try_count) == (S.PENDING, 0)
         assert [k.agent_id for k in s.kernels] == [None]
-        (row,) = await h.history(big)
+        created, row = await h.history(big)
+        assert (created.handler, created.result, created.to_status) == ("api", "CREATED", S.PENDING)
         assert (row.result, row.error_code, row.attempts) == (
             SchedulingResult.SKIPPED,
             "insufficient-resources",
@@ -54,7 +55,8 @@ async def test_a_session_larger_than_any_agent_says_so(make_harness):
     async with make_harness(backend=backend(("a1", 4, 8192))) as h:
         sid = await h.create_session(kernels=[{"cpu": 1, "mem": 512}, {"cpu": 8, "mem": 512}])
         await h.tick("schedule-sessions")
-        (row,) = await h.history(sid)
+        created, row = await h.history(sid)
+        assert (created.handler, created.result, created.to_status) == ("api", "CREATED", S.PENDING)
         assert row.message == (
             "insufficient resources: kernel 2/2 needs cpu=8 mem=512, the largest free agent a1 "
             "has cpu=3 mem=7680 (no agent is that large even when idle)"
@@ -99,7 +101,8 @@ async def test_kernels_held_by_running_sessions_count_against_capacity(make_harn
         )
         sid = await h.create_session(kernels=[{"cpu": 2}])
         await h.tick("schedule-sessions")
-        (row,) = await h.history(sid)
+        created, row = await h.history(sid)
+        assert (created.handler, created.result, created.to_status) == ("api", "CREATED", S.PENDING)
         assert "the largest free agent a1 has cpu=1" in (row.message or "")
 
 
@@ -109,7 +112,8 @@ async def test_a_slot_no_agent_offers_cannot_be_placed(make_harness):
         sid = await h.create_session(kernels=[{"cpu": 1, "mem": 512, "gpu": 1}])
         await h.tick("schedule-sessions")
         assert (await h.session(sid)).status == S.PENDING
-        (row,) = await h.history(sid)
+        created, row = await h.history(sid)
+        assert (created.handler, created.result, created.to_status) == ("api", "CREATED", S.PENDING)
         assert row.message == (
             "insufficient resources: kernel 1/1 needs cpu=1 gpu=1 mem=512, the largest free "
             "agent a1 has cpu=4 gpu=0 mem=8192 (no agent is that large even when idle)"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from daemon_helpers import LIFECYCLE, ends_on_word, running_daemon, wait_for
+from daemon_helpers import LIFECYCLE, daemon_flags, ends_on_word, running_daemon, wait_for
 from slurm_helpers import (  # noqa: F401  (fixtures)
     FINISHED,
     NODE_CPUS,
@@ -31,7 +31,7 @@ from slurm_helpers import (  # noqa: F401  (fixtures)
     slurm_settings,
 )
 
-from drover import KernelStatus, SchedulingResult, SessionStatus
+from drover import InvalidSpecError, KernelStatus, SchedulingResult, SessionStatus
 from drover.app import App
 from drover.backends.slurm._client import SlurmClient
 from drover.backends.slurm._reports import ended, progress
@@ -83,6 +83,29 @@ async def test_two_kernels_land_on_two_nodes_and_succeed(database, tmp_path: Pat
             assert (job["job_id"], job["job_state"]) == (k.runtime["slurm_job_id"], "COMPLETED")
             assert (job["nodes"], job["cpus"]) == (k.agent_id, NODE_CPUS)
         assert _moves(await app.repository.history(sid)) == LIFECYCLE
+
+
+async def test_a_submission_is_checked_against_slurms_gres_without_starting_the_backend(
+    database, tmp_path: Path, job_prefix
+):
+    """`drover submit` never starts the backend: the slots come from sinfo all the same.
+
+    The nodes offer gpu:2 (scripts/slurm-up.sh); a gpu kernel used to be refused
+    with "the known slots are cpu, mem", since Slurm's nodes were read only in start().
+    """
+    flags = daemon_flags(database, tmp_path / "data", **slurm_settings(job_prefix))
+    app = App(load_config(None, environ={}, flags=flags))
+    try:
+        await app.upgrade()
+        kernel = {"command": ["true"], "cpu": 1, "mem": 64, "gpu": 1}
+        (sid,) = await app.submit([{"kernels": [kernel]}])
+        assert [k.spec["gpu"] for k in (await app.repository.get_session(sid)).kernels] == [1]
+        message = "no agent has the resource slot(s) 'tpu'; the known slots are cpu, gpu, mem"
+        with pytest.raises(InvalidSpecError, match=re.escape(message)):
+            await app.submit([{"kernels": [{**kernel, "tpu": 1}]}])
+        assert [s.id for s in await app.repository.list_sessions()] == [sid]
+    finally:
+        await app.close()
 
 
 async def test_exit_3_ends_in_error_with_the_code_and_slurm_reason(

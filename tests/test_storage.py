@@ -14,6 +14,7 @@ from drover import (
     Repository,
     SchedulingResult,
     SessionStatus,
+    UnknownEntityError,
     UnknownSessionError,
 )
 from drover.storage import create_engine, current_revision, head_revision, upgrade
@@ -290,19 +291,20 @@ async def test_termination_requests(make_harness):
         assert (r.status, r.status_info) == (S.TERMINATING, "USER_REQUESTED")
         assert [k.status for k in r.kernels] == [K.RUNNING]  # terminate-sessions stops them
         for sid, to in ((pending, S.CANCELLED), (running, S.TERMINATING)):
-            (row,) = await h.history(sid)
+            created, row = await h.history(sid)
+            assert (created.handler, created.result) == ("api", "CREATED")
             assert (row.handler, row.result, row.to_status) == ("api", SchedulingResult.SUCCESS, to)
-        assert await h.history(done) == []
+        assert [r.result for r in await h.history(done)] == ["CREATED"]
 
 
 async def test_termination_of_an_unknown_session_writes_nothing(make_harness):
     """An unknown id fails the whole request before anything is written."""
     async with make_harness() as h:
         sid = await h.create_session()
-        with pytest.raises(UnknownSessionError, match="no session with id 'nope'"):
+        with pytest.raises(UnknownEntityError, match="no entity with id 'nope'"):
             await h.repository.request_termination([sid, "nope"])
         assert (await h.session(sid)).status == S.PENDING
-        assert await h.history(sid) == []
+        assert [r.result for r in await h.history(sid)] == ["CREATED"]
 
 
 async def test_reading_an_unknown_session(make_harness):

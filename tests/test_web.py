@@ -22,7 +22,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from drover.app import App
-from drover.cli.serve import public_bind_warning
 from drover.config import load_config
 from drover.model.clock import ManualClock
 from drover.model.status import KernelStatus, SessionStatus
@@ -34,6 +33,7 @@ from drover.storage.ticks import BUCKETS
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
 from drover.web.palette import STATUS_COLOURS
+from drover.web.security import public_bind_warning
 from drover.web.svg_graph import dot_source, render_svg
 
 TOKEN = "s3cret-token"
@@ -133,7 +133,8 @@ def test_api_session_history_stats_and_graph(harness, make_client):
         assert data["id"] == beta
         assert data["status"] == "PENDING"
         assert [(r["handler"], r["result"], r["attempts"]) for r in data["history"]] == [
-            ("schedule-sessions", "SKIPPED", 3)
+            ("api", "CREATED", 1),
+            ("schedule-sessions", "SKIPPED", 3),
         ]
         assert set(data["history"][0]) == {
             "id", "session_id", "kind", "handler", "result", "from_status", "to_status",
@@ -156,8 +157,12 @@ def test_api_session_history_stats_and_graph(harness, make_client):
         skipped = client.get("/api/history", params={"result": "skipped"}).json()
         assert [(r["session_id"], r["attempts"]) for r in skipped] == [(beta, 3)]
         api_rows = client.get("/api/history", params={"handler": "api"}).json()
-        assert [(r["session_id"], r["to_status"]) for r in api_rows] == [
-            (ids["gamma"], "CANCELLED")
+        # newest first: gamma's termination, then every session's CREATED row
+        assert [(r["session_id"], r["result"], r["to_status"]) for r in api_rows] == [
+            (ids["gamma"], "SUCCESS", "CANCELLED"),
+            (ids["gamma"], "CREATED", "PENDING"),
+            (ids["beta"], "CREATED", "PENDING"),
+            (ids["alpha"], "CREATED", "PENDING"),
         ]
         mine = client.get("/api/history", params={"session": ids["alpha"][:22]}).json()
         assert {r["session_id"] for r in mine} == {ids["alpha"]}
@@ -574,8 +579,6 @@ def _free_port() -> int:
 
 async def test_run_with_http_serves_the_dashboard_beside_the_daemon(database, tmp_path):
     """`drover run --http PORT`: uvicorn in the daemon's loop; healthy; stops with the daemon."""
-    from drover.cli.run import serve_daemon
-
     flags = {
         "database_url": database.url,
         "database_schema": database.schema or "",
@@ -583,12 +586,12 @@ async def test_run_with_http_serves_the_dashboard_beside_the_daemon(database, tm
         "heartbeat_interval": 0.2,
         "data_dir": str(tmp_path / "data"),
     }
-    app = App(load_config(None, environ={}, flags=flags))
+    app = App(load_config(None, environ={}, flags=flags), claims=True)
     port = _free_port()
     daemons = []
     task = asyncio.create_task(
-        serve_daemon(
-            app, install_signals=False, on_ready=daemons.append, http=("127.0.0.1", port, TOKEN)
+        app.run_daemon(
+            install_signals=False, on_ready=daemons.append, http=("127.0.0.1", port, TOKEN)
         )
     )
     try:

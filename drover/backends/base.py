@@ -88,6 +88,15 @@ class AgentBackend(ABC):
     def agents(self) -> Sequence[AgentInfo]:
         """The agents kernels may be placed on."""
 
+    async def offered_slots(self) -> set[str] | None:
+        """Every resource slot some agent offers, known without :meth:`start` (a submission
+        is checked against it). ``None``: not known, so not checked.
+
+        The default reads :meth:`agents`; a backend that learns its agents only
+        once started asks for them here.
+        """
+        return {slot for agent in self.agents() for slot in agent.capacity}
+
     @abstractmethod
     async def prepare(self, session: SessionWithKernels) -> None:
         """Start preparing the session's kernels (pull images, run setup)."""

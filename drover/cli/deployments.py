@@ -8,8 +8,10 @@ import click
 
 from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
-from drover.model.errors import DroverError, InvalidSpecError, UnknownSessionError
-from drover.model.spec import session_request
+from drover.model.creation import check_new_entities
+from drover.model.errors import DroverError, InvalidSpecError, UnknownEntityError
+from drover.model.kinds import Kinds
+from drover.model.spec import new_session
 from drover.model.status import EndpointLifecycle, RouteStatus
 from drover.model.values import Entity
 from drover.serialization import deployment_json, route_json
@@ -27,7 +29,7 @@ async def find_deployment(app: App, name_or_id: str) -> Entity:
         return found[0]
     try:
         entity_id = await repo.resolve_entity_id(name_or_id)
-    except UnknownSessionError:
+    except UnknownEntityError:
         raise DroverError(f"no deployment named {name_or_id!r}") from None
     entity = await repo.get_entity(entity_id)
     if entity.kind != "deployment":
@@ -128,7 +130,7 @@ def deploy(
     if env:
         kernel["env"] = env
     try:
-        session_request({"kernels": [kernel]})
+        check_new_entities([new_session({"kernels": [kernel]})], Kinds())
     except InvalidSpecError as error:
         raise click.ClickException(str(error)) from None
     spec: dict[str, Any] = {

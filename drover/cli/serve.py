@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,31 +11,13 @@ import click
 from drover.app import App
 from drover.cli._common import CliState, database_option, run_async
 from drover.logs import setup_logging
+from drover.web.security import public_bind_warning
 
-__all__ = ["allowed_host_option", "public_bind_warning", "serve"]
+__all__ = ["allowed_host_option", "serve"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 log = logging.getLogger("drover.web")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def public_bind_warning(host: str, auth_token: str | None) -> str | None:
-    """The warning to print when the dashboard listens beyond this machine without a token."""
-    if auth_token or _is_loopback(host):
-        return None
-    return (
-        f"warning: the dashboard listens on {host} without --auth-token: anyone who can "
-        "reach this port can read every session, its spec and its history"
-    )
 
 
 def _split_hosts(

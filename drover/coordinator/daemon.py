@@ -52,7 +52,11 @@ log = logging.getLogger("drover.daemon")
 
 
 class Daemon:
-    """Runs a :class:`Coordinator`'s handlers until stopped."""
+    """Runs a :class:`Coordinator`'s handlers until stopped.
+
+    The daemon's id is the coordinator's ``claim_owner`` (a new id if it
+    claims nothing): its heartbeat row and its claims carry the same name.
+    """
 
     def __init__(
         self,
@@ -81,9 +85,8 @@ class Daemon:
         self.shutdown_grace = shutdown_grace
         self.max_error_backoff = max_error_backoff
         self.version = version
-        self.id = new_id()
         # Claims name this daemon, so `drover status` shows what each coordinator holds.
-        coordinator.claim_owner = self.id
+        self.id = coordinator.claim_owner or new_id()
         self._registered = False
         #: Called with every tick's report (observers, metrics, benchmarks).
         self.on_tick = on_tick

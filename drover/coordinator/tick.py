@@ -14,8 +14,10 @@ import attrs
 from drover.coordinator.classify import classify
 from drover.coordinator.handlers import Handler, LifecycleHandler, fetch_filters
 from drover.coordinator.store import CoordinatorStore
+from drover.model.checks import json_copy
 from drover.model.clock import Clock, SystemClock
-from drover.model.errors import InvalidHandlerError, UnknownHandlerError
+from drover.model.creation import check_new_entities
+from drover.model.errors import InvalidHandlerError, InvalidSpecError, UnknownHandlerError
 from drover.model.ids import new_id
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
@@ -87,7 +89,9 @@ class Coordinator:
     (``None``: no limit). ``kinds`` are the registered entity kinds (default:
     the built-in session and kernel); ``budgets`` maps a kind to configured
     limits of its named budgets, between the kind's defaults and an
-    entity's ``spec["budgets"]``.
+    entity's ``spec["budgets"]``. ``claim_owner`` (the daemon's id) makes every
+    lifecycle tick claim its targets for ``claim_ttl`` seconds, so that several
+    coordinators can share a PostgreSQL database (``None``: no claims).
     """
 
     def __init__(
@@ -100,6 +104,8 @@ class Coordinator:
         max_requeues: int | None = DEFAULT_MAX_REQUEUES,
         kinds: Kinds | None = None,
         budgets: Mapping[str, Mapping[str, int]] | None = None,
+        claim_owner: str | None = None,
+        claim_ttl: float = 60.0,
     ) -> None:
         self.store = store
         self.handlers = dict(handlers)
@@ -137,10 +143,10 @@ class Coordinator:
         self.inject_apply_failure: Callable[[str], None] | None = None
         #: Who claims this coordinator's targets (the daemon's id); ``None``: no claims.
         #: Claims matter only when several coordinators share a (PostgreSQL) database.
-        self.claim_owner: str | None = None
+        self.claim_owner = claim_owner
         #: Seconds a tick's claim lasts: longer than any handler's execute() should take.
         #: Past it, other coordinators may take the entities over and this tick is fenced.
-        self.claim_ttl = 60.0
+        self.claim_ttl = claim_ttl
 
     def options(self, name: str) -> HandlerOptions:
         """The resolved (handler default + configuration) options of handler ``name``."""
@@ -365,7 +371,14 @@ async def _execute(
         text = f"invalid result: it lists session(s) {duplicated} more than once"
         result, _, error_text = _faulty(name, ids, INVALID_RESULT, text)
         return result, ignored, error_text
-    problem = _extension_problem(result, known, transitions, kind, kinds)
+    problem = _extension_problem(result, known, transitions, kind)
+    if problem is None and result.create:
+        try:
+            checked = check_new_entities(result.create, kinds if kinds is not None else Kinds())
+        except InvalidSpecError as error:
+            problem = f"cannot create: {error}"
+        else:
+            result = attrs.evolve(result, create=checked)
     if problem is not None:
         result, _, error_text = _faulty(name, ids, INVALID_RESULT, f"invalid result: {problem}")
         return result, ignored, error_text
@@ -377,9 +390,11 @@ def _extension_problem(
     known: set[str],
     transitions: StatusTransitions | None,
     kind: EntityKind | None,
-    kinds: Kinds | None,
 ) -> str | None:
-    """What is wrong with a result's outcomes, budgets, data and creations, if anything."""
+    """What is wrong with a result's outcomes, budgets, data and creators, if anything.
+
+    What is created is checked apart, by the one creation check.
+    """
     if not (result.outcomes or result.budgets or result.data or result.create):
         return None
     declared = transitions.outcomes if transitions is not None else {}
@@ -401,23 +416,16 @@ def _extension_problem(
             return f"data patch for {entity_id}, which is not a target with an outcome"
         if not isinstance(patch, dict):
             return f"data patch for {entity_id} is not a mapping"
+        try:
+            json_copy(patch, f"data patch for {entity_id}")
+        except InvalidSpecError as error:
+            return str(error)
     for new in result.create:
         if new.creator is None or new.creator not in mentioned:
             return (
                 f"entity {new.id} of kind {new.kind!r} is created by {new.creator!r}, "
                 "which is not a target with an outcome (set by= or parent_id=)"
             )
-        if kinds is not None:
-            try:
-                new_kind = kinds[new.kind]
-            except InvalidHandlerError as error:
-                return str(error)
-            if new.status is not None and new.status not in new_kind.status_names:
-                return f"status {new.status!r} is not a status of kind {new.kind!r}"
-            if (new.parent_id is None) != (new_kind.parent is None):
-                return f"kind {new.kind!r} " + (
-                    "needs a parent_id" if new_kind.parent else "takes no parent_id"
-                )
     return None
 
 

@@ -31,14 +31,17 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import httpx2
 
 from drover.coordinator.handlers import LifecycleHandler
 from drover.handlers.deployments import ENDING_ROUTES, desired_replicas
 from drover.model.clock import Clock
+from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.filters import StatusAge
-from drover.model.spec import session_request
+from drover.model.kinds import Kinds
+from drover.model.spec import new_session
 from drover.model.status import RouteStatus, SessionStatus
 from drover.model.values import (
     Entity,
@@ -65,6 +68,9 @@ __all__ = [
 ]
 
 _R = RouteStatus
+# A replica session is checked when its route is provisioned, so that a bad
+# kernel spec fails that route (with the reason) instead of the whole tick.
+_BUILTIN_KINDS = Kinds()
 #: The path checked unless the deployment says otherwise.
 DEFAULT_HEALTH_PATH = "/"
 #: Seconds one health check may take.
@@ -156,21 +162,16 @@ class ProvisioningRoute(_RouteHandler):
             for key in ("options", "max_requeues"):
                 if key in route.spec:
                     spec[key] = route.spec[key]
+            name = f"{route.spec.get('deployment') or 'route'}-{route.id[-8:]}"
             try:
-                request = session_request({"kernels": [kernel], "spec": spec})
+                request = new_session({"kernels": [kernel], "spec": spec})
+                links = [("replica-of", route.id)]
+                new = attrs.evolve(request, name=name, by=route.id, links=links)
+                (session,) = check_new_entities([new], _BUILTIN_KINDS)
             except InvalidSpecError as error:
                 failures.append(route.id)
                 messages[route.id] = f"cannot provision: {error}"
                 continue
-            name = f"{route.spec.get('deployment') or 'route'}-{route.id[-8:]}"
-            session = NewEntity(
-                "session",
-                request.spec,
-                name=name,
-                by=route.id,
-                children=[{"spec": k.spec} for k in request.kernels],
-                links=[("replica-of", route.id)],
-            )
             create.append(session)
             data[route.id] = {"session_id": session.id}
             successes.append(route.id)

@@ -7,6 +7,7 @@ __all__ = [
     "DroverError",
     "InvalidHandlerError",
     "InvalidSpecError",
+    "UnknownEntityError",
     "UnknownHandlerError",
     "UnknownKernelError",
     "UnknownSessionError",
@@ -17,12 +18,25 @@ class DroverError(Exception):
     """Base class of drover's own errors."""
 
 
-class UnknownSessionError(DroverError, LookupError):
-    """No session has the given id."""
+class UnknownEntityError(DroverError, LookupError):
+    """No entity (of ``kind``, when given) has the given id or name."""
+
+    def __init__(self, entity_id: str, kind: str | None = None) -> None:
+        super().__init__(f"no {kind or 'entity'} with id {entity_id!r}")
+        self.entity_id = entity_id
+        self.kind = kind
+
+
+class UnknownSessionError(UnknownEntityError):
+    """No session has the given id: the session kind's spelling of :class:`UnknownEntityError`."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"no session with id {session_id!r}")
-        self.session_id = session_id
+        super().__init__(session_id, "session")
+
+    @property
+    def session_id(self) -> str:
+        """The id asked for."""
+        return self.entity_id
 
 
 class UnknownKernelError(DroverError, LookupError):

@@ -20,13 +20,15 @@ of a kind: its rules below are derived from this declaration.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import StrEnum
+from typing import Any
 
 import attrs
 
+from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
-from drover.model.spec import is_kebab_case
+from drover.model.spec import KERNEL_DEFAULTS, check_kernel_spec
 from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
     TERMINAL_SESSION_STATUSES,
@@ -121,6 +123,13 @@ class EntityKind:
     wins; default: every live status to the last terminal status);
     ``terminable=False`` refuses termination requests (kernels end with their
     session).
+
+    Creation (:func:`drover.model.creation.check_new_entities`): ``check_spec``
+    refuses a new entity's spec with :class:`~drover.model.errors.InvalidSpecError`
+    (called with the spec and where it is, say ``"kernel 2"``); ``created_in``
+    are the statuses a new entity may start in (``None``: any; tests may seed
+    others); ``resource_slots``, when set, says the spec's top-level numbers
+    are resource slots some agent must offer, these ones always.
     """
 
     name: str
@@ -139,6 +148,9 @@ class EntityKind:
     #: Entities live until someone asks them to end (services): a termination
     #: request counts as a way out in the graph checks.
     ends_on_request: bool = False
+    check_spec: Callable[[Mapping[str, Any], str], None] | None = None
+    created_in: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
+    resource_slots: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
 
     def __attrs_post_init__(self) -> None:
         if not is_kebab_case(self.name):
@@ -158,6 +170,8 @@ class EntityKind:
             self._known(self.success, "success")
         if self.requeue_limit_status is not None:
             self._known({self.requeue_limit_status}, "requeue_limit_status")
+        if self.created_in is not None:
+            self._known(self.created_in, "created_in")
         for rule in self.termination:
             self._known({rule.to}, "termination")
             if rule.from_statuses is not None:
@@ -266,6 +280,7 @@ SESSION = EntityKind(
     terminal=TERMINAL_SESSION_STATUSES,
     success={SessionStatus.TERMINATED},
     requeue_limit_status=SessionStatus.ERROR,
+    created_in={SessionStatus.PENDING},
     termination=(
         TerminationRule(
             SessionStatus.CANCELLED,
@@ -288,6 +303,9 @@ KERNEL = EntityKind(
     success={KernelStatus.TERMINATED},
     exit_codes=True,
     terminable=False,
+    check_spec=check_kernel_spec,
+    created_in={KernelStatus.PENDING},
+    resource_slots=KERNEL_DEFAULTS,
 )
 _E, _R = EndpointLifecycle, RouteStatus
 #: A service: N replicas of a command, each replica a route running one session.

@@ -50,9 +50,9 @@ from drover.storage._db import Database
 from drover.storage._sql import ids_value, statement
 from drover.storage.entities import insert_new_entities, merge_patch
 from drover.storage.fetch import release_claims
+from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
 from drover.storage.statements.apply import (
-    INSERT_HISTORY_ROWS,
     MERGE_HISTORY,
     claim_state,
     count_try,
@@ -483,23 +483,13 @@ class Apply:
                     inserts.append(self._history_row(row))
         if merges:
             self.conn.execute(MERGE_HISTORY, merges)
-        if inserts:
-            self.conn.execute(INSERT_HISTORY_ROWS, inserts)
+        write_history(self.conn, inserts)
 
     def _history_row(self, row: AppliedChange) -> dict[str, Any]:
-        return {
-            "entity_id": row.entity_id,
-            "kind": row.kind,
-            "handler": self.source,
-            "result": str(row.result),
-            "from_status": str(row.from_status),
-            "to_status": str(row.to_status),
-            "error_code": row.error_code,
-            "message": row.message,
-            "attempts": 1,
-            "created_at": self.now,
-            "updated_at": self.now,
-        }
+        return history_row(
+            row.entity_id, row.kind, self.source, str(row.result), str(row.from_status),
+            str(row.to_status), row.error_code, row.message, self.now,
+        )  # fmt: skip
 
 
 async def promote(

@@ -6,18 +6,19 @@ one serves every kind the same way.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.errors import InvalidSpecError, UnknownSessionError
+from drover.model.creation import check_new_entities, check_spec_patch
+from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.ids import new_id
 from drover.model.kinds import Kinds
 from drover.model.values import Entity, NewEntity
 from drover.storage._db import Database
 from drover.storage.fetch import read_children_of
+from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
 from drover.storage.rows import ENTITY_COLUMNS, entities_with_children
 from drover.storage.schema import entities, relations, scheduling_history
@@ -25,7 +26,6 @@ from drover.storage.schema import entities, relations, scheduling_history
 __all__ = [
     "API_SOURCE",
     "CREATED",
-    "check_new_entities",
     "create_entities",
     "find_by_name",
     "get_entity",
@@ -65,85 +65,22 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def _check_json(value: Any, where: str) -> None:
-    """Refuse what the two databases would store differently (NaN, NUL bytes, non-str keys)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidSpecError(f"{where}: {value!r} is not a finite number")
-    if isinstance(value, str) and "\x00" in value:
-        raise InvalidSpecError(f"{where}: text may not contain NUL bytes")
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidSpecError(f"{where}: keys must be text, not {key!r}")
-            _check_json(item, f"{where}.{key}")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_json(item, f"{where}[{index}]")
-    elif value is not None and not isinstance(value, str | int | float | bool):
-        raise InvalidSpecError(f"{where}: {type(value).__name__} is not JSON")
-
-
-def check_new_entities(news: Sequence[NewEntity], kinds: Kinds) -> None:
-    """Refuse an impossible creation with one line naming the problem (nothing written)."""
-    for new in news:
-        try:
-            kind = kinds[new.kind]
-        except Exception as error:
-            raise InvalidSpecError(str(error)) from None
-        if new.status is not None and new.status not in kind.status_names:
-            raise InvalidSpecError(
-                f"status {new.status!r} is not a status of kind {kind.name!r}; "
-                f"its statuses are {list(kind.status_names)}"
-            )
-        if kind.parent is not None and new.parent_id is None:
-            raise InvalidSpecError(f"kind {kind.name!r} is a child of {kind.parent!r}: give parent")
-        if kind.parent is None and new.parent_id is not None:
-            raise InvalidSpecError(f"kind {kind.name!r} has no parent kind; it takes no parent")
-        if not isinstance(new.spec, Mapping):
-            raise InvalidSpecError(f"spec of a new {kind.name} must be a mapping")
-        _check_json(dict(new.spec), "spec")
-        if not -(2**31) <= new.priority < 2**31:
-            raise InvalidSpecError(f"priority {new.priority} does not fit a 32-bit integer")
-        if new.name is not None and (len(new.name) > 255 or "\x00" in new.name):
-            raise InvalidSpecError("name must be at most 255 characters, without NUL bytes")
-        child = kinds.child_of(kind.name)
-        for index, spec in enumerate(new.children):
-            child_kind = spec.get("kind", child.name if child is not None else None)
-            if child is None or child_kind != child.name:
-                raise InvalidSpecError(
-                    f"child {index} of a new {kind.name}: kind {child_kind!r} is not "
-                    f"{kind.name!r}'s child kind ({child.name if child else 'none'})"
-                )
-            status = spec.get("status")
-            if status is not None and status not in child.status_names:
-                raise InvalidSpecError(
-                    f"child {index}: status {status!r} is not a status of kind {child.name!r}"
-                )
-            _check_json(dict(spec.get("spec") or {}), f"child {index} spec")
-        for relation, _target in new.links:
-            if not relation or len(relation) > 64:
-                raise InvalidSpecError(f"relation name {relation!r} must be 1-64 characters")
-
-
 def _row(**values: Any) -> dict[str, Any]:
+    # executemany needs every row to name the same columns.
     row = dict.fromkeys(_ROW_KEYS)
     row["requeues"] = 0
     row.update(values)
     return row
 
 
-def _child_status(spec: Mapping[str, Any], parent: str, statuses: Sequence[str]) -> str:
-    """A new child's status: its own, else its parent's when the child kind has it, else first."""
-    given = spec.get("status")
-    if given is not None:
-        return str(given)
-    return parent if parent in statuses else statuses[0]
-
-
 def insert_new_entities(
     conn: sa.Connection, news: Sequence[NewEntity], now: float, source: str, kinds: Kinds
 ) -> None:
-    """Insert ``news`` (with children and links) and their CREATED history rows."""
+    """Insert checked ``news`` (with children and links) and their CREATED history rows.
+
+    ``news`` come from :func:`drover.model.creation.check_new_entities`: every
+    status, name and spec is already as it will be stored.
+    """
     rows: list[dict[str, Any]] = []
     child_rows: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
@@ -157,11 +94,11 @@ def insert_new_entities(
                 kind=kind.name,
                 parent_id=new.parent_id,
                 name=new.name,
-                status=str(status),
+                status=status,
                 status_changed_at=now,
                 priority=new.priority,
                 created_at=now,
-                spec=dict(new.spec),
+                spec=new.spec,
             )
         )
         child = kinds.child_of(kind.name)
@@ -172,41 +109,42 @@ def insert_new_entities(
                     id=new_id(),
                     kind=child.name,
                     parent_id=new.id,
-                    status=str(_child_status(spec, str(status), child.status_names)),
+                    name=spec.get("name"),
+                    status=spec.get("status") or child.first_status,
                     status_changed_at=now,
                     priority=0,
                     created_at=now,
-                    spec=dict(spec.get("spec") or {}),
+                    spec=spec.get("spec") or {},
+                    agent_id=spec.get("agent_id"),
                 )
             )
         by = f" for {new.creator}" if new.creator else ""
         history.append(
-            {
-                "entity_id": new.id,
-                "kind": kind.name,
-                "handler": source,
-                "result": CREATED,
-                "from_status": str(status),
-                "to_status": str(status),
-                "error_code": None,
-                "message": f"created by {source}{by}",
-                "attempts": 1,
-                "created_at": now,
-                "updated_at": now,
-            }
-        )
+            history_row(
+                new.id, kind.name, source, CREATED, status, status, None,
+                f"created by {source}{by}", now,
+            )
+        )  # fmt: skip
         links.extend({"source_id": new.id, "name": r, "target_id": t} for r, t in new.links)
     if rows:
+        # Parents first: the children's foreign key is checked row by row.
         conn.execute(sa.insert(e), rows + child_rows)
     if links:
         conn.execute(sa.insert(relations), links)
-    if history:
-        conn.execute(sa.insert(scheduling_history), history)
+    write_history(conn, history)
 
 
-async def create_entities(db: Database, news: Sequence[NewEntity]) -> list[str]:
-    """Create entities of any kind in one transaction (handler ``api``); return their ids."""
-    check_new_entities(news, db.kinds)
+async def create_entities(
+    db: Database, news: Sequence[NewEntity], *, seeding: bool = False
+) -> list[str]:
+    """Check and create entities of any kind in one transaction (handler ``api``).
+
+    One refused entity raises InvalidSpecError and nothing is written; a
+    parent or link target that does not exist raises UnknownEntityError.
+    """
+    news = check_new_entities(news, db.kinds, seeding=seeding)
+    if not news:
+        return []
     now = db.clock.time()
     parents = {n.parent_id for n in news if n.parent_id is not None}
     targets = {t for n in news for _, t in n.links}
@@ -223,7 +161,7 @@ async def create_entities(db: Database, news: Sequence[NewEntity]) -> list[str]:
                 if new.parent_id is not None and new.parent_id not in created:
                     parent_kind = found.get(new.parent_id)
                     if parent_kind is None:
-                        raise UnknownSessionError(new.parent_id)
+                        raise UnknownEntityError(new.parent_id)
                     if parent_kind != db.kinds[new.kind].parent:
                         raise InvalidSpecError(
                             f"parent {new.parent_id} is a {parent_kind}, not a "
@@ -231,8 +169,9 @@ async def create_entities(db: Database, news: Sequence[NewEntity]) -> list[str]:
                         )
                 for _, target in new.links:
                     if target not in created and target not in found:
-                        raise UnknownSessionError(target)
+                        raise UnknownEntityError(target)
         insert_new_entities(conn, news, now, API_SOURCE, db.kinds)
+        # Coordinators listening (PostgreSQL) wake their handlers on commit.
         notify(conn, {"new": 1})
         return [n.id for n in news]
 
@@ -240,7 +179,7 @@ async def create_entities(db: Database, news: Sequence[NewEntity]) -> list[str]:
 
 
 async def get_entity(db: Database, entity_id: str) -> Entity:
-    """One entity of any kind with its children, or UnknownSessionError."""
+    """One entity of any kind with its children, or UnknownEntityError."""
     query = sa.select(*ENTITY_COLUMNS).where(e.c.id == entity_id)
 
     def work(conn: sa.Connection) -> list[Entity]:
@@ -252,7 +191,7 @@ async def get_entity(db: Database, entity_id: str) -> Entity:
 
     found = await db.read(work)
     if not found:
-        raise UnknownSessionError(entity_id)
+        raise UnknownEntityError(entity_id)
     return found[0]
 
 
@@ -272,7 +211,7 @@ async def list_entities(
 
 async def update_spec(db: Database, entity_id: str, patch: Mapping[str, Any]) -> Entity:
     """Merge-patch an entity's spec (desired state), recorded in history as handler ``api``."""
-    _check_json(dict(patch), "spec patch")
+    patch = check_spec_patch(patch)
     now = db.clock.time()
 
     def work(conn: sa.Connection) -> None:
@@ -281,25 +220,13 @@ async def update_spec(db: Database, entity_id: str, patch: Mapping[str, Any]) ->
             query = query.with_for_update()
         row = conn.execute(query).first()
         if row is None:
-            raise UnknownSessionError(entity_id)
+            raise UnknownEntityError(entity_id)
         kind, status, spec = row
         conn.execute(sa.update(e).where(e.c.id == entity_id).values(spec=merge_patch(spec, patch)))
-        keys = ", ".join(sorted(patch))
-        conn.execute(
-            sa.insert(scheduling_history).values(
-                entity_id=entity_id,
-                kind=kind,
-                handler=API_SOURCE,
-                result="SUCCESS",
-                from_status=status,
-                to_status=status,
-                error_code=None,
-                message=f"spec changed: {keys}",
-                attempts=1,
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        message = f"spec changed: {', '.join(sorted(patch))}"
+        result = "SUCCESS"
+        entry = history_row(entity_id, kind, API_SOURCE, result, status, status, None, message, now)
+        write_history(conn, [entry])
 
     await db.write(work)
     return await get_entity(db, entity_id)
@@ -316,7 +243,7 @@ async def link(db: Database, source_id: str, relation: str, target_id: str) -> N
         }
         for entity_id in (source_id, target_id):
             if entity_id not in found:
-                raise UnknownSessionError(entity_id)
+                raise UnknownEntityError(entity_id)
         exists = conn.execute(
             sa.select(relations.c.name).where(
                 relations.c.source_id == source_id,

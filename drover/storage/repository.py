@@ -21,7 +21,7 @@ from drover.model.filters import CandidateFilter
 from drover.model.kinds import Kinds
 from drover.model.plan import ApplyOutcome, Change, Claim
 from drover.model.promotion import PromotionRule
-from drover.model.spec import seeded_session_request, session_request
+from drover.model.spec import new_session
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
@@ -109,40 +109,34 @@ class Repository:
         """Create one PENDING session with its kernels and return its id.
 
         Each kernel mapping is the kernel's spec (``cpu``, ``mem``, ``command``…),
-        checked as :meth:`create_sessions` does. ``status`` is there for tests:
-        anything but PENDING is refused; :meth:`seed_sessions` starts elsewhere.
+        checked as :meth:`create_entities` checks every new entity. ``status``
+        is there for tests: anything but PENDING is refused; :meth:`seed_sessions`
+        starts elsewhere.
         """
-        (sid,) = await self.create_sessions(
-            [
-                {
-                    "kernels": kernels,
-                    "name": name,
-                    "priority": priority,
-                    "status": status,
-                    "spec": spec,
-                }
-            ]
-        )
+        request = {
+            "kernels": kernels, "name": name, "priority": priority, "status": status, "spec": spec
+        }  # fmt: skip
+        (sid,) = await self.create_sessions([request])
         return sid
 
     async def create_sessions(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
         """Create many sessions in one transaction; each request has create_session's keywords.
 
-        Every request is checked first: one bad request raises InvalidSpecError
+        A request is turned into a :class:`NewEntity` (:func:`~drover.model.spec.new_session`)
+        and created like any entity: one bad request raises InvalidSpecError
         and nothing is written.
         """
-        checked = [session_request(r) for r in requests]
-        return await _sessions.create_sessions(self._db, checked)
+        return await self.create_entities([new_session(r) for r in requests])
 
     async def seed_sessions(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
         """Like :meth:`create_sessions`, for tests and benchmarks: start anywhere.
 
         A request's ``status`` sets the session's initial status, and a
         kernel's ``"status"`` and ``"agent_id"`` keys its own (kernels otherwise
-        follow the session). See :func:`drover.model.spec.seeded_session_request`.
+        follow the session).
         """
-        checked = [seeded_session_request(r) for r in requests]
-        return await _sessions.create_sessions(self._db, checked)
+        news = [new_session(r, seeding=True) for r in requests]
+        return await _entities.create_entities(self._db, news, seeding=True)
 
     async def get_session(self, session_id: str) -> SessionWithKernels:
         """One session with its kernels, or UnknownSessionError."""
@@ -186,8 +180,18 @@ class Repository:
     # -- entities of any kind ------------------------------------------------------------
 
     async def create_entities(self, news: Sequence[NewEntity]) -> list[str]:
-        """Create entities of any kind (with children and links) in one transaction."""
+        """Check and create entities of any kind (with children and links) in one transaction.
+
+        Every entity is checked first (:func:`drover.model.creation.check_new_entities`,
+        the check the apply uses for a handler's creations too): one bad entity
+        raises InvalidSpecError and nothing is written.
+        """
         return await _entities.create_entities(self._db, news)
+
+    async def seed_entities(self, news: Sequence[NewEntity]) -> list[str]:
+        """Like :meth:`create_entities`, for tests and benchmarks: any status of the kind
+        (outside its ``created_in``), and children with an ``agent_id``."""
+        return await _entities.create_entities(self._db, news, seeding=True)
 
     async def create_entity(
         self,
@@ -216,7 +220,8 @@ class Repository:
         return entity_id
 
     async def resolve_entity_id(self, prefix: str) -> str:
-        """The id of the one entity of any kind whose id starts with ``prefix``."""
+        """The id of the one entity of any kind whose id starts with ``prefix``, or
+        UnknownEntityError."""
         return await _sessions.resolve_session_id(self._db, prefix, None)
 
     async def find_by_name(self, kind: str, name: str) -> list[Entity]:
@@ -224,7 +229,7 @@ class Repository:
         return await _entities.find_by_name(self._db, kind, name)
 
     async def get_entity(self, entity_id: str) -> Entity:
-        """One entity of any kind with its children, or UnknownSessionError."""
+        """One entity of any kind with its children, or UnknownEntityError."""
         return await _entities.get_entity(self._db, entity_id)
 
     async def list_entities(

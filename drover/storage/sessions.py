@@ -8,17 +8,13 @@ from typing import Any
 import attrs
 import sqlalchemy as sa
 
-from drover.model.errors import InvalidSpecError, UnknownSessionError
-from drover.model.ids import new_id
-from drover.model.spec import SessionRequest
+from drover.model.errors import InvalidSpecError, UnknownEntityError, UnknownSessionError
 from drover.model.status import SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
 from drover.storage._sql import ids_param, ids_value, statement
-from drover.storage.notify import notify
 from drover.storage.rows import (
     KERNEL_COLUMNS,
-    KERNEL_KIND,
     SESSION_COLUMNS,
     SESSION_KIND,
     sessions_with_kernels,
@@ -30,7 +26,6 @@ __all__ = [
     "SESSION_ORDERS",
     "SessionFilter",
     "count_by_status",
-    "create_sessions",
     "filtered_sessions",
     "get_session",
     "latest_entity_id",
@@ -48,61 +43,6 @@ SESSION_ORDERS: dict[str, tuple[Any, ...]] = {
     "oldest": (e.c.created_at, e.c.id),
     "priority": FETCH_ORDER,
 }
-
-_ROW_KEYS = [c.name for c in e.c]
-
-
-def _row(**values: Any) -> dict[str, Any]:
-    # executemany needs every row to name the same columns.
-    row = dict.fromkeys(_ROW_KEYS)
-    row["requeues"] = 0
-    row.update(values)
-    return row
-
-
-async def create_sessions(db: Database, requests: Sequence[SessionRequest]) -> list[str]:
-    """Create sessions with their kernels in one transaction; return their ids."""
-    now = db.clock.time()
-    session_rows: list[dict[str, Any]] = []
-    kernel_rows: list[dict[str, Any]] = []
-    for request in requests:
-        sid = new_id()
-        session_rows.append(
-            _row(
-                id=sid,
-                kind=SESSION_KIND,
-                name=request.name or f"session-{sid[-12:]}",
-                status=request.status.value,
-                status_changed_at=now,
-                priority=request.priority,
-                created_at=now,
-                spec=request.spec,
-            )
-        )
-        kernel_rows.extend(
-            _row(
-                id=new_id(),
-                kind=KERNEL_KIND,
-                parent_id=sid,
-                status=(kernel.status or request.status).value,
-                status_changed_at=now,
-                priority=0,
-                created_at=now,
-                spec=kernel.spec,
-                agent_id=kernel.agent_id,
-            )
-            for kernel in request.kernels
-        )
-
-    def work(conn: sa.Connection) -> None:
-        # Parents first: the kernels' foreign key is checked row by row.
-        conn.execute(sa.insert(e), session_rows + kernel_rows)
-        # Coordinators listening (PostgreSQL) wake their schedulers on commit.
-        notify(conn, {"new": 1})
-
-    if session_rows:
-        await db.write(work)
-    return [row["id"] for row in session_rows]
 
 
 def _kernels_of(postgres: bool) -> sa.Select[Any]:
@@ -144,7 +84,7 @@ async def resolve_session_id(db: Database, prefix: str, kind: str | None = SESSI
     """The id of the one session (entity of ``kind``; ``None``: any) whose id starts with
     ``prefix`` (or equals it)."""
     if not prefix:
-        raise UnknownSessionError(prefix)
+        raise UnknownEntityError(prefix, kind)
     query = sa.select(e.c.id).where(e.c.id.startswith(prefix, autoescape=True))
     if kind is not None:
         query = query.where(e.c.kind == kind)
@@ -159,9 +99,10 @@ async def resolve_session_id(db: Database, prefix: str, kind: str | None = SESSI
     if len(found) == 1:
         return found[0]
     if not found:
-        raise UnknownSessionError(prefix)
+        raise UnknownEntityError(prefix, kind)
+    what = kind or "entity"
     raise InvalidSpecError(
-        f"session id prefix {prefix!r} is ambiguous: it matches {', '.join(found[:2])}, …"
+        f"{what} id prefix {prefix!r} is ambiguous: it matches {', '.join(found[:2])}, …"
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from drover.model.errors import InvalidSpecError, UnknownSessionError
+from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.plan import Change
 from drover.model.status import SchedulingResult, SessionStatus
 from drover.model.values import StatusInfoRule, TerminationOutcome
@@ -34,7 +34,7 @@ async def request_termination(
     """Ask for entities (sessions, or any kind) to end, recorded as SUCCESS rows of ``api``.
 
     Each moves as its kind's termination rule says, with ``status_info``
-    USER_REQUESTED. Raises UnknownSessionError, writing nothing, if any id
+    USER_REQUESTED. Raises UnknownEntityError, writing nothing, if any id
     is unknown. ``source`` names the requester in history (a handler that
     ends what it owns, say ``terminating-route``).
     """
@@ -57,7 +57,7 @@ async def request_termination(
             )
         for sid in session_ids:
             if sid not in found:
-                raise UnknownSessionError(sid)
+                raise UnknownEntityError(sid)
             kind = db.kinds[found[sid][0]]
             if not kind.terminable:
                 raise InvalidSpecError(

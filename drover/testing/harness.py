@@ -22,6 +22,7 @@ from drover.model.values import (
     HandlerOptions,
     HistoryRecord,
     KernelHistoryRecord,
+    NewEntity,
     SessionWithKernels,
     TerminationOutcome,
 )
@@ -231,23 +232,26 @@ class CoordinatorHarness:
         name: str | None = None,
         links: Sequence[tuple[str, str]] = (),
     ) -> str:
-        """Create an entity of any kind; return its id.
+        """Create an entity of any kind, in any of its statuses; return its id.
 
         Each child is a mapping with optional ``kind`` (default: the kind's
         child kind), ``status`` and ``spec``. ``links`` are ``(relation,
-        target_id)`` pairs, say ``("depends_on", other)``.
+        target_id)`` pairs, say ``("depends_on", other)``. The entity is
+        checked as every creation is (:meth:`Repository.seed_entities`).
         """
         _ = self.app.kinds
-        return await self.repository.create_entity(
+        new = NewEntity(
             kind,
-            spec=spec,
-            status=status,
+            dict(spec or {}),
             parent_id=parent,
-            priority=priority,
+            status=status,
             name=name,
-            children=children,
-            links=links,
+            priority=priority,
+            children=list(children),
+            links=list(links),
         )
+        (entity_id,) = await self.repository.seed_entities([new])
+        return entity_id
 
     async def get(self, entity_id: str) -> Entity:
         """Read one entity of any kind, with its children."""

@@ -24,7 +24,7 @@ from starlette.templating import Jinja2Templates
 
 from drover.app import App
 from drover.coordinator.tick import Coordinator
-from drover.model.errors import DroverError, UnknownSessionError
+from drover.model.errors import DroverError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.model.values import Entity
@@ -164,7 +164,7 @@ async def session_id_of(request: Request) -> str:
     prefix = request.path_params["session_id"]
     try:
         return str(await dashboard_of(request).repo.resolve_session_id(prefix))
-    except UnknownSessionError:
+    except UnknownEntityError:
         raise HTTPException(404, f"no session {prefix!r}") from None
     except DroverError as error:
         raise HTTPException(400, str(error)) from None

@@ -39,6 +39,7 @@ __all__ = [
     "TokenGate",
     "allowed_hosts_for",
     "host_of",
+    "public_bind_warning",
     "security_middleware",
 ]
 
@@ -296,3 +297,13 @@ def security_middleware(
     if auth_token:
         middleware.append(Middleware(TokenGate, token=auth_token))
     return middleware
+
+
+def public_bind_warning(host: str, auth_token: str | None) -> str | None:
+    """The warning to print when the dashboard listens beyond this machine without a token."""
+    if auth_token or _is_loopback(host):
+        return None
+    return (
+        f"warning: the dashboard listens on {host} without --auth-token: anyone who can "
+        "reach this port can read every session, its spec and its history"
+    )

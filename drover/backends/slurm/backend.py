@@ -103,6 +103,18 @@ class SlurmBackend(AgentBackend):
         if before != after:
             log.info("slurm nodes offered: %s", ", ".join(sorted(after)) or "none")
 
+    async def offered_slots(self) -> set[str] | None:
+        """CPUs, memory and every GRES of the partition's nodes, read with ``sinfo`` if this
+        backend has not started (``drover submit`` never starts it); ``None`` if Slurm
+        does not answer (the submission is then not checked against it)."""
+        if not self._nodes:
+            try:
+                await self._refresh_nodes()
+            except BackendError as error:
+                log.warning("cannot read the slurm nodes to check a submission: %s", error)
+                return None
+        return await super().offered_slots()
+
     def agents(self) -> Sequence[AgentInfo]:
         """The partition's nodes that take jobs, with CPUs, memory (MiB) and GRES counts."""
         return [

@@ -44,7 +44,9 @@ async def test_a_session_is_stopped_once_its_max_duration_has_passed(
         # Not yet past its limit: the fetch's filter leaves it out, nothing is written.
         assert (report.fetched, report.changes) == (0, ())
         assert (await h.session(sid)).status == SessionStatus.RUNNING
-    assert await h.history(sid) == []
+    # Only the CREATED row, written when the test created the session.
+    (created,) = await h.history(sid)
+    assert (created.handler, created.result) == ("api", "CREATED")
 
     h.clock.advance(1)  # +61 s
     report = await h.tick(HANDLER)
@@ -52,7 +54,8 @@ async def test_a_session_is_stopped_once_its_max_duration_has_passed(
     s = await h.session(sid)
     assert (s.status, s.status_info) == (SessionStatus.TERMINATING, "MAX_DURATION_EXCEEDED")
     assert s.kernels[0].status == KernelStatus.RUNNING  # no kernel transition: kernels kept
-    (row,) = await h.history(sid)
+    created, row = await h.history(sid)
+    assert (created.handler, created.result) == ("api", "CREATED")
     assert (row.handler, row.result, row.from_status, row.to_status) == (
         HANDLER,
         SchedulingResult.SUCCESS,
@@ -74,7 +77,8 @@ async def test_a_session_without_max_duration_is_never_touched(
         assert (report.fetched, report.changes) == (0, ())  # never even fetched
     s = await h.session(sid)
     assert (s.status, s.status_info, s.try_count) == (SessionStatus.RUNNING, None, 0)
-    assert await h.history(sid) == []
+    (created,) = await h.history(sid)  # only the CREATED row
+    assert (created.handler, created.result) == ("api", "CREATED")
 
 
 @only_this_plugin
@@ -103,7 +107,8 @@ async def test_an_invalid_max_duration_is_reported_once(
     for _ in range(3):
         h.clock.advance(3600)
         await h.tick(HANDLER)
-    (row,) = await h.history(sid)  # one row, not one per tick
+    created, row = await h.history(sid)  # one handler row, not one per tick
+    assert (created.handler, created.result) == ("api", "CREATED")
     assert (row.result, row.error_code, row.attempts) == (
         SchedulingResult.NEED_RETRY,
         "invalid-max-duration",
