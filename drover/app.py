@@ -47,6 +47,7 @@ from drover.plugins.manager import (
 from drover.plugins.registry import RegisteredHandler, RuntimeContext
 from drover.storage.connect import create_engine
 from drover.storage.migrate import current_revision, head_revision, schema_exists, upgrade
+from drover.storage.queries import Queries
 from drover.storage.repository import Repository
 from drover.storage.retry import run_transaction
 
@@ -155,6 +156,11 @@ class App:
         self._daemon: Daemon | None = None
 
     @property
+    def queries(self) -> Queries:
+        """Read-only queries on the database: what the CLI's reads and the dashboard use."""
+        return self.repository.queries
+
+    @property
     def plugin_manager(self) -> pluggy.PluginManager:
         """Built-in and installed plugins, honouring ``plugins.load`` and ``plugins.block``."""
         if self._plugin_manager is None:
@@ -220,7 +226,7 @@ class App:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
         if self.coordinator is None:
             kinds = self.kinds
-            context = RuntimeContext(self.repository, self.backend, self.clock)
+            context = RuntimeContext(self.repository.queries, self.backend, self.clock)
             handlers, self.registered = collect_handlers(self.plugin_manager, context, kinds)
             self.observers = collect_observers(self.plugin_manager)
             max_requeues = self.config.max_requeues

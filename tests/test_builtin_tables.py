@@ -186,7 +186,7 @@ class FlakySchedulePlugin:
 
     @hookimpl
     def drover_register_handlers(self, register: HandlerRegistry) -> None:
-        register(FlakySchedule(register.context.backend, register.context.repository))
+        register(FlakySchedule(register.context.backend, register.context.queries))
 
 
 _OTHER_BUILTINS = [p for name, p in BUILTIN_PLUGINS if name != "drover.handlers.schedule-sessions"]

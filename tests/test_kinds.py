@@ -575,3 +575,37 @@ async def test_metrics_count_every_kind(make_harness):
         assert 'drover_entities{kind="job",status="QUEUED"} 1.0' in text
         assert 'drover_entities{kind="task",status="PENDING"} 2.0' in text
         assert 'drover_entities{kind="session",status="PENDING"} 0.0' in text
+
+
+async def test_a_handler_ends_other_entities_through_its_result(make_harness):
+    """``HandlerResult.terminate``: the other job ends by its kind's rule, in the tick's apply,
+    recorded under the handler's name; a target whose outcome is not applied ends nothing."""
+
+    def script(ts):
+        first, second = sorted(ts, key=lambda t: t.spec["n"])
+        # The first job ends the second one (QUEUED -> CANCELLED by JOB's rule).
+        return HandlerResult(successes=[first.id], terminate={first.id: [second.id, "gone"]})
+
+    start = StartJobs(script)
+    async with harness(make_harness, start) as h:
+        one = await h.create("job", spec={"n": 1})
+        two = await h.create("job", spec={"n": 2})
+        report = await h.tick("start-jobs")
+        assert report.error is None
+        assert (await h.get(one)).status == Job.RUNNING
+        ended = await h.get(two)
+        assert (ended.status, ended.status_info) == (Job.CANCELLED, "REQUESTED_BY_START_JOBS")
+        rows = [(r.handler, r.result, r.from_status, r.to_status) for r in await h.history(two)]
+        assert rows == [
+            ("api", "CREATED", Job.QUEUED, Job.QUEUED),
+            ("start-jobs", "SUCCESS", Job.QUEUED, Job.CANCELLED),
+        ]
+
+
+async def test_terminations_asked_for_a_non_target_make_the_result_invalid(make_harness):
+    start = StartJobs(lambda ts: HandlerResult(terminate={"elsewhere": [ts[0].id]}))
+    async with harness(make_harness, start) as h:
+        job = await h.create("job")
+        report = await h.tick("start-jobs")
+        assert "terminations asked for elsewhere" in (report.error or "")
+        assert (await h.get(job)).status == Job.QUEUED

@@ -116,3 +116,29 @@ def test_the_public_api_is_explicit():
     assert len(drover.__all__) == len(set(drover.__all__))
     for name in drover.__all__:
         assert getattr(drover, name) is not None, name
+
+
+@pytest.mark.parametrize("package", ["web", "inspection", "handlers"])
+def test_readers_use_only_the_read_only_queries(package):
+    """The dashboard, inspection and handlers read storage through Queries, which cannot write.
+
+    (A handler changes the world only through its result.)
+    """
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in _modules(package)
+        for module in _drover_imports(path)
+        if module.startswith("drover.storage") and module != "drover.storage.queries"
+    }
+    assert not bad, sorted(bad)
+
+
+def test_queries_has_no_method_that_writes():
+    """Queries is read-only by type: none of the write store's methods is on it."""
+    from drover.storage.queries import Queries
+    from drover.storage.repository import Repository
+
+    writes = {"apply", "promote", "create_entities", "request_termination", "update_spec",
+              "report_kernel_statuses", "record_ticks", "prune_history", "link"}  # fmt: skip
+    assert writes <= set(dir(Repository))
+    assert not writes & set(dir(Queries))

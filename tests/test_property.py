@@ -226,7 +226,7 @@ class RandomLifecyclePlugin:
 
     @hookimpl
     def drover_register_handlers(self, register: HandlerRegistry) -> None:
-        backend, repository = register.context.backend, register.context.repository
+        backend, repository = register.context.backend, register.context.queries
         lifecycle: list[Randomized] = [
             RandomSchedule(backend, repository),
             RandomPrepare(backend),

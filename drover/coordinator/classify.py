@@ -34,6 +34,7 @@ from drover.model.values import (
     NewEntity,
     StatusInfoRule,
     StatusTransitions,
+    Target,
 )
 
 __all__ = ["classify", "expired"]
@@ -51,7 +52,7 @@ _RESET, _INCREMENT, _KEEP = TryCount.RESET, TryCount.INCREMENT, TryCount.KEEP
 _SENDS_BACK = frozenset({SchedulingResult.EXPIRED, SchedulingResult.GIVE_UP})
 
 
-def expired(session: Any, options: HandlerOptions, now: float) -> bool:
+def expired(session: Target, options: HandlerOptions, now: float) -> bool:
     """Whether ``session`` has held its status longer than ``options.timeout``."""
     if options.timeout is None:
         return False
@@ -62,20 +63,20 @@ def expired(session: Any, options: HandlerOptions, now: float) -> bool:
     return elapsed_us > round(options.timeout * 1_000_000)
 
 
-def _elapsed(session: Any, now: float) -> str:
+def _elapsed(session: Target, now: float) -> str:
     return f"{now - session.status_changed_at.timestamp():.0f}s"
 
 
 def classify(
-    targets: Sequence[Any],
+    targets: Sequence[Target],
     result: HandlerResult,
     transitions: StatusTransitions,
-    options_for: Callable[[Any], HandlerOptions],
+    options_for: Callable[[Target], HandlerOptions],
     now: float,
-    max_requeues_for: Callable[[Any], int | None] = lambda _s: None,
+    max_requeues_for: Callable[[Target], int | None] = lambda _s: None,
     *,
     kind: EntityKind = SESSION,
-    budget_limit_for: Callable[[Any, str], int | None] = lambda _s, _b: None,
+    budget_limit_for: Callable[[Target, str], int | None] = lambda _s, _b: None,
 ) -> list[Change]:
     """Decide each target's result class and transition from a (valid) handler result.
 
@@ -90,6 +91,7 @@ def classify(
     named = result.outcomes
     charged = result.budgets
     patches = result.data
+    ends = result.terminate
     messages, codes = result.messages, result.error_codes
     infos, placements = result.status_infos, result.placements
     creating: dict[str, list[NewEntity]] = {}
@@ -197,12 +199,13 @@ def classify(
                 budget,
                 patches.get(sid),
                 creates.get(sid, none),
+                tuple(ends[sid]) if sid in ends else (),
             )
         )
     return changes
 
 
-def _timeout_note(session: Any, options: HandlerOptions, now: float) -> str:
+def _timeout_note(session: Target, options: HandlerOptions, now: float) -> str:
     return f"in {session.status} for {_elapsed(session, now)} (timeout={options.timeout:g}s)"
 
 

@@ -43,7 +43,6 @@ from drover.coordinator.store import DaemonStore, Subscription
 from drover.coordinator.tick import Coordinator, TickReport
 from drover.model.ids import new_id
 from drover.model.promotion import PromotionRule
-from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.model.values import CoordinatorInfo
 
 __all__ = ["Daemon"]
@@ -267,7 +266,8 @@ class Daemon:
 
     def _wake_for(self, moved: Iterable[tuple[str | None, str]]) -> None:
         """Wake the handlers targeting ``(kind, status)`` (kind ``None``: any kind);
-        ended sessions also wake the scheduler."""
+        entities that ended also wake the handlers of their kind's first status."""
+        kinds = self.coordinator.kinds
         for kind, status in moved:
             if kind is None:
                 names = {n for (_k, s), ns in self._targets.items() if s == status for n in ns}
@@ -275,10 +275,15 @@ class Daemon:
                 names = self._targets.get((kind, status), set())
             for name in names:
                 self._wake[name].set()
-            if kind in (None, "session") and status in TERMINAL_SESSION_STATUSES:
-                # Ended sessions free capacity: waiting sessions may fit now.
-                for name in self._targets.get(("session", SessionStatus.PENDING.value), ()):
-                    self._wake[name].set()
+            ended = [k for k in ([kind] if kind else kinds) if k in kinds]
+            for name_of_kind in ended:
+                entity_kind = kinds[name_of_kind]
+                if status in entity_kind.terminal:
+                    # What ended freed what it held (an agent's capacity, say): the
+                    # entities waiting to start may fit now.
+                    first = (name_of_kind, entity_kind.first_status)
+                    for name in self._targets.get(first, ()):
+                        self._wake[name].set()
 
     def _on_news(self, news: dict[str, Any]) -> None:
         """A notification from another process (or our own commits, which woke us already)."""

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from drover.model.filters import CandidateFilter
 from drover.model.plan import ApplyOutcome, Change, Claim
 from drover.model.promotion import PromotionRule
-from drover.model.values import CoordinatorInfo
+from drover.model.values import CoordinatorInfo, Target
 
 __all__ = ["CoordinatorStore", "DaemonStore", "Subscription"]
 
@@ -35,11 +35,11 @@ class CoordinatorStore(Protocol):
         *,
         now: float,
         claim: Claim | None = None,
-    ) -> Sequence[Any]:
+    ) -> Sequence[Target]:
         """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
-        Sessions come as :class:`~drover.model.values.SessionWithKernels`,
-        other kinds as :class:`~drover.model.values.Entity`. Each target's
+        Each is its kind's ``value_type``: :class:`~drover.model.values.SessionWithKernels`
+        for sessions, :class:`~drover.model.values.Entity` for other kinds. Each target's
         ``try_count`` is ``handler``'s count; ``now`` is the time filters on
         ages compare with. With ``claim``, only entities no other tick holds
         are fetched, and they are claimed (a store with one coordinator, such

@@ -25,7 +25,7 @@ from drover.model.plan import AppliedChange, ApplyOutcome, Claim
 from drover.model.promotion import PromotionRule
 from drover.model.rules import DEFAULT_MAX_REQUEUES
 from drover.model.status import SchedulingResult
-from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions
+from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions, Target
 
 __all__ = [
     "BLOCKING_THRESHOLD",
@@ -153,14 +153,14 @@ class Coordinator:
         self._handler(name)
         return self._options[name]
 
-    def max_requeues_for(self, session: Any) -> int | None:
+    def max_requeues_for(self, session: Target) -> int | None:
         """An entity's requeue budget: its spec's ``max_requeues``, else the configured one."""
         if "max_requeues" in session.spec:
             value = session.spec["max_requeues"]
             return value if isinstance(value, int) else None
         return self.max_requeues
 
-    def budget_limit_for(self, entity: Any, budget: str) -> int | None:
+    def budget_limit_for(self, entity: Target, budget: str) -> int | None:
         """A named budget's limit: the entity's ``spec["budgets"]``, else configuration, else
         the kind's default."""
         per_entity = entity.spec.get("budgets")
@@ -327,7 +327,7 @@ class _Watched:
 async def _execute(
     name: str,
     handler: LifecycleHandler,
-    targets: Sequence[Any],
+    targets: Sequence[Target],
     transitions: StatusTransitions | None = None,
     kind: EntityKind | None = None,
     kinds: Kinds | None = None,
@@ -395,7 +395,7 @@ def _extension_problem(
 
     What is created is checked apart, by the one creation check.
     """
-    if not (result.outcomes or result.budgets or result.data or result.create):
+    if not (result.outcomes or result.budgets or result.data or result.create or result.terminate):
         return None
     declared = transitions.outcomes if transitions is not None else {}
     for entity_id, outcome in result.outcomes.items():
@@ -420,6 +420,9 @@ def _extension_problem(
             json_copy(patch, f"data patch for {entity_id}")
         except InvalidSpecError as error:
             return str(error)
+    for entity_id in result.terminate:
+        if entity_id not in mentioned:
+            return f"terminations asked for {entity_id}, which is not a target with an outcome"
     for new in result.create:
         if new.creator is None or new.creator not in mentioned:
             return (

@@ -54,7 +54,7 @@ from drover.model.values import (
 )
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
-from drover.storage.repository import Repository
+from drover.storage.queries import Queries
 
 __all__ = [
     "DEFAULT_HEALTH_PATH",
@@ -98,7 +98,7 @@ def replica_url(session: SessionWithKernels) -> str | None:
     return None
 
 
-async def _sessions_of(repo: Repository, routes: Sequence[Entity]) -> dict[str, SessionWithKernels]:
+async def _sessions_of(repo: Queries, routes: Sequence[Entity]) -> dict[str, SessionWithKernels]:
     """Each route's replica session (routes without one, or whose session is gone, left out)."""
     out: dict[str, SessionWithKernels] = {}
     for route in routes:
@@ -117,7 +117,7 @@ class _RouteHandler(LifecycleHandler):
 
     kind = "route"
 
-    def __init__(self, repository: Repository, clock: Clock) -> None:
+    def __init__(self, repository: Queries, clock: Clock) -> None:
         self.repository = repository
         self.clock = clock
 
@@ -399,7 +399,7 @@ class TerminatingRoute(_RouteHandler):
         successes: list[str] = []
         skipped: list[str] = []
         messages: dict[str, str] = {}
-        to_end: list[str] = []
+        to_end: dict[str, list[str]] = {}
         for route in targets:
             session = sessions.get(route.id)
             if session is None or session.status in _TERMINAL_SESSIONS:
@@ -408,12 +408,12 @@ class TerminatingRoute(_RouteHandler):
             skipped.append(route.id)
             messages[route.id] = f"waiting for replica session {session.id} ({session.status})"
             if session.status != SessionStatus.TERMINATING:
-                to_end.append(session.id)
-        if to_end:
-            # Ending what the route owns: recorded in the sessions' history under this
-            # handler's name, through the same termination rules as `drover terminate`.
-            await self.repository.request_termination(to_end, source=self.name())
-        return HandlerResult(successes=successes, skipped=skipped, messages=messages)
+                # Ending what the route owns: recorded in the session's history under
+                # this handler's name, by the same rules as `drover terminate`.
+                to_end[route.id] = [session.id]
+        return HandlerResult(
+            successes=successes, skipped=skipped, messages=messages, terminate=to_end
+        )
 
 
 ROUTE_HANDLERS = (
@@ -429,4 +429,4 @@ ROUTE_HANDLERS = (
 def drover_register_handlers(register: HandlerRegistry) -> None:
     """Register the five route handlers with the repository and the clock."""
     context = register.context
-    register(*(cls(context.repository, context.clock) for cls in ROUTE_HANDLERS))
+    register(*(cls(context.queries, context.clock) for cls in ROUTE_HANDLERS))

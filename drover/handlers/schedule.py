@@ -16,7 +16,7 @@ from drover.model.values import (
 )
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
-from drover.storage.repository import Repository
+from drover.storage.queries import Queries
 
 __all__ = ["INSUFFICIENT_RESOURCES", "ScheduleSessions", "drover_register_handlers"]
 
@@ -39,7 +39,7 @@ class ScheduleSessions(LifecycleHandler):
     smaller sessions may still be placed (backfilling).
     """
 
-    def __init__(self, backend: AgentBackend, repository: Repository) -> None:
+    def __init__(self, backend: AgentBackend, repository: Queries) -> None:
         self.backend = backend
         self.repository = repository
 
@@ -210,4 +210,4 @@ def _request(spec: Mapping[str, object], slot: str) -> float:
 @hookimpl
 def drover_register_handlers(register: HandlerRegistry) -> None:
     """Register ``schedule-sessions``."""
-    register(ScheduleSessions(register.context.backend, register.context.repository))
+    register(ScheduleSessions(register.context.backend, register.context.queries))

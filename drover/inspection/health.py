@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from drover.storage.repository import Repository
-from drover.storage.ticks import HandlerErrors
+from drover.storage.queries import HandlerErrors, Queries
 
 __all__ = ["ERROR_WINDOW", "recent_handler_errors"]
 
@@ -11,6 +10,6 @@ __all__ = ["ERROR_WINDOW", "recent_handler_errors"]
 ERROR_WINDOW = 600.0
 
 
-async def recent_handler_errors(repo: Repository, now: float) -> list[HandlerErrors]:
+async def recent_handler_errors(repo: Queries, now: float) -> list[HandlerErrors]:
     """Handlers whose ``execute`` raised within :data:`ERROR_WINDOW`, most errors first."""
     return await repo.handler_errors(now - ERROR_WINDOW)

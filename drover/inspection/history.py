@@ -7,13 +7,13 @@ from typing import Any
 from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord
 from drover.serialization import history_json, kernel_history_json
-from drover.storage.repository import Repository
+from drover.storage.queries import Queries
 
 __all__ = ["search_history", "timeline"]
 
 
 async def search_history(
-    repo: Repository,
+    repo: Queries,
     *,
     session_id: str | None = None,
     kernel_id: str | None = None,
@@ -42,7 +42,7 @@ async def search_history(
     )
 
 
-async def timeline(repo: Repository, session_id: str) -> list[dict[str, Any]]:
+async def timeline(repo: Queries, session_id: str) -> list[dict[str, Any]]:
     """Session and kernel history interleaved, oldest first (``kind``: session|kernel)."""
     items: list[tuple[float, int, dict[str, Any]]] = []
     for row in await repo.history(session_id):

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import attrs
 
 from drover.model.status import SessionStatus
-from drover.storage.repository import Repository
+from drover.storage.queries import Queries
 
 __all__ = ["HandlerStats", "Stats", "StatusStats", "collect_stats"]
 
@@ -53,7 +53,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 async def collect_stats(
-    repo: Repository, *, since: float | None, now: float, kind: str = "session"
+    repo: Queries, *, since: float | None, now: float, kind: str = "session"
 ) -> Stats:
     """Handler figures from ticks recorded since ``since``; status ages of ``kind`` as of
     ``now``."""
@@ -73,6 +73,6 @@ async def collect_stats(
         for name, values in sorted(durations.items())
     )
     ages = await repo.status_ages(now, kind)
-    names = list(SessionStatus) if kind == "session" else list(repo.kinds[kind].status_names)
+    names = list(repo.kinds[kind].statuses)
     statuses = tuple(StatusStats(status, *ages.get(status, (0, 0.0, 0.0))) for status in names)
     return Stats(handlers=handlers, statuses=statuses, since=since, kind=kind)

@@ -27,7 +27,7 @@ from drover.model.status import (
     SessionStatus,
 )
 from drover.model.values import Entity, HandlerOptions, HistoryRecord, SessionWithKernels
-from drover.storage.repository import Repository
+from drover.storage.queries import Queries
 
 __all__ = ["Diagnosis", "describe_exit", "diagnose", "diagnose_entity"]
 
@@ -151,11 +151,11 @@ def diagnose(
     waits: list[str] = []
     for name, handler in sorted(handlers.items()):
         if isinstance(handler, PromotionRule):
-            if handler.kind == "session" and session.status in handler.from_statuses:
+            if handler.kind == session.kind and session.status in handler.from_statuses:
                 owners.append({"handler": name, "kind": "promotion"})
                 waits.append(_promotion_wait(handler, session))
             continue
-        if handler.kind == "session" and session.status in handler.target_statuses:
+        if handler.kind == session.kind and session.status in handler.target_statuses:
             opts = session_options(options_for(name), session, name)
             owner: dict[str, Any] = {
                 "handler": name,
@@ -274,7 +274,7 @@ def _terminal(
 
 
 async def diagnose_session(
-    repo: Repository, coordinator: Coordinator, session_id: str, now: float
+    repo: Queries, coordinator: Coordinator, session_id: str, now: float
 ) -> Diagnosis:
     """Read the session and its history, then :func:`diagnose` it with the loaded handlers."""
     session = await repo.get_session(session_id)

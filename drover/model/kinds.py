@@ -37,6 +37,7 @@ from drover.model.status import (
     RouteStatus,
     SessionStatus,
 )
+from drover.model.values import Entity, KernelInfo, SessionWithKernels
 
 __all__ = [
     "BUILTIN_KINDS",
@@ -151,6 +152,9 @@ class EntityKind:
     check_spec: Callable[[Mapping[str, Any], str], None] | None = None
     created_in: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
     resource_slots: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
+    #: The class its entities are read into: :class:`~drover.model.values.Entity`, or
+    #: a kind's own spelling with the same attributes (sessions: ``SessionWithKernels``).
+    value_type: type[Any] = Entity
 
     def __attrs_post_init__(self) -> None:
         if not is_kebab_case(self.name):
@@ -281,6 +285,7 @@ SESSION = EntityKind(
     success={SessionStatus.TERMINATED},
     requeue_limit_status=SessionStatus.ERROR,
     created_in={SessionStatus.PENDING},
+    value_type=SessionWithKernels,
     termination=(
         TerminationRule(
             SessionStatus.CANCELLED,
@@ -305,6 +310,7 @@ KERNEL = EntityKind(
     terminable=False,
     check_spec=check_kernel_spec,
     created_in={KernelStatus.PENDING},
+    value_type=KernelInfo,
     resource_slots=KERNEL_DEFAULTS,
 )
 _E, _R = EndpointLifecycle, RouteStatus
@@ -371,6 +377,18 @@ class Kinds(Mapping[str, EntityKind]):
                     f"{kind.name!r}); a kind has at most one (link other kinds with relations)"
                 )
             self._children[kind.parent] = kind
+        # Statuses are read as each kind's own enum members (a dict lookup per row).
+        self._members: dict[str, dict[str, StrEnum]] = {
+            kind.name: {s.value: s for s in kind.statuses} for kind in self._kinds.values()
+        }
+
+    def members(self, name: str) -> Mapping[str, StrEnum]:
+        """``status value -> enum member`` of kind ``name`` (empty for an unknown kind)."""
+        return self._members.get(name, {})
+
+    def status(self, kind: str, value: str) -> StrEnum | str:
+        """``value`` as a member of ``kind``'s status enum (unknown ones stay as they are)."""
+        return self._members.get(kind, {}).get(value, value)
 
     def __getitem__(self, name: str) -> EntityKind:
         try:

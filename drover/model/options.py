@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from drover.model.errors import InvalidHandlerError
-from drover.model.values import HandlerOptions, SessionWithKernels
+from drover.model.values import HandlerOptions, Target
 
 __all__ = [
     "OptionOverrides",
@@ -74,7 +74,7 @@ def merge_options(base: HandlerOptions, *layers: Mapping[str, Any]) -> HandlerOp
 
 
 def session_options(
-    handler_options: HandlerOptions, session: SessionWithKernels, handler_name: str
+    handler_options: HandlerOptions, session: Target, handler_name: str
 ) -> HandlerOptions:
     """The options for one session: ``spec["options"][handler_name]`` overrides the handler's."""
     per_session = session.spec.get("options")

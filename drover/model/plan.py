@@ -80,6 +80,8 @@ class Change:
     budget: str | None = None
     data: Mapping[str, Any] | None = None
     creates: tuple[NewEntity, ...] = ()
+    #: Other entities to ask to end, by their kinds' termination rules, if applied.
+    terminates: tuple[str, ...] = ()
 
     @property
     def changes_status(self) -> bool:

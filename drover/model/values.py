@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -12,6 +12,7 @@ from drover.model.ids import new_id
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
 __all__ = [
+    "Child",
     "CoordinatorInfo",
     "Entity",
     "HandlerOptions",
@@ -24,10 +25,78 @@ __all__ = [
     "SessionWithKernels",
     "StatusInfoRule",
     "StatusTransitions",
+    "Target",
     "TerminationOutcome",
     "Transition",
     "TransitionStatus",
 ]
+
+
+class Child(Protocol):
+    """What the coordinator reads of a target's children (kernels, tasks...)."""
+
+    @property
+    def id(self) -> str:
+        """The child's id."""
+        ...
+
+    @property
+    def status(self) -> str:
+        """Its status (a member of its kind's ``StrEnum``)."""
+        ...
+
+
+class Target(Protocol):
+    """What the coordinator reads of every target, whatever its kind's value type.
+
+    :class:`Entity` and :class:`SessionWithKernels` both have it; ``status``
+    is a member of the kind's own status enum.
+    """
+
+    @property
+    def id(self) -> str:
+        """The entity's id."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """The kind's name."""
+        ...
+
+    @property
+    def status(self) -> str:
+        """The current status (a member of the kind's ``StrEnum``)."""
+        ...
+
+    @property
+    def status_changed_at(self) -> datetime:
+        """When it entered its status."""
+        ...
+
+    @property
+    def try_count(self) -> int:
+        """The running handler's tries in this status."""
+        ...
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """Desired state (read-only)."""
+        ...
+
+    @property
+    def requeues(self) -> int:
+        """Times it was sent back in its lifecycle."""
+        ...
+
+    @property
+    def budgets(self) -> dict[str, int] | None:
+        """Named budgets spent so far."""
+        ...
+
+    @property
+    def children(self) -> Sequence[Child]:
+        """Its children, in creation order."""
+        ...
 
 
 def _str_list(value: Any) -> list[str]:
@@ -150,6 +219,10 @@ def _patches(value: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(k): v for k, v in value.items()}
 
 
+def _terminations(value: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
+    return {str(k): [str(i) for i in v] for k, v in value.items()}
+
+
 @attrs.frozen
 class HandlerResult:
     """What a handler says about the entities (sessions) it was given.
@@ -166,8 +239,13 @@ class HandlerResult:
     ``StatusTransitions.outcomes``); ``budgets`` names the kind's budget a
     failure charges instead of the handler's tries; ``create`` lists
     :class:`NewEntity` values inserted with their creator's outcome; ``data``
-    merge-patches (RFC 7396) targets' handler-owned ``data``. All of them are
-    written only for targets whose compare-and-set holds.
+    merge-patches (RFC 7396) targets' handler-owned ``data``; ``terminate``
+    maps a target to other entities (any kind) to ask to end, by their kinds'
+    termination rules, as ``drover terminate`` would (recorded under the
+    handler's name, with ``status_info`` ``REQUESTED_BY_<HANDLER>``). All of
+    them are written only for targets whose compare-and-set holds, in the
+    same transaction as the outcome: a handler changes the world only
+    through its result.
     """
 
     successes: list[str] = attrs.field(factory=list, converter=_str_list)
@@ -181,6 +259,7 @@ class HandlerResult:
     budgets: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
     create: list[NewEntity] = attrs.field(factory=list, converter=_new_entities)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_patches)
+    terminate: dict[str, list[str]] = attrs.field(factory=dict, converter=_terminations)
 
 
 @attrs.frozen

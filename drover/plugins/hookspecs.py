@@ -34,7 +34,7 @@ __all__ = [
 def drover_register_handlers(register: HandlerRegistry) -> None:
     """Register handler instances by calling ``register(handler, ...)``.
 
-    ``register.context`` gives the runtime services (``repository``, ``backend``,
+    ``register.context`` gives the runtime services (``queries``, ``backend``,
     ``clock``) for handlers that need them. Example::
 
         @hookimpl

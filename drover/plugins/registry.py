@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from drover.backends.base import AgentBackend
     from drover.config import Config
     from drover.model.clock import Clock
-    from drover.storage.repository import Repository
+    from drover.storage.queries import Queries
 
 __all__ = [
     "BackendFactory",
@@ -59,9 +59,14 @@ BackendFactory = Callable[["Config"], "AgentBackend"]
 
 @attrs.frozen
 class RuntimeContext:
-    """Services a handler may need: where kernels run, storage, and the clock."""
+    """Services a handler may need: where kernels run, read-only storage, and the clock.
 
-    repository: Repository
+    ``queries`` cannot write: a handler changes the world only through its
+    result (statuses, ``create``, ``data``, ``terminate``), applied by the
+    coordinator in one transaction with its outcome.
+    """
+
+    queries: Queries
     backend: AgentBackend
     clock: Clock
 

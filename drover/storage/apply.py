@@ -33,6 +33,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.plan import (
     FENCED,
@@ -45,13 +46,14 @@ from drover.model.plan import (
 )
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
-from drover.model.values import NewEntity
+from drover.model.values import NewEntity, StatusInfoRule, TerminationOutcome
 from drover.storage._db import Database
-from drover.storage._sql import ids_value, statement
-from drover.storage.entities import insert_new_entities, merge_patch
+from drover.storage._sql import chunked, ids_value, statement
+from drover.storage.entities import API_SOURCE, insert_new_entities, merge_patch
 from drover.storage.fetch import release_claims
 from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
+from drover.storage.schema import entities
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
     claim_state,
@@ -73,6 +75,9 @@ from drover.storage.statements.apply import (
 from drover.storage.statements.promote import promote_entities, promotion_probe
 
 __all__ = ["Apply", "promote"]
+
+_USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
+e = entities
 
 
 def _children_side(change: Change, kinds: Kinds) -> str | None:
@@ -131,6 +136,8 @@ class Apply:
         self._moved_rows: list[AppliedChange] = []
         self._kept_rows: list[AppliedChange] = []
         self._creates: list[NewEntity] = []
+        # Entities the applied changes asked to end (HandlerResult.terminate).
+        self._ends: list[str] = []
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return ids_value(ids, self.postgres)
@@ -164,6 +171,10 @@ class Apply:
             applied.extend(self._apply_group(group))
         if self._creates:
             insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
+        if self._ends:
+            # Its own apply (own history rows), in this transaction.
+            nested = Apply(self.conn, self.source, self.now, postgres=self.postgres, kinds=kinds)
+            nested.end(self._ends, strict=False)
         self.inject("before-history")
         self._write_history()
         self.inject("after-history")
@@ -317,8 +328,9 @@ class Apply:
         if patches:
             self._patch_data(patches)
         for change in group:
-            if change.creates and change.entity_id in live:
+            if change.entity_id in live:
                 self._creates.extend(change.creates)
+                self._ends.extend(change.terminates)
 
     def _patch_data(self, patches: dict[str, Any]) -> None:
         """Merge-patch the entities' ``data`` (read and written in this transaction)."""
@@ -443,6 +455,75 @@ class Apply:
         if move and recorded > moved:
             self.conn.execute(move[0], params)
         self.kernel_changes += recorded
+
+    def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
+        """Move ``ids`` (any kind) as their kind's termination rule says; return what happened.
+
+        ``strict`` (the API): an unknown id raises UnknownEntityError and a
+        kind that ends only with its parent InvalidSpecError, before anything
+        is written. Otherwise (a handler's ``terminate``) such ids are left
+        alone: the entity may have ended and gone meanwhile.
+        """
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, tuple[str, str]] = {}
+        with_children: set[str] = set()
+        for chunk in chunked(wanted):
+            query = sa.select(e.c.id, e.c.kind, e.c.status).where(e.c.id.in_(chunk))
+            if self.postgres:
+                query = query.with_for_update()
+            for eid, kind, status in self.conn.execute(query):
+                found[eid] = (kind, self.kinds.status(kind, status))
+            with_children.update(
+                r[0]
+                for r in self.conn.execute(
+                    sa.select(e.c.parent_id).where(e.c.parent_id.in_(chunk)).distinct()
+                )
+            )
+        for eid in wanted:
+            if eid not in found:
+                if strict:
+                    raise UnknownEntityError(eid)
+                continue
+            kind = self.kinds[found[eid][0]]
+            if not kind.terminable:
+                if strict:
+                    raise InvalidSpecError(
+                        f"{eid} is a {kind.name}: a {kind.name} ends with its {kind.parent}; "
+                        "terminate that instead"
+                    )
+                del found[eid]
+        info = (
+            _USER_REQUESTED
+            if self.source == API_SOURCE
+            else StatusInfoRule(default=f"REQUESTED_BY_{self.source.upper().replace('-', '_')}")
+        )
+        changes: list[Change] = []
+        outcomes: list[TerminationOutcome] = []
+        for eid in wanted:
+            if eid not in found:
+                continue
+            kind_name, status = found[eid]
+            rule = self.kinds[kind_name].termination_of(status, eid in with_children)
+            if rule is None:
+                outcomes.append(TerminationOutcome(eid, status, status, False, kind_name))
+                continue
+            changes.append(
+                Change(
+                    entity_id=eid,
+                    from_status=status,
+                    result=SchedulingResult.SUCCESS,
+                    to_status=rule.to,
+                    to_children=rule.children,
+                    message=rule.message,
+                    status_info=info,
+                    kind=kind_name,
+                )
+            )
+            to = self.kinds.status(kind_name, rule.to)
+            outcomes.append(TerminationOutcome(eid, status, to, True, kind_name))
+        if changes:
+            self.run(changes)
+        return outcomes
 
     def _write_history(self) -> None:
         pg = self.postgres

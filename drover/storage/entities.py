@@ -46,10 +46,10 @@ CREATED = "CREATED"
 _ROW_KEYS = [col.name for col in e.c]
 
 
-def _with_children(conn: sa.Connection, query: sa.Select[Any]) -> list[Entity]:
+def _with_children(conn: sa.Connection, query: sa.Select[Any], kinds: Kinds) -> list[Entity]:
     """The entities ``query`` selects (:data:`ENTITY_COLUMNS`), each with its children."""
     rows = conn.execute(query).all()
-    return entities_with_children(rows, read_children_of(conn, [r[0] for r in rows]))
+    return entities_with_children(rows, read_children_of(conn, [r[0] for r in rows]), kinds)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -187,7 +187,7 @@ async def get_entity(db: Database, entity_id: str) -> Entity:
         if not rows:
             return []
         children = conn.execute(sa.select(*ENTITY_COLUMNS).where(e.c.parent_id == entity_id)).all()
-        return entities_with_children(rows, children)
+        return entities_with_children(rows, children, db.kinds)
 
     found = await db.read(work)
     if not found:
@@ -206,7 +206,7 @@ async def list_entities(
     if limit is not None:
         query = query.limit(limit)
 
-    return await db.read(lambda conn: _with_children(conn, query))
+    return await db.read(lambda conn: _with_children(conn, query, db.kinds))
 
 
 async def update_spec(db: Database, entity_id: str, patch: Mapping[str, Any]) -> Entity:
@@ -298,4 +298,4 @@ async def find_by_name(db: Database, kind: str, name: str) -> list[Entity]:
     terminal = sorted(db.kinds[kind].terminal)
     query = query.order_by(e.c.status.in_(terminal), e.c.created_at.desc(), e.c.id.desc())
 
-    return await db.read(lambda conn: _with_children(conn, query))
+    return await db.read(lambda conn: _with_children(conn, query, db.kinds))

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord, KernelHistoryRecord
 from drover.storage._db import Database
-from drover.storage.rows import KERNEL_KIND, history_from_row, kernel_history_from_row
+from drover.storage.rows import history_from_row, kernel_history_from_row
 from drover.storage.schema import entities, handler_ticks, scheduling_history, status_changes
 
 __all__ = [
@@ -26,14 +26,14 @@ c = status_changes
 
 async def _history_rows(db: Database, query: sa.Select[Any]) -> list[HistoryRecord]:
     def work(conn: sa.Connection) -> list[HistoryRecord]:
-        return [history_from_row(r) for r in conn.execute(query)]
+        return [history_from_row(r, db.kinds) for r in conn.execute(query)]
 
     return await db.read(work)
 
 
 async def _change_rows(db: Database, query: sa.Select[Any]) -> list[KernelHistoryRecord]:
     def work(conn: sa.Connection) -> list[KernelHistoryRecord]:
-        return [kernel_history_from_row(r) for r in conn.execute(query)]
+        return [kernel_history_from_row(r, db.kinds) for r in conn.execute(query)]
 
     return await db.read(work)
 
@@ -61,15 +61,13 @@ async def kernel_history(
 ) -> list[KernelHistoryRecord]:
     """Status changes of a child or of an entity's children (a session's kernels), oldest first.
 
-    With neither id given: every kernel's changes.
+    With neither id given: every recorded change.
     """
     query = sa.select(c).order_by(c.c.id)
     if kernel_id is not None:
         query = query.where(c.c.entity_id == kernel_id)
     if session_id is not None:
         query = query.where(c.c.parent_id == session_id)
-    if kernel_id is None and session_id is None:
-        query = query.where(c.c.kind == KERNEL_KIND)
     return await _change_rows(db, query)
 
 

@@ -14,7 +14,7 @@ from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport
 from drover.storage._db import Database
 from drover.storage._sql import chunked, ids_param, ids_value, statement
-from drover.storage.rows import KERNEL_COLUMNS, KERNEL_KIND, Times, kernel_from_row
+from drover.storage.rows import KERNEL_COLUMNS, Times, kernel_from_row
 from drover.storage.schema import entities, status_changes
 
 __all__ = [
@@ -31,6 +31,8 @@ __all__ = [
 BACKEND_SOURCE = "backend"
 
 e = entities
+# Backends report the kernel kind in its own spelling (KernelInfo, KernelReport).
+KERNEL_KIND = "kernel"
 
 
 def _current(postgres: bool) -> sa.Select[Any]:

@@ -1,11 +1,12 @@
-"""The repository: drover's storage operations, by name, on one database.
+"""The write store: what the engine, the backends and the API write, by name.
 
-Each operation is implemented in the module of its concern (``sessions``,
-``fetch``, ``apply``, ``kernels``, ``history``, ``termination``,
-``coordinators``, ``ticks``); this class only binds them to a database, so
-that handlers, backends, the CLI and the web call named operations and never
-build SQL. It implements the coordinator's
-:class:`~drover.coordinator.store.CoordinatorStore` protocol.
+:class:`Repository` implements the coordinator's
+:class:`~drover.coordinator.store.DaemonStore` and the backends'
+:class:`~drover.backends.base.KernelReporter` protocols, and the API's
+creation, termination and spec changes. It is a :class:`~drover.storage.queries.Queries`
+too (the harness and tests read through it); the dashboard, the CLI's read
+commands and handlers get a plain ``Queries``, which cannot write. Each
+operation is implemented in the module of its concern.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.model.clock import Clock
@@ -22,16 +22,13 @@ from drover.model.kinds import Kinds
 from drover.model.plan import ApplyOutcome, Change, Claim
 from drover.model.promotion import PromotionRule
 from drover.model.spec import new_session
-from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
+from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
     Entity,
-    HistoryRecord,
-    KernelHistoryRecord,
-    KernelInfo,
     KernelReport,
     NewEntity,
-    SessionWithKernels,
+    Target,
     TerminationOutcome,
 )
 from drover.storage import coordinators as _coordinators
@@ -40,62 +37,23 @@ from drover.storage import fetch as _fetch
 from drover.storage import history as _history
 from drover.storage import kernels as _kernels
 from drover.storage import notify as _notify
-from drover.storage import sessions as _sessions
 from drover.storage import termination as _termination
 from drover.storage import ticks as _ticks
-from drover.storage._db import Database
 from drover.storage.apply import Apply, promote
 from drover.storage.notify import Subscription
-from drover.storage.sessions import SessionFilter
-from drover.storage.ticks import HandlerErrors, MetricsSnapshot
+from drover.storage.queries import Queries
 
 __all__ = ["Repository"]
 
 
-class Repository:
-    """Reads and writes sessions, kernels and history on one async engine."""
+class Repository(Queries):
+    """Reads and writes entities, kernels and history on one async engine."""
 
     def __init__(
         self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds | None = None
     ) -> None:
-        self._db = Database(engine, clock, kinds)
+        super().__init__(engine, clock=clock, kinds=kinds)
         self._busy_promotions: set[str] = set()
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """The engine this repository uses."""
-        return self._db.engine
-
-    @property
-    def kinds(self) -> Kinds:
-        """The entity kinds this repository knows (built-in ones unless given)."""
-        return self._db.kinds
-
-    def use_kinds(self, kinds: Kinds) -> None:
-        """Know ``kinds`` from now on (the app sets the plugins' kinds once loaded)."""
-        self._db.kinds = kinds
-
-    @property
-    def clock(self) -> Clock:
-        """The clock used to stamp writes made outside a tick."""
-        return self._db.clock
-
-    async def close(self) -> None:
-        """Release the worker threads and connections this repository holds.
-
-        The engine it was given stays open: whoever created it disposes of it.
-        """
-        self._db.close()
-
-    async def ping(self) -> None:
-        """Run ``SELECT 1``: raises if the database does not answer."""
-
-        def work(conn: sa.Connection) -> None:
-            conn.execute(sa.text("SELECT 1"))
-
-        await self._db.read(work)
-
-    # -- sessions ---------------------------------------------------------------------
 
     async def create_session(
         self,
@@ -138,46 +96,11 @@ class Repository:
         news = [new_session(r, seeding=True) for r in requests]
         return await _entities.create_entities(self._db, news, seeding=True)
 
-    async def get_session(self, session_id: str) -> SessionWithKernels:
-        """One session with its kernels, or UnknownSessionError."""
-        return await _sessions.get_session(self._db, session_id)
-
-    async def resolve_session_id(self, prefix: str) -> str:
-        """The id of the one session whose id starts with ``prefix`` (or equals it)."""
-        return await _sessions.resolve_session_id(self._db, prefix)
-
-    async def list_sessions(
-        self,
-        *,
-        statuses: Iterable[SessionStatus] | None = None,
-        limit: int | None = None,
-        order: str = "priority",
-    ) -> list[SessionWithKernels]:
-        """Sessions (with kernels), optionally filtered by status, in ``order``.
-
-        ``order``: ``priority`` (fetch order, the default), ``newest`` or ``oldest``.
-        """
-        return await _sessions.list_sessions(self._db, statuses=statuses, limit=limit, order=order)
-
-    async def filtered_sessions(self, f: SessionFilter) -> list[SessionWithKernels]:
-        """Sessions (with kernels) matching the dashboard's filters."""
-        return await _sessions.filtered_sessions(self._db, f)
-
-    async def count_by_status(self) -> dict[SessionStatus, int]:
-        """The number of sessions in each status (statuses with none are omitted)."""
-        return await _sessions.count_by_status(self._db)
-
-    async def latest_entity_id(self) -> str | None:
-        """The newest id of anything created (ids are time-ordered)."""
-        return await _sessions.latest_entity_id(self._db)
-
     async def request_termination(
         self, session_ids: Sequence[str], *, source: str = "api"
     ) -> list[TerminationOutcome]:
         """Ask for entities to end, each by its kind's termination rule (history: ``source``)."""
         return await _termination.request_termination(self._db, session_ids, source)
-
-    # -- entities of any kind ------------------------------------------------------------
 
     async def create_entities(self, news: Sequence[NewEntity]) -> list[str]:
         """Check and create entities of any kind (with children and links) in one transaction.
@@ -219,38 +142,13 @@ class Repository:
         (entity_id,) = await self.create_entities([new])
         return entity_id
 
-    async def resolve_entity_id(self, prefix: str) -> str:
-        """The id of the one entity of any kind whose id starts with ``prefix``, or
-        UnknownEntityError."""
-        return await _sessions.resolve_session_id(self._db, prefix, None)
-
-    async def find_by_name(self, kind: str, name: str) -> list[Entity]:
-        """Entities of ``kind`` named ``name``, live ones first, then newest first."""
-        return await _entities.find_by_name(self._db, kind, name)
-
-    async def get_entity(self, entity_id: str) -> Entity:
-        """One entity of any kind with its children, or UnknownEntityError."""
-        return await _entities.get_entity(self._db, entity_id)
-
-    async def list_entities(
-        self, kind: str, *, statuses: Iterable[str] | None = None, limit: int | None = 100
-    ) -> list[Entity]:
-        """Entities of ``kind``, newest first."""
-        return await _entities.list_entities(self._db, kind, statuses=statuses, limit=limit)
-
     async def update_spec(self, entity_id: str, patch: Mapping[str, Any]) -> Entity:
         """Merge-patch an entity's spec (desired state); history records it as ``api``."""
         return await _entities.update_spec(self._db, entity_id, patch)
 
-    async def state_fingerprint(self) -> tuple[Any, ...]:
-        """A value that changes whenever a tick wrote something new (see the harness)."""
-        return await _entities.state_fingerprint(self._db)
-
     async def link(self, source_id: str, relation: str, target_id: str) -> None:
         """Link two entities (``depends_on``, or a plugin's own relation name)."""
         await _entities.link(self._db, source_id, relation, target_id)
-
-    # -- the coordinator's store --------------------------------------------------------
 
     async def fetch_lifecycle_targets(
         self,
@@ -262,7 +160,7 @@ class Repository:
         *,
         now: float,
         claim: Claim | None = None,
-    ) -> list[Any]:
+    ) -> list[Target]:
         """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
         With ``claim`` (PostgreSQL) only unclaimed entities are fetched, and
@@ -277,10 +175,6 @@ class Repository:
         if not self._db.postgres or not ids:
             return
         await self._db.write(lambda conn: _fetch.release_claims(conn, claim.token, ids))
-
-    async def claims_by_owner(self) -> dict[str, int]:
-        """How many entities each coordinator holds an unexpired claim on right now."""
-        return await _coordinators.claims_by_owner(self._db)
 
     async def subscribe(self, on_news: Callable[[dict[str, Any]], None]) -> Subscription | None:
         """Listen for other processes' news (PostgreSQL ``LISTEN``); ``None`` on SQLite."""
@@ -342,8 +236,6 @@ class Repository:
             ).run(changes)
         )
 
-    # -- kernels and agents --------------------------------------------------------------
-
     async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
         """Apply backend reports in one transaction; return, per report, whether it applied."""
         return await _kernels.report_kernel_statuses(self._db, reports)
@@ -368,79 +260,9 @@ class Repository:
         (ok,) = await self.report_kernel_statuses([report])
         return ok
 
-    async def agent_usage(self, slots: Iterable[str]) -> dict[str, dict[str, float]]:
-        """Resources held per agent: the sum of each slot over its placed, live kernels."""
-        return await _kernels.agent_usage(self._db, slots)
-
     async def assign_agents(self, placements: Mapping[str, str]) -> int:
         """Set ``agent_id`` on PENDING kernels (``kernel_id -> agent_id``); return how many."""
         return await _kernels.assign_agents(self._db, placements)
-
-    async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
-        """Every kernel currently in one of ``statuses``."""
-        return await _kernels.kernels_in(self._db, statuses)
-
-    async def kernel_statuses(self, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
-        """Current status of each of ``kernel_ids`` (unknown ids are left out)."""
-        return await _kernels.kernel_statuses(self._db, kernel_ids)
-
-    async def get_kernel(self, kernel_id: str) -> KernelInfo:
-        """One kernel, or UnknownKernelError."""
-        return await _kernels.get_kernel(self._db, kernel_id)
-
-    # -- history ---------------------------------------------------------------------------
-
-    async def history(
-        self, session_id: str | None = None, *, limit: int | None = None, kind: str | None = None
-    ) -> list[HistoryRecord]:
-        """Scheduling history rows, oldest first (of one entity, of one kind, or of all)."""
-        return await _history.history(self._db, session_id, limit=limit, kind=kind)
-
-    async def kernel_history(
-        self, *, kernel_id: str | None = None, session_id: str | None = None
-    ) -> list[KernelHistoryRecord]:
-        """Status changes of a kernel or of a session's kernels, oldest first."""
-        return await _history.kernel_history(self._db, kernel_id=kernel_id, session_id=session_id)
-
-    async def search_history(
-        self,
-        *,
-        session_id: str | None = None,
-        handler: str | None = None,
-        result: SchedulingResult | str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        after_id: int | None = None,
-        limit: int = 100,
-        newest_first: bool = True,
-        kind: str | None = None,
-    ) -> list[HistoryRecord]:
-        """History rows matching every filter given; times compare with ``updated_at``."""
-        return await _history.search_history(
-            self._db,
-            kind=kind,
-            session_id=session_id,
-            handler=handler,
-            result=result,
-            since=since,
-            until=until,
-            after_id=after_id,
-            limit=limit,
-            newest_first=newest_first,
-        )
-
-    async def search_kernel_history(
-        self,
-        *,
-        kernel_id: str,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int = 100,
-    ) -> list[KernelHistoryRecord]:
-        """One kernel's status changes, newest first."""
-        return await _history.search_kernel_history(
-            self._db, kernel_id=kernel_id, since=since, until=until, limit=limit
-        )
 
     async def prune_history(
         self, *, older_than: float, dry_run: bool = False, batch: int = 5000
@@ -450,31 +272,9 @@ class Repository:
             self._db, older_than=older_than, dry_run=dry_run, batch=batch
         )
 
-    # -- ticks and figures -----------------------------------------------------------------
-
     async def record_ticks(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Store tick summaries (handler, started_at, duration, fetched, counts, error)."""
         await _ticks.record_ticks(self._db, rows)
-
-    async def tick_rows(self, since: float | None) -> list[tuple[str, float, dict[str, int]]]:
-        """``(handler, duration, counts)`` of the recorded ticks since ``since``."""
-        return await _ticks.tick_rows(self._db, since)
-
-    async def handler_errors(self, since: float) -> list[HandlerErrors]:
-        """Handlers whose ``execute`` raised since ``since``, most errors first."""
-        return await _ticks.handler_errors(self._db, since)
-
-    async def status_ages(
-        self, now: float, kind: str = "session"
-    ) -> dict[Any, tuple[int, float, float]]:
-        """Per status: sessions, and the p50 / p95 of the time they have held it."""
-        return await _ticks.status_ages(self._db, now, kind)
-
-    async def metrics_snapshot(self) -> MetricsSnapshot:
-        """The figures ``/metrics`` reports, aggregated in SQL."""
-        return await _ticks.metrics_snapshot(self._db)
-
-    # -- coordinators ------------------------------------------------------------------------
 
     async def register_coordinator(
         self, info: CoordinatorInfo, *, stale_after: float = 15.0
@@ -496,6 +296,7 @@ class Repository:
         """Mark a coordinator as cleanly stopped."""
         await _coordinators.coordinator_stopped(self._db, coordinator_id)
 
-    async def coordinators(self, *, alive_within: float | None = None) -> list[CoordinatorInfo]:
-        """Coordinators, newest first; with ``alive_within``, only running ones that beat lately."""
-        return await _coordinators.list_coordinators(self._db, alive_within=alive_within)
+    @property
+    def queries(self) -> Queries:
+        """A read-only view of this repository's database (the same connections)."""
+        return Queries(self.engine, _db=self._db)

@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.model.kinds import Kinds
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
@@ -31,9 +32,7 @@ from drover.storage.schema import entities
 __all__ = [
     "ENTITY_COLUMNS",
     "KERNEL_COLUMNS",
-    "KERNEL_KIND",
     "SESSION_COLUMNS",
-    "SESSION_KIND",
     "Times",
     "coordinator_from_row",
     "entities_with_children",
@@ -43,9 +42,6 @@ __all__ = [
     "kernel_history_from_row",
     "sessions_with_kernels",
 ]
-
-SESSION_KIND = "session"
-KERNEL_KIND = "kernel"
 
 _e = entities
 
@@ -149,16 +145,17 @@ def kernel_from_row(row: Sequence[Any], times: Times) -> KernelInfo:
 def entity_from_row(
     row: Sequence[Any],
     times: Times,
+    kinds: Kinds,
     children: Sequence[Entity] = (),
     handler: str | None = None,
 ) -> Entity:
-    """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS` (statuses stay strings)."""
+    """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS`, its status its kind's enum."""
     tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
     try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
     return Entity(
         id=row[0],
         kind=row[1],
-        status=row[3],
+        status=kinds.status(row[1], row[3]),
         status_changed_at=times(row[4]),
         try_count=try_count,
         priority=row[5],
@@ -180,17 +177,18 @@ def entity_from_row(
 def entities_with_children(
     rows: Iterable[Sequence[Any]],
     child_rows: Iterable[Sequence[Any]],
+    kinds: Kinds,
     handler: str | None = None,
 ) -> list[Entity]:
     """Entities in the order of ``rows``, each with its children (id order)."""
     times = Times()
     by_parent: dict[str, list[Entity]] = {}
     for child_row in child_rows:
-        child = entity_from_row(child_row, times)
+        child = entity_from_row(child_row, times, kinds)
         by_parent.setdefault(child_row[14], []).append(child)
     for children in by_parent.values():
         children.sort(key=lambda c: c.id)
-    return [entity_from_row(r, times, by_parent.get(r[0], ()), handler) for r in rows]
+    return [entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler) for r in rows]
 
 
 def sessions_with_kernels(
@@ -286,13 +284,13 @@ def _kernel_id(kernel: KernelInfo) -> str:
     return kernel.id
 
 
-def history_from_row(row: Any) -> HistoryRecord:
+def history_from_row(row: Any, kinds: Kinds) -> HistoryRecord:
     """A :class:`HistoryRecord` from a ``scheduling_history`` row.
 
-    Session rows get :class:`SessionStatus` members; other kinds' statuses
-    stay strings. Named outcomes (and ``CREATED``) stay strings.
+    Statuses are members of the row's kind's enum; result classes are
+    :class:`SchedulingResult` members, named outcomes (and ``CREATED``) strings.
     """
-    statuses: dict[str, Any] = _SESSION_STATUS if row.kind == "session" else {}
+    statuses = kinds.members(row.kind)
     return HistoryRecord(
         id=row.id,
         session_id=row.entity_id,
@@ -309,15 +307,16 @@ def history_from_row(row: Any) -> HistoryRecord:
     )
 
 
-def kernel_history_from_row(row: Any) -> KernelHistoryRecord:
-    """A :class:`KernelHistoryRecord` from a ``status_changes`` row of a kernel."""
+def kernel_history_from_row(row: Any, kinds: Kinds) -> KernelHistoryRecord:
+    """A :class:`KernelHistoryRecord` from a ``status_changes`` row (statuses its kind's)."""
+    statuses = kinds.members(row.kind)
     return KernelHistoryRecord(
         id=row.id,
         kernel_id=row.entity_id,
         session_id=row.parent_id,
         source=row.source,
-        from_status=_KERNEL_STATUS.get(row.from_status, row.from_status),
-        to_status=_KERNEL_STATUS.get(row.to_status, row.to_status),
+        from_status=statuses.get(row.from_status, row.from_status),
+        to_status=statuses.get(row.to_status, row.to_status),
         message=row.message,
         created_at=datetime.fromtimestamp(row.created_at, UTC),
     )

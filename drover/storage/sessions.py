@@ -16,7 +16,6 @@ from drover.storage._sql import ids_param, ids_value, statement
 from drover.storage.rows import (
     KERNEL_COLUMNS,
     SESSION_COLUMNS,
-    SESSION_KIND,
     sessions_with_kernels,
 )
 from drover.storage.schema import entities, scheduling_history
@@ -35,6 +34,8 @@ __all__ = [
 ]
 
 e = entities
+# This module reads the session kind in its own spelling (SessionWithKernels).
+SESSION_KIND = "session"
 #: The order handlers see sessions in: highest priority, then oldest.
 FETCH_ORDER = (e.c.priority.desc(), e.c.created_at, e.c.id)
 #: Orders a person may list sessions in (``drover sessions --sort``, the dashboard).

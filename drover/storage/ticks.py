@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from drover.model.status import SessionStatus
 from drover.storage._db import Database
-from drover.storage.rows import SESSION_KIND
 from drover.storage.schema import entities, handler_ticks
+from drover.storage.sessions import SESSION_KIND
 
 __all__ = [
     "BUCKETS",
@@ -103,7 +103,7 @@ async def status_ages(
     counts_query = (
         sa.select(e.c.status, sa.func.count()).where(e.c.kind == kind).group_by(e.c.status)
     )
-    statuses: dict[str, Any] = {s.value: s for s in SessionStatus} if kind == SESSION_KIND else {}
+    statuses = db.kinds.members(kind)
 
     def work(conn: sa.Connection) -> dict[Any, tuple[int, float, float]]:
         out: dict[Any, tuple[int, float, float]] = {}

@@ -164,7 +164,7 @@ async def healthz(request: Request) -> Response:
     """``/healthz``: 200 ``ok`` or ``degraded`` while a coordinator beats; else 503."""
     dashboard = dashboard_of(request)
     repo = dashboard.repo
-    window = 3 * dashboard.app.config.heartbeat_interval
+    window = 3 * dashboard.heartbeat_interval
 
     try:
         await repo.ping()

@@ -30,8 +30,7 @@ from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.model.values import Entity
 from drover.plugins.graph import Edge, edges_of
 from drover.serialization import display_time
-from drover.storage.repository import Repository
-from drover.storage.sessions import SESSION_ORDERS
+from drover.storage.queries import SESSION_ORDERS, Queries
 from drover.web.logs import LOG_TAIL_BYTES
 from drover.web.palette import STATUS_COLOURS
 from drover.web.svg_graph import render_svg
@@ -50,17 +49,20 @@ _TEMPLATES = Path(__file__).parent / "templates"
 
 
 class Dashboard:
-    """What the endpoints need: the app's repository, kinds and handlers, the templates, a clock.
+    """What the endpoints need: read-only queries, kinds and handlers, the templates, a clock.
 
-    ``auth_token`` is None when the dashboard is open; ``refresh_seconds`` is
-    how often the pages reload their live parts.
+    The dashboard is read-only by type: ``repo`` is a :class:`Queries`, which
+    has no method that writes. ``auth_token`` is None when the dashboard is
+    open; ``refresh_seconds`` is how often the pages reload their live parts.
     """
 
     def __init__(
         self, app: App, *, auth_token: str | None = None, refresh_seconds: float = 3.0
     ) -> None:
-        self.app = app
-        self.repo: Repository = app.repository
+        self._app = app
+        self.repo: Queries = app.queries
+        #: Seconds between a daemon's heartbeats (``/healthz`` allows three).
+        self.heartbeat_interval = app.config.heartbeat_interval
         self.auth_token = auth_token or None
         self.refresh_seconds = refresh_seconds
         self.templates = _templates(self)
@@ -70,7 +72,7 @@ class Dashboard:
     @property
     def kinds(self) -> Kinds:
         """The registered entity kinds (read on first use: plugins load then)."""
-        return self.app.kinds
+        return self._app.kinds
 
     def now(self) -> float:
         """The wall-clock time the pages measure ages and relative filters against."""
@@ -78,10 +80,7 @@ class Dashboard:
 
     def coordinator(self) -> Coordinator:
         """The daemon's coordinator, or one built (not run) from the configuration."""
-        if self.app.coordinator is None:
-            self.app.load_handlers()
-        assert self.app.coordinator is not None
-        return self.app.coordinator
+        return self._app.coordinator or self._app.load_handlers()
 
     def kind_edges(self, kind_name: str | None) -> tuple[EntityKind, list[Edge]]:
         """The kind named ``kind_name`` (sessions if None) and its edges in the loaded handlers."""

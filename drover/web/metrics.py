@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from drover.storage.ticks import BUCKETS, MetricsSnapshot
+from drover.storage.queries import BUCKETS, MetricsSnapshot
 
 __all__ = ["CONTENT_TYPE_METRICS", "render_metrics"]
 

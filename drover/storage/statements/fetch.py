@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from drover.model.filters import CandidateFilter
 from drover.storage._filters import compile_filters
 from drover.storage._sql import ids_param
-from drover.storage.rows import ENTITY_COLUMNS, SESSION_COLUMNS, SESSION_KIND
+from drover.storage.rows import ENTITY_COLUMNS
 from drover.storage.schema import entities
 from drover.storage.sessions import FETCH_ORDER
 
@@ -30,15 +30,15 @@ def targets_query(
     filters: tuple[CandidateFilter, ...],
     postgres: bool,
     claiming: bool = False,
+    columns: tuple[Any, ...] = ENTITY_COLUMNS,
 ) -> sa.Select[Any]:
-    """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order, up to ``:limit``.
+    """``columns`` of the entities of ``kind`` in ``statuses`` passing ``filters``, in fetch
+    order, up to ``:limit``.
 
-    Sessions are read with :data:`~drover.storage.rows.SESSION_COLUMNS`, other
-    kinds with :data:`~drover.storage.rows.ENTITY_COLUMNS`. Filters that read
-    the clock take ``:now``. ``claiming`` (PostgreSQL): only rows with no live
-    claim at ``:claim_now``, locked, skipping those another transaction holds.
+    Filters that read the clock take ``:now``. ``claiming`` (PostgreSQL): only
+    rows with no live claim at ``:claim_now``, locked, skipping those another
+    transaction holds.
     """
-    columns = SESSION_COLUMNS if kind == SESSION_KIND else ENTITY_COLUMNS
     query = sa.select(*columns).where(
         e.c.kind == kind, e.c.status.in_(sorted(str(s) for s in statuses))
     )
