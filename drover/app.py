@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pluggy
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover import __version__
 from drover.backends.base import AgentBackend
@@ -45,7 +44,7 @@ from drover.plugins.manager import (
     make_plugin_manager,
 )
 from drover.plugins.registry import RegisteredHandler, RuntimeContext
-from drover.storage.connect import create_engine
+from drover.storage.connect import Engine, create_engine
 from drover.storage.migrate import current_revision, head_revision, schema_exists, upgrade
 from drover.storage.queries import Queries
 from drover.storage.repository import Repository
@@ -134,7 +133,7 @@ class App:
             config = LoadedConfig(config=config, sources={}, file=None)
         self.loaded = config
         self.config = config.config
-        self.engine: AsyncEngine = create_engine(
+        self.engine: Engine = create_engine(
             self.config.database_url, schema=self.config.database_schema or None
         )
         self.clock: Clock = clock or SystemClock()

@@ -11,12 +11,11 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import exc  # error types only: no SQL is built here
 
 from drover.app import App
 from drover.config import ConfigError, LoadedConfig, load_config
 from drover.model.errors import DroverError
-from drover.storage.connect import describe_database_error
+from drover.storage.connect import DATABASE_ERRORS, database_error_line
 
 __all__ = [
     "CliState",
@@ -74,18 +73,8 @@ def run_async(work: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(work())  # type: ignore[arg-type]
     except DroverError as error:
         raise click.ClickException(str(error)) from None
-    except (exc.DBAPIError, OSError) as error:
-        known = describe_database_error(error)
-        if known:
-            raise click.ClickException(known) from None
-        detail = str(getattr(error, "orig", None) or error).splitlines()[0]
-        if "no such table" in detail or "does not exist" in detail:
-            raise click.ClickException(
-                f"the database is not upgraded ({detail}): run `drover db upgrade` first"
-            ) from None
-        if isinstance(error, exc.OperationalError | exc.InterfaceError | OSError):
-            raise click.ClickException(f"cannot reach the database: {detail}") from None
-        raise click.ClickException(f"the database refused: {detail}") from None
+    except DATABASE_ERRORS as error:
+        raise click.ClickException(database_error_line(error)) from None
 
 
 def with_app(

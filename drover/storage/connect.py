@@ -13,11 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from drover.model.errors import DroverError
 
 __all__ = [
+    "DATABASE_ERRORS",
     "DEFAULT_DATABASE_URL",
     "WRITE_OPTION",
     "DatabaseUrlError",
+    "Engine",
     "async_database_url",
     "create_engine",
+    "database_error_line",
     "describe_database_error",
     "is_sqlite",
     "threaded_sqlite_engine",
@@ -104,6 +107,25 @@ def describe_database_error(error: BaseException) -> str | None:
     if state == "3F000":
         return f"PostgreSQL says: {detail}; `drover db upgrade` creates the schema"
     return None
+
+
+#: What a database call may raise that is the database's doing, not drover's.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (exc.DBAPIError, OSError)
+#: The type of drover's engines (so that code outside storage needs no SQLAlchemy).
+Engine = AsyncEngine
+
+
+def database_error_line(error: BaseException) -> str:
+    """One line for an error of :data:`DATABASE_ERRORS`: what is wrong, and what to do."""
+    known = describe_database_error(error)
+    if known:
+        return known
+    detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+    if "no such table" in detail or "does not exist" in detail:
+        return f"the database is not upgraded ({detail}): run `drover db upgrade` first"
+    if isinstance(error, exc.OperationalError | exc.InterfaceError | OSError):
+        return f"cannot reach the database: {detail}"
+    return f"the database refused: {detail}"
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:
