@@ -20,8 +20,6 @@ from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
 from drover.storage._sql import ids_value, statement
 from drover.storage.rows import (
-    ENTITY_COLUMNS,
-    SESSION_COLUMNS,
     entities_with_children,
     sessions_with_kernels,
 )
@@ -44,13 +42,10 @@ def _read_entities(
     return entities_with_children(rows, children, kinds, handler)
 
 
-# How a kind's value type is read: its columns, and the rows -> values step (children
-# included). SessionWithKernels has its own, faster reader: a tick's thousand sessions
-# and four thousand kernels, with a kernel's narrow columns.
-_READERS: dict[type, tuple[tuple[Any, ...], Any]] = {
-    SessionWithKernels: (SESSION_COLUMNS, _read_sessions),
-}
-_GENERIC = (ENTITY_COLUMNS, _read_entities)
+# How a kind's value type is read from rows of ENTITY_COLUMNS, children included.
+# SessionWithKernels has its own, faster reader: a tick's thousand sessions and four
+# thousand kernels, the kernels with their narrow columns.
+_READERS: dict[type, Any] = {SessionWithKernels: _read_sessions}
 
 
 def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
@@ -98,10 +93,10 @@ async def fetch_lifecycle_targets(
     pg = db.postgres
     claiming = claim is not None and pg
     kinds = db.kinds
-    columns, read = _READERS.get(kinds[kind].value_type, _GENERIC)
+    read = _READERS.get(kinds[kind].value_type, _read_entities)
     query = statement(
-        ("targets", kind, wanted, checks, pg, claiming, columns),
-        lambda: targets_query(kind, wanted, checks, pg, claiming, columns),
+        ("targets", kind, wanted, checks, pg, claiming),
+        lambda: targets_query(kind, wanted, checks, pg, claiming),
     )
     params: dict[str, Any] = {"limit": limit}
     if checks:

@@ -32,7 +32,6 @@ from drover.storage.schema import entities
 __all__ = [
     "ENTITY_COLUMNS",
     "KERNEL_COLUMNS",
-    "SESSION_COLUMNS",
     "Times",
     "coordinator_from_row",
     "entities_with_children",
@@ -51,22 +50,8 @@ def _text(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
     return sa.type_coerce(column, sa.Text).label(column.name)
 
 
-SESSION_COLUMNS = (
-    _e.c.id,
-    _e.c.name,
-    _e.c.status,
-    _e.c.status_changed_at,
-    _e.c.priority,
-    _e.c.created_at,
-    _text(_e.c.spec),
-    _e.c.status_info,
-    _e.c.result,
-    _text(_e.c.tries),
-    _e.c.requeues,
-    _text(_e.c.data),
-    _text(_e.c.budgets),
-)
-#: Any kind's entities (and their children), read by :func:`entities_with_children`.
+#: Any kind's entities (and their children), read by :func:`entities_with_children`, and
+#: sessions by :func:`sessions_with_kernels` (with their kernels' :data:`KERNEL_COLUMNS`).
 ENTITY_COLUMNS = (
     _e.c.id,
     _e.c.kind,
@@ -196,7 +181,7 @@ def sessions_with_kernels(
     kernel_rows: Iterable[Sequence[Any]],
     handler: str | None = None,
 ) -> list[SessionWithKernels]:
-    """Sessions in the order of ``session_rows``, each with its kernels in id order.
+    """Sessions (rows of :data:`ENTITY_COLUMNS`) in order, each with its kernels in id order.
 
     The hot path of every lifecycle tick (a thousand sessions and four
     thousand kernels a tick): the per-row work is inlined, the timestamp
@@ -245,8 +230,8 @@ def sessions_with_kernels(
     out: list[SessionWithKernels] = []
     append = out.append
     for row in session_rows:
-        (sid, name, status, changed, priority, created, spec, info, result, tries_text,
-         requeues, data, budgets) = row  # fmt: skip
+        (sid, _kind, name, status, changed, priority, created, spec, data, info, result,
+         tries_text, requeues, budgets, _parent, _code) = row  # fmt: skip
         tries: dict[str, int] = _json(tries_text) if tries_text is not None else {}
         if handler is not None:
             try_count = tries.get(handler, 0) if tries else 0

@@ -14,8 +14,8 @@ from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
 from drover.storage._sql import ids_param, ids_value, statement
 from drover.storage.rows import (
+    ENTITY_COLUMNS,
     KERNEL_COLUMNS,
-    SESSION_COLUMNS,
     sessions_with_kernels,
 )
 from drover.storage.schema import entities, scheduling_history
@@ -74,7 +74,7 @@ def _sessions(
 
 async def get_session(db: Database, session_id: str) -> SessionWithKernels:
     """One session with its kernels, or UnknownSessionError."""
-    query = sa.select(*SESSION_COLUMNS).where(e.c.id == session_id, e.c.kind == SESSION_KIND)
+    query = sa.select(*ENTITY_COLUMNS).where(e.c.id == session_id, e.c.kind == SESSION_KIND)
     found = await db.read(lambda conn: _sessions(conn, query))
     if not found:
         raise UnknownSessionError(session_id)
@@ -119,7 +119,7 @@ async def list_sessions(
     ``order`` is a key of :data:`SESSION_ORDERS`; ``priority`` is fetch order.
     """
     query = (
-        sa.select(*SESSION_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[order])
+        sa.select(*ENTITY_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[order])
     )
     if statuses is not None:
         query = query.where(e.c.status.in_([s.value for s in statuses]))
@@ -148,9 +148,7 @@ class SessionFilter:
 async def filtered_sessions(db: Database, f: SessionFilter) -> list[SessionWithKernels]:
     """Sessions (with kernels) matching ``f``, in the order ``f.sort`` names."""
     query = (
-        sa.select(*SESSION_COLUMNS)
-        .where(e.c.kind == SESSION_KIND)
-        .order_by(*SESSION_ORDERS[f.sort])
+        sa.select(*ENTITY_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[f.sort])
     )
     if f.statuses:
         query = query.where(e.c.status.in_([s.value for s in f.statuses]))

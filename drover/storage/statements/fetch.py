@@ -30,16 +30,15 @@ def targets_query(
     filters: tuple[CandidateFilter, ...],
     postgres: bool,
     claiming: bool = False,
-    columns: tuple[Any, ...] = ENTITY_COLUMNS,
 ) -> sa.Select[Any]:
-    """``columns`` of the entities of ``kind`` in ``statuses`` passing ``filters``, in fetch
-    order, up to ``:limit``.
+    """The entities (:data:`~drover.storage.rows.ENTITY_COLUMNS`) of ``kind`` in ``statuses``
+    passing ``filters``, in fetch order, up to ``:limit``.
 
     Filters that read the clock take ``:now``. ``claiming`` (PostgreSQL): only
     rows with no live claim at ``:claim_now``, locked, skipping those another
     transaction holds.
     """
-    query = sa.select(*columns).where(
+    query = sa.select(*ENTITY_COLUMNS).where(
         e.c.kind == kind, e.c.status.in_(sorted(str(s) for s in statuses))
     )
     conditions = compile_filters(filters, postgres)
