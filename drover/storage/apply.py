@@ -33,7 +33,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.plan import (
     FENCED,
@@ -46,14 +45,14 @@ from drover.model.plan import (
 )
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
-from drover.model.values import NewEntity, StatusInfoRule, TerminationOutcome
+from drover.model.values import NewEntity, TerminationOutcome
 from drover.storage._db import Database
-from drover.storage._sql import chunked, ids_value, statement
-from drover.storage.entities import API_SOURCE, insert_new_entities, merge_patch
+from drover.storage._sql import ids_value, statement
+from drover.storage.ending import termination_changes
+from drover.storage.entities import insert_new_entities, merge_patch
 from drover.storage.fetch import release_claims
 from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
-from drover.storage.schema import entities
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
     claim_state,
@@ -75,9 +74,6 @@ from drover.storage.statements.apply import (
 from drover.storage.statements.promote import promote_entities, promotion_probe
 
 __all__ = ["Apply", "promote"]
-
-_USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
-e = entities
 
 
 def _children_side(change: Change, kinds: Kinds) -> str | None:
@@ -457,70 +453,14 @@ class Apply:
         self.kernel_changes += recorded
 
     def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
-        """Move ``ids`` (any kind) as their kind's termination rule says; return what happened.
+        """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.
 
-        ``strict`` (the API): an unknown id raises UnknownEntityError and a
-        kind that ends only with its parent InvalidSpecError, before anything
-        is written. Otherwise (a handler's ``terminate``) such ids are left
-        alone: the entity may have ended and gone meanwhile.
+        See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
+        refusal of unknown ids and of kinds that end only with their parent).
         """
-        wanted = list(dict.fromkeys(ids))
-        found: dict[str, tuple[str, str]] = {}
-        with_children: set[str] = set()
-        for chunk in chunked(wanted):
-            query = sa.select(e.c.id, e.c.kind, e.c.status).where(e.c.id.in_(chunk))
-            if self.postgres:
-                query = query.with_for_update()
-            for eid, kind, status in self.conn.execute(query):
-                found[eid] = (kind, self.kinds.status(kind, status))
-            with_children.update(
-                r[0]
-                for r in self.conn.execute(
-                    sa.select(e.c.parent_id).where(e.c.parent_id.in_(chunk)).distinct()
-                )
-            )
-        for eid in wanted:
-            if eid not in found:
-                if strict:
-                    raise UnknownEntityError(eid)
-                continue
-            kind = self.kinds[found[eid][0]]
-            if not kind.terminable:
-                if strict:
-                    raise InvalidSpecError(
-                        f"{eid} is a {kind.name}: a {kind.name} ends with its {kind.parent}; "
-                        "terminate that instead"
-                    )
-                del found[eid]
-        info = (
-            _USER_REQUESTED
-            if self.source == API_SOURCE
-            else StatusInfoRule(default=f"REQUESTED_BY_{self.source.upper().replace('-', '_')}")
+        changes, outcomes = termination_changes(
+            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict
         )
-        changes: list[Change] = []
-        outcomes: list[TerminationOutcome] = []
-        for eid in wanted:
-            if eid not in found:
-                continue
-            kind_name, status = found[eid]
-            rule = self.kinds[kind_name].termination_of(status, eid in with_children)
-            if rule is None:
-                outcomes.append(TerminationOutcome(eid, status, status, False, kind_name))
-                continue
-            changes.append(
-                Change(
-                    entity_id=eid,
-                    from_status=status,
-                    result=SchedulingResult.SUCCESS,
-                    to_status=rule.to,
-                    to_children=rule.children,
-                    message=rule.message,
-                    status_info=info,
-                    kind=kind_name,
-                )
-            )
-            to = self.kinds.status(kind_name, rule.to)
-            outcomes.append(TerminationOutcome(eid, status, to, True, kind_name))
         if changes:
             self.run(changes)
         return outcomes

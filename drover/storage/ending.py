@@ -1,0 +1,102 @@
+"""What a termination request does: each kind's rule, turned into changes for the apply.
+
+Used by :meth:`drover.storage.apply.Apply.end`, for ``drover terminate`` (the API,
+:mod:`drover.storage.termination`) and for a handler's ``HandlerResult.terminate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from drover.model.errors import InvalidSpecError, UnknownEntityError
+from drover.model.kinds import Kinds
+from drover.model.plan import Change
+from drover.model.status import SchedulingResult
+from drover.model.values import StatusInfoRule, TerminationOutcome
+from drover.storage._sql import chunked
+from drover.storage.entities import API_SOURCE
+from drover.storage.schema import entities
+
+__all__ = ["termination_changes"]
+
+_USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
+e = entities
+
+
+def termination_changes(
+    conn: sa.Connection,
+    ids: Sequence[str],
+    source: str,
+    *,
+    kinds: Kinds,
+    postgres: bool,
+    strict: bool = True,
+) -> tuple[list[Change], list[TerminationOutcome]]:
+    """The changes that end ``ids`` (any kind) by their kinds' termination rules, and what
+    each request does (read in the caller's write transaction; the caller applies them).
+
+    ``strict`` (the API): an unknown id raises UnknownEntityError and a
+    kind that ends only with its parent InvalidSpecError, before anything
+    is written. Otherwise (a handler's ``terminate``) such ids are left
+    alone: the entity may have ended and gone meanwhile.
+    """
+    wanted = list(dict.fromkeys(ids))
+    found: dict[str, tuple[str, str]] = {}
+    with_children: set[str] = set()
+    for chunk in chunked(wanted):
+        query = sa.select(e.c.id, e.c.kind, e.c.status).where(e.c.id.in_(chunk))
+        if postgres:
+            query = query.with_for_update()
+        for eid, kind, status in conn.execute(query):
+            found[eid] = (kind, kinds.status(kind, status))
+        with_children.update(
+            r[0]
+            for r in conn.execute(
+                sa.select(e.c.parent_id).where(e.c.parent_id.in_(chunk)).distinct()
+            )
+        )
+    for eid in wanted:
+        if eid not in found:
+            if strict:
+                raise UnknownEntityError(eid)
+            continue
+        kind = kinds[found[eid][0]]
+        if not kind.terminable:
+            if strict:
+                raise InvalidSpecError(
+                    f"{eid} is a {kind.name}: a {kind.name} ends with its {kind.parent}; "
+                    "terminate that instead"
+                )
+            del found[eid]
+    info = (
+        _USER_REQUESTED
+        if source == API_SOURCE
+        else StatusInfoRule(default=f"REQUESTED_BY_{source.upper().replace('-', '_')}")
+    )
+    changes: list[Change] = []
+    outcomes: list[TerminationOutcome] = []
+    for eid in wanted:
+        if eid not in found:
+            continue
+        kind_name, status = found[eid]
+        rule = kinds[kind_name].termination_of(status, eid in with_children)
+        if rule is None:
+            outcomes.append(TerminationOutcome(eid, status, status, False, kind_name))
+            continue
+        changes.append(
+            Change(
+                entity_id=eid,
+                from_status=status,
+                result=SchedulingResult.SUCCESS,
+                to_status=rule.to,
+                to_children=rule.children,
+                message=rule.message,
+                status_info=info,
+                kind=kind_name,
+            )
+        )
+        to = kinds.status(kind_name, rule.to)
+        outcomes.append(TerminationOutcome(eid, status, to, True, kind_name))
+    return changes, outcomes
