@@ -51,6 +51,7 @@ from drover.model.values import (
     SessionWithKernels,
     StatusInfoRule,
     StatusTransitions,
+    Target,
     TerminationOutcome,
     Transition,
     TransitionStatus,
@@ -58,6 +59,7 @@ from drover.model.values import (
 from drover.plugins.hookspecs import drover_register_kinds
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry, KindRegistry, RuntimeContext
+from drover.storage.queries import Queries
 from drover.storage.repository import Repository
 
 __version__ = "0.1.0"
@@ -99,6 +101,7 @@ __all__ = [
     "ManualClock",
     "NewEntity",
     "PromotionRule",
+    "Queries",
     "Repository",
     "RuntimeContext",
     "SchedulingResult",
@@ -110,6 +113,7 @@ __all__ = [
     "StatusInfoRule",
     "StatusTransitions",
     "SystemClock",
+    "Target",
     "TerminationOutcome",
     "TerminationRule",
     "TickReport",
