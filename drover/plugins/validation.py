@@ -6,12 +6,12 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
 from drover.model.filters import CandidateFilter
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import validate_options
 from drover.model.promotion import PromotionRule
-from drover.model.spec import is_kebab_case
 from drover.model.status import KernelMatchType, KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import StatusTransitions, Transition, TransitionStatus
 
@@ -165,13 +165,13 @@ def _validate_rule(rule: PromotionRule, plugin: str, kinds: Kinds) -> str:
     return rule.name
 
 
-def validate_handlers(entries: Sequence[RegisteredHandler], kinds: Kinds | None = None) -> None:
+def validate_handlers(entries: Sequence[RegisteredHandler], kinds: Kinds) -> None:
     """Raise InvalidHandlerError for the first invalid handler or duplicate name.
 
-    Each handler is checked against its kind (statuses, child statuses,
-    transitions and named outcomes); ``kinds`` defaults to the built-in ones.
+    Each handler is checked against its kind among ``kinds`` (statuses, child
+    statuses, transitions and named outcomes).
     """
-    known = kinds if kinds is not None else Kinds()
+    known = kinds
     seen: dict[str, RegisteredHandler] = {}
     for entry in entries:
         handler = entry.handler

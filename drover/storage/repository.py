@@ -53,11 +53,13 @@ __all__ = ["Repository"]
 
 
 class Repository:
-    """Reads and writes sessions, kernels and history on one async engine."""
+    """Reads and writes sessions, kernels and history on one async engine.
 
-    def __init__(
-        self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds | None = None
-    ) -> None:
+    ``kinds`` are the registered entity kinds: :class:`drover.app.App`
+    collects them from the plugins (``App.kinds``); there is no default set.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds) -> None:
         self._db = Database(engine, clock, kinds)
         self._busy_promotions: set[str] = set()
 
@@ -68,12 +70,8 @@ class Repository:
 
     @property
     def kinds(self) -> Kinds:
-        """The entity kinds this repository knows (built-in ones unless given)."""
+        """The entity kinds this repository knows (as it was given them)."""
         return self._db.kinds
-
-    def use_kinds(self, kinds: Kinds) -> None:
-        """Know ``kinds`` from now on (the app sets the plugins' kinds once loaded)."""
-        self._db.kinds = kinds
 
     @property
     def clock(self) -> Clock:
