@@ -44,7 +44,7 @@ from drover.app import tune_gc
 from drover.backends.base import AgentInfo
 from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.tick import TickReport
-from drover.model.kinds import KERNEL
+from drover.kinds.sessions.kinds import KERNEL
 from drover.model.status import KernelStatus, SessionStatus
 from drover.storage.connect import _SQLITE_PRAGMAS, create_engine
 from drover.storage.migrate import upgrade

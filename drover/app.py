@@ -137,7 +137,7 @@ class App:
             self.config.database_url, schema=self.config.database_schema or None
         )
         self.clock: Clock = clock or SystemClock()
-        self.repository = Repository(self.engine, clock=self.clock)
+        self._repository: Repository | None = None
         self._backend = backend
         self._plugin_manager = plugin_manager
         self._handler_options: dict[str, Any] = {
@@ -171,11 +171,17 @@ class App:
 
     @property
     def kinds(self) -> Kinds:
-        """The registered entity kinds (built-in and plugins'); the repository uses them."""
+        """The registered entity kinds: drover's own (``drover.kinds``) and plugins'."""
         if self._kinds is None:
             self._kinds = collect_kinds(self.plugin_manager)
-            self.repository.use_kinds(self._kinds)
         return self._kinds
+
+    @property
+    def repository(self) -> Repository:
+        """The repository on this app's engine; it knows :attr:`kinds` (the plugins load first)."""
+        if self._repository is None:
+            self._repository = Repository(self.engine, clock=self.clock, kinds=self.kinds)
+        return self._repository
 
     @property
     def backend(self) -> AgentBackend:
@@ -380,5 +386,6 @@ class App:
         if self._backend_started and self._backend is not None:
             self._backend_started = False
             await self._backend.stop()
-        await self.repository.close()
+        if self._repository is not None:
+            await self._repository.close()
         await self.engine.dispose()

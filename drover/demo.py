@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from drover.handlers import deployments, routes
+from drover.kinds.deployments import deployments, routes
 
 __all__ = ["main", "run_demo"]
 

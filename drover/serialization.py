@@ -1,7 +1,9 @@
 """Every JSON shape drover prints or serves, and every timestamp format, defined once.
 
 The CLI's ``--json`` and the dashboard's ``/api/…`` both use these functions,
-so a field has the same name and format wherever it appears. Timestamps in
+so a field has the same name and format wherever it appears. A kind package
+under :mod:`drover.kinds` adds the shapes of its own kinds (deployments and
+routes: :mod:`drover.kinds.deployments.serialization`), built on these. Timestamps in
 JSON are ISO 8601 in UTC with milliseconds; on pages and in tables they are
 ``YYYY-MM-DD HH:MM:SS`` UTC.
 """
@@ -14,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from drover.model.kinds import SESSION, EntityKind
-from drover.model.status import RouteStatus
+from drover.model.kinds import EntityKind
 from drover.model.values import (
     CoordinatorInfo,
     Entity,
@@ -32,11 +33,8 @@ if TYPE_CHECKING:
     from drover.plugins.graph import Edge
     from drover.storage.ticks import HandlerErrors
 
-_ROUTE = RouteStatus
-
 __all__ = [
     "coordinator_json",
-    "deployment_json",
     "diagnosis_json",
     "display_time",
     "entity_json",
@@ -46,7 +44,6 @@ __all__ = [
     "iso",
     "kernel_history_json",
     "kernel_json",
-    "route_json",
     "session_json",
     "stats_json",
     "termination_json",
@@ -140,33 +137,6 @@ def entity_json(entity: Entity) -> dict[str, Any]:
     }
 
 
-def deployment_json(deployment: Entity) -> dict[str, Any]:
-    """A deployment with replica counts and its routes."""
-    data = entity_json(deployment)
-    routes = deployment.children
-    data["replicas"] = deployment.spec.get("replicas")
-    data["healthy"] = sum(1 for r in routes if r.status == _ROUTE.HEALTHY)
-    data["live_routes"] = sum(
-        1 for r in routes if r.status not in (_ROUTE.TERMINATING, _ROUTE.TERMINATED)
-    )
-    return data
-
-
-def route_json(route: Entity) -> dict[str, Any]:
-    """A route: its status, replica session and URL."""
-    data = route.data or {}
-    return {
-        "id": route.id,
-        "status": str(route.status),
-        "status_info": route.status_info,
-        "session_id": data.get("session_id"),
-        "url": data.get("url"),
-        "last_answer_at": data.get("last_answer_at"),
-        "status_changed_at": iso(route.status_changed_at),
-        "created_at": iso(route.created_at),
-    }
-
-
 def history_json(row: HistoryRecord) -> dict[str, Any]:
     """A scheduling history row."""
     return {
@@ -254,7 +224,7 @@ def stats_json(stats: Stats) -> dict[str, Any]:
     }
 
 
-def graph_json(edges: Iterable[Edge], kind: EntityKind = SESSION) -> dict[str, Any]:
+def graph_json(edges: Iterable[Edge], kind: EntityKind) -> dict[str, Any]:
     """The state machine of ``kind``: nodes (every status of the kind) and edges."""
     from drover.plugins.graph import ordered_edges
 

@@ -27,7 +27,8 @@ from drover import (
     TransitionStatus,
     hookimpl,
 )
-from drover.handlers import BUILTIN_PLUGINS, ScheduleSessions
+from drover.kinds import BUILTIN_PLUGINS
+from drover.kinds.sessions import ScheduleSessions
 from drover.plugins import HandlerRegistry
 from drover.testing import CoordinatorHarness
 
@@ -189,7 +190,9 @@ class FlakySchedulePlugin:
         register(FlakySchedule(register.context.backend, register.context.queries))
 
 
-_OTHER_BUILTINS = [p for name, p in BUILTIN_PLUGINS if name != "drover.handlers.schedule-sessions"]
+_OTHER_BUILTINS = [
+    p for name, p in BUILTIN_PLUGINS if name != "drover.kinds.sessions.schedule-sessions"
+]
 
 
 def lifecycle_harness(make_harness: Any, **kwargs: Any) -> CoordinatorHarness:

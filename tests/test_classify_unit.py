@@ -18,6 +18,7 @@ from drover import (
     TransitionStatus,
 )
 from drover.coordinator.classify import classify
+from drover.kinds.sessions import SESSION
 from drover.model.plan import TryCount
 
 R = SchedulingResult
@@ -64,7 +65,9 @@ def run(
     options: HandlerOptions = HandlerOptions(max_retries=2, timeout=60.0),  # noqa: B008
     max_requeues: int | None = 3,
 ):
-    return classify(targets, result, TRANSITIONS, lambda s: options, NOW, lambda s: max_requeues)
+    return classify(
+        targets, result, TRANSITIONS, lambda s: options, NOW, lambda s: max_requeues, kind=SESSION
+    )
 
 
 def test_success_takes_the_success_transition_and_resets_tries():
@@ -151,5 +154,6 @@ def test_per_session_options_are_used():
         TRANSITIONS,
         lambda s: slow,
         NOW,
+        kind=SESSION,
     )
     assert change.result == R.NEED_RETRY

@@ -26,7 +26,7 @@ from drover import (
     Transition,
     hookimpl,
 )
-from drover.model.status import RouteStatus
+from drover.kinds.deployments.status import RouteStatus
 
 S = SessionStatus
 

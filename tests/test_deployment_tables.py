@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from drover import SchedulingResult
-from drover.model.status import EndpointLifecycle, RouteStatus, SessionStatus
+from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+from drover.model.status import SessionStatus
 
 E, R = EndpointLifecycle, RouteStatus
 
@@ -190,7 +191,7 @@ async def test_destroying_deployment_waits_for_routes_then_is_destroyed(make_har
 
 
 async def test_destroying_deployment_failure_is_destroyed_too(make_harness):
-    from drover.handlers.deployments import DestroyingDeployment
+    from drover.kinds.deployments.deployments import DestroyingDeployment
 
     t = DestroyingDeployment.status_transitions()
     assert t.success == t.need_retry == t.give_up

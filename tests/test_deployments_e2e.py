@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from drover.handlers import deployments, routes
+from drover.kinds.deployments import deployments, routes
 
 DROVER = [sys.executable, "-m", "drover"]
 SERVER = "exec python3 -m http.server --bind 127.0.0.1 $PORT"

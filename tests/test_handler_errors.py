@@ -126,6 +126,8 @@ def test_healthz_is_degraded_naming_the_handler(seeded):
     """/healthz answers 200 "degraded: …" naming the failing handler while a daemon runs."""
 
     async def beat() -> None:
+        from drover.kinds import BUILTIN_KINDS
+        from drover.model.kinds import Kinds
         from drover.model.values import CoordinatorInfo
         from drover.storage import Repository, create_engine
 
@@ -135,7 +137,7 @@ def test_healthz_is_degraded_naming_the_handler(seeded):
             from datetime import UTC, datetime
 
             stamp = datetime.fromtimestamp(now, UTC)
-            repo = Repository(engine)
+            repo = Repository(engine, kinds=Kinds(BUILTIN_KINDS))
             await repo.register_coordinator(
                 CoordinatorInfo("c1", "host", 1, stamp, stamp, "test", None)
             )

@@ -119,7 +119,106 @@ def test_the_public_api_is_explicit():
         assert getattr(drover, name) is not None, name
 
 
-@pytest.mark.parametrize("package", ["web", "inspection", "handlers"])
+# -- drover.kinds: the built-in lifecycles are plugins, and the rest does not know them ----------
+
+#: The names of drover's own kinds, as string literals.
+_KIND_NAMES = frozenset({"session", "kernel", "deployment", "route"})
+
+#: The same words compared where they do not name a kind.
+_NOT_KINDS = frozenset(
+    {
+        # The local backend's two process roles: a kernel's own process and its setup.
+        ("backends/local/backend.py", "LocalBackend._poll_once", "kernel"),
+        ("backends/local/backend.py", "LocalBackend._still_watched", "kernel"),
+    }
+)
+
+
+def _is_kind_name(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value in _KIND_NAMES
+
+
+class _KindBranches(ast.NodeVisitor):
+    """Comparisons of a Name/Attribute with a built-in kind's name (``==``, ``!=``, ``in (…)``)."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        self.scope: list[str] = []
+        self.found: set[tuple[str, str, str]] = set()
+
+    def _enter(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _enter
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:], strict=False):
+            names: list[str] = []
+            if isinstance(op, ast.Eq | ast.NotEq):
+                names = [
+                    literal.value
+                    for literal, other in ((left, right), (right, left))
+                    if _is_kind_name(literal) and isinstance(other, ast.Name | ast.Attribute)
+                ]
+            elif (
+                isinstance(op, ast.In | ast.NotIn)
+                and isinstance(left, ast.Name | ast.Attribute)
+                and isinstance(right, ast.Tuple | ast.List | ast.Set)
+            ):
+                names = [e.value for e in right.elts if _is_kind_name(e)]
+            for name in names:
+                self.found.add((self.module, ".".join(self.scope) or "<module>", name))
+        self.generic_visit(node)
+
+
+def test_no_code_outside_drover_kinds_branches_on_a_builtin_kind():
+    """Generic code takes a kind's rules from its declaration, never from its name."""
+    found: set[tuple[str, str, str]] = set()
+    for path in ROOT.rglob("*.py"):
+        module = path.relative_to(ROOT)
+        if module.parts[0] == "kinds":
+            continue
+        visitor = _KindBranches(module.as_posix())
+        visitor.visit(ast.parse(path.read_text(), filename=str(path)))
+        found |= visitor.found
+    assert not found - _NOT_KINDS, sorted(found - _NOT_KINDS)
+
+
+def test_the_kind_branch_check_sees_each_spelling():
+    """``==``, ``!=`` and ``in (…)`` against a Name or an Attribute are found; other uses not."""
+    source = (
+        "def f(kind, entity):\n"
+        "    a = kind == 'session'\n"
+        "    b = 'kernel' != entity.kind\n"
+        "    c = entity.kind in (None, 'route')\n"
+        "    d = NewEntity('deployment', {})\n"
+        "    e = kind == 'job'\n"
+    )
+    visitor = _KindBranches("m.py")
+    visitor.visit(ast.parse(source))
+    assert visitor.found == {
+        ("m.py", "f", "session"),
+        ("m.py", "f", "kernel"),
+        ("m.py", "f", "route"),
+    }
+
+
+@pytest.mark.parametrize("package", ["model", "coordinator", "storage"])
+def test_the_engine_never_imports_the_builtin_kinds(package):
+    """model, coordinator and storage get their kinds from the caller (App, from the plugins)."""
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in _modules(package)
+        for module in _drover_imports(path)
+        if module == "drover.kinds" or module.startswith("drover.kinds.")
+    }
+    assert not bad, sorted(bad)
+
+
+@pytest.mark.parametrize("package", ["web", "inspection", "kinds"])
 def test_readers_use_only_the_read_only_queries(package):
     """The dashboard, inspection and handlers read storage through Queries, which cannot write.
 
@@ -143,3 +242,26 @@ def test_queries_has_no_method_that_writes():
               "report_kernel_statuses", "record_ticks", "prune_history", "link"}  # fmt: skip
     assert writes <= set(dir(Repository))
     assert not writes & set(dir(Queries))
+
+
+#: Modules of drover/kinds/ that may import drover.storage.
+_KINDS_READING_STORAGE = frozenset(
+    {
+        # Until handlers read through their targets only: the route handlers read their
+        # replica sessions (and a route's deployment) through the repository.
+        "deployments/routes.py",
+    }
+)
+
+
+def test_the_builtin_kinds_do_not_import_storage():
+    """A kind's package works through the hooks, its targets and the services it is given."""
+    kinds = ROOT / "kinds"
+    bad = {
+        f"{path.relative_to(kinds)}: {module}"
+        for path in _modules("kinds")
+        if path.relative_to(kinds).as_posix() not in _KINDS_READING_STORAGE
+        for module in _drover_imports(path)
+        if module == "drover.storage" or module.startswith("drover.storage.")
+    }
+    assert not bad, sorted(bad)

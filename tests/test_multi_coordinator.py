@@ -52,7 +52,14 @@ class Gated(Scripted):
 
 def _coordinator(h: CoordinatorHarness, handler: Scripted, owner: str) -> Coordinator:
     handlers = {"scripted": handler}
-    return Coordinator(h.repository, handlers, clock=h.clock, claim_owner=owner, claim_ttl=10.0)
+    return Coordinator(
+        h.repository,
+        handlers,
+        clock=h.clock,
+        kinds=h.app.kinds,
+        claim_owner=owner,
+        claim_ttl=10.0,
+    )
 
 
 @pg_only

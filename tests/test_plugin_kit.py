@@ -19,7 +19,8 @@ from drover.cli.main import _add_plugin_commands
 from drover.cli.main import main as cli_main
 from drover.config import load_config
 from drover.coordinator.observers import HistoryEvent, ObserverDispatcher
-from drover.handlers import BUILTIN_PLUGINS
+from drover.kinds import BUILTIN_PLUGINS, short_name
+from drover.kinds.sessions import SESSION
 from drover.plugins.graph import check_graph, edges_of
 from drover.plugins.manager import make_plugin_manager
 from drover.testing import CoordinatorHarness
@@ -192,7 +193,10 @@ def test_plugins_add_cli_commands():
 
 
 def test_a_broken_plugin_does_not_take_the_cli_down():
-    """A plugin whose command hook raises gives one warning line; the CLI still works."""
+    """A plugin whose command hook raises gives one warning line; the CLI still works.
+
+    drover's own commands (from its kind packages) are added first, whatever follows.
+    """
 
     class Broken:
         @hookimpl
@@ -202,24 +206,24 @@ def test_a_broken_plugin_does_not_take_the_cli_down():
     group = click.Group("drover")
     pm = make_plugin_manager(plugins=[Broken()], include_builtins=False)
     _add_plugin_commands(group, pm=pm)  # no exception
-    assert group.commands == {}
+    assert set(group.commands) == {"deploy", "deployments", "scale", "destroy", "routes"}
 
 
 def _builtins_without(*names: str) -> list[object]:
-    return [p for n, p in BUILTIN_PLUGINS if n.removeprefix("drover.handlers.") not in names]
+    return [p for n, p in BUILTIN_PLUGINS if short_name(n) not in names]
 
 
 async def test_the_builtin_graph_has_no_warnings():
     """The built-in lifecycle is sound: every live status targeted, reachable and exitable."""
     async with CoordinatorHarness() as h:
-        assert check_graph(h.handlers) == []
+        assert check_graph(h.handlers, SESSION) == []
 
 
 async def test_graph_warnings_for_an_incomplete_set():
     """Without the termination handlers, TERMINATING is a dead end nobody targets."""
     plugins = _builtins_without("terminate-sessions", "promote-to-terminated")
     async with CoordinatorHarness(plugins=plugins, include_builtin_handlers=False) as h:
-        warnings = {(w.kind, w.status) for w in check_graph(h.handlers)}
+        warnings = {(w.kind, w.status) for w in check_graph(h.handlers, SESSION)}
     assert ("untargeted", S.TERMINATING) in warnings
     assert ("no-exit", S.TERMINATING) in warnings
     assert ("no-exit", S.RUNNING) in warnings  # RUNNING only leads to TERMINATING
@@ -257,8 +261,10 @@ async def test_graph_warnings_for_an_extra_plugin_handler():
 
     plugins = [*_builtins_without("prepare-sessions", "promote-to-prepared"), Plugin()]
     async with CoordinatorHarness(plugins=plugins, include_builtin_handlers=False) as h:
-        kinds = {(w.kind, w.status) for w in check_graph(h.handlers)}
-        edges = {(e.source, e.target, e.handler, e.outcome) for e in edges_of(h.handlers)}
+        kinds = {(w.kind, w.status) for w in check_graph(h.handlers, SESSION)}
+        edges = {
+            (e.source, e.target, e.handler, e.outcome) for e in edges_of(h.handlers, kind=SESSION)
+        }
     # The plugin's edge is part of the graph...
     assert (S.RUNNING, S.PREPARING, "park-in-preparing", "promotion") in edges
     # ...and with nothing promoting PREPARING sessions, PREPARED cannot be reached.
@@ -277,7 +283,7 @@ async def test_a_need_retry_that_moves_the_status_is_flagged():
         )
     )
     async with CoordinatorHarness(plugins=[plugin]) as h:
-        warnings = [w for w in check_graph(h.handlers) if w.kind == "retry-moves"]
+        warnings = [w for w in check_graph(h.handlers, SESSION) if w.kind == "retry-moves"]
     assert [(w.status, w.message) for w in warnings] == [
         (
             S.PENDING,
@@ -300,8 +306,8 @@ async def test_hooks_are_called_through_pluggy_by_keyword():
     async with CoordinatorHarness(plugins=[Wrapper()]) as h:
         owners = {e.name: e.plugin for e in h.registered}
     assert seen == ["Registry"]
-    assert owners["schedule-sessions"] == "drover.handlers.schedule-sessions"
-    assert owners["detect-termination"] == "drover.handlers.detect-termination"
+    assert owners["schedule-sessions"] == "drover.kinds.sessions.schedule-sessions"
+    assert owners["detect-termination"] == "drover.kinds.sessions.detect-termination"
 
 
 def test_drover_trace_plugins_prints_pluggys_hook_calls(tmp_path):
@@ -334,7 +340,7 @@ def test_plugins_lists_builtins_only_with_all(tmp_path, monkeypatch):
     env = {"DROVER_LOAD_PLUGINS": ""}  # built-ins only, whatever is installed
     assert json.loads(_cli("plugins", "--json", env=env).output) == []
     rows = {r["name"]: r for r in json.loads(_cli("plugins", "--all", "--json", env=env).output)}
-    schedule = rows["drover.handlers.schedule-sessions"]
+    schedule = rows["drover.kinds.sessions.schedule-sessions"]
     assert schedule["builtin"] is True
     assert schedule["hooks"] == ["drover_register_handlers"]
     assert schedule["handlers"] == [

@@ -63,11 +63,44 @@ async def test_builtins_are_nine_plugins_registered_through_the_hook():
     async with CoordinatorHarness() as h:
         assert set(h.handlers) == BUILTIN | DEPLOYMENT_HANDLERS | ROUTE_HANDLERS
         owners = {e.name: e.plugin for e in h.registered}
-        assert {owners[name] for name in BUILTIN} == {f"drover.handlers.{n}" for n in BUILTIN}
-        assert {owners[name] for name in DEPLOYMENT_HANDLERS} == {"drover.handlers.deployments"}
-        assert {owners[name] for name in ROUTE_HANDLERS} == {"drover.handlers.routes"}
+        assert {owners[name] for name in BUILTIN} == {f"drover.kinds.sessions.{n}" for n in BUILTIN}
+        assert {owners[name] for name in DEPLOYMENT_HANDLERS} == {
+            "drover.kinds.deployments.deployments"
+        }
+        assert {owners[name] for name in ROUTE_HANDLERS} == {"drover.kinds.deployments.routes"}
         assert {h.handlers[n].kind for n in DEPLOYMENT_HANDLERS} == {"deployment"}
         assert {h.handlers[n].kind for n in ROUTE_HANDLERS} == {"route"}
+
+
+def test_builtin_kinds_are_registered_by_their_packages_through_the_hook():
+    """drover's kinds come from its kind packages' drover_register_kinds, even without handlers."""
+    from drover.plugins.manager import make_plugin_manager
+    from drover.plugins.registry import Registry, accept_kinds
+
+    pm = make_plugin_manager(include_builtins=False)
+    registry = Registry(pm, "drover_register_kinds", accept_kinds).call_hook()
+    owners = [(entry.item.name, entry.plugin) for entry in registry]
+    assert owners == [
+        ("session", "drover.kinds.sessions"),
+        ("kernel", "drover.kinds.sessions"),
+        ("deployment", "drover.kinds.deployments"),
+        ("route", "drover.kinds.deployments"),
+    ]
+    # They cannot be blocked: every drover has them.
+    blocked = make_plugin_manager(block=["drover.kinds.sessions", "drover.kinds.deployments"])
+    assert blocked.has_plugin("drover.kinds.sessions")
+    assert blocked.has_plugin("drover.kinds.deployments")
+
+
+def test_a_builtin_handler_plugin_is_blocked_by_its_full_or_short_name():
+    """block= takes `drover.kinds.sessions.prepare-sessions` or `prepare-sessions` alike."""
+    from drover.plugins.manager import make_plugin_manager
+
+    for name in ("prepare-sessions", "drover.kinds.sessions.prepare-sessions", "routes"):
+        pm = make_plugin_manager(block=[name])
+        loaded = {n for n, plugin in pm.list_name_plugin() if plugin is not None}
+        assert not {n for n in loaded if n.rpartition(".")[2] == name.rpartition(".")[2]}
+        assert "drover.kinds.sessions.start-sessions" in loaded
 
 
 async def test_builtins_can_be_left_out_and_plugins_added():
@@ -180,7 +213,9 @@ async def test_a_clash_with_a_builtin_names_both_plugins():
         def name(cls) -> str:
             return "schedule-sessions"
 
-    with pytest.raises(InvalidHandlerError, match=re.escape("drover.handlers.schedule-sessions")):
+    with pytest.raises(
+        InvalidHandlerError, match=re.escape("drover.kinds.sessions.schedule-sessions")
+    ):
         async with CoordinatorHarness(plugins=[plugin_registering(Clash())]):
             pass
 

@@ -45,7 +45,7 @@ from drover import (
     SessionWithKernels,
     hookimpl,
 )
-from drover.handlers import (
+from drover.kinds.sessions import (
     DetectStartFailure,
     DetectTermination,
     PrepareSessions,

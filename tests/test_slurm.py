@@ -164,7 +164,7 @@ async def test_a_request_no_node_can_hold_waits_pending_and_is_never_submitted(
             return rows if rows and rows[-1].attempts >= 2 else None
 
         created, row = await wait_for(skipped_twice, what="two SKIPPED ticks")
-        assert (created.handler, created.result) == ("api", "CREATED")
+        assert (created.handler, created.result, created.to_status) == ("api", "CREATED", S.PENDING)
         assert (row.result, row.error_code) == (R.SKIPPED, "insufficient-resources")
         assert row.message == (
             f"insufficient resources: kernel 1/1 needs cpu={NODE_CPUS + 1} mem=64, the largest "

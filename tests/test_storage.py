@@ -11,12 +11,14 @@ import sqlalchemy as sa
 from drover import (
     InvalidSpecError,
     KernelStatus,
+    Kinds,
     Repository,
     SchedulingResult,
     SessionStatus,
     UnknownEntityError,
     UnknownSessionError,
 )
+from drover.kinds import BUILTIN_KINDS
 from drover.storage import create_engine, current_revision, head_revision, upgrade
 
 K = KernelStatus
@@ -94,7 +96,7 @@ async def test_upgrading_an_existing_database_carries_its_sessions_over(database
                 )
             )
         await upgrade(engine)
-        repo = Repository(engine)
+        repo = Repository(engine, kinds=Kinds(BUILTIN_KINDS))
         old, live = await repo.get_session("s1"), await repo.get_session("s2")
         assert (old.name, old.status, old.priority, old.spec, old.result, old.status_info) == (
             "old",
@@ -319,7 +321,7 @@ async def test_repository_on_its_own(database):
     engine = create_engine(database.url, schema=database.schema)
     try:
         await upgrade(engine)
-        repo = Repository(engine)
+        repo = Repository(engine, kinds=Kinds(BUILTIN_KINDS))
         ids = await repo.create_sessions(
             [{"kernels": [{"cpu": 1}], "priority": p, "name": f"s{p}"} for p in (1, 3, 2)]
         )

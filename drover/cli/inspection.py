@@ -26,6 +26,7 @@ from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_entity, diagnose_session
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
+from drover.model.values import SessionWithKernels
 from drover.plugins.graph import edges_of, render_dot, render_mermaid, render_text
 from drover.serialization import (
     diagnosis_json,
@@ -258,7 +259,7 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
         repo = app.repository
         sid = await repo.resolve_entity_id(session_id)
         entity = await repo.get_entity(sid)
-        if entity.kind == "session":
+        if app.kinds[entity.kind].value_type is SessionWithKernels:
             return await diagnose_session(repo, coordinator, sid, time.time())
         rows = await repo.history(sid)
         kind = app.kinds[entity.kind]

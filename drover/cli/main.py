@@ -7,7 +7,6 @@ import pluggy
 
 from drover.cli._common import CliState
 from drover.cli.db import db
-from drover.cli.deployments import deploy, deployments, destroy, routes, scale
 from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
@@ -75,23 +74,21 @@ for command in (
     stats,
     graph,
     entities,
-    deploy,
-    deployments,
-    scale,
-    destroy,
-    routes,
     serve,
 ):
     main.add_command(command)
 
 
 def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = None) -> None:
-    """Let installed plugins add commands (``drover_register_commands``).
+    """Let plugins add commands (``drover_register_commands``): drover's own and installed ones.
 
+    drover's own lifecycles add theirs the same way (``drover deploy`` and
+    the other deployment commands come from the plugin
+    ``drover.kinds.deployments``, which every plugin manager loads).
     Only the environment's DROVER_LOAD_PLUGINS / DROVER_DISABLE_PLUGINS apply
     here: commands are needed before any --config is parsed. A broken plugin
     must not take the whole command line down, so its error is one line on
-    stderr.
+    stderr, and drover's own commands are there all the same.
     """
     import os
 
@@ -104,9 +101,14 @@ def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = Non
     try:
         if pm is None:
             pm = make_plugin_manager(include_builtins=False)
-            load_entry_points(
-                pm, names("DROVER_LOAD_PLUGINS"), names("DROVER_DISABLE_PLUGINS") or []
-            )
+            try:
+                load_entry_points(
+                    pm, names("DROVER_LOAD_PLUGINS"), names("DROVER_DISABLE_PLUGINS") or []
+                )
+            except PluginLoadError:
+                # No installed plugin's commands, but drover's own.
+                make_plugin_manager(include_builtins=False).hook.drover_register_commands(cli=cli)
+                raise
         pm.hook.drover_register_commands(cli=cli)
     except PluginLoadError as error:
         # Said once the command is known: those that load plugins say it as their error.

@@ -40,10 +40,9 @@ def validate_plugin_name(name: str) -> None:
             f"invalid NAME {name!r}: it must be kebab-case, lowercase letters and digits "
             "in words joined by single hyphens, starting with a letter (e.g. max-duration)"
         )
-    from drover.handlers import BUILTIN_PLUGINS
-    from drover.plugins.manager import BUILTIN_PREFIX
+    from drover.kinds import BUILTIN_PLUGINS, short_name
 
-    builtins = {plugin_name.removeprefix(BUILTIN_PREFIX) for plugin_name, _ in BUILTIN_PLUGINS}
+    builtins = {short_name(plugin_name) for plugin_name, _ in BUILTIN_PLUGINS}
     if name in builtins:
         raise click.ClickException(
             f"invalid NAME {name!r}: a built-in handler has that name, "

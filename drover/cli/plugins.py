@@ -21,7 +21,7 @@ __all__ = ["plugins"]
 
 
 def _builtin(name: str) -> bool:
-    return name.startswith(BUILTIN_PREFIX) or name in ("drover.backends", "drover.kinds")
+    return name.startswith(BUILTIN_PREFIX) or name == "drover.backends"
 
 
 def _describe(app: App) -> list[dict[str, Any]]:

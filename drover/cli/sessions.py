@@ -14,8 +14,9 @@ import click
 from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
 from drover.inspection.why import describe_exit
+from drover.kinds.sessions.kinds import KERNEL_DEFAULTS, with_kernel_defaults
+from drover.model.checks import PRIORITY_RANGE
 from drover.model.errors import DroverError, InvalidSpecError
-from drover.model.spec import KERNEL_DEFAULTS, PRIORITY_RANGE, with_kernel_defaults
 from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
 from drover.model.values import Entity, HistoryRecord, SessionWithKernels
 from drover.serialization import entity_json, history_json, iso, session_json, termination_json
@@ -329,7 +330,7 @@ def show(
     async def work(app: App) -> tuple[Any, list[Any]]:
         sid = await app.repository.resolve_entity_id(session_id)
         entity: Entity | SessionWithKernels = await app.repository.get_entity(sid)
-        if entity.kind == "session":
+        if app.kinds[entity.kind].value_type is SessionWithKernels:
             entity = await app.repository.get_session(sid)
         rows = await app.repository.history(sid)
         return entity, rows[-history_rows:] if history_rows > 0 else []

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from drover.model.kinds import SESSION, EntityKind
+from drover.model.kinds import EntityKind
 from drover.model.plan import Change, TryCount
 from drover.model.rules import REQUEUE_LIMIT
 from drover.model.status import SchedulingResult
@@ -75,7 +75,7 @@ def classify(
     now: float,
     max_requeues_for: Callable[[Target], int | None] = lambda _s: None,
     *,
-    kind: EntityKind = SESSION,
+    kind: EntityKind,
     budget_limit_for: Callable[[Target, str], int | None] = lambda _s, _b: None,
 ) -> list[Change]:
     """Decide each target's result class and transition from a (valid) handler result.

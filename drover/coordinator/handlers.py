@@ -11,9 +11,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from drover.model.checks import is_kebab_case
 from drover.model.filters import CandidateFilter, Children
 from drover.model.promotion import PromotionRule
-from drover.model.spec import is_kebab_case
 from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
 from drover.model.values import (
     HandlerOptions,

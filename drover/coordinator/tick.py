@@ -86,8 +86,8 @@ class Coordinator:
     fields, or a :class:`HandlerOptions`); they sit between the handler's own
     ``default_options()`` and each session's ``spec["options"][name]``.
     ``max_requeues`` is the requeue budget of entities whose spec sets none
-    (``None``: no limit). ``kinds`` are the registered entity kinds (default:
-    the built-in session and kernel); ``budgets`` maps a kind to configured
+    (``None``: no limit). ``kinds`` are the registered entity kinds (the
+    app collects them from the plugins); ``budgets`` maps a kind to configured
     limits of its named budgets, between the kind's defaults and an
     entity's ``spec["budgets"]``. ``claim_owner`` (the daemon's id) makes every
     lifecycle tick claim its targets for ``claim_ttl`` seconds, so that several
@@ -102,14 +102,14 @@ class Coordinator:
         options: Mapping[str, HandlerOptions | Mapping[str, Any]] | None = None,
         clock: Clock | None = None,
         max_requeues: int | None = DEFAULT_MAX_REQUEUES,
-        kinds: Kinds | None = None,
+        kinds: Kinds,
         budgets: Mapping[str, Mapping[str, int]] | None = None,
         claim_owner: str | None = None,
         claim_ttl: float = 60.0,
     ) -> None:
         self.store = store
         self.handlers = dict(handlers)
-        self.kinds = kinds if kinds is not None else Kinds()
+        self.kinds = kinds
         self._budgets = {k: dict(v) for k, v in (budgets or {}).items()}
         for kind_name, limits in self._budgets.items():
             kind = self.kinds[kind_name]
@@ -328,9 +328,9 @@ async def _execute(
     name: str,
     handler: LifecycleHandler,
     targets: Sequence[Target],
-    transitions: StatusTransitions | None = None,
-    kind: EntityKind | None = None,
-    kinds: Kinds | None = None,
+    transitions: StatusTransitions | None,
+    kind: EntityKind | None,
+    kinds: Kinds,
 ) -> tuple[HandlerResult, tuple[str, ...], str | None]:
     """Await the handler and normalise what it said. Never raises for the handler's faults.
 
@@ -374,7 +374,7 @@ async def _execute(
     problem = _extension_problem(result, known, transitions, kind)
     if problem is None and result.create:
         try:
-            checked = check_new_entities(result.create, kinds if kinds is not None else Kinds())
+            checked = check_new_entities(result.create, kinds)
         except InvalidSpecError as error:
             problem = f"cannot create: {error}"
         else:

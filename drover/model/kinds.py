@@ -16,6 +16,10 @@ of a kind: its rules below are derived from this declaration.
   :attr:`EntityKind.success` and none of its children ended outside the child
   kind's ``success`` (nor, when the child kind has ``exit_codes``, with an
   exit code other than 0); FAILURE otherwise.
+
+No kind is declared here: drover's own (``session``/``kernel``,
+``deployment``/``route``) are declared by the packages under
+:mod:`drover.kinds`, which register them as any plugin registers its kinds.
 """
 
 from __future__ import annotations
@@ -28,23 +32,9 @@ import attrs
 
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
-from drover.model.spec import KERNEL_DEFAULTS, check_kernel_spec
-from drover.model.status import (
-    TERMINAL_KERNEL_STATUSES,
-    TERMINAL_SESSION_STATUSES,
-    EndpointLifecycle,
-    KernelStatus,
-    RouteStatus,
-    SessionStatus,
-)
-from drover.model.values import Entity, KernelInfo, SessionWithKernels
+from drover.model.values import Entity
 
 __all__ = [
-    "BUILTIN_KINDS",
-    "DEPLOYMENT",
-    "KERNEL",
-    "ROUTE",
-    "SESSION",
     "Budget",
     "EntityKind",
     "Kinds",
@@ -278,84 +268,15 @@ class EntityKind:
         return None
 
 
-SESSION = EntityKind(
-    "session",
-    SessionStatus,
-    terminal=TERMINAL_SESSION_STATUSES,
-    success={SessionStatus.TERMINATED},
-    requeue_limit_status=SessionStatus.ERROR,
-    created_in={SessionStatus.PENDING},
-    value_type=SessionWithKernels,
-    termination=(
-        TerminationRule(
-            SessionStatus.CANCELLED,
-            {SessionStatus.PENDING},
-            children=KernelStatus.CANCELLED,
-            message="termination requested: cancelled before it was scheduled",
-        ),
-        TerminationRule(
-            SessionStatus.TERMINATING,
-            {s for s in SessionStatus if s not in TERMINAL_SESSION_STATUSES},
-            if_childless=SessionStatus.TERMINATED,
-        ),
-    ),
-)
-KERNEL = EntityKind(
-    "kernel",
-    KernelStatus,
-    terminal=TERMINAL_KERNEL_STATUSES,
-    parent="session",
-    success={KernelStatus.TERMINATED},
-    exit_codes=True,
-    terminable=False,
-    check_spec=check_kernel_spec,
-    created_in={KernelStatus.PENDING},
-    value_type=KernelInfo,
-    resource_slots=KERNEL_DEFAULTS,
-)
-_E, _R = EndpointLifecycle, RouteStatus
-#: A service: N replicas of a command, each replica a route running one session.
-DEPLOYMENT = EntityKind(
-    "deployment",
-    EndpointLifecycle,
-    terminal={_E.DESTROYED},
-    success={_E.DESTROYED},
-    budgets=(Budget("replacements", 10),),
-    dormant={_E.CREATED, _E.DEPLOYING},
-    ends_on_request=True,
-    termination=(
-        # Destroying passes through DESTROYING, where the routes are drained.
-        TerminationRule(
-            _E.DESTROYING,
-            {s for s in _E if s not in (_E.DESTROYING, _E.DESTROYED)},
-            children=_R.TERMINATING,
-            message="destroy requested",
-        ),
-    ),
-)
-#: One replica of a deployment; its session is linked to it (relation ``replica-of``).
-ROUTE = EntityKind(
-    "route",
-    RouteStatus,
-    terminal={_R.TERMINATED},
-    parent="deployment",
-    success={_R.TERMINATED},
-    termination=(
-        TerminationRule(
-            _R.TERMINATING,
-            {s for s in _R if s not in (_R.TERMINATING, _R.TERMINATED)},
-            message="termination requested",
-        ),
-    ),
-)
-#: The kinds every drover has; plugins add theirs with ``drover_register_kinds``.
-BUILTIN_KINDS = (SESSION, KERNEL, DEPLOYMENT, ROUTE)
-
-
 class Kinds(Mapping[str, EntityKind]):
-    """The registered kinds by name, checked as a set (parents known, one child kind each)."""
+    """The registered kinds by name, checked as a set (parents known, one child kind each).
 
-    def __init__(self, kinds: Iterable[EntityKind] = BUILTIN_KINDS) -> None:
+    There is no default set: drover's own kinds (``drover.kinds``) are
+    registered by plugins like anyone's, and whoever assembles a system
+    (:class:`drover.app.App`) collects them from the plugin manager.
+    """
+
+    def __init__(self, kinds: Iterable[EntityKind]) -> None:
         self._kinds: dict[str, EntityKind] = {}
         for kind in kinds:
             if kind.name in self._kinds and self._kinds[kind.name] is not kind:

@@ -1,7 +1,7 @@
 """The state machine of each kind implied by the loaded handlers, and its whole-graph checks.
 
-Every function takes the kind (default: sessions); ``drover graph --kind`` and
-the dashboard draw one graph per kind.
+Every function takes the kind (an :class:`~drover.model.kinds.EntityKind`, as
+registered); ``drover graph --kind`` and the dashboard draw one graph per kind.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from drover.coordinator.handlers import Handler, target_statuses
-from drover.model.kinds import SESSION, EntityKind
+from drover.model.kinds import EntityKind
 from drover.model.promotion import PromotionRule
 
 __all__ = [
-    "API_EDGES",
     "Edge",
     "GraphWarning",
     "check_graph",
@@ -48,7 +47,7 @@ class GraphWarning:
     message: str
 
 
-def api_edges(kind: EntityKind = SESSION) -> tuple[Edge, ...]:
+def api_edges(kind: EntityKind) -> tuple[Edge, ...]:
     """Changes the repository itself makes on a termination request (handler ``api``)."""
     return tuple(
         Edge(s, rule.to, "api", "terminate")
@@ -57,16 +56,12 @@ def api_edges(kind: EntityKind = SESSION) -> tuple[Edge, ...]:
     )
 
 
-#: The session kind's :func:`api_edges`.
-API_EDGES = api_edges(SESSION)
-
-
 def _of_kind(handlers: Mapping[str, Handler], kind: EntityKind) -> list[tuple[str, Handler]]:
     return [(n, h) for n, h in sorted(handlers.items()) if h.kind == kind.name]
 
 
 def edges_of(
-    handlers: Mapping[str, Handler], *, include_api: bool = True, kind: EntityKind = SESSION
+    handlers: Mapping[str, Handler], *, kind: EntityKind, include_api: bool = True
 ) -> list[Edge]:
     """Every status change of ``kind`` the handlers (and the API) can make.
 
@@ -111,7 +106,7 @@ def _reachable(start: Iterable[str], edges: list[Edge]) -> set[str]:
     return seen
 
 
-def check_graph(handlers: Mapping[str, Handler], kind: EntityKind = SESSION) -> list[GraphWarning]:
+def check_graph(handlers: Mapping[str, Handler], kind: EntityKind) -> list[GraphWarning]:
     """Warnings about the whole state machine of ``kind`` built from ``handlers``.
 
     * a non-terminal status no handler targets: sessions there sit forever;
@@ -187,7 +182,7 @@ def _label(edge: Edge) -> str:
     return f"{edge.handler}: {edge.outcome}"
 
 
-def ordered_edges(edges: Iterable[Edge], kind: EntityKind = SESSION) -> list[Edge]:
+def ordered_edges(edges: Iterable[Edge], kind: EntityKind) -> list[Edge]:
     """Edges in lifecycle order of their source, then target."""
     order = {s: i for i, s in enumerate(kind.status_names)}
     return sorted(
@@ -196,14 +191,14 @@ def ordered_edges(edges: Iterable[Edge], kind: EntityKind = SESSION) -> list[Edg
     )
 
 
-def render_text(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
+def render_text(edges: Iterable[Edge], kind: EntityKind) -> str:
     """One line per edge: ``PENDING -> SCHEDULED  [schedule-sessions: success]``."""
     return "\n".join(
         f"{e.source:<11} -> {e.target:<11}  [{_label(e)}]" for e in ordered_edges(edges, kind)
     )
 
 
-def render_mermaid(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
+def render_mermaid(edges: Iterable[Edge], kind: EntityKind) -> str:
     """A Mermaid ``stateDiagram-v2``; ``#58;`` stands for the colon inside labels."""
     lines = ["stateDiagram-v2", f"    [*] --> {kind.first_status}"]
     for e in ordered_edges(edges, kind):
@@ -220,7 +215,7 @@ def _escaped(text: str) -> str:
 
 def render_dot(
     edges: Iterable[Edge],
-    kind: EntityKind = SESSION,
+    kind: EntityKind,
     *,
     grouped: bool = False,
     colours: Mapping[str, tuple[str, str]] | None = None,

@@ -47,7 +47,8 @@ def drover_register_handlers(register: HandlerRegistry) -> None:
 def drover_register_kinds(register: KindRegistry) -> None:
     """Register entity kinds by calling ``register(EntityKind(...), ...)``.
 
-    ``session`` and ``kernel`` are registered this way by drover itself.
+    drover's own kinds are registered this way, by the packages of
+    :mod:`drover.kinds` (``session`` and ``kernel``, ``deployment`` and ``route``).
     Handlers of a kind set ``kind = "<name>"``. Example::
 
         @hookimpl
@@ -73,6 +74,8 @@ def drover_register_backends(register: BackendRegistry) -> None:
 @hookspec
 def drover_register_commands(cli: click.Group) -> None:
     """Add click commands to the ``drover`` command line with ``cli.add_command(...)``.
+
+    drover's deployment commands come this way too (:mod:`drover.kinds.deployments`).
 
     Example::
 

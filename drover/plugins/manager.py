@@ -13,7 +13,7 @@ import pluggy
 from drover.coordinator.handlers import Handler, handler_name
 from drover.coordinator.observers import Observer
 from drover.model.errors import DroverError, InvalidHandlerError
-from drover.model.kinds import BUILTIN_KINDS, EntityKind, Kinds
+from drover.model.kinds import EntityKind, Kinds
 from drover.plugins import hookspecs
 from drover.plugins.markers import PROJECT
 from drover.plugins.registry import (
@@ -46,8 +46,8 @@ log = logging.getLogger("drover.plugins")
 
 #: Entry-point group external plugins are loaded from.
 ENTRY_POINT_GROUP = "drover"
-#: Name prefix of the built-in plugins.
-BUILTIN_PREFIX = "drover.handlers."
+#: Name prefix of the built-in plugins (those of :mod:`drover.kinds`).
+BUILTIN_PREFIX = "drover.kinds."
 #: Set to 1 to print every hook call pluggy makes (and what it returned) to stderr.
 TRACE_ENV = "DROVER_TRACE_PLUGINS"
 
@@ -65,31 +65,34 @@ def make_plugin_manager(
 ) -> pluggy.PluginManager:
     """Build a plugin manager with drover's hookspecs and the requested plugins.
 
-    ``block`` lists plugin names that must not load (built-in or external). A
-    built-in may be named in full (``drover.handlers.prepare-sessions``) or by
-    its handler name (``prepare-sessions``). With ``DROVER_TRACE_PLUGINS=1``
-    pluggy's hook-call tracing goes to stderr.
+    The built-in backends (``drover.backends``) and the built-in kinds'
+    plugins (:data:`drover.kinds.KIND_PLUGINS`) are always loaded; the
+    built-in handlers' plugins (:data:`drover.kinds.BUILTIN_PLUGINS`) with
+    ``include_builtins``. ``block`` lists plugin names that must not load
+    (built-in handlers or external). A built-in may be named in full
+    (``drover.kinds.sessions.prepare-sessions``) or by its handler name
+    (``prepare-sessions``). With ``DROVER_TRACE_PLUGINS=1`` pluggy's
+    hook-call tracing goes to stderr.
     """
+    # Imported here: drover.kinds imports drover.plugins (hookimpl, the registries).
+    from drover.backends import plugin as backends_plugin
+    from drover.kinds import BUILTIN_PLUGINS, KIND_PLUGINS, short_name
+
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
     if os.environ.get(TRACE_ENV) == "1":
         pm.trace.root.setwriter(sys.stderr.write)
         pm.enable_tracing()
-    for name in block:
-        pm.set_blocked(name)
-        if not name.startswith(BUILTIN_PREFIX):
-            pm.set_blocked(BUILTIN_PREFIX + name)
-    from drover.backends import plugin as backends_plugin
-    from drover.handlers import kinds as kinds_plugin
-
     # The built-in backends and kinds are always available; blocking them is not supported.
-    pm.register(backends_plugin, name="drover.backends")
-    pm.register(kinds_plugin, name="drover.kinds")
+    always = [("drover.backends", backends_plugin), *KIND_PLUGINS]
+    for name, plugin in always:
+        pm.register(plugin, name=name)
+    blocked = set(block)
+    for name in blocked - {name for name, _plugin in always}:
+        pm.set_blocked(name)
     if include_builtins:
-        from drover.handlers import BUILTIN_PLUGINS
-
         for name, plugin in BUILTIN_PLUGINS:
-            if not pm.is_blocked(name):
+            if name not in blocked and short_name(name) not in blocked:
                 pm.register(plugin, name=name)
     if load_entrypoints:
         pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
@@ -100,7 +103,10 @@ def make_plugin_manager(
 
 
 def collect_kinds(pm: pluggy.PluginManager) -> Kinds:
-    """Call ``drover_register_kinds``; a name registered by two plugins is an error naming both."""
+    """Call ``drover_register_kinds``; a name registered by two plugins is an error naming both.
+
+    drover's own kinds come the same way, from the plugins of :mod:`drover.kinds`.
+    """
     owners: dict[str, str] = {}
     kinds: list[EntityKind] = []
     for entry in Registry(pm, "drover_register_kinds", accept_kinds).call_hook():
@@ -112,14 +118,11 @@ def collect_kinds(pm: pluggy.PluginManager) -> Kinds:
             )
         owners[kind.name] = entry.plugin
         kinds.append(kind)
-    for builtin in BUILTIN_KINDS:
-        if builtin.name not in owners:
-            kinds.insert(0, builtin)
     return Kinds(kinds)
 
 
 def collect_handlers(
-    pm: pluggy.PluginManager, context: RuntimeContext, kinds: Kinds | None = None
+    pm: pluggy.PluginManager, context: RuntimeContext, kinds: Kinds
 ) -> tuple[dict[str, Handler], list[RegisteredHandler]]:
     """Call ``drover_register_handlers`` and validate what the plugins registered.
 

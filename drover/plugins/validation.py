@@ -6,12 +6,12 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
 from drover.model.filters import CandidateFilter
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import validate_options
 from drover.model.promotion import PromotionRule
-from drover.model.spec import is_kebab_case
 from drover.model.status import KernelMatchType, KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import StatusTransitions, Transition, TransitionStatus
 
@@ -81,7 +81,9 @@ def _validate_lifecycle(handler: LifecycleHandler, plugin: str, kinds: Kinds) ->
     except InvalidHandlerError as error:
         raise InvalidHandlerError(f"{where}: {error}") from None
     child = kinds.child_of(kind.name)
-    spelled = "target_session_statuses" if kind.name == "session" else "target_statuses"
+    # Name the property the handler itself wrote (the design card's spelling, or the generic).
+    session_spelling = type(handler).target_statuses is LifecycleHandler.target_statuses
+    spelled = "target_session_statuses" if session_spelling else "target_statuses"
     try:
         targets = handler.target_statuses
     except NotImplementedError as error:
@@ -90,7 +92,10 @@ def _validate_lifecycle(handler: LifecycleHandler, plugin: str, kinds: Kinds) ->
     validate_options(type(handler).default_options(), where=f"{where}: default_options()")
     child_targets = handler.target_child_statuses
     if child_targets is not None:
-        what = "target_kernel_statuses" if kind.name == "session" else "target_child_statuses"
+        kernel_spelling = (
+            type(handler).target_child_statuses is LifecycleHandler.target_child_statuses
+        )
+        what = "target_kernel_statuses" if kernel_spelling else "target_child_statuses"
         if child is None:
             raise InvalidHandlerError(f"{where}: {what} is set, but {kind.name!r} has no children")
         _check_members(child_targets, child.statuses, what, where)
@@ -165,13 +170,13 @@ def _validate_rule(rule: PromotionRule, plugin: str, kinds: Kinds) -> str:
     return rule.name
 
 
-def validate_handlers(entries: Sequence[RegisteredHandler], kinds: Kinds | None = None) -> None:
+def validate_handlers(entries: Sequence[RegisteredHandler], kinds: Kinds) -> None:
     """Raise InvalidHandlerError for the first invalid handler or duplicate name.
 
-    Each handler is checked against its kind (statuses, child statuses,
-    transitions and named outcomes); ``kinds`` defaults to the built-in ones.
+    Each handler is checked against its kind among ``kinds`` (statuses, child
+    statuses, transitions and named outcomes).
     """
-    known = kinds if kinds is not None else Kinds()
+    known = kinds
     seen: dict[str, RegisteredHandler] = {}
     for entry in entries:
         handler = entry.handler

@@ -91,13 +91,11 @@ class _Checkpointer:
 class Database:
     """An engine with read and write transactions (``BEGIN IMMEDIATE`` on SQLite)."""
 
-    def __init__(
-        self, engine: AsyncEngine, clock: Clock | None = None, kinds: Kinds | None = None
-    ) -> None:
+    def __init__(self, engine: AsyncEngine, clock: Clock | None, kinds: Kinds) -> None:
         self.engine = engine
         self.clock: Clock = clock or SystemClock()
         #: The registered entity kinds (their rules decide children, results, termination).
-        self.kinds: Kinds = kinds if kinds is not None else Kinds()
+        self.kinds: Kinds = kinds
         self.postgres = engine.dialect.name == "postgresql"
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
         self._threaded = threaded_sqlite_engine(engine)

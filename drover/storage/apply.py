@@ -438,7 +438,9 @@ class Apply:
         recorded = max(self.conn.execute(record, params).rowcount, 0)
         moved = 0
         if placements:
-            place = statement(("place-and-move", target), lambda: place_and_move_kernels(target))
+            place = statement(
+                ("place-and-move", child, target), lambda: place_and_move_kernels(child, target)
+            )
             by_agent: dict[str, list[str]] = defaultdict(list)
             for kernel_id, agent_id in placements:
                 by_agent[agent_id].append(kernel_id)

@@ -50,19 +50,19 @@ __all__ = [
 class Queries:
     """Read-only operations on one database (see the module's docstring).
 
-    ``Queries(engine)`` opens its own; :meth:`Repository.queries` shares the
-    repository's connections.
+    ``Queries(engine, kinds=…)`` opens its own; :attr:`Repository.queries`
+    shares the repository's connections.
     """
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        clock: Clock | None = None,
-        kinds: Kinds | None = None,
-        _db: Database | None = None,
-    ) -> None:
-        self._db = _db if _db is not None else Database(engine, clock, kinds)
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds) -> None:
+        self._db = Database(engine, clock, kinds)
+
+    @classmethod
+    def sharing(cls, db: Database) -> Queries:
+        """Queries on ``db``'s connections (a repository's read-only view)."""
+        queries = cls.__new__(cls)
+        queries._db = db
+        return queries
 
     @property
     def engine(self) -> AsyncEngine:
@@ -73,10 +73,6 @@ class Queries:
     def kinds(self) -> Kinds:
         """The entity kinds this repository knows (built-in ones unless given)."""
         return self._db.kinds
-
-    def use_kinds(self, kinds: Kinds) -> None:
-        """Know ``kinds`` from now on (the app sets the plugins' kinds once loaded)."""
-        self._db.kinds = kinds
 
     @property
     def clock(self) -> Clock:

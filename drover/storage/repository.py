@@ -47,11 +47,13 @@ __all__ = ["Repository"]
 
 
 class Repository(Queries):
-    """Reads and writes entities, kernels and history on one async engine."""
+    """Reads and writes entities, kernels and history on one async engine.
 
-    def __init__(
-        self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds | None = None
-    ) -> None:
+    ``kinds`` are the registered entity kinds: :class:`drover.app.App`
+    collects them from the plugins (``App.kinds``); there is no default set.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds) -> None:
         super().__init__(engine, clock=clock, kinds=kinds)
         self._busy_promotions: set[str] = set()
 
@@ -299,4 +301,4 @@ class Repository(Queries):
     @property
     def queries(self) -> Queries:
         """A read-only view of this repository's database (the same connections)."""
-        return Queries(self.engine, _db=self._db)
+        return Queries.sharing(self._db)

@@ -13,10 +13,11 @@ from drover.inspection.health import recent_handler_errors
 from drover.inspection.history import search_history, timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
+from drover.kinds.deployments.serialization import deployment_json
+from drover.kinds.deployments.status import RouteStatus
 from drover.model.errors import DroverError
-from drover.model.status import RouteStatus, SchedulingResult
+from drover.model.status import SchedulingResult
 from drover.serialization import (
-    deployment_json,
     diagnosis_json,
     graph_json,
     history_json,

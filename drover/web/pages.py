@@ -18,13 +18,12 @@ from drover.inspection._format import duration
 from drover.inspection.history import timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
+from drover.kinds.deployments.serialization import deployment_json, route_json
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult, SessionStatus
 from drover.serialization import (
-    deployment_json,
     graph_json,
     history_json,
-    route_json,
     session_json,
     stats_json,
 )

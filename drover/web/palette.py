@@ -6,7 +6,7 @@ status name too.
 
 from __future__ import annotations
 
-from drover.model.status import EndpointLifecycle, KernelStatus, RouteStatus, SessionStatus
+from drover.kinds import BUILTIN_KINDS
 
 __all__ = ["STATUS_COLOURS", "badge_css", "colour_of"]
 
@@ -38,9 +38,7 @@ STATUS_COLOURS: dict[str, tuple[str, str]] = {
     "FAILED_TO_START": ("#7f1d1d", "#ffffff"),  # dark red
 }
 
-assert set(STATUS_COLOURS) >= {
-    s.value for enum in (SessionStatus, KernelStatus, EndpointLifecycle, RouteStatus) for s in enum
-}
+assert set(STATUS_COLOURS) >= {s for kind in BUILTIN_KINDS for s in kind.status_names}
 
 _FALLBACK = ("#e5e7eb", "#111827")
 

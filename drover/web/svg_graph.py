@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Iterable
 
 from drover.model.errors import DroverError
-from drover.model.kinds import SESSION, EntityKind
+from drover.model.kinds import EntityKind
 from drover.plugins.graph import Edge, render_dot
 from drover.web.palette import STATUS_COLOURS
 
@@ -33,7 +33,7 @@ class GraphvizError(DroverError):
     """``dot`` is missing or failed; the message says which and what to do."""
 
 
-def dot_source(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
+def dot_source(edges: Iterable[Edge], kind: EntityKind) -> str:
     """The DOT text the dashboard lays out: one labelled arrow per pair of statuses."""
     return render_dot(edges, kind, grouped=True, colours=STATUS_COLOURS, rankdir="TB")
 
@@ -61,7 +61,7 @@ def _run_dot(source: str) -> str:
     return done.stdout.decode()
 
 
-def _inline(svg: str, kind: str = "session") -> str:
+def _inline(svg: str, kind: str) -> str:
     """``dot``'s document as an element to put inside a page: no XML prologue, no comments."""
     svg = _COMMENT.sub("", _PROLOGUE.sub("", svg, count=1))
     # dot writes every hyphen as a character reference; plain ones read (and search) better.
@@ -71,7 +71,7 @@ def _inline(svg: str, kind: str = "session") -> str:
     ).strip()
 
 
-async def render_svg(edges: Iterable[Edge], kind: EntityKind = SESSION) -> str:
+async def render_svg(edges: Iterable[Edge], kind: EntityKind) -> str:
     """The state graph of ``edges`` (of ``kind``) as an ``<svg>`` element, laid out by Graphviz.
 
     Raises :class:`GraphvizError` when ``dot`` is missing or fails.

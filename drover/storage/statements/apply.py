@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.kinds import KERNEL, EntityKind
+from drover.model.kinds import EntityKind
 from drover.model.status import KernelStatus
 from drover.model.values import StatusInfoRule
 from drover.storage._children import K, kernel_exists, kernel_status_in
@@ -222,9 +222,12 @@ def place_kernels(postgres: bool) -> sa.Update:
     )
 
 
-def place_and_move_kernels(target: str) -> sa.Update:
-    """SQLite: set the agent of, and move, the eligible kernels ``:kids``."""
-    eligible = sorted(KERNEL.movable_to(target))
+def place_and_move_kernels(child: EntityKind, target: str) -> sa.Update:
+    """SQLite: set the agent of, and move, the eligible children (kernels) ``:kids``.
+
+    ``child`` is the child kind of the entities placed (the kernels of sessions).
+    """
+    eligible = sorted(child.movable_to(target))
     return (
         sa.update(e)
         .where(ids_param(e.c.id, "kids", False), e.c.status.in_(eligible))
@@ -263,8 +266,8 @@ def move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Exec
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
     }
-    if child.name == KERNEL.name and target == KernelStatus.PENDING:
-        # Rescheduled kernels give their agent's capacity back.
+    if child.resource_slots is not None and target == child.first_status:
+        # Children placed on agents (kernels) that start over give the agent's capacity back.
         values["agent_id"] = None
     if postgres:
         old = sa.select(e.c.id, e.c.status).where(where).with_for_update().cte("old")

@@ -35,14 +35,16 @@ import attrs
 import httpx2
 
 from drover.coordinator.handlers import LifecycleHandler
-from drover.handlers.deployments import ENDING_ROUTES, desired_replicas
+from drover.kinds.deployments.deployments import ENDING_ROUTES, desired_replicas
+from drover.kinds.deployments.status import RouteStatus
+from drover.kinds.sessions.kinds import KERNEL, SESSION
 from drover.model.clock import Clock
 from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.filters import StatusAge
 from drover.model.kinds import Kinds
 from drover.model.spec import new_session
-from drover.model.status import RouteStatus, SessionStatus
+from drover.model.status import SessionStatus
 from drover.model.values import (
     Entity,
     HandlerOptions,
@@ -70,7 +72,7 @@ __all__ = [
 _R = RouteStatus
 # A replica session is checked when its route is provisioned, so that a bad
 # kernel spec fails that route (with the reason) instead of the whole tick.
-_BUILTIN_KINDS = Kinds()
+_SESSION_KINDS = Kinds((SESSION, KERNEL))
 #: The path checked unless the deployment says otherwise.
 DEFAULT_HEALTH_PATH = "/"
 #: Seconds one health check may take.
@@ -167,7 +169,7 @@ class ProvisioningRoute(_RouteHandler):
                 request = new_session({"kernels": [kernel], "spec": spec})
                 links = [("replica-of", route.id)]
                 new = attrs.evolve(request, name=name, by=route.id, links=links)
-                (session,) = check_new_entities([new], _BUILTIN_KINDS)
+                (session,) = check_new_entities([new], _SESSION_KINDS)
             except InvalidSpecError as error:
                 failures.append(route.id)
                 messages[route.id] = f"cannot provision: {error}"

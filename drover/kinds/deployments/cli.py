@@ -1,4 +1,9 @@
-"""``drover deploy / deployments / scale / destroy / routes``: services of N replicas."""
+"""``drover deploy / deployments / scale / destroy / routes``: services of N replicas.
+
+They reach ``drover`` through ``drover_register_commands``, as a plugin's
+commands do: the plugin ``drover.kinds.deployments``
+(:mod:`drover.kinds.deployments.kinds`) adds :data:`COMMANDS`.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +13,28 @@ import click
 
 from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.kinds.deployments.serialization import deployment_json, route_json
+from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+from drover.kinds.sessions.kinds import KERNEL, SESSION
 from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError, UnknownEntityError
 from drover.model.kinds import Kinds
 from drover.model.spec import new_session
-from drover.model.status import EndpointLifecycle, RouteStatus
 from drover.model.values import Entity
-from drover.serialization import deployment_json, route_json
 
-__all__ = ["deploy", "deployments", "destroy", "routes", "scale"]
+__all__ = [
+    "COMMANDS",
+    "deploy",
+    "deployments",
+    "destroy",
+    "find_deployment",
+    "routes",
+    "scale",
+]
 
 _E = EndpointLifecycle
+# A replica's kernel spec is checked before anything is written.
+_SESSION_KINDS = Kinds((SESSION, KERNEL))
 
 
 async def find_deployment(app: App, name_or_id: str) -> Entity:
@@ -130,7 +146,7 @@ def deploy(
     if env:
         kernel["env"] = env
     try:
-        check_new_entities([new_session({"kernels": [kernel]})], Kinds())
+        check_new_entities([new_session({"kernels": [kernel]})], _SESSION_KINDS)
     except InvalidSpecError as error:
         raise click.ClickException(str(error)) from None
     spec: dict[str, Any] = {
@@ -266,3 +282,7 @@ def routes(
         [(r["id"], r["status"], r["session_id"], r["url"], r["status_changed_at"]) for r in rows],
         title=f"routes of {deployment.name}",
     )
+
+
+#: The commands the plugin ``drover.kinds.deployments`` adds to ``drover``.
+COMMANDS: tuple[click.Command, ...] = (deploy, deployments, scale, destroy, routes)

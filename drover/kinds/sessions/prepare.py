@@ -1,4 +1,4 @@
-"""``start-sessions``: ask the backend to start PREPARED sessions' kernels."""
+"""``prepare-sessions``: ask the backend to prepare SCHEDULED sessions' kernels."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from drover.backends.base import AgentBackend
 from drover.coordinator.handlers import LifecycleHandler
-from drover.handlers._common import run_per_session
+from drover.kinds.sessions._common import run_per_session
 from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import (
     HandlerOptions,
@@ -18,35 +18,40 @@ from drover.model.values import (
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
 
-__all__ = ["StartSessions", "drover_register_handlers"]
+__all__ = ["PrepareSessions", "drover_register_handlers"]
 
 
-class StartSessions(LifecycleHandler):
-    """Start PREPARED sessions; leave CREATING ones to expire if creation hangs."""
+class PrepareSessions(LifecycleHandler):
+    """Start preparation of SCHEDULED sessions.
+
+    PREPARING sessions are fetched too but left unmentioned, so that the
+    coordinator sends them back to PENDING when preparation hangs past the
+    timeout. ``promote-to-prepared`` moves them on when their kernels are ready.
+    """
 
     def __init__(self, backend: AgentBackend) -> None:
         self.backend = backend
 
     @classmethod
     def name(cls) -> str:
-        """``start-sessions``."""
-        return "start-sessions"
+        """``prepare-sessions``."""
+        return "prepare-sessions"
 
     @property
     def target_session_statuses(self) -> frozenset[SessionStatus]:
-        """PREPARED and CREATING."""
-        return frozenset({SessionStatus.PREPARED, SessionStatus.CREATING})
+        """SCHEDULED and PREPARING."""
+        return frozenset({SessionStatus.SCHEDULED, SessionStatus.PREPARING})
 
     @property
     def target_kernel_statuses(self) -> list[KernelStatus] | None:
-        """PREPARED and CREATING."""
-        return [KernelStatus.PREPARED, KernelStatus.CREATING]
+        """SCHEDULED, PREPARING and PULLING."""
+        return [KernelStatus.SCHEDULED, KernelStatus.PREPARING, KernelStatus.PULLING]
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
-        """CREATING on success; back to PENDING on expiry or give-up."""
+        """PREPARING on success; back to PENDING on expiry or give-up."""
         return StatusTransitions(
-            success=TransitionStatus(SessionStatus.CREATING, KernelStatus.CREATING),
+            success=TransitionStatus(SessionStatus.PREPARING, KernelStatus.PREPARING),
             need_retry=None,
             expired=TransitionStatus(SessionStatus.PENDING, KernelStatus.PENDING),
             give_up=TransitionStatus(SessionStatus.PENDING, KernelStatus.PENDING),
@@ -54,17 +59,17 @@ class StartSessions(LifecycleHandler):
 
     @classmethod
     def default_options(cls) -> HandlerOptions:
-        """A 600 s timeout."""
-        return HandlerOptions(max_retries=5, timeout=600.0)
+        """A 900 s timeout."""
+        return HandlerOptions(max_retries=5, timeout=900.0)
 
     async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
-        """Call ``backend.create`` for each PREPARED session."""
+        """Call ``backend.prepare`` for each SCHEDULED session."""
         return await run_per_session(
-            targets, self.backend.create, skip=lambda s: s.status != SessionStatus.PREPARED
+            targets, self.backend.prepare, skip=lambda s: s.status != SessionStatus.SCHEDULED
         )
 
 
 @hookimpl
 def drover_register_handlers(register: HandlerRegistry) -> None:
-    """Register ``start-sessions``."""
-    register(StartSessions(register.context.backend))
+    """Register ``prepare-sessions``."""
+    register(PrepareSessions(register.context.backend))

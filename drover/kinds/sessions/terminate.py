@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from drover.backends.base import AgentBackend
 from drover.coordinator.handlers import LifecycleHandler
-from drover.handlers._common import run_per_session
+from drover.kinds.sessions._common import run_per_session
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus, SessionStatus
 from drover.model.values import (
     HandlerOptions,

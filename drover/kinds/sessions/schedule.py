@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 from drover.backends.base import AgentBackend
 from drover.coordinator.handlers import LifecycleHandler
@@ -16,14 +17,21 @@ from drover.model.values import (
 )
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
-from drover.storage.queries import Queries
 
-__all__ = ["INSUFFICIENT_RESOURCES", "ScheduleSessions", "drover_register_handlers"]
+__all__ = ["INSUFFICIENT_RESOURCES", "AgentUsage", "ScheduleSessions", "drover_register_handlers"]
 
 _PENDING = KernelStatus.PENDING
 
 #: Error code of the SKIPPED row of a session that does not fit.
 INSUFFICIENT_RESOURCES = "insufficient-resources"
+
+
+class AgentUsage(Protocol):
+    """What the scheduler reads from storage (:class:`drover.storage.Repository` has it)."""
+
+    async def agent_usage(self, slots: Iterable[str]) -> dict[str, dict[str, float]]:
+        """Resources held per agent: the sum of each slot over its placed, live kernels."""
+        ...
 
 
 def _fmt(amounts: Mapping[str, float], slots: Sequence[str]) -> str:
@@ -39,7 +47,7 @@ class ScheduleSessions(LifecycleHandler):
     smaller sessions may still be placed (backfilling).
     """
 
-    def __init__(self, backend: AgentBackend, repository: Queries) -> None:
+    def __init__(self, backend: AgentBackend, repository: AgentUsage) -> None:
         self.backend = backend
         self.repository = repository
 

@@ -97,5 +97,5 @@ class _PromotionPlugin:
 
 #: ``(plugin name, plugin)`` for each promotion rule.
 PROMOTION_PLUGINS: list[tuple[str, object]] = [
-    (f"drover.handlers.{rule.name}", _PromotionPlugin(rule)) for rule in BUILTIN_PROMOTIONS
+    (f"drover.kinds.sessions.{rule.name}", _PromotionPlugin(rule)) for rule in BUILTIN_PROMOTIONS
 ]

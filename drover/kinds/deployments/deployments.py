@@ -2,7 +2,7 @@
 
 A deployment keeps ``spec["replicas"]`` live routes (not TERMINATING or
 TERMINATED); each route runs one session, its replica (see
-:mod:`drover.handlers.routes`). The seed's table:
+:mod:`drover.kinds.deployments.routes`). The seed's table:
 
 =========================  ================  ===========  ===========
 handler                    current           SUCCESS      FAILURE
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover.coordinator.handlers import LifecycleHandler
-from drover.model.status import EndpointLifecycle, RouteStatus
+from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.model.values import (
     Entity,
     HandlerOptions,

@@ -1,0 +1,53 @@
+"""drover's own lifecycles, each a package that registers itself as a plugin would.
+
+* :mod:`drover.kinds.sessions`: the ``session`` kind and its child ``kernel``,
+  and the session handlers (the Sokovan proposal's eight, plus
+  ``detect-start-failure``);
+* :mod:`drover.kinds.deployments`: the ``deployment`` kind and its child
+  ``route`` (each route runs one session), their ten handlers, their JSON
+  shapes and the ``drover deploy / deployments / scale / destroy / routes``
+  commands.
+
+Nothing below ``drover.model``, ``drover.coordinator`` or ``drover.storage``
+knows these kinds: they arrive through the hooks (``drover_register_kinds``,
+``drover_register_handlers``, ``drover_register_commands``), and
+:class:`drover.app.App` collects them from the plugin manager
+(:func:`drover.plugins.manager.make_plugin_manager`), which loads the
+plugins listed here.
+"""
+
+from __future__ import annotations
+
+from drover.kinds import deployments, sessions
+from drover.kinds.deployments import kinds as deployment_kinds
+from drover.kinds.deployments.kinds import DEPLOYMENT, ROUTE
+from drover.kinds.sessions import kinds as session_kinds
+from drover.kinds.sessions.kinds import KERNEL, SESSION
+from drover.model.kinds import EntityKind
+
+__all__ = ["BUILTIN_KINDS", "BUILTIN_PLUGINS", "KIND_PLUGINS", "short_name"]
+
+#: ``(plugin name, plugin)`` of every built-in handler plugin, in lifecycle order.
+#: A plugin manager loads them unless told not to (``include_builtins=False``),
+#: and any one can be blocked by its full name or its :func:`short_name`.
+BUILTIN_PLUGINS: list[tuple[str, object]] = [
+    *sessions.HANDLER_PLUGINS,
+    *deployments.HANDLER_PLUGINS,
+]
+
+#: ``(plugin name, plugin)`` of the plugins every plugin manager loads, whatever
+#: it is told (they cannot be blocked): each package's kinds
+#: (``drover_register_kinds``) and the deployments' commands
+#: (``drover_register_commands``).
+KIND_PLUGINS: list[tuple[str, object]] = [
+    ("drover.kinds.sessions", session_kinds),
+    ("drover.kinds.deployments", deployment_kinds),
+]
+
+#: drover's own kinds, in the order their plugins register them.
+BUILTIN_KINDS: tuple[EntityKind, ...] = (SESSION, KERNEL, DEPLOYMENT, ROUTE)
+
+
+def short_name(plugin_name: str) -> str:
+    """A built-in plugin's name without its package: ``prepare-sessions``, ``routes``."""
+    return plugin_name.rpartition(".")[2]

@@ -1,0 +1,64 @@
+"""The deployment lifecycle, as a plugin package: services of N replicas, each replica a route.
+
+A deployment keeps ``spec["replicas"]`` routes live; each route runs one
+session (the session lifecycle, :mod:`drover.kinds.sessions`) and is
+health-checked over HTTP. The package registers through the hooks a
+third-party plugin uses:
+
+* ``drover_register_kinds`` (:mod:`~drover.kinds.deployments.kinds`):
+  ``deployment`` and its child kind ``route``;
+* ``drover_register_handlers``: five deployment handlers
+  (:mod:`~drover.kinds.deployments.deployments`) and five route handlers
+  (:mod:`~drover.kinds.deployments.routes`), two plugins;
+* ``drover_register_commands`` (:mod:`~drover.kinds.deployments.cli`):
+  ``drover deploy / deployments / scale / destroy / routes``.
+
+Their JSON shapes are :mod:`~drover.kinds.deployments.serialization`'s.
+"""
+
+from __future__ import annotations
+
+from drover.kinds.deployments import deployments, routes
+from drover.kinds.deployments.deployments import (
+    CheckPendingDeployment,
+    CheckReplicaDeployment,
+    DestroyingDeployment,
+    ReconcileDeployment,
+    ScalingDeployment,
+)
+from drover.kinds.deployments.kinds import DEPLOYMENT, ROUTE
+from drover.kinds.deployments.routes import (
+    HealthCheckRoute,
+    ProvisioningRoute,
+    RouteEviction,
+    RunningRoute,
+    TerminatingRoute,
+)
+from drover.kinds.deployments.serialization import deployment_json, route_json
+from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+
+__all__ = [
+    "DEPLOYMENT",
+    "HANDLER_PLUGINS",
+    "ROUTE",
+    "CheckPendingDeployment",
+    "CheckReplicaDeployment",
+    "DestroyingDeployment",
+    "EndpointLifecycle",
+    "HealthCheckRoute",
+    "ProvisioningRoute",
+    "ReconcileDeployment",
+    "RouteEviction",
+    "RouteStatus",
+    "RunningRoute",
+    "ScalingDeployment",
+    "TerminatingRoute",
+    "deployment_json",
+    "route_json",
+]
+
+#: ``(plugin name, plugin)`` of the deployment handlers and of the route handlers.
+HANDLER_PLUGINS: list[tuple[str, object]] = [
+    ("drover.kinds.deployments.deployments", deployments),
+    ("drover.kinds.deployments.routes", routes),
+]

@@ -1,0 +1,82 @@
+"""The ``deployment`` and ``route`` kinds, and their registration.
+
+A deployment is a service of N replicas; each replica is a route (child kind
+``route``) that runs one session, linked to it (relation ``replica-of``).
+What the engine does with their statuses is derived from the two
+declarations below (:mod:`drover.model.kinds`).
+
+The plugin manager always loads this module as the plugin
+``drover.kinds.deployments``: its ``drover_register_kinds`` registers both
+kinds and its ``drover_register_commands`` adds the deployment commands
+(:mod:`drover.kinds.deployments.cli`), as a plugin registers its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+from drover.model.kinds import Budget, EntityKind, TerminationRule
+from drover.plugins.markers import hookimpl
+from drover.plugins.registry import KindRegistry
+
+if TYPE_CHECKING:
+    import click
+
+__all__ = ["DEPLOYMENT", "ROUTE", "drover_register_commands", "drover_register_kinds"]
+
+_E, _R = EndpointLifecycle, RouteStatus
+#: A service: N replicas of a command, each replica a route running one session.
+DEPLOYMENT = EntityKind(
+    "deployment",
+    EndpointLifecycle,
+    terminal={_E.DESTROYED},
+    success={_E.DESTROYED},
+    budgets=(Budget("replacements", 10),),
+    dormant={_E.CREATED, _E.DEPLOYING},
+    ends_on_request=True,
+    termination=(
+        # Destroying passes through DESTROYING, where the routes are drained.
+        TerminationRule(
+            _E.DESTROYING,
+            {s for s in _E if s not in (_E.DESTROYING, _E.DESTROYED)},
+            children=_R.TERMINATING,
+            message="destroy requested",
+        ),
+    ),
+)
+#: One replica of a deployment; its session is linked to it (relation ``replica-of``).
+ROUTE = EntityKind(
+    "route",
+    RouteStatus,
+    terminal={_R.TERMINATED},
+    parent="deployment",
+    success={_R.TERMINATED},
+    termination=(
+        TerminationRule(
+            _R.TERMINATING,
+            {s for s in _R if s not in (_R.TERMINATING, _R.TERMINATED)},
+            message="termination requested",
+        ),
+    ),
+)
+
+
+@hookimpl
+def drover_register_kinds(register: KindRegistry) -> None:
+    """Register ``deployment`` and its child kind ``route``."""
+    register(DEPLOYMENT, ROUTE)
+
+
+# First (tryfirst): drover's own commands are added even when a later plugin's
+# hook raises, and a plugin may still replace one by adding a command of that name.
+@hookimpl(tryfirst=True)
+def drover_register_commands(cli: click.Group) -> None:
+    """Add ``deploy``, ``deployments``, ``scale``, ``destroy`` and ``routes`` to ``drover``."""
+    # Imported only now, as the command line is built: the commands use the CLI's
+    # helpers (importing drover.cli builds the command line, which calls this hook),
+    # and every plugin manager, the harness's too, loads this module.
+    from drover.kinds.deployments.cli import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)

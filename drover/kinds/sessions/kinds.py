@@ -1,0 +1,149 @@
+"""The ``session`` and ``kernel`` kinds, the kernel spec check, and their registration.
+
+A session is the unit drover schedules; its kernels (child kind ``kernel``)
+are the processes a backend runs. The statuses are the design card's
+(:class:`~drover.model.status.SessionStatus`,
+:class:`~drover.model.status.KernelStatus`); what the engine does with them
+is derived from the two declarations below (:mod:`drover.model.kinds`).
+
+A kernel's spec is its resource request (every top-level number is a slot:
+``cpu``, ``mem``, ``gpu``…) and what to run; :func:`check_kernel_spec` is the
+kernel kind's own spec check. A session request (``drover submit``,
+``Repository.create_sessions``) becomes a new entity through
+:func:`drover.model.spec.new_session`.
+
+The plugin manager always loads this module as the plugin
+``drover.kinds.sessions``: its ``drover_register_kinds`` registers both kinds,
+as a plugin registers its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from drover.model.checks import is_finite, is_number
+from drover.model.errors import InvalidSpecError
+from drover.model.kinds import EntityKind, TerminationRule
+from drover.model.status import (
+    TERMINAL_KERNEL_STATUSES,
+    TERMINAL_SESSION_STATUSES,
+    KernelStatus,
+    SessionStatus,
+)
+from drover.model.values import KernelInfo, SessionWithKernels
+from drover.plugins.markers import hookimpl
+from drover.plugins.registry import KindRegistry
+
+__all__ = [
+    "ENGINE_KERNEL_KEYS",
+    "KERNEL",
+    "KERNEL_DEFAULTS",
+    "SESSION",
+    "check_kernel_spec",
+    "drover_register_kinds",
+    "with_kernel_defaults",
+]
+
+#: Kernel fields drover itself sets (statuses, placement, how it ran). A kernel
+#: spec naming one is refused: the engine would otherwise take it for its own,
+#: as a ``status``/``agent_id`` once made a kernel RUNNING that held an agent's
+#: capacity without ever having run.
+ENGINE_KERNEL_KEYS = frozenset(
+    {
+        "id",
+        "index",
+        "kind",
+        "parent_id",
+        "session_id",
+        "status",
+        "status_info",
+        "status_changed_at",
+        "created_at",
+        "result",
+        "agent_id",
+        "pid",
+        "exit_code",
+        "runtime",
+        "stdout",
+        "stderr",
+        "data",
+        "tries",
+        "requeues",
+        "budgets",
+    }
+)
+
+#: What a kernel asks for when it does not say (``drover submit`` flags and files alike).
+KERNEL_DEFAULTS: Mapping[str, float] = {"cpu": 1.0, "mem": 256.0}
+
+
+def check_kernel_spec(spec: Mapping[str, Any], where: str) -> None:
+    """The kernel kind's spec check: no engine-owned keys, resource amounts finite and >= 0.
+
+    Every top-level number of a kernel spec is a resource slot the scheduler
+    counts, so each must be an amount.
+    """
+    owned = sorted(k for k in spec if k in ENGINE_KERNEL_KEYS)
+    if owned:
+        raise InvalidSpecError(
+            f"{where}: {', '.join(repr(k) for k in owned)} "
+            f"{'is' if len(owned) == 1 else 'are'} set by drover, not by a kernel spec"
+        )
+    for slot in ("cpu", "mem"):
+        value = spec.get(slot)
+        if value is not None and not is_number(value):
+            raise InvalidSpecError(f"{where}: {slot!r} must be a number >= 0, got {value!r}")
+    for slot, value in spec.items():
+        if is_number(value) and (value < 0 or not is_finite(value)):
+            raise InvalidSpecError(
+                f"{where}: resource {slot!r} must be a finite number >= 0, got {value!r}"
+            )
+
+
+def with_kernel_defaults(kernel: Mapping[str, Any]) -> dict[str, Any]:
+    """``kernel`` with :data:`KERNEL_DEFAULTS` for the slots it does not name."""
+    return {**KERNEL_DEFAULTS, **kernel}
+
+
+SESSION = EntityKind(
+    "session",
+    SessionStatus,
+    terminal=TERMINAL_SESSION_STATUSES,
+    success={SessionStatus.TERMINATED},
+    requeue_limit_status=SessionStatus.ERROR,
+    created_in={SessionStatus.PENDING},
+    value_type=SessionWithKernels,
+    termination=(
+        TerminationRule(
+            SessionStatus.CANCELLED,
+            {SessionStatus.PENDING},
+            children=KernelStatus.CANCELLED,
+            message="termination requested: cancelled before it was scheduled",
+        ),
+        TerminationRule(
+            SessionStatus.TERMINATING,
+            {s for s in SessionStatus if s not in TERMINAL_SESSION_STATUSES},
+            if_childless=SessionStatus.TERMINATED,
+        ),
+    ),
+)
+KERNEL = EntityKind(
+    "kernel",
+    KernelStatus,
+    terminal=TERMINAL_KERNEL_STATUSES,
+    parent="session",
+    success={KernelStatus.TERMINATED},
+    exit_codes=True,
+    terminable=False,
+    check_spec=check_kernel_spec,
+    created_in={KernelStatus.PENDING},
+    value_type=KernelInfo,
+    resource_slots=KERNEL_DEFAULTS,
+)
+
+
+@hookimpl
+def drover_register_kinds(register: KindRegistry) -> None:
+    """Register ``session`` and its child kind ``kernel``."""
+    register(SESSION, KERNEL)
