@@ -83,6 +83,69 @@ def test_sql_is_built_only_in_storage():
     assert not bad, sorted(bad)
 
 
+_STATEMENT_BUILDERS = frozenset({"select", "insert", "update", "delete", "text"})
+
+
+def _statement_builders(path: Path) -> list[str]:
+    """Where ``path`` builds a statement: ``sa.select(…)`` and the like on the name
+    SQLAlchemy is imported as, and ``select``, ``text``… imported from SQLAlchemy."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    aliases = {"sa"}
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update(a.asname or a.name for a in node.names if a.name == "sqlalchemy")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
+            found.extend(
+                f"{node.lineno}: from {node.module} import {a.name}"
+                for a in node.names
+                if a.name in _STATEMENT_BUILDERS
+            )
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in aliases
+            and node.func.attr in _STATEMENT_BUILDERS
+        ):
+            found.append(f"{node.lineno}: {node.func.value.id}.{node.func.attr}(…)")
+    return found
+
+
+def test_storage_builds_statements_only_in_statements():
+    """Every SQL statement builder of storage is in drover/storage/statements/ (table
+    definitions in schema.py, Alembic migrations in migrations/): the other modules
+    only execute them."""
+    storage = ROOT / "storage"
+    allowed = (storage / "statements", storage / "schema.py", storage / "migrations")
+    bad = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for path in _modules("storage")
+        if not any(path == a or a in path.parents for a in allowed)
+        for where in _statement_builders(path)
+    ]
+    assert not bad, bad
+
+
+def test_the_statement_check_sees_every_spelling(tmp_path):
+    """The check above is not blind: it sees each spelling it looks for."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import sqlalchemy as sql\n"
+        "from sqlalchemy import text\n"
+        "sql.select(t)\n"
+        "sa.update(t)\n"
+        "sa.Connection\n"
+        "sql.func.count()\n"
+    )
+    assert _statement_builders(sample) == [
+        "2: from sqlalchemy import text",
+        "3: sql.select(…)",
+        "4: sa.update(…)",
+    ]
+
+
 def test_the_dashboard_imports_no_sqlalchemy():
     """drover.web reads only through the repository: not even sqlalchemy's error types."""
     bad = {

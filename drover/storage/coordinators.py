@@ -32,7 +32,16 @@ from drover.model.errors import CoordinatorConflictError
 from drover.model.values import CoordinatorInfo
 from drover.storage._db import Database
 from drover.storage.rows import coordinator_from_row
-from drover.storage.schema import coordinators, entities
+from drover.storage.statements.coordinators import (
+    CLAIMS_BY_OWNER,
+    HEARTBEAT,
+    INSERT_COORDINATOR,
+    MARK_STOPPED,
+    NEWEST_RUNNING,
+    NOT_STOPPED,
+    STOPPED,
+    coordinators_alive,
+)
 
 __all__ = [
     "claims_by_owner",
@@ -42,8 +51,6 @@ __all__ = [
     "register_coordinator",
     "release_lock",
 ]
-
-t = coordinators
 
 
 def _lock_path(db: Database) -> str | None:
@@ -111,11 +118,7 @@ async def register_coordinator(
     if locking:
         fd = _take_lock(db)
         if fd is None:
-            running = await db.read(
-                lambda conn: conn.execute(
-                    sa.select(t).where(t.c.stopped_at.is_(None)).order_by(t.c.heartbeat_at.desc())
-                ).first()
-            )
+            running = await db.read(lambda conn: conn.execute(NEWEST_RUNNING).first())
             if running is None:
                 raise CoordinatorConflictError(
                     "another coordinator is starting on this SQLite database "
@@ -137,18 +140,16 @@ async def register_coordinator(
         note = None
         if locking:
             # We hold the lock: coordinators never marked stopped are dead.
-            dead = conn.execute(sa.select(t).where(t.c.stopped_at.is_(None))).all()
+            dead = conn.execute(NOT_STOPPED).all()
             if dead:
-                conn.execute(
-                    sa.update(t).where(t.c.id.in_([d.id for d in dead])).values(stopped_at=now)
-                )
+                conn.execute(MARK_STOPPED, {"ids": [d.id for d in dead], "b_now": now})
                 last = max(dead, key=lambda d: float(d.heartbeat_at))
                 age = now - float(last.heartbeat_at)
                 note = (
                     f"taking over from coordinator {_describe(last)}: it is no longer running "
                     f"(it did not stop cleanly; last heartbeat {age:.0f}s ago)"
                 )
-        conn.execute(sa.insert(t).values(**row))
+        conn.execute(INSERT_COORDINATOR, row)
         return note
 
     try:
@@ -164,7 +165,7 @@ async def heartbeat(db: Database, coordinator_id: str) -> None:
     now = db.clock.time()
 
     def work(conn: sa.Connection) -> None:
-        conn.execute(sa.update(t).where(t.c.id == coordinator_id).values(heartbeat_at=now))
+        conn.execute(HEARTBEAT, {"b_id": coordinator_id, "b_now": now})
 
     await db.write(work)
 
@@ -174,9 +175,7 @@ async def coordinator_stopped(db: Database, coordinator_id: str) -> None:
     now = db.clock.time()
 
     def work(conn: sa.Connection) -> None:
-        conn.execute(
-            sa.update(t).where(t.c.id == coordinator_id).values(stopped_at=now, heartbeat_at=now)
-        )
+        conn.execute(STOPPED, {"b_id": coordinator_id, "b_now": now})
 
     try:
         await db.write(work)
@@ -188,11 +187,8 @@ async def list_coordinators(
     db: Database, *, alive_within: float | None = None
 ) -> list[CoordinatorInfo]:
     """Coordinators, newest first; with ``alive_within``, only running ones that beat lately."""
-    query = sa.select(t).order_by(t.c.started_at.desc())
-    if alive_within is not None:
-        query = query.where(
-            t.c.stopped_at.is_(None), t.c.heartbeat_at >= db.clock.time() - alive_within
-        )
+    beat_since = None if alive_within is None else db.clock.time() - alive_within
+    query = coordinators_alive(beat_since)
 
     def work(conn: sa.Connection) -> list[CoordinatorInfo]:
         return [coordinator_from_row(r) for r in conn.execute(query)]
@@ -204,14 +200,9 @@ async def claims_by_owner(db: Database) -> dict[str, int]:
     """Unexpired claims per coordinator id (always empty on SQLite)."""
     if not db.postgres:
         return {}
-    e = entities
-    query = (
-        sa.select(e.c.claim_owner, sa.func.count())
-        .where(e.c.claim_expires > db.clock.time())
-        .group_by(e.c.claim_owner)
-    )
+    params = {"now": db.clock.time()}
 
     def work(conn: sa.Connection) -> dict[str, int]:
-        return {str(owner): int(n) for owner, n in conn.execute(query)}
+        return {str(owner): int(n) for owner, n in conn.execute(CLAIMS_BY_OWNER, params)}
 
     return await db.read(work)

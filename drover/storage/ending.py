@@ -15,14 +15,13 @@ from drover.model.kinds import Kinds
 from drover.model.plan import Change
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule, TerminationOutcome
-from drover.storage._sql import chunked
+from drover.storage._sql import chunked, statement
 from drover.storage.entities import API_SOURCE
-from drover.storage.schema import entities
+from drover.storage.statements.ending import PARENTS_AMONG, entity_states
 
 __all__ = ["termination_changes"]
 
 _USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
-e = entities
 
 
 def termination_changes(
@@ -45,18 +44,11 @@ def termination_changes(
     wanted = list(dict.fromkeys(ids))
     found: dict[str, tuple[str, str]] = {}
     with_children: set[str] = set()
+    states = statement(("entity-states", postgres), lambda: entity_states(postgres))
     for chunk in chunked(wanted):
-        query = sa.select(e.c.id, e.c.kind, e.c.status).where(e.c.id.in_(chunk))
-        if postgres:
-            query = query.with_for_update()
-        for eid, kind, status in conn.execute(query):
+        for eid, kind, status in conn.execute(states, {"ids": chunk}):
             found[eid] = (kind, kinds.status(kind, status))
-        with_children.update(
-            r[0]
-            for r in conn.execute(
-                sa.select(e.c.parent_id).where(e.c.parent_id.in_(chunk)).distinct()
-            )
-        )
+        with_children.update(r[0] for r in conn.execute(PARENTS_AMONG, {"ids": chunk}))
     for eid in wanted:
         if eid not in found:
             if strict:

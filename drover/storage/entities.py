@@ -17,11 +17,28 @@ from drover.model.ids import new_id
 from drover.model.kinds import Kinds
 from drover.model.values import Entity, NewEntity
 from drover.storage._db import Database
+from drover.storage._sql import statement
 from drover.storage.fetch import read_children_of
 from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
-from drover.storage.rows import ENTITY_COLUMNS, entities_with_children
-from drover.storage.schema import entities, relations, scheduling_history
+from drover.storage.rows import entities_with_children
+from drover.storage.schema import entities
+from drover.storage.statements.entities import (
+    CHILDREN_OF_ENTITY,
+    ENTITY_BY_ID,
+    EXISTING_IDS,
+    FINGERPRINT_ROWS,
+    INSERT_ENTITIES,
+    INSERT_RELATIONS,
+    KINDS_OF,
+    LATEST_CHANGE_ID,
+    LATEST_HISTORY_ID,
+    RELATION_EXISTS,
+    SET_SPEC,
+    entities_named,
+    entities_of_kind,
+    spec_of,
+)
 
 __all__ = [
     "API_SOURCE",
@@ -37,13 +54,12 @@ __all__ = [
     "update_spec",
 ]
 
-e = entities
 #: ``handler`` of history rows written for requests made through the API or CLI.
 API_SOURCE = "api"
 #: ``result`` of the history row an entity's creation writes.
 CREATED = "CREATED"
 
-_ROW_KEYS = [col.name for col in e.c]
+_ROW_KEYS = [col.name for col in entities.c]
 
 
 def _with_children(conn: sa.Connection, query: sa.Select[Any], kinds: Kinds) -> list[Entity]:
@@ -128,9 +144,9 @@ def insert_new_entities(
         links.extend({"source_id": new.id, "name": r, "target_id": t} for r, t in new.links)
     if rows:
         # Parents first: the children's foreign key is checked row by row.
-        conn.execute(sa.insert(e), rows + child_rows)
+        conn.execute(INSERT_ENTITIES, rows + child_rows)
     if links:
-        conn.execute(sa.insert(relations), links)
+        conn.execute(INSERT_RELATIONS, links)
     write_history(conn, history)
 
 
@@ -153,10 +169,7 @@ async def create_entities(
     def work(conn: sa.Connection) -> list[str]:
         wanted = sorted((parents | targets) - created)
         if wanted:
-            found = {
-                r[0]: r[1]
-                for r in conn.execute(sa.select(e.c.id, e.c.kind).where(e.c.id.in_(wanted)))
-            }
+            found = {r[0]: r[1] for r in conn.execute(KINDS_OF, {"ids": wanted})}
             for new in news:
                 if new.parent_id is not None and new.parent_id not in created:
                     parent_kind = found.get(new.parent_id)
@@ -180,13 +193,13 @@ async def create_entities(
 
 async def get_entity(db: Database, entity_id: str) -> Entity:
     """One entity of any kind with its children, or UnknownEntityError."""
-    query = sa.select(*ENTITY_COLUMNS).where(e.c.id == entity_id)
+    params = {"b_id": entity_id}
 
     def work(conn: sa.Connection) -> list[Entity]:
-        rows = conn.execute(query).all()
+        rows = conn.execute(ENTITY_BY_ID, params).all()
         if not rows:
             return []
-        children = conn.execute(sa.select(*ENTITY_COLUMNS).where(e.c.parent_id == entity_id)).all()
+        children = conn.execute(CHILDREN_OF_ENTITY, params).all()
         return entities_with_children(rows, children, db.kinds)
 
     found = await db.read(work)
@@ -199,12 +212,8 @@ async def list_entities(
     db: Database, kind: str, *, statuses: Iterable[str] | None = None, limit: int | None = 100
 ) -> list[Entity]:
     """Entities of ``kind`` (with children), newest first."""
-    query = sa.select(*ENTITY_COLUMNS).where(e.c.kind == kind)
-    if statuses is not None:
-        query = query.where(e.c.status.in_([str(s) for s in statuses]))
-    query = query.order_by(e.c.created_at.desc(), e.c.id.desc())
-    if limit is not None:
-        query = query.limit(limit)
+    wanted = None if statuses is None else [str(s) for s in statuses]
+    query = entities_of_kind(kind, wanted, limit)
 
     return await db.read(lambda conn: _with_children(conn, query, db.kinds))
 
@@ -215,14 +224,12 @@ async def update_spec(db: Database, entity_id: str, patch: Mapping[str, Any]) ->
     now = db.clock.time()
 
     def work(conn: sa.Connection) -> None:
-        query = sa.select(e.c.kind, e.c.status, e.c.spec).where(e.c.id == entity_id)
-        if db.postgres:
-            query = query.with_for_update()
-        row = conn.execute(query).first()
+        query = statement(("spec-of", db.postgres), lambda: spec_of(db.postgres))
+        row = conn.execute(query, {"b_id": entity_id}).first()
         if row is None:
             raise UnknownEntityError(entity_id)
         kind, status, spec = row
-        conn.execute(sa.update(e).where(e.c.id == entity_id).values(spec=merge_patch(spec, patch)))
+        conn.execute(SET_SPEC, {"b_id": entity_id, "b_spec": merge_patch(spec, patch)})
         message = f"spec changed: {', '.join(sorted(patch))}"
         result = "SUCCESS"
         entry = history_row(entity_id, kind, API_SOURCE, result, status, status, None, message, now)
@@ -238,22 +245,14 @@ async def link(db: Database, source_id: str, relation: str, target_id: str) -> N
         raise InvalidSpecError(f"relation name {relation!r} must be 1-64 characters")
 
     def work(conn: sa.Connection) -> None:
-        found = {
-            r[0] for r in conn.execute(sa.select(e.c.id).where(e.c.id.in_([source_id, target_id])))
-        }
+        found = {r[0] for r in conn.execute(EXISTING_IDS, {"ids": [source_id, target_id]})}
         for entity_id in (source_id, target_id):
             if entity_id not in found:
                 raise UnknownEntityError(entity_id)
-        exists = conn.execute(
-            sa.select(relations.c.name).where(
-                relations.c.source_id == source_id,
-                relations.c.name == relation,
-                relations.c.target_id == target_id,
-            )
-        ).first()
-        if exists is None:
+        wanted = {"b_source": source_id, "b_name": relation, "b_target": target_id}
+        if conn.execute(RELATION_EXISTS, wanted).first() is None:
             conn.execute(
-                sa.insert(relations).values(source_id=source_id, name=relation, target_id=target_id)
+                INSERT_RELATIONS, {"source_id": source_id, "name": relation, "target_id": target_id}
             )
 
     await db.write(work)
@@ -267,25 +266,11 @@ async def state_fingerprint(db: Database) -> tuple[Any, ...]:
     "settled" test). Merges into an existing history row (a repeated
     SKIPPED) do not count: nothing new was learnt.
     """
-    from drover.storage.schema import status_changes
-
-    columns = (
-        e.c.id,
-        e.c.status,
-        e.c.tries,
-        e.c.budgets,
-        e.c.requeues,
-        e.c.data,
-        e.c.spec,
-        e.c.result,
-        e.c.status_info,
-        e.c.exit_code,
-    )
 
     def work(conn: sa.Connection) -> tuple[Any, ...]:
-        newest = conn.execute(sa.select(sa.func.max(scheduling_history.c.id))).scalar()
-        changes = conn.execute(sa.select(sa.func.max(status_changes.c.id))).scalar()
-        rows = conn.execute(sa.select(*columns).order_by(e.c.id)).all()
+        newest = conn.execute(LATEST_HISTORY_ID).scalar()
+        changes = conn.execute(LATEST_CHANGE_ID).scalar()
+        rows = conn.execute(FINGERPRINT_ROWS).all()
         digest = hash(tuple(repr(tuple(r)) for r in rows))
         return (newest, changes, len(rows), digest)
 
@@ -294,8 +279,6 @@ async def state_fingerprint(db: Database) -> tuple[Any, ...]:
 
 async def find_by_name(db: Database, kind: str, name: str) -> list[Entity]:
     """Entities of ``kind`` named ``name``, live ones first, then newest first."""
-    query = sa.select(*ENTITY_COLUMNS).where(e.c.kind == kind, e.c.name == name)
-    terminal = sorted(db.kinds[kind].terminal)
-    query = query.order_by(e.c.status.in_(terminal), e.c.created_at.desc(), e.c.id.desc())
+    query = entities_named(kind, name, db.kinds[kind].terminal)
 
     return await db.read(lambda conn: _with_children(conn, query, db.kinds))

@@ -1,7 +1,7 @@
 """The coordinator's reads: a lifecycle handler's targets, and the claims on them.
 
 All the filtering happens in SQL, before the ``LIMIT``: the statuses, and the
-handler's candidate filters compiled by :mod:`drover.storage._filters`. The
+handler's candidate filters compiled by :mod:`drover.storage.statements.filters`. The
 statements are in :mod:`drover.storage.statements.fetch`; a promotion's
 candidates are selected inside its write (:func:`drover.storage.apply.promote`).
 """

@@ -10,7 +10,16 @@ from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord, KernelHistoryRecord
 from drover.storage._db import Database
 from drover.storage.rows import history_from_row, kernel_history_from_row
-from drover.storage.schema import entities, handler_ticks, scheduling_history, status_changes
+from drover.storage.statements.history import (
+    change_rows,
+    change_search,
+    count_rows,
+    delete_rows,
+    history_rows,
+    history_search,
+    prune_targets,
+    row_ids,
+)
 
 __all__ = [
     "history",
@@ -19,9 +28,6 @@ __all__ = [
     "search_history",
     "search_kernel_history",
 ]
-
-h = scheduling_history
-c = status_changes
 
 
 async def _history_rows(db: Database, query: sa.Select[Any]) -> list[HistoryRecord]:
@@ -46,14 +52,7 @@ async def history(
     kind: str | None = None,
 ) -> list[HistoryRecord]:
     """Scheduling history rows, oldest first (of one entity, or of all of ``kind``, or all)."""
-    query = sa.select(h).order_by(h.c.id)
-    if kind is not None:
-        query = query.where(h.c.kind == kind)
-    if session_id is not None:
-        query = query.where(h.c.entity_id == session_id)
-    if limit is not None:
-        query = query.limit(limit)
-    return await _history_rows(db, query)
+    return await _history_rows(db, history_rows(kind, session_id, limit))
 
 
 async def kernel_history(
@@ -63,12 +62,7 @@ async def kernel_history(
 
     With neither id given: every recorded change.
     """
-    query = sa.select(c).order_by(c.c.id)
-    if kernel_id is not None:
-        query = query.where(c.c.entity_id == kernel_id)
-    if session_id is not None:
-        query = query.where(c.c.parent_id == session_id)
-    return await _change_rows(db, query)
+    return await _change_rows(db, change_rows(kernel_id, session_id))
 
 
 async def search_history(
@@ -85,22 +79,17 @@ async def search_history(
     kind: str | None = None,
 ) -> list[HistoryRecord]:
     """History rows matching every filter given; times compare with ``updated_at``."""
-    query = sa.select(h)
-    if kind is not None:
-        query = query.where(h.c.kind == kind)
-    if session_id is not None:
-        query = query.where(h.c.entity_id == session_id)
-    if handler is not None:
-        query = query.where(h.c.handler == handler)
-    if result is not None:
-        query = query.where(h.c.result == str(result))
-    if since is not None:
-        query = query.where(h.c.updated_at >= since)
-    if until is not None:
-        query = query.where(h.c.created_at <= until)
-    if after_id is not None:
-        query = query.where(h.c.id > after_id)
-    query = query.order_by(h.c.id.desc() if newest_first else h.c.id).limit(limit)
+    query = history_search(
+        kind=kind,
+        entity_id=session_id,
+        handler=handler,
+        result=None if result is None else str(result),
+        since=since,
+        until=until,
+        after_id=after_id,
+        limit=limit,
+        newest_first=newest_first,
+    )
     return await _history_rows(db, query)
 
 
@@ -113,13 +102,7 @@ async def search_kernel_history(
     limit: int = 100,
 ) -> list[KernelHistoryRecord]:
     """One kernel's status changes, newest first."""
-    query = sa.select(c).where(c.c.entity_id == kernel_id)
-    if since is not None:
-        query = query.where(c.c.created_at >= since)
-    if until is not None:
-        query = query.where(c.c.created_at <= until)
-    query = query.order_by(c.c.id.desc()).limit(limit)
-    return await _change_rows(db, query)
+    return await _change_rows(db, change_search(kernel_id, since, until, limit))
 
 
 async def prune_history(
@@ -131,28 +114,13 @@ async def prune_history(
     nor rows updated after the cutoff. Deletes in batches, each its own
     transaction; ``dry_run`` only counts. Old tick summaries go too.
     """
-    e = entities
-    ended = sa.select(e.c.id).where(
-        sa.or_(
-            *(
-                sa.and_(e.c.kind == kind.name, e.c.status.in_(sorted(kind.terminal)))
-                for kind in db.kinds.values()
-                if kind.parent is None
-            )
-        )
-    )
-    targets = {
-        "scheduling_history": (h, sa.and_(h.c.updated_at < older_than, h.c.entity_id.in_(ended))),
-        "status_changes": (c, sa.and_(c.c.created_at < older_than, c.c.parent_id.in_(ended))),
-        "handler_ticks": (handler_ticks, handler_ticks.c.started_at < older_than),
-    }
+    targets = prune_targets(db.kinds.values(), older_than)
     report: dict[str, int] = {}
     for name, (table, condition) in targets.items():
         if dry_run:
 
             def count(conn: sa.Connection, t: Any = table, w: Any = condition) -> int:
-                query = sa.select(sa.func.count()).select_from(t).where(w)
-                return int((conn.execute(query)).scalar() or 0)
+                return int((conn.execute(count_rows(t, w))).scalar() or 0)
 
             report[name] = await db.read(count)
             continue
@@ -160,9 +128,9 @@ async def prune_history(
         while True:
 
             def delete(conn: sa.Connection, t: Any = table, w: Any = condition) -> int:
-                ids = [r[0] for r in conn.execute(sa.select(t.c.id).where(w).limit(batch))]
+                ids = [r[0] for r in conn.execute(row_ids(t, w, batch))]
                 if ids:
-                    conn.execute(sa.delete(t).where(t.c.id.in_(ids)))
+                    conn.execute(delete_rows(t), {"ids": ids})
                 return len(ids)
 
             deleted = await db.write(delete)

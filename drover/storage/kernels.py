@@ -9,13 +9,23 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.errors import UnknownKernelError
-from drover.model.rules import HOLDING_KERNEL_STATUSES
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport
 from drover.storage._db import Database
-from drover.storage._sql import chunked, ids_param, ids_value, statement
-from drover.storage.rows import KERNEL_COLUMNS, Times, kernel_from_row
-from drover.storage.schema import entities, status_changes
+from drover.storage._sql import chunked, ids_value, statement
+from drover.storage.rows import Times, kernel_from_row
+from drover.storage.statements.kernels import (
+    ASSIGN_AGENT,
+    INSERT_STATUS_CHANGES,
+    KERNEL_BY_ID,
+    KERNEL_KIND,
+    KERNEL_STATUSES,
+    KERNELS_IN,
+    SET_RUNTIME,
+    apply_reports,
+    current_kernels,
+    usage_per_agent,
+)
 
 __all__ = [
     "BACKEND_SOURCE",
@@ -29,42 +39,6 @@ __all__ = [
 
 #: ``source`` of the status changes a backend reports.
 BACKEND_SOURCE = "backend"
-
-e = entities
-# Backends report the kernel kind in its own spelling (KernelInfo, KernelReport).
-KERNEL_KIND = "kernel"
-
-
-def _current(postgres: bool) -> sa.Select[Any]:
-    """The session and status of the kernels ``:ids`` (locked on PostgreSQL)."""
-    query = sa.select(e.c.id, e.c.parent_id, e.c.status).where(
-        ids_param(e.c.id, "ids", postgres), e.c.kind == KERNEL_KIND
-    )
-    return query.with_for_update() if postgres else query
-
-
-def _apply_reports(postgres: bool) -> sa.Update:
-    """Move the kernels ``:ids`` from ``:from_status`` as their reports say."""
-    return (
-        sa.update(e)
-        .where(ids_param(e.c.id, "ids", postgres), e.c.status == sa.bindparam("from_status"))
-        .values(
-            status=sa.bindparam("to_status"),
-            status_changed_at=sa.bindparam("now"),
-            exit_code=sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
-            status_info=sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
-            agent_id=sa.case(
-                (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
-            ),
-        )
-    )
-
-
-_SET_RUNTIME = (
-    sa.update(e)
-    .where(e.c.id == sa.bindparam("kid"))
-    .values(runtime=sa.bindparam("rt", type_=e.c.runtime.type))
-)
 
 
 async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) -> list[bool]:
@@ -81,7 +55,7 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
 
     def work(conn: sa.Connection) -> list[bool]:
         ids = list({r.kernel_id for r in reports})
-        query = statement(("kernels-current", db.postgres), lambda: _current(db.postgres))
+        query = statement(("kernels-current", db.postgres), lambda: current_kernels(db.postgres))
         current: dict[str, tuple[str, str]] = {
             kid: (sid, status)
             for kid, sid, status in conn.execute(query, {"ids": ids_value(ids, db.postgres)})
@@ -135,7 +109,7 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
             groups[(before, to, code, info, clear)].append(kid)
             if runtime is not None:
                 runtimes.append({"kid": kid, "rt": runtime})
-        update = statement(("apply-reports", db.postgres), lambda: _apply_reports(db.postgres))
+        update = statement(("apply-reports", db.postgres), lambda: apply_reports(db.postgres))
         for (before, to, code, info, clear), kids in groups.items():
             conn.execute(
                 update,
@@ -150,20 +124,11 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
                 },
             )
         if runtimes:
-            conn.execute(_SET_RUNTIME, runtimes)
-        conn.execute(sa.insert(status_changes), changes)
+            conn.execute(SET_RUNTIME, runtimes)
+        conn.execute(INSERT_STATUS_CHANGES, changes)
         return applied
 
     return await db.write(work)
-
-
-def _numeric_request(slot: str, postgres: bool) -> sa.ColumnElement[Any]:
-    """``spec[slot]`` when it is a JSON number, else 0: a bad value never breaks the sum."""
-    if postgres:
-        is_number = sa.func.jsonb_typeof(e.c.spec[slot]) == "number"
-    else:
-        is_number = sa.func.json_type(e.c.spec, f'$."{slot}"').in_(["integer", "real"])
-    return sa.case((is_number, e.c.spec[slot].as_float()), else_=0.0)
 
 
 async def agent_usage(db: Database, slots: Iterable[str]) -> dict[str, dict[str, float]]:
@@ -174,20 +139,9 @@ async def agent_usage(db: Database, slots: Iterable[str]) -> dict[str, dict[str,
     slot ``X`` with ``spec["X"]`` (default 0).
     """
     slot_names = sorted(set(slots))
-    columns = [
-        sa.func.sum(_numeric_request(name, db.postgres)).label(f"s{i}")
-        for i, name in enumerate(slot_names)
-    ]
-    query = (
-        sa.select(e.c.agent_id, *columns)
-        .where(
-            e.c.kind == KERNEL_KIND,
-            # A positive list so the (kind, status) index serves it: ended
-            # kernels, the bulk of the table, are never read.
-            e.c.status.in_(sorted(s.value for s in HOLDING_KERNEL_STATUSES)),
-            e.c.agent_id.is_not(None),
-        )
-        .group_by(e.c.agent_id)
+    pg = db.postgres
+    query = statement(
+        ("agent-usage", tuple(slot_names), pg), lambda: usage_per_agent(slot_names, pg)
     )
 
     def work(conn: sa.Connection) -> dict[str, dict[str, float]]:
@@ -213,11 +167,7 @@ async def assign_agents(db: Database, placements: Mapping[str, str]) -> int:
         placed = 0
         for agent, kernel_ids in by_agent.items():
             for chunk in chunked(kernel_ids):
-                result = conn.execute(
-                    sa.update(e)
-                    .where(e.c.id.in_(chunk), e.c.status == KernelStatus.PENDING.value)
-                    .values(agent_id=agent)
-                )
+                result = conn.execute(ASSIGN_AGENT, {"ids": chunk, "b_agent": agent})
                 placed += max(result.rowcount, 0)
         return placed
 
@@ -226,15 +176,11 @@ async def assign_agents(db: Database, placements: Mapping[str, str]) -> int:
 
 async def kernels_in(db: Database, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
     """Every kernel currently in one of ``statuses`` (a backend's view at start-up)."""
-    query = (
-        sa.select(*KERNEL_COLUMNS)
-        .where(e.c.kind == KERNEL_KIND, e.c.status.in_(sorted(s.value for s in statuses)))
-        .order_by(e.c.id)
-    )
+    params = {"statuses": sorted(s.value for s in statuses)}
 
     def work(conn: sa.Connection) -> list[KernelInfo]:
         times = Times()
-        return [kernel_from_row(r, times) for r in conn.execute(query)]
+        return [kernel_from_row(r, times) for r in conn.execute(KERNELS_IN, params)]
 
     return await db.read(work)
 
@@ -245,8 +191,7 @@ async def kernel_statuses(db: Database, kernel_ids: Sequence[str]) -> dict[str, 
     def work(conn: sa.Connection) -> dict[str, KernelStatus]:
         found: dict[str, KernelStatus] = {}
         for chunk in chunked(list(kernel_ids)):
-            query = sa.select(e.c.id, e.c.status).where(e.c.id.in_(chunk), e.c.kind == KERNEL_KIND)
-            for kid, status in conn.execute(query):
+            for kid, status in conn.execute(KERNEL_STATUSES, {"ids": chunk}):
                 found[kid] = KernelStatus(status)
         return found
 
@@ -257,8 +202,7 @@ async def get_kernel(db: Database, kernel_id: str) -> KernelInfo:
     """One kernel, or UnknownKernelError."""
 
     def work(conn: sa.Connection) -> KernelInfo:
-        query = sa.select(*KERNEL_COLUMNS).where(e.c.id == kernel_id, e.c.kind == KERNEL_KIND)
-        row = (conn.execute(query)).first()
+        row = (conn.execute(KERNEL_BY_ID, {"b_id": kernel_id})).first()
         if row is None:
             raise UnknownKernelError(kernel_id)
         return kernel_from_row(row, Times())

@@ -12,6 +12,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.storage.connect import WRITE_OPTION
+from drover.storage.statements.migrate import SCHEMA_EXISTS, create_schema
 
 __all__ = ["alembic_config", "current_revision", "head_revision", "schema_exists", "upgrade"]
 
@@ -45,7 +46,7 @@ async def upgrade(
 
     def _run(sync_conn: sa.Connection) -> None:
         if schema and sync_conn.dialect.name == "postgresql":
-            sync_conn.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+            sync_conn.execute(create_schema(schema))
         command.upgrade(alembic_config(sync_conn), revision)
 
     async with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
@@ -66,6 +67,5 @@ async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
     """Whether PostgreSQL has the schema ``schema`` (always true on SQLite)."""
     if engine.dialect.name != "postgresql":
         return True
-    query = sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :name")
     async with engine.connect() as conn:
-        return (await conn.execute(query, {"name": schema})).first() is not None
+        return (await conn.execute(SCHEMA_EXISTS, {"name": schema})).first() is not None

@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.storage._db import Database
-from drover.storage._sql import statement
+from drover.storage.statements.notify import CURRENT_SCHEMA, NOTIFY
 
 __all__ = ["CHANNEL_PREFIX", "Subscription", "notify", "subscribe"]
 
@@ -32,16 +32,12 @@ log = logging.getLogger("drover.storage")
 CHANNEL_PREFIX = "drover."
 
 
-def _notify_statement() -> sa.TextClause:
-    return sa.text("SELECT pg_notify(:prefix || current_schema(), :payload)")
-
-
 def notify(conn: sa.Connection, payload: dict[str, Any]) -> None:
     """Announce ``payload`` when the open transaction commits (PostgreSQL; no-op on SQLite)."""
     if conn.dialect.name != "postgresql":
         return
     conn.execute(
-        statement(("notify",), _notify_statement),
+        NOTIFY,
         {"prefix": CHANNEL_PREFIX, "payload": json.dumps(payload, separators=(",", ":"))},
     )
 
@@ -73,7 +69,7 @@ async def subscribe(db: Database, on_news: Callable[[dict[str, Any]], None]) -> 
         return None
     conn = await db.engine.connect()
     try:
-        schema = (await conn.execute(sa.text("SELECT current_schema()"))).scalar_one()
+        schema = (await conn.execute(CURRENT_SCHEMA)).scalar_one()
         await conn.commit()
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None

@@ -35,6 +35,7 @@ from drover.storage import sessions as _sessions
 from drover.storage import ticks as _ticks
 from drover.storage._db import Database
 from drover.storage.sessions import SESSION_ORDERS, SessionFilter
+from drover.storage.statements.queries import PING
 from drover.storage.ticks import BUCKETS, HandlerErrors, MetricsSnapshot
 
 __all__ = [
@@ -90,7 +91,7 @@ class Queries:
         """Run ``SELECT 1``: raises if the database does not answer."""
 
         def work(conn: sa.Connection) -> None:
-            conn.execute(sa.text("SELECT 1"))
+            conn.execute(PING)
 
         await self._db.read(work)
 

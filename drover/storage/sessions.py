@@ -12,13 +12,20 @@ from drover.model.errors import InvalidSpecError, UnknownEntityError, UnknownSes
 from drover.model.status import SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import ids_param, ids_value, statement
-from drover.storage.rows import (
-    ENTITY_COLUMNS,
-    KERNEL_COLUMNS,
-    sessions_with_kernels,
+from drover.storage._sql import ids_value, statement
+from drover.storage.rows import sessions_with_kernels
+from drover.storage.statements.sessions import (
+    FETCH_ORDER,
+    LATEST_ENTITY_ID,
+    SESSION_BY_ID,
+    SESSION_COUNTS_BY_STATUS,
+    SESSION_KIND,
+    SESSION_ORDERS,
+    ids_by_prefix,
+    kernels_of,
+    sessions_filtered,
+    sessions_in,
 )
-from drover.storage.schema import entities, scheduling_history
 
 __all__ = [
     "FETCH_ORDER",
@@ -33,25 +40,10 @@ __all__ = [
     "resolve_session_id",
 ]
 
-e = entities
-# This module reads the session kind in its own spelling (SessionWithKernels).
-SESSION_KIND = "session"
-#: The order handlers see sessions in: highest priority, then oldest.
-FETCH_ORDER = (e.c.priority.desc(), e.c.created_at, e.c.id)
-#: Orders a person may list sessions in (``drover sessions --sort``, the dashboard).
-SESSION_ORDERS: dict[str, tuple[Any, ...]] = {
-    "newest": (e.c.created_at.desc(), e.c.id.desc()),
-    "oldest": (e.c.created_at, e.c.id),
-    "priority": FETCH_ORDER,
-}
-
-
-def _kernels_of(postgres: bool) -> sa.Select[Any]:
-    return sa.select(*KERNEL_COLUMNS).where(ids_param(e.c.parent_id, "ids", postgres))
-
 
 def read_kernels_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
-    """Kernel rows (:data:`KERNEL_COLUMNS`) of the sessions ``ids``, in no particular order.
+    """Kernel rows (:data:`~drover.storage.rows.KERNEL_COLUMNS`) of the sessions ``ids``, in
+    no particular order.
 
     :func:`~drover.storage.rows.sessions_with_kernels` orders them; sorting a
     few kernels per session in Python is cheaper than a sort in SQL.
@@ -59,23 +51,26 @@ def read_kernels_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
     if not ids:
         return []
     postgres = conn.dialect.name == "postgresql"
-    query: sa.Select[Any] = statement(("kernels-of", postgres), lambda: _kernels_of(postgres))
+    query: sa.Select[Any] = statement(("kernels-of", postgres), lambda: kernels_of(postgres))
     rows: Sequence[Any] = (conn.execute(query, {"ids": ids_value(ids, postgres)})).all()
     return rows
 
 
 def _sessions(
-    conn: sa.Connection, query: sa.Select[Any], handler: str | None = None
+    conn: sa.Connection,
+    query: sa.Select[Any],
+    handler: str | None = None,
+    params: dict[str, Any] | None = None,
 ) -> list[SessionWithKernels]:
-    rows = (conn.execute(query)).all()
+    rows = (conn.execute(query, params)).all()
     kernel_rows = read_kernels_of(conn, [r[0] for r in rows])
     return sessions_with_kernels(rows, kernel_rows, handler)
 
 
 async def get_session(db: Database, session_id: str) -> SessionWithKernels:
     """One session with its kernels, or UnknownSessionError."""
-    query = sa.select(*ENTITY_COLUMNS).where(e.c.id == session_id, e.c.kind == SESSION_KIND)
-    found = await db.read(lambda conn: _sessions(conn, query))
+    params = {"b_id": session_id}
+    found = await db.read(lambda conn: _sessions(conn, SESSION_BY_ID, params=params))
     if not found:
         raise UnknownSessionError(session_id)
     return found[0]
@@ -86,10 +81,7 @@ async def resolve_session_id(db: Database, prefix: str, kind: str | None = SESSI
     ``prefix`` (or equals it)."""
     if not prefix:
         raise UnknownEntityError(prefix, kind)
-    query = sa.select(e.c.id).where(e.c.id.startswith(prefix, autoescape=True))
-    if kind is not None:
-        query = query.where(e.c.kind == kind)
-    query = query.order_by(e.c.id).limit(3)
+    query = ids_by_prefix(prefix, kind)
 
     def work(conn: sa.Connection) -> list[str]:
         return [r[0] for r in conn.execute(query)]
@@ -118,13 +110,8 @@ async def list_sessions(
 
     ``order`` is a key of :data:`SESSION_ORDERS`; ``priority`` is fetch order.
     """
-    query = (
-        sa.select(*ENTITY_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[order])
-    )
-    if statuses is not None:
-        query = query.where(e.c.status.in_([s.value for s in statuses]))
-    if limit is not None:
-        query = query.limit(limit)
+    wanted = None if statuses is None else [s.value for s in statuses]
+    query = sessions_in(wanted, limit, order)
     return await db.read(lambda conn: _sessions(conn, query))
 
 
@@ -147,42 +134,25 @@ class SessionFilter:
 
 async def filtered_sessions(db: Database, f: SessionFilter) -> list[SessionWithKernels]:
     """Sessions (with kernels) matching ``f``, in the order ``f.sort`` names."""
-    query = (
-        sa.select(*ENTITY_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[f.sort])
+    query = sessions_filtered(
+        statuses=[s.value for s in f.statuses],
+        name=f.name,
+        handler=f.handler,
+        since=f.since,
+        until=f.until,
+        limit=f.limit,
+        sort=f.sort,
     )
-    if f.statuses:
-        query = query.where(e.c.status.in_([s.value for s in f.statuses]))
-    if f.name:
-        query = query.where(sa.func.lower(e.c.name).contains(f.name.lower(), autoescape=True))
-    if f.handler:
-        h = scheduling_history
-        latest = (
-            sa.select(h.c.entity_id, sa.func.max(h.c.id).label("latest_id"))
-            .group_by(h.c.entity_id)
-            .subquery()
-        )
-        by_handler = (
-            sa.select(latest.c.entity_id)
-            .join(h, h.c.id == latest.c.latest_id)
-            .where(h.c.handler == f.handler)
-        )
-        query = query.where(e.c.id.in_(by_handler))
-    if f.since is not None:
-        query = query.where(e.c.created_at >= f.since)
-    if f.until is not None:
-        query = query.where(e.c.created_at <= f.until)
-    query = query.limit(f.limit)
     return await db.read(lambda conn: _sessions(conn, query))
 
 
 async def count_by_status(db: Database) -> dict[SessionStatus, int]:
     """The number of sessions in each status (statuses with none are omitted)."""
-    query = (
-        sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
-    )
 
     def work(conn: sa.Connection) -> dict[SessionStatus, int]:
-        return {SessionStatus(status): count for status, count in conn.execute(query)}
+        return {
+            SessionStatus(status): count for status, count in conn.execute(SESSION_COUNTS_BY_STATUS)
+        }
 
     return await db.read(work)
 
@@ -191,7 +161,7 @@ async def latest_entity_id(db: Database) -> str | None:
     """The newest entity id (ids are time-ordered): one primary-key index lookup."""
 
     def work(conn: sa.Connection) -> str | None:
-        value = (conn.execute(sa.select(sa.func.max(e.c.id)))).scalar()
+        value = (conn.execute(LATEST_ENTITY_ID)).scalar()
         return str(value) if value is not None else None
 
     return await db.read(work)

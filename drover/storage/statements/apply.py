@@ -11,7 +11,7 @@
 3. the history: :func:`insert_history`, :func:`latest_history`,
    :data:`MERGE_HISTORY` and :data:`INSERT_HISTORY_ROWS`.
 
-Ids are bound as one parameter (``:ids``, see :func:`drover.storage._sql.ids_param`).
+Ids are bound as one parameter (``:ids``, see :func:`drover.storage.statements.ids.ids_param`).
 The executor builds each statement once per shape
 (:func:`drover.storage._sql.statement`); the arguments of a builder are its
 shape.
@@ -26,9 +26,9 @@ import sqlalchemy as sa
 from drover.model.kinds import EntityKind
 from drover.model.status import KernelStatus
 from drover.model.values import StatusInfoRule
-from drover.storage._children import K, kernel_exists, kernel_status_in
-from drover.storage._sql import ids_param
 from drover.storage.schema import entities, scheduling_history, status_changes
+from drover.storage.statements.children import K, kernel_exists, kernel_status_in
+from drover.storage.statements.ids import ids_param
 
 __all__ = [
     "INSERT_HISTORY_ROWS",

@@ -3,7 +3,7 @@
 :func:`targets_query` reads the batch (claiming it on PostgreSQL with
 :func:`claim_rows`; an apply drops the claim with :func:`release_rows`), and
 :func:`children_of` reads the children of the batch's entities (sessions'
-kernels have their own read, :func:`drover.storage.sessions.read_kernels_of`).
+kernels have their own read, :func:`drover.storage.statements.sessions.kernels_of`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.filters import CandidateFilter
-from drover.storage._filters import compile_filters
-from drover.storage._sql import ids_param
 from drover.storage.rows import ENTITY_COLUMNS
 from drover.storage.schema import entities
-from drover.storage.sessions import FETCH_ORDER
+from drover.storage.statements.filters import compile_filters
+from drover.storage.statements.ids import ids_param
+from drover.storage.statements.sessions import FETCH_ORDER
 
 __all__ = ["children_of", "claim_rows", "release_rows", "targets_query"]
 

@@ -14,10 +14,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.promotion import PromotionRule
-from drover.storage._children import match_condition
 from drover.storage.schema import entities
-from drover.storage.sessions import FETCH_ORDER
 from drover.storage.statements.apply import status_info_expression
+from drover.storage.statements.children import match_condition
+from drover.storage.statements.sessions import FETCH_ORDER
 
 __all__ = ["promote_entities", "promotion_candidates", "promotion_probe"]
 
@@ -27,7 +27,7 @@ e = entities
 def promotion_candidates(rule: PromotionRule, statuses: Iterable[str]) -> sa.Select[Any]:
     """Ids of the entities of ``rule.kind`` in ``statuses`` that ``rule`` matches, in fetch order.
 
-    The match is :func:`drover.storage._children.match_condition` (ALL / ANY /
+    The match is :func:`drover.storage.statements.children.match_condition` (ALL / ANY /
     NOT_ANY over the entity's children), correlated to this select's own
     ``entities``.
     """

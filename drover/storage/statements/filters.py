@@ -23,8 +23,8 @@ from drover.model.filters import (
     Field,
     StatusAge,
 )
-from drover.storage._children import K, kernel_status_in, match_condition
 from drover.storage.schema import entities, relations
+from drover.storage.statements.children import K, kernel_status_in, match_condition
 
 __all__ = ["compile_filters"]
 

@@ -1,0 +1,152 @@
+"""The statements of :mod:`drover.storage.history`: reading and pruning the history tables.
+
+``scheduling_history`` (what handlers concluded) is read by
+:func:`history_rows` and :func:`history_search`; ``status_changes`` (every
+other status change) by :func:`change_rows` and :func:`change_search`.
+Pruning deletes, table by table (:func:`prune_targets`), rows of entities
+whose top-level entity ended (:func:`ended_entities`): :func:`count_rows`
+counts them, :func:`row_ids` and :func:`delete_rows` delete them in batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from drover.model.kinds import EntityKind
+from drover.storage.schema import entities, handler_ticks, scheduling_history, status_changes
+
+__all__ = [
+    "change_rows",
+    "change_search",
+    "count_rows",
+    "delete_rows",
+    "ended_entities",
+    "history_rows",
+    "history_search",
+    "prune_targets",
+    "row_ids",
+]
+
+e = entities
+h = scheduling_history
+c = status_changes
+
+
+def history_rows(kind: str | None, entity_id: str | None, limit: int | None) -> sa.Select[Any]:
+    """Scheduling history rows, oldest first: of ``kind``, of the entity ``entity_id``
+    (``None``: any), at most ``limit`` (``None``: all)."""
+    query = sa.select(h).order_by(h.c.id)
+    if kind is not None:
+        query = query.where(h.c.kind == kind)
+    if entity_id is not None:
+        query = query.where(h.c.entity_id == entity_id)
+    if limit is not None:
+        query = query.limit(limit)
+    return query
+
+
+def change_rows(kernel_id: str | None, parent_id: str | None) -> sa.Select[Any]:
+    """Status changes, oldest first: of the entity ``kernel_id``, of the children of
+    ``parent_id`` (``None``: any)."""
+    query = sa.select(c).order_by(c.c.id)
+    if kernel_id is not None:
+        query = query.where(c.c.entity_id == kernel_id)
+    if parent_id is not None:
+        query = query.where(c.c.parent_id == parent_id)
+    return query
+
+
+def history_search(
+    *,
+    kind: str | None,
+    entity_id: str | None,
+    handler: str | None,
+    result: str | None,
+    since: float | None,
+    until: float | None,
+    after_id: int | None,
+    limit: int,
+    newest_first: bool,
+) -> sa.Select[Any]:
+    """Scheduling history rows matching every filter that is not ``None``.
+
+    ``since`` compares with ``updated_at``, ``until`` with ``created_at``;
+    ``after_id``: rows newer than that one.
+    """
+    query = sa.select(h)
+    if kind is not None:
+        query = query.where(h.c.kind == kind)
+    if entity_id is not None:
+        query = query.where(h.c.entity_id == entity_id)
+    if handler is not None:
+        query = query.where(h.c.handler == handler)
+    if result is not None:
+        query = query.where(h.c.result == result)
+    if since is not None:
+        query = query.where(h.c.updated_at >= since)
+    if until is not None:
+        query = query.where(h.c.created_at <= until)
+    if after_id is not None:
+        query = query.where(h.c.id > after_id)
+    return query.order_by(h.c.id.desc() if newest_first else h.c.id).limit(limit)
+
+
+def change_search(
+    kernel_id: str, since: float | None, until: float | None, limit: int
+) -> sa.Select[Any]:
+    """The status changes of the entity ``kernel_id`` created between ``since`` and
+    ``until`` (``None``: unbounded), newest first, at most ``limit``."""
+    query = sa.select(c).where(c.c.entity_id == kernel_id)
+    if since is not None:
+        query = query.where(c.c.created_at >= since)
+    if until is not None:
+        query = query.where(c.c.created_at <= until)
+    return query.order_by(c.c.id.desc()).limit(limit)
+
+
+def ended_entities(kinds: Iterable[EntityKind]) -> sa.Select[Any]:
+    """Ids of the entities of the top-level ``kinds`` (no parent) that are in a terminal status."""
+    return sa.select(e.c.id).where(
+        sa.or_(
+            *(
+                sa.and_(e.c.kind == kind.name, e.c.status.in_(sorted(kind.terminal)))
+                for kind in kinds
+                if kind.parent is None
+            )
+        )
+    )
+
+
+def prune_targets(
+    kinds: Iterable[EntityKind], older_than: float
+) -> dict[str, tuple[sa.Table, sa.ColumnElement[bool]]]:
+    """Per table, the rows pruning deletes.
+
+    History and status changes last updated (created) before ``older_than``
+    of entities whose top-level entity ended (:func:`ended_entities`), and
+    tick summaries started before it.
+    """
+    ended = ended_entities(kinds)
+    return {
+        "scheduling_history": (h, sa.and_(h.c.updated_at < older_than, h.c.entity_id.in_(ended))),
+        "status_changes": (c, sa.and_(c.c.created_at < older_than, c.c.parent_id.in_(ended))),
+        "handler_ticks": (handler_ticks, handler_ticks.c.started_at < older_than),
+    }
+
+
+def count_rows(table: sa.Table, condition: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """The number of rows of ``table`` where ``condition`` holds."""
+    return sa.select(sa.func.count()).select_from(table).where(condition)
+
+
+def row_ids(table: sa.Table, condition: sa.ColumnElement[bool], limit: int) -> sa.Select[Any]:
+    """Ids of at most ``limit`` rows of ``table`` where ``condition`` holds."""
+    return sa.select(table.c.id).where(condition).limit(limit)
+
+
+def delete_rows(table: sa.Table) -> sa.Delete:
+    """Delete the rows of ``table`` whose id is among ``:ids`` (a list)."""
+    return sa.delete(table).where(table.c.id.in_(sa.bindparam("ids", expanding=True)))

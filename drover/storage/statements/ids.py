@@ -1,0 +1,42 @@
+"""A list of ids as ONE bind parameter: the SQL side (the value to bind is
+:func:`drover.storage._sql.ids_value`).
+
+On SQLite the parameter is a JSON array read with ``json_each``; on
+PostgreSQL an array compared with ``= ANY``. One parameter instead of
+hundreds keeps SQLAlchemy's per-execution work (expanding and processing
+every element) off the hot path, needs no chunking under the databases'
+parameter limits, and turns a thousand ids into one statement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+__all__ = ["IDS_TYPE", "ids_in", "ids_param"]
+
+#: The PostgreSQL type of an id list.
+IDS_TYPE = postgresql.ARRAY(sa.String())
+
+
+def ids_param(column: sa.ColumnElement[Any], name: str, postgres: bool) -> sa.ColumnElement[bool]:
+    """``column IN (:name)`` where ``:name`` is bound to
+    :func:`~drover.storage._sql.ids_value` of the ids."""
+    if postgres:
+        return column == sa.any_(sa.bindparam(name, type_=IDS_TYPE))
+    values = sa.func.json_each(sa.bindparam(name, type_=sa.Text)).table_valued("value")
+    return column.in_(sa.select(values.c.value))
+
+
+def ids_in(
+    column: sa.ColumnElement[Any], ids: Sequence[str], postgres: bool
+) -> sa.ColumnElement[bool]:
+    """``column IN (ids)`` with the ids bound as one parameter (for statements built per call)."""
+    if postgres:
+        return column == sa.any_(sa.literal(list(ids), IDS_TYPE))
+    values = sa.func.json_each(sa.literal(json.dumps(list(ids)), sa.Text)).table_valued("value")
+    return column.in_(sa.select(values.c.value))

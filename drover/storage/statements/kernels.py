@@ -1,0 +1,138 @@
+"""The statements of :mod:`drover.storage.kernels`: backend reports, placements, agents' usage.
+
+A backend's reports read the kernels' current state (:func:`current_kernels`),
+move them (:func:`apply_reports`, :data:`SET_RUNTIME`) and record the changes
+(:data:`INSERT_STATUS_CHANGES`). :data:`ASSIGN_AGENT` places kernels,
+:func:`usage_per_agent` sums what agents hold, and :data:`KERNELS_IN`,
+:data:`KERNEL_STATUSES` and :data:`KERNEL_BY_ID` read kernels back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from drover.model.rules import HOLDING_KERNEL_STATUSES
+from drover.model.status import KernelStatus
+from drover.storage.rows import KERNEL_COLUMNS
+from drover.storage.schema import entities, status_changes
+from drover.storage.statements.ids import ids_param
+
+__all__ = [
+    "ASSIGN_AGENT",
+    "INSERT_STATUS_CHANGES",
+    "KERNELS_IN",
+    "KERNEL_BY_ID",
+    "KERNEL_KIND",
+    "KERNEL_STATUSES",
+    "SET_RUNTIME",
+    "apply_reports",
+    "current_kernels",
+    "numeric_request",
+    "usage_per_agent",
+]
+
+e = entities
+#: The kernel kind, in the spelling of backends (:class:`~drover.model.values.KernelInfo`).
+KERNEL_KIND = "kernel"
+
+
+def current_kernels(postgres: bool) -> sa.Select[Any]:
+    """The session and status of the kernels ``:ids`` (locked on PostgreSQL)."""
+    query = sa.select(e.c.id, e.c.parent_id, e.c.status).where(
+        ids_param(e.c.id, "ids", postgres), e.c.kind == KERNEL_KIND
+    )
+    return query.with_for_update() if postgres else query
+
+
+def apply_reports(postgres: bool) -> sa.Update:
+    """Move the kernels ``:ids`` from ``:from_status`` as their reports say.
+
+    To ``:to_status`` at ``:now``; ``:exit_code`` and ``:info`` (the
+    ``status_info``) when not null; the agent cleared when ``:clear_agent``.
+    """
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", postgres), e.c.status == sa.bindparam("from_status"))
+        .values(
+            status=sa.bindparam("to_status"),
+            status_changed_at=sa.bindparam("now"),
+            exit_code=sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
+            status_info=sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
+            agent_id=sa.case(
+                (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
+            ),
+        )
+    )
+
+
+#: ``runtime = :rt`` of the kernel ``:kid`` (executed with many rows).
+SET_RUNTIME = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"))
+    .values(runtime=sa.bindparam("rt", type_=e.c.runtime.type))
+)
+
+#: Status changes recorded one by one (executed with many rows).
+INSERT_STATUS_CHANGES = sa.insert(status_changes)
+
+
+def numeric_request(slot: str, postgres: bool) -> sa.ColumnElement[Any]:
+    """``spec[slot]`` when it is a JSON number, else 0: a bad value never breaks the sum."""
+    if postgres:
+        is_number = sa.func.jsonb_typeof(e.c.spec[slot]) == "number"
+    else:
+        is_number = sa.func.json_type(e.c.spec, f'$."{slot}"').in_(["integer", "real"])
+    return sa.case((is_number, e.c.spec[slot].as_float()), else_=0.0)
+
+
+def usage_per_agent(slots: Sequence[str], postgres: bool) -> sa.Select[Any]:
+    """Per agent: its id, then the sum of each of ``slots`` over its placed, live kernels.
+
+    Live: neither PENDING nor ended
+    (:data:`drover.model.rules.HOLDING_KERNEL_STATUSES`).
+    """
+    columns = [
+        sa.func.sum(numeric_request(name, postgres)).label(f"s{i}") for i, name in enumerate(slots)
+    ]
+    return (
+        sa.select(e.c.agent_id, *columns)
+        .where(
+            e.c.kind == KERNEL_KIND,
+            # A positive list so the (kind, status) index serves it: ended
+            # kernels, the bulk of the table, are never read.
+            e.c.status.in_(sorted(s.value for s in HOLDING_KERNEL_STATUSES)),
+            e.c.agent_id.is_not(None),
+        )
+        .group_by(e.c.agent_id)
+    )
+
+
+#: ``agent_id = :b_agent`` on the PENDING kernels among ``:ids`` (a list).
+ASSIGN_AGENT = (
+    sa.update(e)
+    .where(
+        e.c.id.in_(sa.bindparam("ids", expanding=True)),
+        e.c.status == KernelStatus.PENDING.value,
+    )
+    .values(agent_id=sa.bindparam("b_agent"))
+)
+
+#: Every kernel (:data:`~drover.storage.rows.KERNEL_COLUMNS`) in ``:statuses`` (a list), by id.
+KERNELS_IN = (
+    sa.select(*KERNEL_COLUMNS)
+    .where(e.c.kind == KERNEL_KIND, e.c.status.in_(sa.bindparam("statuses", expanding=True)))
+    .order_by(e.c.id)
+)
+
+#: Id and status of the kernels among ``:ids`` (a list).
+KERNEL_STATUSES = sa.select(e.c.id, e.c.status).where(
+    e.c.id.in_(sa.bindparam("ids", expanding=True)), e.c.kind == KERNEL_KIND
+)
+
+#: The kernel ``:b_id`` (:data:`~drover.storage.rows.KERNEL_COLUMNS`).
+KERNEL_BY_ID = sa.select(*KERNEL_COLUMNS).where(
+    e.c.id == sa.bindparam("b_id"), e.c.kind == KERNEL_KIND
+)

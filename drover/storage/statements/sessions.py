@@ -1,0 +1,132 @@
+"""The statements of :mod:`drover.storage.sessions`: reading sessions and their kernels.
+
+Sessions are rows of ``entities`` of kind :data:`SESSION_KIND`, read as
+:data:`~drover.storage.rows.ENTITY_COLUMNS`; their kernels as the narrower
+:data:`~drover.storage.rows.KERNEL_COLUMNS`. The orders sessions are listed in
+(:data:`FETCH_ORDER`, :data:`SESSION_ORDERS`) are here too: the fetch and the
+promotions sort by :data:`FETCH_ORDER`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from drover.storage.rows import ENTITY_COLUMNS, KERNEL_COLUMNS
+from drover.storage.schema import entities, scheduling_history
+from drover.storage.statements.ids import ids_param
+
+__all__ = [
+    "FETCH_ORDER",
+    "LATEST_ENTITY_ID",
+    "SESSION_BY_ID",
+    "SESSION_COUNTS_BY_STATUS",
+    "SESSION_KIND",
+    "SESSION_ORDERS",
+    "ids_by_prefix",
+    "kernels_of",
+    "sessions_filtered",
+    "sessions_in",
+]
+
+e = entities
+#: The session kind, in the spelling of :class:`~drover.model.values.SessionWithKernels`.
+SESSION_KIND = "session"
+#: The order handlers see sessions in: highest priority, then oldest.
+FETCH_ORDER = (e.c.priority.desc(), e.c.created_at, e.c.id)
+#: Orders a person may list sessions in (``drover sessions --sort``, the dashboard).
+SESSION_ORDERS: dict[str, tuple[Any, ...]] = {
+    "newest": (e.c.created_at.desc(), e.c.id.desc()),
+    "oldest": (e.c.created_at, e.c.id),
+    "priority": FETCH_ORDER,
+}
+
+
+def kernels_of(postgres: bool) -> sa.Select[Any]:
+    """The kernels (:data:`~drover.storage.rows.KERNEL_COLUMNS`) of the sessions ``:ids``."""
+    return sa.select(*KERNEL_COLUMNS).where(ids_param(e.c.parent_id, "ids", postgres))
+
+
+#: The session ``:b_id`` (:data:`~drover.storage.rows.ENTITY_COLUMNS`), if it is one.
+SESSION_BY_ID = sa.select(*ENTITY_COLUMNS).where(
+    e.c.id == sa.bindparam("b_id"), e.c.kind == SESSION_KIND
+)
+
+
+def ids_by_prefix(prefix: str, kind: str | None) -> sa.Select[Any]:
+    """The first three ids (in id order) of entities of ``kind`` (``None``: any) starting
+    with ``prefix``, its ``%`` and ``_`` taken literally."""
+    query = sa.select(e.c.id).where(e.c.id.startswith(prefix, autoescape=True))
+    if kind is not None:
+        query = query.where(e.c.kind == kind)
+    return query.order_by(e.c.id).limit(3)
+
+
+def sessions_in(statuses: Iterable[str] | None, limit: int | None, order: str) -> sa.Select[Any]:
+    """Sessions (:data:`~drover.storage.rows.ENTITY_COLUMNS`) in ``statuses`` (``None``: all),
+    in ``order`` (a key of :data:`SESSION_ORDERS`), at most ``limit`` (``None``: all)."""
+    query = (
+        sa.select(*ENTITY_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[order])
+    )
+    if statuses is not None:
+        query = query.where(e.c.status.in_(list(statuses)))
+    if limit is not None:
+        query = query.limit(limit)
+    return query
+
+
+def sessions_filtered(
+    *,
+    statuses: Iterable[str],
+    name: str | None,
+    handler: str | None,
+    since: float | None,
+    until: float | None,
+    limit: int,
+    sort: str,
+) -> sa.Select[Any]:
+    """Sessions (:data:`~drover.storage.rows.ENTITY_COLUMNS`) matching every filter given.
+
+    ``statuses`` (empty: any), a case-insensitive substring of the ``name``,
+    the ``handler`` of the session's latest scheduling history row, created
+    at or after ``since`` and at or before ``until``; in ``sort`` (a key of
+    :data:`SESSION_ORDERS`), at most ``limit``. (The dashboard's
+    :class:`~drover.storage.sessions.SessionFilter`.)
+    """
+    query = (
+        sa.select(*ENTITY_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[sort])
+    )
+    wanted = list(statuses)
+    if wanted:
+        query = query.where(e.c.status.in_(wanted))
+    if name:
+        query = query.where(sa.func.lower(e.c.name).contains(name.lower(), autoescape=True))
+    if handler:
+        h = scheduling_history
+        latest = (
+            sa.select(h.c.entity_id, sa.func.max(h.c.id).label("latest_id"))
+            .group_by(h.c.entity_id)
+            .subquery()
+        )
+        by_handler = (
+            sa.select(latest.c.entity_id)
+            .join(h, h.c.id == latest.c.latest_id)
+            .where(h.c.handler == handler)
+        )
+        query = query.where(e.c.id.in_(by_handler))
+    if since is not None:
+        query = query.where(e.c.created_at >= since)
+    if until is not None:
+        query = query.where(e.c.created_at <= until)
+    return query.limit(limit)
+
+
+#: ``(status, number of sessions)`` for every status that has sessions.
+SESSION_COUNTS_BY_STATUS = (
+    sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
+)
+
+#: The newest entity id (ids are time-ordered): one primary-key index lookup.
+LATEST_ENTITY_ID = sa.select(sa.func.max(e.c.id))
