@@ -7,12 +7,12 @@ import pluggy
 
 from drover.cli._common import CliState
 from drover.cli.db import db
+from drover.cli.entity import show, terminate
 from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
 from drover.cli.run import run
 from drover.cli.serve import serve
-from drover.cli.sessions import logs, sessions, show, submit, terminate
 from drover.cli.status import config, status
 
 __all__ = ["main"]
@@ -59,10 +59,7 @@ _DEFERRED_WARNING = "drover_plugin_warning"
 
 for command in (
     run,
-    submit,
-    sessions,
     show,
-    logs,
     terminate,
     status,
     config,

@@ -37,7 +37,7 @@ BUILTIN_PLUGINS: list[tuple[str, object]] = [
 
 #: ``(plugin name, plugin)`` of the plugins every plugin manager loads, whatever
 #: it is told (they cannot be blocked): each package's kinds
-#: (``drover_register_kinds``) and the deployments' commands
+#: (``drover_register_kinds``) and their commands
 #: (``drover_register_commands``).
 KIND_PLUGINS: list[tuple[str, object]] = [
     ("drover.kinds.sessions", session_kinds),

@@ -20,7 +20,7 @@ as a plugin registers its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drover.model.checks import is_finite, is_number
 from drover.model.errors import InvalidSpecError
@@ -35,12 +35,16 @@ from drover.model.values import KernelInfo, SessionWithKernels
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import KindRegistry
 
+if TYPE_CHECKING:
+    import click
+
 __all__ = [
     "ENGINE_KERNEL_KEYS",
     "KERNEL",
     "KERNEL_DEFAULTS",
     "SESSION",
     "check_kernel_spec",
+    "drover_register_commands",
     "drover_register_kinds",
     "with_kernel_defaults",
 ]
@@ -147,3 +151,16 @@ KERNEL = EntityKind(
 def drover_register_kinds(register: KindRegistry) -> None:
     """Register ``session`` and its child kind ``kernel``."""
     register(SESSION, KERNEL)
+
+
+# First (tryfirst): drover's own commands are added even when a later plugin's
+# hook raises, and a plugin may still replace one by adding a command of that name.
+@hookimpl(tryfirst=True)
+def drover_register_commands(cli: click.Group) -> None:
+    """Add ``submit``, ``sessions`` and ``logs`` to ``drover``."""
+    # Imported only now, as the command line is built: the commands use the CLI's
+    # helpers (importing drover.cli builds the command line, which calls this hook).
+    from drover.kinds.sessions.cli import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)

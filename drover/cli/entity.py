@@ -1,0 +1,172 @@
+"""Commands on an entity of any kind: ``drover show`` and ``drover terminate``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from drover.app import App
+from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.inspection.why import describe_exit
+from drover.model.errors import InvalidSpecError
+from drover.model.values import Entity, HistoryRecord, SessionWithKernels
+from drover.serialization import entity_json, history_json, iso, session_json, termination_json
+
+__all__ = ["show", "terminate"]
+
+
+@click.command()
+@click.argument("session_id")
+@click.option(
+    "--history",
+    "history_rows",
+    type=int,
+    default=10,
+    show_default=True,
+    help="How many of the latest history rows to show.",
+)
+@json_option
+@database_option
+@click.pass_context
+def show(
+    ctx: click.Context,
+    session_id: str,
+    history_rows: int,
+    as_json: bool,
+    database_url: str | None,
+) -> None:
+    """Show a session, its kernels (agent, pid, exit code, logs) and its last history rows;
+    or an entity of any other kind, its children, data and history.
+
+    SESSION_ID may be any unique prefix of the id.
+
+    Example: drover show 01a2f3
+    """
+
+    async def work(app: App) -> tuple[Any, list[Any]]:
+        sid = await app.repository.resolve_entity_id(session_id)
+        entity: Entity | SessionWithKernels = await app.repository.get_entity(sid)
+        if app.kinds[entity.kind].value_type is SessionWithKernels:
+            entity = await app.repository.get_session(sid)
+        rows = await app.repository.history(sid)
+        return entity, rows[-history_rows:] if history_rows > 0 else []
+
+    session, rows = with_app(ctx, work, database_url=database_url)
+    if not isinstance(session, SessionWithKernels):
+        _show_entity(session, rows, as_json)
+        return
+    if as_json:
+        data = session_json(session)
+        data["history"] = [history_json(r) for r in rows]
+        emit_json(data)
+        return
+    click.echo(f"session      {session.id}  ({session.name})")
+    click.echo(f"status       {session.status}  since {iso(session.status_changed_at)}")
+    click.echo(f"status_info  {session.status_info or '-'}")
+    click.echo(f"result       {session.result or '-'}")
+    tries = ", ".join(f"{h} {n}" for h, n in sorted(session.tries.items())) or "none"
+    click.echo(f"tries        {tries}  (failures per handler in this status)")
+    click.echo(f"requeues     {session.requeues}")
+    data = session_json(session)
+    print_table(
+        ["#", "kernel", "status", "agent", "pid", "exit", "status_info", "stdout"],
+        [
+            (
+                k["index"],
+                k["id"],
+                k["status"],
+                k["agent_id"],
+                k["pid"],
+                describe_exit(k["exit_code"]),
+                k["status_info"],
+                k["stdout"],
+            )
+            for k in data["kernels"]
+        ],
+        title="kernels",
+    )
+    _print_history(rows)
+
+
+@click.command()
+@click.argument("session_ids", nargs=-1, required=True)
+@json_option
+@database_option
+@click.pass_context
+def terminate(
+    ctx: click.Context, session_ids: tuple[str, ...], as_json: bool, database_url: str | None
+) -> None:
+    """Ask for sessions (or entities of any kind) to end, each by its kind's rule:
+    PENDING sessions are cancelled, live ones terminated; a plugin's kind goes
+    to its own cleanup status.
+
+    SESSION_IDS may be unique prefixes. Nothing is changed if any id is unknown.
+
+    Example: drover terminate 01a2f3 01a2f4
+    """
+
+    async def work(app: App) -> list[Any]:
+        ids = [await app.repository.resolve_entity_id(s) for s in session_ids]
+        return await app.repository.request_termination(ids)
+
+    try:
+        outcomes = with_app(ctx, work, database_url=database_url)
+    except InvalidSpecError as error:  # pragma: no cover - run_async maps it already
+        raise click.ClickException(str(error)) from None
+    if as_json:
+        emit_json([termination_json(o) for o in outcomes])
+        return
+    for o in outcomes:
+        if o.changed:
+            click.echo(f"{o.session_id}: {o.from_status} -> {o.to_status}")
+        else:
+            click.echo(f"{o.session_id}: already {o.to_status}, nothing to do")
+
+
+def _show_entity(entity: Entity, rows: list[HistoryRecord], as_json: bool) -> None:
+    """``drover show`` of an entity that is not a session."""
+    if as_json:
+        data = entity_json(entity)
+        data["history"] = [history_json(r) for r in rows]
+        emit_json(data)
+        return
+    click.echo(f"{entity.kind:<12} {entity.id}  ({entity.name or '-'})")
+    click.echo(f"status       {entity.status}  since {iso(entity.status_changed_at)}")
+    click.echo(f"status_info  {entity.status_info or '-'}")
+    click.echo(f"result       {entity.result or '-'}")
+    if entity.parent_id:
+        click.echo(f"parent       {entity.parent_id}")
+    tries = ", ".join(f"{h} {n}" for h, n in sorted(entity.tries.items())) or "none"
+    click.echo(f"tries        {tries}  (failures per handler in this status)")
+    budgets = ", ".join(f"{b} {n}" for b, n in sorted((entity.budgets or {}).items())) or "none"
+    click.echo(f"budgets      {budgets}")
+    click.echo(f"spec         {json.dumps(entity.spec, sort_keys=True)}")
+    click.echo(f"data         {json.dumps(entity.data, sort_keys=True)}")
+    print_table(
+        ["#", "child", "kind", "status", "result"],
+        [(i, c.id, c.kind, c.status, c.result) for i, c in enumerate(entity.children, start=1)],
+        title="children",
+    )
+    _print_history(rows)
+
+
+def _print_history(rows: list[HistoryRecord]) -> None:
+    """The latest history rows of ``drover show``, oldest first."""
+    print_table(
+        ["time", "handler", "result", "from → to", "attempts", "error code", "message"],
+        [
+            (
+                iso(r.updated_at),
+                r.handler,
+                str(r.result),
+                f"{r.from_status} → {r.to_status}",
+                r.attempts,
+                r.error_code,
+                r.message,
+            )
+            for r in rows
+        ],
+        title="history (latest last)",
+    )
