@@ -26,12 +26,13 @@ def test_every_hookspec_is_documented_with_its_signature():
     assert documented == set(_hookspecs().values())
 
 
-def test_there_are_five_register_callback_hooks():
-    """The four hooks of the plugin issue and the kinds issue's one, no more, no fewer."""
+def test_there_are_six_register_callback_hooks():
+    """The four hooks of the plugin issue, the kinds issue's one and the dashboard's."""
     assert set(_hookspecs()) == {
         "drover_register_handlers",
         "drover_register_kinds",
         "drover_register_backends",
         "drover_register_commands",
         "drover_register_observers",
+        "drover_register_web",
     }

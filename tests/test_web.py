@@ -19,19 +19,24 @@ import xml.etree.ElementTree as ET
 import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
+from drover import hookimpl
 from drover.app import App
 from drover.config import load_config
 from drover.model.clock import ManualClock
+from drover.model.errors import InvalidHandlerError
 from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import CoordinatorInfo, KernelReport
 from drover.plugins.graph import edges_of
+from drover.plugins.manager import make_plugin_manager
 from drover.serialization import session_json
 from drover.storage.repository import Repository
 from drover.storage.ticks import BUCKETS
 from drover.testing import CoordinatorHarness
-from drover.web import create_app
+from drover.web import create_app, dashboard_of, page
 from drover.web.palette import STATUS_COLOURS
 from drover.web.security import public_bind_warning
 from drover.web.svg_graph import dot_source, render_svg
@@ -779,3 +784,82 @@ def test_kernel_logs_are_readable_from_the_session_page(harness, make_client, tm
         assert client.get(f"/sessions/{sid}/kernels/3/stdout").status_code == 404
         assert client.get(f"/sessions/{sid}/kernels/1/nope").status_code == 404
         assert client.get(f"/sessions/{sid}/kernels/1/stdout?bytes=0").status_code == 400
+
+
+class _HelloPlugin:
+    """A third-party plugin: a page in drover's layout, a JSON endpoint, a nav link."""
+
+    def __init__(self, templates):
+        self.templates = templates
+
+    @hookimpl
+    def drover_register_web(self, register):
+        async def hello_page(request):
+            count = sum((await dashboard_of(request).repo.count_by_status()).values())
+            return page(request, "hello.html", {"title": "Hello", "count": count})
+
+        async def hello_api(request):
+            name = request.path_params["name"]
+            if name == "nobody":
+                raise HTTPException(404, "no one called nobody")
+            return JSONResponse({"hello": name})
+
+        register.templates(self.templates)
+        register.route("/hello", hello_page, name="hello", nav="Hello there")
+        register.route("/api/hello/{name}", hello_api)
+
+
+def test_a_plugin_page_is_served_behind_the_token_with_its_nav_link(
+    harness, database, monkeypatch, tmp_path
+):
+    """drover_register_web: a plugin's page and endpoint, gated like drover's, in the nav."""
+    harness(_scenario)
+    monkeypatch.chdir(tmp_path)
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "hello.html").write_text(
+        '{% extends "base.html" %}{% block content %}<h1>Hello: {{ count }} sessions</h1>'
+        "{% endblock %}"
+    )
+    flags = {"database_url": database.url, "database_schema": database.schema or ""}
+    pm = make_plugin_manager(plugins=[_HelloPlugin(templates)])
+    app = App(load_config(None, environ={}, flags=flags), plugin_manager=pm)
+    web = create_app(app, auth_token=TOKEN, close_app_on_shutdown=True)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(web, base_url="http://127.0.0.1:8080") as client:
+        for path in ("/hello", "/api/hello/you"):
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        hello = client.get("/hello", headers=auth)
+        assert hello.status_code == 200
+        assert "<h1>Hello: 3 sessions</h1>" in hello.text
+        assert "default-src 'none'" in hello.headers["content-security-policy"]
+        assert re.search(r'<a href="/hello" class="current">Hello there</a>', hello.text)
+        assert client.get("/api/hello/you", headers=auth).json() == {"hello": "you"}
+        missing = client.get("/api/hello/nobody", headers=auth)
+        assert (missing.status_code, missing.json()) == (404, {"error": "no one called nobody"})
+        # A wrong Host is refused before the plugin's endpoint runs.
+        assert client.get("/hello", headers={**auth, "Host": "evil.example"}).status_code == 400
+
+        overview = client.get("/", headers=auth)
+        assert overview.status_code == 200
+        assert '<a href="/hello" >Hello there</a>' in overview.text
+        # drover's own deployments link is registered the same way, before the plugin's.
+        assert overview.text.index(">Deployments</a>") < overview.text.index(">Hello there</a>")
+
+
+def test_a_plugin_may_not_take_a_path_of_drovers_own(database, monkeypatch, tmp_path):
+    """A route on one of drover's own paths is an error naming the plugin."""
+    monkeypatch.chdir(tmp_path)
+
+    class Shadow:
+        @hookimpl
+        def drover_register_web(self, register):
+            register.route("/healthz", lambda request: None)
+
+    flags = {"database_url": database.url, "database_schema": database.schema or ""}
+    pm = make_plugin_manager(plugins=[Shadow()])
+    app = App(load_config(None, environ={}, flags=flags), plugin_manager=pm)
+    with pytest.raises(InvalidHandlerError, match=r"plugin '.*' registered the dashboard path "):
+        create_app(app)
+    asyncio.run(app.close())

@@ -5,12 +5,13 @@
   ``detect-start-failure``);
 * :mod:`drover.kinds.deployments`: the ``deployment`` kind and its child
   ``route`` (each route runs one session), their ten handlers, their JSON
-  shapes and the ``drover deploy / deployments / scale / destroy / routes``
-  commands.
+  shapes, the ``drover deploy / deployments / scale / destroy / routes``
+  commands and the dashboard's deployment pages.
 
 Nothing below ``drover.model``, ``drover.coordinator`` or ``drover.storage``
 knows these kinds: they arrive through the hooks (``drover_register_kinds``,
-``drover_register_handlers``, ``drover_register_commands``), and
+``drover_register_handlers``, ``drover_register_commands``,
+``drover_register_web``), and
 :class:`drover.app.App` collects them from the plugin manager
 (:func:`drover.plugins.manager.make_plugin_manager`), which loads the
 plugins listed here.
@@ -37,8 +38,8 @@ BUILTIN_PLUGINS: list[tuple[str, object]] = [
 
 #: ``(plugin name, plugin)`` of the plugins every plugin manager loads, whatever
 #: it is told (they cannot be blocked): each package's kinds
-#: (``drover_register_kinds``) and their commands
-#: (``drover_register_commands``).
+#: (``drover_register_kinds``), their commands (``drover_register_commands``)
+#: and the deployments' dashboard pages (``drover_register_web``).
 KIND_PLUGINS: list[tuple[str, object]] = [
     ("drover.kinds.sessions", session_kinds),
     ("drover.kinds.deployments", deployment_kinds),

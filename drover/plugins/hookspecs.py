@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         HandlerRegistry,
         KindRegistry,
         ObserverRegistry,
+        WebRegistry,
     )
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "drover_register_handlers",
     "drover_register_kinds",
     "drover_register_observers",
+    "drover_register_web",
 ]
 
 
@@ -96,4 +98,32 @@ def drover_register_observers(register: ObserverRegistry) -> None:
         @hookimpl
         def drover_register_observers(register):
             register(SlackNotifier(webhook_url))
+    """
+
+
+@hookspec
+def drover_register_web(register: WebRegistry) -> None:
+    """Add dashboard pages and JSON endpoints with ``register.route(path, endpoint, ...)``.
+
+    An endpoint is a Starlette endpoint, ``async def endpoint(request) -> Response``,
+    served behind the dashboard's Host check, token gate and security headers.
+    It reads through :mod:`drover.web`'s helpers: ``dashboard_of(request).repo``
+    (read-only queries), ``page(request, template, context)``,
+    ``bad_request(...)``, or raises ``HTTPException`` (a JSON error under
+    ``/api/``, else the error page). ``nav="Label"`` adds a link to the top
+    navigation; ``register.templates(directory)`` adds a template directory,
+    searched after drover's own (a page may extend ``base.html``).
+    drover's deployment pages come this way too (:mod:`drover.kinds.deployments`).
+    Example::
+
+        from drover.web import dashboard_of, page
+
+        async def jobs_page(request):
+            jobs = await dashboard_of(request).repo.list_entities("job", limit=None)
+            return page(request, "jobs.html", {"title": "Jobs", "jobs": jobs})
+
+        @hookimpl
+        def drover_register_web(register):
+            register.templates(Path(__file__).parent / "templates")
+            register.route("/jobs", jobs_page, name="jobs", nav="Jobs")
     """

@@ -21,6 +21,7 @@ from drover.plugins.registry import (
     RegisteredHandler,
     Registry,
     RuntimeContext,
+    WebRegistry,
     accept_backend,
     accept_handlers,
     accept_kinds,
@@ -38,6 +39,7 @@ __all__ = [
     "collect_handlers",
     "collect_kinds",
     "collect_observers",
+    "collect_web",
     "load_entry_points",
     "make_plugin_manager",
 ]
@@ -164,6 +166,25 @@ def collect_observers(pm: pluggy.PluginManager) -> list[tuple[str, Observer]]:
     """Call ``drover_register_observers``; return ``(plugin name, observer)`` pairs."""
     registry = Registry(pm, "drover_register_observers", accept_observers).call_hook()
     return [(entry.plugin, entry.item) for entry in registry]
+
+
+def collect_web(pm: pluggy.PluginManager) -> WebRegistry:
+    """Call ``drover_register_web``: the plugins' dashboard routes and template directories.
+
+    A path registered by two plugins is an error naming both.
+    """
+    registry = WebRegistry(pm)
+    registry.call_hook()
+    owners: dict[str, str] = {}
+    for entry in registry.routes:
+        path = entry.item.path
+        if path in owners:
+            raise InvalidHandlerError(
+                f"duplicate dashboard path {path!r}: registered by plugin {owners[path]!r} "
+                f"and by plugin {entry.plugin!r}"
+            )
+        owners[path] = entry.plugin
+    return registry
 
 
 def load_entry_points(

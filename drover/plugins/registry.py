@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -45,6 +46,8 @@ __all__ = [
     "RegisteredHandler",
     "Registry",
     "RuntimeContext",
+    "WebRegistry",
+    "WebRoute",
     "accept_backend",
     "accept_handlers",
     "accept_kinds",
@@ -95,6 +98,20 @@ class RegisteredHandler:
     def name(self) -> str:
         """The handler's (or rule's) name."""
         return handler_name(self.handler)
+
+
+@attrs.frozen
+class WebRoute:
+    """A dashboard page or JSON endpoint a plugin registered (``register.route(...)``).
+
+    ``endpoint`` is a Starlette endpoint: ``async def endpoint(request) -> Response``.
+    ``nav``, if set, is the label of a link to ``path`` in the dashboard's top navigation.
+    """
+
+    path: str
+    endpoint: Callable[..., Any]
+    name: str | None = None
+    nav: str | None = None
 
 
 #: ``accept(plugin, *args, **kwargs)`` checks one call of ``register`` and returns its items.
@@ -153,6 +170,73 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[Registered[T]]:
         return iter(self._entries)
+
+
+class WebRegistry(Registry[WebRoute | Path]):
+    """``register`` of ``drover_register_web``: ``.route(...)`` and ``.templates(...)``.
+
+    It collects :class:`WebRoute`\\ s (pages and JSON endpoints) and template
+    directories (:class:`~pathlib.Path`), each attributed to the plugin that
+    registered it. The dashboard (:func:`drover.web.create_app`) serves the
+    routes after its own, behind the same Host check, token gate and headers.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        super().__init__(pm, "drover_register_web", _accept_nothing)
+
+    def route(
+        self,
+        path: str,
+        endpoint: Callable[..., Any],
+        *,
+        name: str | None = None,
+        nav: str | None = None,
+    ) -> None:
+        """Serve ``endpoint`` (``async def endpoint(request) -> Response``) at ``path``.
+
+        ``path`` is a Starlette path (``/things/{name}``); ``name`` names the
+        route; ``nav`` adds a link labelled so to the top navigation (only for
+        a path without parameters).
+        """
+        plugin = self._calling_plugin(sys._getframe(1))
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise TypeError(f"plugin {plugin!r}: a route's path must start with '/': {path!r}")
+        if not callable(endpoint):
+            raise TypeError(f"plugin {plugin!r}: the endpoint of route {path!r} is not callable")
+        if nav is not None and (not isinstance(nav, str) or not nav or "{" in path):
+            raise TypeError(
+                f"plugin {plugin!r}: route {path!r}: nav must be a non-empty label, "
+                "on a path without parameters"
+            )
+        self._entries.append(Registered(WebRoute(path, endpoint, name, nav), plugin))
+
+    def templates(self, directory: str | Path) -> None:
+        """Add a Jinja2 template directory, searched after drover's own.
+
+        Its templates may extend ``base.html`` and import ``_macros.html``.
+        """
+        plugin = self._calling_plugin(sys._getframe(1))
+        found = Path(directory)
+        if not found.is_dir():
+            raise TypeError(f"plugin {plugin!r}: no template directory {str(found)!r}")
+        self._entries.append(Registered(found, plugin))
+
+    @property
+    def routes(self) -> list[Registered[WebRoute]]:
+        """The registered routes, in order, with their plugins."""
+        return [Registered(e.item, e.plugin) for e in self if isinstance(e.item, WebRoute)]
+
+    @property
+    def template_dirs(self) -> list[Path]:
+        """The registered template directories, in order."""
+        return [e.item for e in self if isinstance(e.item, Path)]
+
+
+def _accept_nothing(plugin: str, *args: Any, **kwargs: Any) -> list[WebRoute | Path]:
+    raise TypeError(
+        f"plugin {plugin!r}: call register.route(path, endpoint, ...) or "
+        "register.templates(directory) in drover_register_web"
+    )
 
 
 HandlerRegistry = Registry[RegisteredHandler]

@@ -13,8 +13,6 @@ from drover.inspection.health import recent_handler_errors
 from drover.inspection.history import search_history, timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
-from drover.kinds.deployments.serialization import deployment_json
-from drover.kinds.deployments.status import RouteStatus
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
 from drover.serialization import (
@@ -24,13 +22,11 @@ from drover.serialization import (
     session_json,
     stats_json,
 )
-from drover.web.dashboard import bad_request, dashboard_of, deployment_of, session_id_of
+from drover.web.dashboard import bad_request, dashboard_of, session_id_of
 from drover.web.metrics import CONTENT_TYPE_METRICS, render_metrics
 from drover.web.params import BadFilterError, limit_param, session_filter, time_param
 
 __all__ = [
-    "deployment_endpoints",
-    "deployments",
     "graph",
     "healthz",
     "history",
@@ -75,30 +71,6 @@ async def session_timeline(request: Request) -> Response:
     """``/api/sessions/{session_id}/timeline``: the session's and its kernels' history."""
     sid = await session_id_of(request)
     return JSONResponse(await timeline(dashboard_of(request).repo, sid))
-
-
-async def deployments(request: Request) -> Response:
-    """``/api/deployments``: every deployment."""
-    found = await dashboard_of(request).repo.list_entities("deployment", limit=None)
-    return JSONResponse([deployment_json(d) for d in found])
-
-
-async def deployment_endpoints(request: Request) -> Response:
-    """The HEALTHY replicas' URLs, for a load balancer (Traefik's HTTP provider, nginx)."""
-    deployment = await deployment_of(request)
-    urls = sorted(
-        str((r.data or {}).get("url"))
-        for r in deployment.children
-        if r.status == RouteStatus.HEALTHY and (r.data or {}).get("url")
-    )
-    return JSONResponse(
-        {
-            "deployment": deployment.name,
-            "id": deployment.id,
-            "status": str(deployment.status),
-            "endpoints": urls,
-        }
-    )
 
 
 async def history(request: Request) -> Response:

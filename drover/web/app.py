@@ -8,6 +8,9 @@ the daemon's event loop.
 The parts: :mod:`~drover.web.dashboard` (what every endpoint shares),
 :mod:`~drover.web.pages` (HTML), :mod:`~drover.web.api` (JSON, ``/metrics``,
 ``/healthz``) and :mod:`~drover.web.security` (Host check, token gate, headers).
+Plugins add pages and JSON endpoints through ``drover_register_web`` (so do
+drover's own kind packages, :mod:`drover.kinds`): they are served after
+drover's own routes, behind the same middleware.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from drover.app import App
+from drover.model.errors import InvalidHandlerError
+from drover.plugins.manager import collect_web
+from drover.plugins.registry import Registered, WebRoute
 from drover.web import api, pages
 from drover.web.dashboard import Dashboard, http_error
 from drover.web.security import security_middleware
@@ -36,8 +42,6 @@ def _routes() -> list[BaseRoute]:
         Route("/", pages.overview, name="overview"),
         Route("/sessions/{session_id}", pages.session_page, name="session"),
         Route("/handlers", pages.handlers_page, name="handlers"),
-        Route("/deployments", pages.deployments_page, name="deployments"),
-        Route("/deployments/{name}", pages.deployment_page, name="deployment"),
         Route("/graph", pages.graph_page, name="graph"),
         Route("/graph.svg", pages.graph_svg, name="graph_svg"),
         Route(
@@ -47,8 +51,6 @@ def _routes() -> list[BaseRoute]:
         ),
         Route("/palette.css", pages.palette_css),
         Route("/api/sessions", api.sessions),
-        Route("/api/deployments", api.deployments),
-        Route("/api/deployments/{name}/endpoints", api.deployment_endpoints),
         Route("/api/sessions/{session_id}", api.session),
         Route("/api/sessions/{session_id}/why", api.session_why),
         Route("/api/sessions/{session_id}/timeline", api.session_timeline),
@@ -59,6 +61,20 @@ def _routes() -> list[BaseRoute]:
         Route("/healthz", api.healthz),
         Mount("/static", StaticFiles(directory=str(_STATIC)), name="static"),
     ]
+
+
+def _plugin_routes(own: list[BaseRoute], found: list[Registered[WebRoute]]) -> list[BaseRoute]:
+    taken = {route.path for route in own if isinstance(route, Route | Mount)}
+    routes: list[BaseRoute] = []
+    for entry in found:
+        route = entry.item
+        if route.path in taken:
+            raise InvalidHandlerError(
+                f"plugin {entry.plugin!r} registered the dashboard path {route.path!r}, "
+                "which is drover's own"
+            )
+        routes.append(Route(route.path, route.endpoint, name=route.name))
+    return routes
 
 
 def create_app(
@@ -76,9 +92,21 @@ def create_app(
     ``allowed_hosts``, in their ``Host`` header; with ``auth_token`` every
     request must carry the token or the login cookie (see
     :mod:`drover.web.security`). With ``close_app_on_shutdown`` the
-    application's shutdown closes ``app`` too.
+    application's shutdown closes ``app`` too. The plugins' pages and endpoints
+    (``drover_register_web``) come after drover's own routes, their template
+    directories after drover's templates, their ``nav`` labels in the top
+    navigation.
     """
-    dashboard = Dashboard(app, auth_token=auth_token, refresh_seconds=refresh_seconds)
+    plugins = collect_web(app.plugin_manager)
+    own = _routes()
+    routes = own + _plugin_routes(own, plugins.routes)
+    dashboard = Dashboard(
+        app,
+        auth_token=auth_token,
+        refresh_seconds=refresh_seconds,
+        template_dirs=plugins.template_dirs,
+        nav=[(e.item.nav, e.item.path) for e in plugins.routes if e.item.nav],
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -89,7 +117,7 @@ def create_app(
                 await app.close()
 
     web = Starlette(
-        routes=_routes(),
+        routes=routes,
         middleware=security_middleware(
             host=host, allowed_hosts=allowed_hosts, auth_token=dashboard.auth_token
         ),

@@ -5,18 +5,23 @@
 :mod:`drover.web.api`) are plain functions of the request that reach it with
 :func:`dashboard_of` and answer with :func:`page`, :func:`bad_request` or an
 :class:`~starlette.exceptions.HTTPException` (see :func:`http_error`).
+
+A plugin's pages and JSON endpoints (``drover_register_web``) are written the
+same way: :func:`dashboard_of`, :func:`page`, :func:`bad_request` and the
+read-only ``Dashboard.repo`` (:class:`~drover.storage.queries.Queries`) are
+public, and re-exported by :mod:`drover.web`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlencode
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -27,7 +32,6 @@ from drover.coordinator.tick import Coordinator
 from drover.model.errors import DroverError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
-from drover.model.values import Entity
 from drover.plugins.graph import Edge, edges_of
 from drover.serialization import display_time
 from drover.storage.queries import SESSION_ORDERS, Queries
@@ -39,7 +43,6 @@ __all__ = [
     "Dashboard",
     "bad_request",
     "dashboard_of",
-    "deployment_of",
     "http_error",
     "page",
     "session_id_of",
@@ -54,10 +57,19 @@ class Dashboard:
     The dashboard is read-only by type: ``repo`` is a :class:`Queries`, which
     has no method that writes. ``auth_token`` is None when the dashboard is
     open; ``refresh_seconds`` is how often the pages reload their live parts.
+    ``template_dirs`` are the plugins' template directories, searched after
+    drover's own; ``nav`` the plugins' ``(label, path)`` links for the top
+    navigation (``drover_register_web``).
     """
 
     def __init__(
-        self, app: App, *, auth_token: str | None = None, refresh_seconds: float = 3.0
+        self,
+        app: App,
+        *,
+        auth_token: str | None = None,
+        refresh_seconds: float = 3.0,
+        template_dirs: Sequence[Path] = (),
+        nav: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._app = app
         self.repo: Queries = app.queries
@@ -65,7 +77,9 @@ class Dashboard:
         self.heartbeat_interval = app.config.heartbeat_interval
         self.auth_token = auth_token or None
         self.refresh_seconds = refresh_seconds
-        self.templates = _templates(self)
+        #: ``(label, path)`` of the plugins' links in the top navigation, in order.
+        self.nav: list[tuple[str, str]] = list(nav)
+        self.templates = _templates(self, template_dirs)
         # The loaded handlers never change in a process: dot runs once per kind.
         self._svg: dict[str, str] = {}
 
@@ -96,9 +110,11 @@ class Dashboard:
         return self._svg[kind.name]
 
 
-def _templates(dashboard: Dashboard) -> Jinja2Templates:
+def _templates(dashboard: Dashboard, template_dirs: Sequence[Path]) -> Jinja2Templates:
+    # drover's own templates first: a plugin's may extend base.html, never replace it.
+    loaders: list[BaseLoader] = [FileSystemLoader(str(d)) for d in (_TEMPLATES, *template_dirs)]
     env = Environment(
-        loader=FileSystemLoader(str(_TEMPLATES)),
+        loader=ChoiceLoader(loaders),
         autoescape=select_autoescape(["html"]),
         trim_blocks=True,
         lstrip_blocks=True,
@@ -131,9 +147,14 @@ def dashboard_of(request: Request) -> Dashboard:
 
 
 def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
-    """Template ``name`` rendered with ``context`` (plus ``now``, ``path`` and ``updated``)."""
+    """Template ``name`` rendered with ``context`` (plus ``now``, ``path``, ``updated``, ``nav``).
+
+    ``name`` is looked up in drover's templates, then in the plugins' template
+    directories. ``nav`` is the plugins' navigation links (``base.html`` shows them).
+    """
     dashboard = dashboard_of(request)
     context.setdefault("now", dashboard.now())
+    context.setdefault("nav", dashboard.nav)
     context.setdefault("path", request.url.path)
     context.setdefault("updated", datetime.now(UTC).strftime("%H:%M:%S UTC"))
     return dashboard.templates.TemplateResponse(request, name, context, status_code=status)
@@ -167,12 +188,3 @@ async def session_id_of(request: Request) -> str:
         raise HTTPException(404, f"no session {prefix!r}") from None
     except DroverError as error:
         raise HTTPException(400, str(error)) from None
-
-
-async def deployment_of(request: Request) -> Entity:
-    """The deployment the path's ``name`` names (the live one first); 404 if none."""
-    name = request.path_params["name"]
-    found = await dashboard_of(request).repo.find_by_name("deployment", name)
-    if not found:
-        raise HTTPException(404, f"no deployment named {name!r}")
-    return found[0]

@@ -18,24 +18,16 @@ from drover.inspection._format import duration
 from drover.inspection.history import timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
-from drover.kinds.deployments.serialization import deployment_json, route_json
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult, SessionStatus
-from drover.serialization import (
-    graph_json,
-    history_json,
-    session_json,
-    stats_json,
-)
-from drover.web.dashboard import bad_request, dashboard_of, deployment_of, page, session_id_of
+from drover.serialization import graph_json, session_json, stats_json
+from drover.web.dashboard import bad_request, dashboard_of, page, session_id_of
 from drover.web.logs import LOG_TAIL_BYTES, MAX_LOG_BYTES, kernel_logs
 from drover.web.palette import badge_css
 from drover.web.params import BadFilterError, session_filter, time_param
 from drover.web.svg_graph import GraphvizError
 
 __all__ = [
-    "deployment_page",
-    "deployments_page",
     "graph_page",
     "graph_svg",
     "handlers_page",
@@ -221,39 +213,3 @@ async def kernel_log(request: Request) -> Response:
 async def palette_css(request: Request) -> Response:
     """``/palette.css``: a badge class per status colour (the CSP allows no inline style)."""
     return Response(badge_css() + "\n", media_type="text/css")
-
-
-async def deployments_page(request: Request) -> Response:
-    """``/deployments``: every deployment."""
-    found = await dashboard_of(request).repo.list_entities("deployment", limit=None)
-    return page(
-        request,
-        "deployments.html",
-        {"title": "Deployments", "deployments": [deployment_json(d) for d in found]},
-    )
-
-
-async def deployment_page(request: Request) -> Response:
-    """``/deployments/{name}``: one deployment, its routes' last checks and their history."""
-    repo = dashboard_of(request).repo
-    deployment = await deployment_of(request)
-    routes = []
-    rows = list(await repo.history(deployment.id))
-    for route in deployment.children:
-        data = route_json(route)
-        own = await repo.history(route.id)
-        checks = [r for r in own if r.handler == "health-check-route"]
-        data["last_check"] = f"{checks[-1].result}: {checks[-1].message or ''}" if checks else None
-        routes.append(data)
-        rows.extend(own)
-    rows.sort(key=lambda r: (r.updated_at, r.id), reverse=True)
-    return page(
-        request,
-        "deployment.html",
-        {
-            "title": f"Deployment {deployment.name}",
-            "d": deployment_json(deployment),
-            "routes": routes,
-            "timeline": [history_json(r) for r in rows[:200]],
-        },
-    )

@@ -11,7 +11,9 @@ third-party plugin uses:
   (:mod:`~drover.kinds.deployments.deployments`) and five route handlers
   (:mod:`~drover.kinds.deployments.routes`), two plugins;
 * ``drover_register_commands`` (:mod:`~drover.kinds.deployments.cli`):
-  ``drover deploy / deployments / scale / destroy / routes``.
+  ``drover deploy / deployments / scale / destroy / routes``;
+* ``drover_register_web`` (:mod:`~drover.kinds.deployments.web`): the
+  dashboard's ``/deployments`` pages and ``/api/deployments`` endpoints.
 
 Their JSON shapes are :mod:`~drover.kinds.deployments.serialization`'s.
 """

@@ -7,8 +7,10 @@ declarations below (:mod:`drover.model.kinds`).
 
 The plugin manager always loads this module as the plugin
 ``drover.kinds.deployments``: its ``drover_register_kinds`` registers both
-kinds and its ``drover_register_commands`` adds the deployment commands
-(:mod:`drover.kinds.deployments.cli`), as a plugin registers its own.
+kinds, its ``drover_register_commands`` adds the deployment commands
+(:mod:`drover.kinds.deployments.cli`) and its ``drover_register_web`` the
+dashboard's deployment pages and JSON endpoints
+(:mod:`drover.kinds.deployments.web`), as a plugin registers its own.
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ from typing import TYPE_CHECKING
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.model.kinds import Budget, EntityKind, TerminationRule
 from drover.plugins.markers import hookimpl
-from drover.plugins.registry import KindRegistry
+from drover.plugins.registry import KindRegistry, WebRegistry
 
 if TYPE_CHECKING:
     import click
 
-__all__ = ["DEPLOYMENT", "ROUTE", "drover_register_commands", "drover_register_kinds"]
+__all__ = [
+    "DEPLOYMENT",
+    "ROUTE",
+    "drover_register_commands",
+    "drover_register_kinds",
+    "drover_register_web",
+]
 
 _E, _R = EndpointLifecycle, RouteStatus
 #: A service: N replicas of a command, each replica a route running one session.
@@ -80,3 +88,15 @@ def drover_register_commands(cli: click.Group) -> None:
 
     for command in COMMANDS:
         cli.add_command(command)
+
+
+# First (tryfirst), as the commands: drover's own pages are registered even when a
+# later plugin's hook raises.
+@hookimpl(tryfirst=True)
+def drover_register_web(register: WebRegistry) -> None:
+    """Add ``/deployments``, ``/deployments/{name}`` and ``/api/deployments…`` to the dashboard."""
+    # Imported only now, as the dashboard is built: the pages use drover.web, which
+    # imports drover.app (and so the plugin manager, which loads this module).
+    from drover.kinds.deployments.web import register_web
+
+    register_web(register)

@@ -1,0 +1,113 @@
+"""The deployments' dashboard pages and JSON endpoints, added through ``drover_register_web``.
+
+``/deployments`` and ``/deployments/{name}`` (templates in ``templates/``, they
+extend the dashboard's ``base.html``), ``/api/deployments`` and
+``/api/deployments/{name}/endpoints`` (for a load balancer). They use only
+:mod:`drover.web`'s public helpers and the read-only queries, as a plugin's would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from drover.kinds.deployments.serialization import deployment_json, route_json
+from drover.kinds.deployments.status import RouteStatus
+from drover.model.values import Entity
+from drover.plugins.registry import WebRegistry
+from drover.serialization import history_json
+from drover.web import dashboard_of, page
+
+__all__ = [
+    "TEMPLATES",
+    "deployment_endpoints",
+    "deployment_of",
+    "deployment_page",
+    "deployments",
+    "deployments_page",
+    "register_web",
+]
+
+#: The pages' templates (``deployments.html``, ``deployment.html``).
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+async def deployment_of(request: Request) -> Entity:
+    """The deployment the path's ``name`` names (the live one first); 404 if none."""
+    name = request.path_params["name"]
+    found = await dashboard_of(request).repo.find_by_name("deployment", name)
+    if not found:
+        raise HTTPException(404, f"no deployment named {name!r}")
+    return found[0]
+
+
+async def deployments_page(request: Request) -> Response:
+    """``/deployments``: every deployment."""
+    found = await dashboard_of(request).repo.list_entities("deployment", limit=None)
+    return page(
+        request,
+        "deployments.html",
+        {"title": "Deployments", "deployments": [deployment_json(d) for d in found]},
+    )
+
+
+async def deployment_page(request: Request) -> Response:
+    """``/deployments/{name}``: one deployment, its routes' last checks and their history."""
+    repo = dashboard_of(request).repo
+    deployment = await deployment_of(request)
+    routes = []
+    rows = list(await repo.history(deployment.id))
+    for route in deployment.children:
+        data = route_json(route)
+        own = await repo.history(route.id)
+        checks = [r for r in own if r.handler == "health-check-route"]
+        data["last_check"] = f"{checks[-1].result}: {checks[-1].message or ''}" if checks else None
+        routes.append(data)
+        rows.extend(own)
+    rows.sort(key=lambda r: (r.updated_at, r.id), reverse=True)
+    return page(
+        request,
+        "deployment.html",
+        {
+            "title": f"Deployment {deployment.name}",
+            "d": deployment_json(deployment),
+            "routes": routes,
+            "timeline": [history_json(r) for r in rows[:200]],
+        },
+    )
+
+
+async def deployments(request: Request) -> Response:
+    """``/api/deployments``: every deployment."""
+    found = await dashboard_of(request).repo.list_entities("deployment", limit=None)
+    return JSONResponse([deployment_json(d) for d in found])
+
+
+async def deployment_endpoints(request: Request) -> Response:
+    """The HEALTHY replicas' URLs, for a load balancer (Traefik's HTTP provider, nginx)."""
+    deployment = await deployment_of(request)
+    urls = sorted(
+        str((r.data or {}).get("url"))
+        for r in deployment.children
+        if r.status == RouteStatus.HEALTHY and (r.data or {}).get("url")
+    )
+    return JSONResponse(
+        {
+            "deployment": deployment.name,
+            "id": deployment.id,
+            "status": str(deployment.status),
+            "endpoints": urls,
+        }
+    )
+
+
+def register_web(register: WebRegistry) -> None:
+    """Register the templates, the two pages (``Deployments`` in the navigation) and the API."""
+    register.templates(TEMPLATES)
+    register.route("/deployments", deployments_page, name="deployments", nav="Deployments")
+    register.route("/deployments/{name}", deployment_page, name="deployment")
+    register.route("/api/deployments", deployments)
+    register.route("/api/deployments/{name}/endpoints", deployment_endpoints)
