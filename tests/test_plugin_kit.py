@@ -206,7 +206,11 @@ def test_a_broken_plugin_does_not_take_the_cli_down():
     group = click.Group("drover")
     pm = make_plugin_manager(plugins=[Broken()], include_builtins=False)
     _add_plugin_commands(group, pm=pm)  # no exception
-    assert set(group.commands) == {"deploy", "deployments", "scale", "destroy", "routes"}
+    assert set(group.commands) == {
+        # The session lifecycle's commands, then the deployments'.
+        *("submit", "sessions", "logs"),
+        *("deploy", "deployments", "scale", "destroy", "routes"),
+    }
 
 
 def _builtins_without(*names: str) -> list[object]:
