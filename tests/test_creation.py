@@ -168,3 +168,29 @@ async def test_a_handler_created_session_is_named_and_recorded(make_harness):
             "CREATED",
             f"created by create-replicas for {route}",
         )
+
+
+def _shared(ids: list[str]) -> str:
+    """The longest prefix every id starts with."""
+    first = ids[0]
+    n = 0
+    while n < len(first) and all(len(i) > n and i[n] == first[n] for i in ids):
+        n += 1
+    return first[:n]
+
+
+async def test_an_id_prefix_shared_with_its_own_kernels_means_the_session(make_harness):
+    """Ids are time-ordered: a session and its kernels share their first characters. A
+    prefix that matches a session and only its kernels is the session; one that matches
+    two sessions is still ambiguous."""
+    async with make_harness() as h:
+        sid = await h.repository.create_session(kernels=[{"cpu": 1}, {"cpu": 1}])
+        kernels = [k.id for k in (await h.session(sid)).kernels]
+        shared = _shared([sid, *kernels])
+        assert len(shared) < len(sid)
+        assert await h.repository.resolve_entity_id(shared) == sid
+        assert await h.repository.resolve_entity_id(kernels[1]) == kernels[1]
+        other = await h.repository.create_session(kernels=[])
+        both = _shared([sid, other])
+        with pytest.raises(InvalidSpecError, match="is ambiguous"):
+            await h.repository.resolve_entity_id(both)

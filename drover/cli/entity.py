@@ -40,7 +40,8 @@ def show(
     """Show a session, its kernels (agent, pid, exit code, logs) and its last history rows;
     or an entity of any other kind, its children, data and history.
 
-    SESSION_ID may be any unique prefix of the id.
+    SESSION_ID may be any unique prefix of the id (a prefix a session shares only with
+    its own kernels means the session).
 
     Example: drover show 01a2f3
     """

@@ -17,6 +17,7 @@ from drover.storage.rows import sessions_with_kernels
 from drover.storage.statements.sessions import (
     FETCH_ORDER,
     LATEST_ENTITY_ID,
+    PREFIX_MATCHES,
     SESSION_BY_ID,
     SESSION_COUNTS_BY_STATUS,
     SESSION_KIND,
@@ -78,24 +79,31 @@ async def get_session(db: Database, session_id: str) -> SessionWithKernels:
 
 async def resolve_session_id(db: Database, prefix: str, kind: str | None = SESSION_KIND) -> str:
     """The id of the one session (entity of ``kind``; ``None``: any) whose id starts with
-    ``prefix`` (or equals it)."""
+    ``prefix`` (or equals it).
+
+    Ids are time-ordered, so a session and the kernels created with it share
+    their first characters: a prefix that matches one entity and only its own
+    children means that entity.
+    """
     if not prefix:
         raise UnknownEntityError(prefix, kind)
     query = ids_by_prefix(prefix, kind)
 
-    def work(conn: sa.Connection) -> list[str]:
-        return [r[0] for r in conn.execute(query)]
+    def work(conn: sa.Connection) -> list[tuple[str, str | None]]:
+        return [(r[0], r[1]) for r in conn.execute(query)]
 
     found = await db.read(work)
-    if prefix in found:
+    ids = [i for i, _ in found]
+    if prefix in ids:
         return prefix
-    if len(found) == 1:
-        return found[0]
     if not found:
         raise UnknownEntityError(prefix, kind)
+    parents = {i for i, parent in found if parent not in ids}
+    if len(parents) == 1 and len(found) <= PREFIX_MATCHES:
+        return parents.pop()
     what = kind or "entity"
     raise InvalidSpecError(
-        f"{what} id prefix {prefix!r} is ambiguous: it matches {', '.join(found[:2])}, …"
+        f"{what} id prefix {prefix!r} is ambiguous: it matches {', '.join(ids[:2])}, …"
     )
 
 

@@ -21,6 +21,7 @@ from drover.storage.statements.ids import ids_param
 __all__ = [
     "FETCH_ORDER",
     "LATEST_ENTITY_ID",
+    "PREFIX_MATCHES",
     "SESSION_BY_ID",
     "SESSION_COUNTS_BY_STATUS",
     "SESSION_KIND",
@@ -55,13 +56,18 @@ SESSION_BY_ID = sa.select(*ENTITY_COLUMNS).where(
 )
 
 
+#: How many matches of an id prefix are read to tell an entity from its own children.
+PREFIX_MATCHES = 64
+
+
 def ids_by_prefix(prefix: str, kind: str | None) -> sa.Select[Any]:
-    """The first three ids (in id order) of entities of ``kind`` (``None``: any) starting
-    with ``prefix``, its ``%`` and ``_`` taken literally."""
-    query = sa.select(e.c.id).where(e.c.id.startswith(prefix, autoescape=True))
+    """Id and parent id of the first :data:`PREFIX_MATCHES` + 1 entities (in id order) of
+    ``kind`` (``None``: any) whose id starts with ``prefix``, its ``%`` and ``_`` taken
+    literally."""
+    query = sa.select(e.c.id, e.c.parent_id).where(e.c.id.startswith(prefix, autoescape=True))
     if kind is not None:
         query = query.where(e.c.kind == kind)
-    return query.order_by(e.c.id).limit(3)
+    return query.order_by(e.c.id).limit(PREFIX_MATCHES + 1)
 
 
 def sessions_in(statuses: Iterable[str] | None, limit: int | None, order: str) -> sa.Select[Any]:
