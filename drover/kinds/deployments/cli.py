@@ -15,10 +15,9 @@ from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
 from drover.kinds.deployments.serialization import deployment_json, route_json
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
-from drover.kinds.sessions.kinds import KERNEL, SESSION
+from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError, UnknownEntityError
-from drover.model.kinds import Kinds
 from drover.model.spec import new_session
 from drover.model.values import Entity
 
@@ -33,8 +32,6 @@ __all__ = [
 ]
 
 _E = EndpointLifecycle
-# A replica's kernel spec is checked before anything is written.
-_SESSION_KINDS = Kinds((SESSION, KERNEL))
 
 
 async def find_deployment(app: App, name_or_id: str) -> Entity:
@@ -146,7 +143,7 @@ def deploy(
     if env:
         kernel["env"] = env
     try:
-        check_new_entities([new_session({"kernels": [kernel]})], _SESSION_KINDS)
+        check_new_entities([new_session({"kernels": [kernel]})], SESSION_KINDS)
     except InvalidSpecError as error:
         raise click.ClickException(str(error)) from None
     spec: dict[str, Any] = {

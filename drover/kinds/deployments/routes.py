@@ -37,12 +37,11 @@ import httpx2
 from drover.coordinator.handlers import LifecycleHandler
 from drover.kinds.deployments.deployments import ENDING_ROUTES, desired_replicas
 from drover.kinds.deployments.status import RouteStatus
-from drover.kinds.sessions.kinds import KERNEL, SESSION
+from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.model.clock import Clock
 from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.filters import StatusAge
-from drover.model.kinds import Kinds
 from drover.model.spec import new_session
 from drover.model.status import SessionStatus
 from drover.model.values import (
@@ -70,9 +69,6 @@ __all__ = [
 ]
 
 _R = RouteStatus
-# A replica session is checked when its route is provisioned, so that a bad
-# kernel spec fails that route (with the reason) instead of the whole tick.
-_SESSION_KINDS = Kinds((SESSION, KERNEL))
 #: The path checked unless the deployment says otherwise.
 DEFAULT_HEALTH_PATH = "/"
 #: Seconds one health check may take.
@@ -169,7 +165,9 @@ class ProvisioningRoute(_RouteHandler):
                 request = new_session({"kernels": [kernel], "spec": spec})
                 links = [("replica-of", route.id)]
                 new = attrs.evolve(request, name=name, by=route.id, links=links)
-                (session,) = check_new_entities([new], _SESSION_KINDS)
+                # Checked here, not only in the apply: a bad kernel spec fails this
+                # route (with the reason) instead of the whole tick.
+                (session,) = check_new_entities([new], SESSION_KINDS)
             except InvalidSpecError as error:
                 failures.append(route.id)
                 messages[route.id] = f"cannot provision: {error}"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from drover.model.checks import is_finite, is_number
 from drover.model.errors import InvalidSpecError
-from drover.model.kinds import EntityKind, TerminationRule
+from drover.model.kinds import EntityKind, Kinds, TerminationRule
 from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
     TERMINAL_SESSION_STATUSES,
@@ -43,6 +43,7 @@ __all__ = [
     "KERNEL",
     "KERNEL_DEFAULTS",
     "SESSION",
+    "SESSION_KINDS",
     "check_kernel_spec",
     "drover_register_commands",
     "drover_register_kinds",
@@ -145,6 +146,9 @@ KERNEL = EntityKind(
     value_type=KernelInfo,
     resource_slots=KERNEL_DEFAULTS,
 )
+#: The session lifecycle's kinds on their own: what a session another package creates
+#: (a deployment's replica) is checked against before anything is written.
+SESSION_KINDS = Kinds((SESSION, KERNEL))
 
 
 @hookimpl
