@@ -67,6 +67,7 @@ test: $(STAMP) system-deps slurm-up
 
 bench: $(STAMP)
 	$(BIN)/python bench/lifecycle.py
+	$(BIN)/python bench/cli_startup.py
 
 ## Kill campaign, CI-sized (about a minute, >= 10 kill -9): several coordinators on
 ## PostgreSQL and one on SQLite, invariants checked in SQL. The long run:

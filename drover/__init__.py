@@ -3,66 +3,145 @@
 Handlers say which sessions they succeeded on, failed on or skipped; the
 coordinator applies their declared transitions, judges retries and timeouts,
 and writes a scheduling-history row for every outcome.
+
+Every public name is imported from its module on first use (PEP 562
+``__getattr__``): the command line imports this package, and ``drover --help``
+must not pay for SQLAlchemy, Alembic or Starlette.
 """
 
-from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
-from drover.backends.simulated import SimulatedBackend
-from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
-from drover.coordinator.store import CoordinatorStore
-from drover.coordinator.tick import Coordinator, TickReport
-from drover.model.clock import Clock, ManualClock, SystemClock
-from drover.model.errors import (
-    DroverError,
-    InvalidHandlerError,
-    InvalidSpecError,
-    UnknownEntityError,
-    UnknownHandlerError,
-    UnknownKernelError,
-    UnknownSessionError,
-)
-from drover.model.filters import (
-    AnyOf,
-    CandidateFilter,
-    ChildCount,
-    Children,
-    DependenciesSucceeded,
-    Field,
-    StatusAge,
-)
-from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
-from drover.model.promotion import PromotionRule
-from drover.model.status import (
-    TERMINAL_KERNEL_STATUSES,
-    TERMINAL_SESSION_STATUSES,
-    KernelMatchType,
-    KernelStatus,
-    SchedulingResult,
-    SessionStatus,
-)
-from drover.model.values import (
-    Entity,
-    HandlerOptions,
-    HandlerResult,
-    HistoryRecord,
-    KernelHistoryRecord,
-    KernelInfo,
-    KernelReport,
-    NewEntity,
-    SessionWithKernels,
-    StatusInfoRule,
-    StatusTransitions,
-    Target,
-    TerminationOutcome,
-    Transition,
-    TransitionStatus,
-)
-from drover.plugins.hookspecs import drover_register_kinds
-from drover.plugins.markers import hookimpl
-from drover.plugins.registry import HandlerRegistry, KindRegistry, RuntimeContext
-from drover.storage.queries import Queries
-from drover.storage.repository import Repository
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from drover._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
+    from drover.backends.simulated import SimulatedBackend
+    from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+    from drover.coordinator.store import CoordinatorStore
+    from drover.coordinator.tick import Coordinator, TickReport
+    from drover.model.clock import Clock, ManualClock, SystemClock
+    from drover.model.errors import (
+        DroverError,
+        InvalidHandlerError,
+        InvalidSpecError,
+        UnknownEntityError,
+        UnknownHandlerError,
+        UnknownKernelError,
+        UnknownSessionError,
+    )
+    from drover.model.filters import (
+        AnyOf,
+        CandidateFilter,
+        ChildCount,
+        Children,
+        DependenciesSucceeded,
+        Field,
+        StatusAge,
+    )
+    from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
+    from drover.model.promotion import PromotionRule
+    from drover.model.status import (
+        TERMINAL_KERNEL_STATUSES,
+        TERMINAL_SESSION_STATUSES,
+        KernelMatchType,
+        KernelStatus,
+        SchedulingResult,
+        SessionStatus,
+    )
+    from drover.model.values import (
+        Entity,
+        HandlerOptions,
+        HandlerResult,
+        HistoryRecord,
+        KernelHistoryRecord,
+        KernelInfo,
+        KernelReport,
+        NewEntity,
+        SessionWithKernels,
+        StatusInfoRule,
+        StatusTransitions,
+        Target,
+        TerminationOutcome,
+        Transition,
+        TransitionStatus,
+    )
+    from drover.plugins.hookspecs import drover_register_kinds
+    from drover.plugins.markers import hookimpl
+    from drover.plugins.registry import HandlerRegistry, KindRegistry, RuntimeContext
+    from drover.storage.queries import Queries
+    from drover.storage.repository import Repository
 
 __version__ = "0.1.0"
+
+#: Where each public name lives.
+_MODULES: dict[str, str] = {
+    "AgentBackend": "drover.backends.base",
+    "AgentInfo": "drover.backends.base",
+    "BackendError": "drover.backends.base",
+    "KernelReporter": "drover.backends.base",
+    "SimulatedBackend": "drover.backends.simulated",
+    "LifecycleHandler": "drover.coordinator.handlers",
+    "SessionPromotionHandler": "drover.coordinator.handlers",
+    "CoordinatorStore": "drover.coordinator.store",
+    "Coordinator": "drover.coordinator.tick",
+    "TickReport": "drover.coordinator.tick",
+    "Clock": "drover.model.clock",
+    "ManualClock": "drover.model.clock",
+    "SystemClock": "drover.model.clock",
+    "DroverError": "drover.model.errors",
+    "InvalidHandlerError": "drover.model.errors",
+    "InvalidSpecError": "drover.model.errors",
+    "UnknownEntityError": "drover.model.errors",
+    "UnknownHandlerError": "drover.model.errors",
+    "UnknownKernelError": "drover.model.errors",
+    "UnknownSessionError": "drover.model.errors",
+    "AnyOf": "drover.model.filters",
+    "CandidateFilter": "drover.model.filters",
+    "ChildCount": "drover.model.filters",
+    "Children": "drover.model.filters",
+    "DependenciesSucceeded": "drover.model.filters",
+    "Field": "drover.model.filters",
+    "StatusAge": "drover.model.filters",
+    "Budget": "drover.model.kinds",
+    "EntityKind": "drover.model.kinds",
+    "Kinds": "drover.model.kinds",
+    "TerminationRule": "drover.model.kinds",
+    "PromotionRule": "drover.model.promotion",
+    "TERMINAL_KERNEL_STATUSES": "drover.model.status",
+    "TERMINAL_SESSION_STATUSES": "drover.model.status",
+    "KernelMatchType": "drover.model.status",
+    "KernelStatus": "drover.model.status",
+    "SchedulingResult": "drover.model.status",
+    "SessionStatus": "drover.model.status",
+    "Entity": "drover.model.values",
+    "HandlerOptions": "drover.model.values",
+    "HandlerResult": "drover.model.values",
+    "HistoryRecord": "drover.model.values",
+    "KernelHistoryRecord": "drover.model.values",
+    "KernelInfo": "drover.model.values",
+    "KernelReport": "drover.model.values",
+    "NewEntity": "drover.model.values",
+    "SessionWithKernels": "drover.model.values",
+    "StatusInfoRule": "drover.model.values",
+    "StatusTransitions": "drover.model.values",
+    "Target": "drover.model.values",
+    "TerminationOutcome": "drover.model.values",
+    "Transition": "drover.model.values",
+    "TransitionStatus": "drover.model.values",
+    "drover_register_kinds": "drover.plugins.hookspecs",
+    "hookimpl": "drover.plugins.markers",
+    "HandlerRegistry": "drover.plugins.registry",
+    "KindRegistry": "drover.plugins.registry",
+    "RuntimeContext": "drover.plugins.registry",
+    "Queries": "drover.storage.queries",
+    "Repository": "drover.storage.repository",
+}
+
+
+__getattr__ = lazy_attributes(__name__, _MODULES)
+
 
 __all__ = [
     "TERMINAL_KERNEL_STATUSES",

@@ -21,9 +21,9 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn
 
 from drover.model.errors import DroverError
-from drover.storage.connect import DEFAULT_DATABASE_URL
 
 __all__ = [
+    "DEFAULT_DATABASE_URL",
     "LOG_LEVELS",
     "AgentConfig",
     "BackendConfig",
@@ -39,6 +39,9 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG_FILE = "drover.toml"
+
+#: The embedded SQLite database in the working directory.
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./drover.db"
 
 
 class ConfigError(DroverError):

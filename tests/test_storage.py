@@ -25,6 +25,23 @@ K = KernelStatus
 S = SessionStatus
 
 
+def test_head_revision_without_alembic_agrees_with_alembic():
+    """head_revision() reads the file names (fast CLI start); Alembic's scripts say the same.
+
+    The rule it relies on: revision NNNN lives in NNNN_<what>.py and follows NNNN-1.
+    """
+    from alembic.script import ScriptDirectory
+
+    from drover.storage.migrate import alembic_config
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    assert head_revision() == scripts.get_current_head()
+    for script in scripts.walk_revisions():
+        assert script.path.rpartition("/")[2].startswith(f"{script.revision}_")
+        if script.down_revision is not None:
+            assert int(str(script.down_revision)) == int(script.revision) - 1
+
+
 async def test_migrations_create_the_schema_and_reach_head(database):
     """An empty database upgrades to head with every table and required index."""
     engine = create_engine(database.url, schema=database.schema)

@@ -6,16 +6,17 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from drover.app import App
-from drover.config import ConfigError, LoadedConfig, load_config
-from drover.model.errors import DroverError
-from drover.storage.connect import DATABASE_ERRORS, database_error_line
+if TYPE_CHECKING:
+    from drover.app import App
+    from drover.config import LoadedConfig
+
+# The heavy modules (the app, SQLAlchemy, rich) are imported where they are
+# used: every command module imports this one, and ``drover --help`` must stay
+# cheap (bench/cli_startup.py).
 
 __all__ = [
     "CliState",
@@ -41,6 +42,8 @@ class CliState:
 
     def loaded(self, **more_flags: Any) -> LoadedConfig:
         """The effective configuration (flags > environment > file > defaults)."""
+        from drover.config import ConfigError, load_config
+
         if self._loaded is None or more_flags:
             try:
                 self._loaded = load_config(self.config_path, flags={**self.flags, **more_flags})
@@ -69,6 +72,9 @@ def json_option(func: F) -> F:
 
 def run_async(work: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine; turn drover and database errors into one clear line and exit 1."""
+    from drover.model.errors import DroverError
+    from drover.storage.connect import DATABASE_ERRORS, database_error_line
+
     try:
         return asyncio.run(work())  # type: ignore[arg-type]
     except DroverError as error:
@@ -87,6 +93,8 @@ def with_app(
     """Build the app from the configuration, run ``work`` with it, and close it."""
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
+
+    from drover.app import App
 
     async def runner() -> T:
         app = App(loaded)
@@ -112,6 +120,9 @@ def print_table(
     """A rich table on a terminal; tab-separated lines (header first) otherwise."""
     rows = [["" if v is None else str(v) for v in row] for row in rows]
     if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
         table = Table(*columns, title=title)
         for row in rows:
             table.add_row(*row)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from drover.app import App
 from drover.cli._common import database_option, with_app
-from drover.storage.migrate import current_revision, head_revision
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = ["db"]
 
@@ -27,6 +30,7 @@ def upgrade_command(ctx: click.Context, database_url: str | None) -> None:
 
     Example: drover db upgrade --database sqlite+aiosqlite:///./drover.db
     """
+    from drover.storage.migrate import current_revision, head_revision
 
     async def work(app: App) -> tuple[str | None, str]:
         before = await current_revision(app.engine)
@@ -48,6 +52,7 @@ def current_command(ctx: click.Context, database_url: str | None) -> None:
 
     Example: drover db current --database sqlite+aiosqlite:///./drover.db
     """
+    from drover.storage.migrate import current_revision, head_revision
 
     async def work(app: App) -> str | None:
         return await current_revision(app.engine)

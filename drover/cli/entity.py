@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
-from drover.inspection.why import describe_exit
 from drover.model.errors import InvalidSpecError
 from drover.model.values import Entity, HistoryRecord, SessionWithKernels
-from drover.serialization import entity_json, history_json, iso, session_json, termination_json
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = ["show", "terminate"]
 
@@ -45,6 +45,8 @@ def show(
 
     Example: drover show 01a2f3
     """
+    from drover.inspection.why import describe_exit
+    from drover.serialization import history_json, iso, session_json
 
     async def work(app: App) -> tuple[Any, list[Any]]:
         sid = await app.repository.resolve_entity_id(session_id)
@@ -107,6 +109,7 @@ def terminate(
 
     Example: drover terminate 01a2f3 01a2f4
     """
+    from drover.serialization import termination_json
 
     async def work(app: App) -> list[Any]:
         ids = [await app.repository.resolve_entity_id(s) for s in session_ids]
@@ -128,6 +131,8 @@ def terminate(
 
 def _show_entity(entity: Entity, rows: list[HistoryRecord], as_json: bool) -> None:
     """``drover show`` of an entity that is not a session."""
+    from drover.serialization import entity_json, history_json, iso
+
     if as_json:
         data = entity_json(entity)
         data["history"] = [history_json(r) for r in rows]
@@ -155,6 +160,8 @@ def _show_entity(entity: Entity, rows: list[HistoryRecord], as_json: bool) -> No
 
 def _print_history(rows: list[HistoryRecord]) -> None:
     """The latest history rows of ``drover show``, oldest first."""
+    from drover.serialization import iso
+
     print_table(
         ["time", "handler", "result", "from → to", "attempts", "error code", "message"],
         [

@@ -7,11 +7,10 @@ import csv
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.app import App
 from drover.cli._common import (
     CliState,
     database_option,
@@ -20,23 +19,12 @@ from drover.cli._common import (
     print_table,
     with_app,
 )
-from drover.inspection._format import duration, parse_duration, parse_time
-from drover.inspection.history import search_history
-from drover.inspection.stats import collect_stats
-from drover.inspection.why import diagnose_entity, diagnose_session
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
 from drover.model.values import SessionWithKernels
-from drover.plugins.graph import edges_of, render_dot, render_mermaid, render_text
-from drover.serialization import (
-    diagnosis_json,
-    entity_json,
-    graph_json,
-    history_json,
-    iso,
-    kernel_history_json,
-    stats_json,
-)
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = ["entities", "graph", "history", "stats", "why"]
 
@@ -53,6 +41,8 @@ _COLUMNS = [
 
 
 def _when(text: str | None, option: str) -> float | None:
+    from drover.inspection._format import parse_time
+
     if text is None:
         return None
     try:
@@ -136,6 +126,9 @@ def history_list(
     Example: drover history 01a2f3 --result SKIPPED --since 1h --json
     Example: drover history --kind route --result stale
     """
+    from drover.inspection.history import search_history
+    from drover.serialization import history_json, kernel_history_json
+
     since_t, until_t = _when(since, "--since"), _when(until, "--until")
     wanted: SchedulingResult | str | None = result
     if result and result.upper() in SchedulingResult.__members__:
@@ -225,6 +218,8 @@ def prune(
 
     Example: drover history prune --older-than 30d --dry-run
     """
+    from drover.inspection._format import parse_duration
+
     try:
         age = parse_duration(older_than)
     except ValueError as error:
@@ -253,6 +248,8 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
 
     Example: drover why 01a2f3
     """
+    from drover.inspection.why import diagnose_entity, diagnose_session
+    from drover.serialization import diagnosis_json
 
     async def work(app: App) -> Any:
         coordinator = app.load_handlers()
@@ -299,6 +296,10 @@ def stats(
     Example: drover stats --since 1h
     Example: drover stats --kind job --json
     """
+    from drover.inspection._format import duration
+    from drover.inspection.stats import collect_stats
+    from drover.serialization import stats_json
+
     since_t = _when(since, "--since")
 
     async def work(app: App) -> Any:
@@ -361,6 +362,10 @@ def graph(ctx: click.Context, fmt: str, kind_name: str) -> None:
     Example: drover graph --format mermaid > docs/state-machine.mmd
     Example: drover graph --kind deployment --format dot | dot -Tsvg > deployment.svg
     """
+    from drover.app import App
+    from drover.plugins.graph import edges_of, render_dot, render_mermaid, render_text
+    from drover.serialization import graph_json
+
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     try:
         app = App(state.loaded())
@@ -396,6 +401,7 @@ def entities(
 
     Example: drover entities job --status RUNNING --json
     """
+    from drover.serialization import entity_json, iso
 
     async def work(app: App) -> list[Any]:
         kind = app.kinds[kind_name]

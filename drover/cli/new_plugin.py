@@ -9,8 +9,6 @@ from string import Template
 
 import click
 
-from drover.coordinator.handlers import is_kebab_case
-
 __all__ = ["new_plugin", "render_plugin", "validate_plugin_name"]
 
 #: ``(template file in drover/cli/_scaffold, path in the generated package)``.
@@ -30,6 +28,8 @@ def validate_plugin_name(name: str) -> None:
     point's), must not start with ``drover-`` (the package name adds that),
     and must not be a built-in handler's name.
     """
+    from drover.coordinator.handlers import is_kebab_case
+
     if name.startswith("drover-"):
         raise click.ClickException(
             f"invalid NAME {name!r}: leave out the 'drover-' prefix, the package name adds it "

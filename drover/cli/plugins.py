@@ -4,27 +4,31 @@ from __future__ import annotations
 
 import sys
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from drover import __version__
-from drover.app import App
 from drover.cli._common import CliState, emit_json, json_option, print_table
-from drover.coordinator.handlers import target_statuses
 from drover.model.errors import DroverError
 from drover.model.promotion import PromotionRule
-from drover.plugins.graph import check_graph
-from drover.plugins.manager import BUILTIN_PREFIX, ENTRY_POINT_GROUP, collect_backends
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = ["plugins"]
 
 
 def _builtin(name: str) -> bool:
+    from drover.plugins.manager import BUILTIN_PREFIX
+
     return name.startswith(BUILTIN_PREFIX) or name == "drover.backends"
 
 
 def _describe(app: App) -> list[dict[str, Any]]:
+    from drover.coordinator.handlers import target_statuses
+    from drover.plugins.manager import ENTRY_POINT_GROUP, collect_backends
+
     pm = app.plugin_manager
     dists = {
         ep.name: (ep.dist.metadata["Name"], ep.dist.version)
@@ -62,6 +66,8 @@ def _describe(app: App) -> list[dict[str, Any]]:
 
 
 def _load(ctx: click.Context) -> App:
+    from drover.app import App
+
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     app = App(state.loaded())
     app.load_handlers()
@@ -125,6 +131,8 @@ def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
 
     Example: drover plugins check --strict
     """
+    from drover.plugins.graph import check_graph
+
     errors: list[str] = []
     warnings: list[dict[str, str]] = []
     count = 0

@@ -7,10 +7,8 @@ from typing import Any
 
 import click
 
-from drover.app import App
 from drover.cli._common import CliState, database_option, run_async
 from drover.cli.serve import allowed_host_option
-from drover.logs import setup_logging
 
 __all__ = ["run"]
 
@@ -83,6 +81,9 @@ def run(
 
     Example: drover run --http 8080   (the daemon plus the dashboard)
     """
+    from drover.app import App
+    from drover.logs import setup_logging
+
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     flags: dict[str, Any] = {
         "database_url": database_url,

@@ -8,10 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from drover.app import App
 from drover.cli._common import CliState, database_option, run_async
-from drover.logs import setup_logging
-from drover.web.security import public_bind_warning
 
 __all__ = ["allowed_host_option", "serve"]
 
@@ -74,6 +71,10 @@ def serve(
 
     Example: drover serve --host 0.0.0.0 --allowed-host drover.internal --auth-token "$T"
     """
+    from drover.app import App
+    from drover.logs import setup_logging
+    from drover.web.security import public_bind_warning
+
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
     setup_logging(loaded.config.log_format, loaded.config.log_level)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.app import App
 from drover.cli._common import (
     CliState,
     database_option,
@@ -17,10 +16,10 @@ from drover.cli._common import (
     print_table,
     with_app,
 )
-from drover.config import flatten_config
-from drover.inspection.health import recent_handler_errors
 from drover.model.status import SessionStatus
-from drover.serialization import coordinator_json, handler_errors_json, iso
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = ["config", "status"]
 
@@ -40,6 +39,9 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 
     Example: drover status --json
     """
+    from drover.inspection.health import recent_handler_errors
+    from drover.serialization import coordinator_json, handler_errors_json, iso
+
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
     window = 3 * loaded.config.heartbeat_interval
@@ -116,6 +118,8 @@ def config_show(ctx: click.Context, as_json: bool) -> None:
 
     Example: DROVER_LOG_FORMAT=json drover config show
     """
+    from drover.config import flatten_config
+
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
     loaded = state.loaded()
     flat = flatten_config(loaded.config)

@@ -19,22 +19,24 @@ plugins listed here.
 
 from __future__ import annotations
 
-from drover.kinds import deployments, sessions
+from typing import TYPE_CHECKING
+
+from drover._lazy import lazy_attributes
 from drover.kinds.deployments import kinds as deployment_kinds
 from drover.kinds.deployments.kinds import DEPLOYMENT, ROUTE
 from drover.kinds.sessions import kinds as session_kinds
 from drover.kinds.sessions.kinds import KERNEL, SESSION
 from drover.model.kinds import EntityKind
 
+if TYPE_CHECKING:
+    from drover.kinds._plugins import BUILTIN_PLUGINS
+
 __all__ = ["BUILTIN_KINDS", "BUILTIN_PLUGINS", "KIND_PLUGINS", "short_name"]
 
-#: ``(plugin name, plugin)`` of every built-in handler plugin, in lifecycle order.
-#: A plugin manager loads them unless told not to (``include_builtins=False``),
-#: and any one can be blocked by its full name or its :func:`short_name`.
-BUILTIN_PLUGINS: list[tuple[str, object]] = [
-    *sessions.HANDLER_PLUGINS,
-    *deployments.HANDLER_PLUGINS,
-]
+# BUILTIN_PLUGINS (every built-in handler plugin, in lifecycle order) imports
+# every handler, and so SQLAlchemy: it is read on first use, which the command
+# line's ``--help`` never makes.
+__getattr__ = lazy_attributes(__name__, {"BUILTIN_PLUGINS": "drover.kinds._plugins"})
 
 #: ``(plugin name, plugin)`` of the plugins every plugin manager loads, whatever
 #: it is told (they cannot be blocked): each package's kinds

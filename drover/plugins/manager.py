@@ -78,7 +78,7 @@ def make_plugin_manager(
     """
     # Imported here: drover.kinds imports drover.plugins (hookimpl, the registries).
     from drover.backends import plugin as backends_plugin
-    from drover.kinds import BUILTIN_PLUGINS, KIND_PLUGINS, short_name
+    from drover.kinds import KIND_PLUGINS, short_name
 
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
@@ -93,6 +93,9 @@ def make_plugin_manager(
     for name in blocked - {name for name, _plugin in always}:
         pm.set_blocked(name)
     if include_builtins:
+        # Imported only here: the handlers import SQLAlchemy, which ``drover --help`` never needs.
+        from drover.kinds import BUILTIN_PLUGINS
+
         for name, plugin in BUILTIN_PLUGINS:
             if name not in blocked and short_name(name) not in blocked:
                 pm.register(plugin, name=name)

@@ -14,7 +14,6 @@ from drover.model.errors import DroverError
 
 __all__ = [
     "DATABASE_ERRORS",
-    "DEFAULT_DATABASE_URL",
     "WRITE_OPTION",
     "DatabaseUrlError",
     "Engine",
@@ -25,8 +24,6 @@ __all__ = [
     "is_sqlite",
     "threaded_sqlite_engine",
 ]
-
-DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./drover.db"
 
 #: Execution option that makes the SQLite ``begin`` event emit ``BEGIN IMMEDIATE``.
 WRITE_OPTION = "drover_write"

@@ -1,26 +1,43 @@
-"""Run drover's Alembic migrations, shipped inside the package, on an async engine."""
+"""Run drover's Alembic migrations, shipped inside the package, on an async engine.
+
+Every command checks that the database is at the newest revision before it
+reads: :func:`head_revision` and :func:`current_revision` answer that without
+importing Alembic (about a tenth of a second a call), which only
+:func:`upgrade` needs. They rely on the naming rule of ``migrations/versions``:
+revision ``NNNN`` is the file ``NNNN_<what>.py`` and its ``down_revision`` is
+the one before (tests/test_storage.py checks it against Alembic's own view).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.storage.connect import WRITE_OPTION
-from drover.storage.statements.migrate import SCHEMA_EXISTS, create_schema
+from drover.storage.statements.migrate import (
+    ALEMBIC_VERSION,
+    SCHEMA_EXISTS,
+    VERSION_TABLE,
+    create_schema,
+)
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = ["alembic_config", "current_revision", "head_revision", "schema_exists", "upgrade"]
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
+_REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
     """Return an Alembic config pointing at the packaged migrations."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     if connection is not None:
@@ -29,10 +46,13 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
-    """The newest revision shipped with this version of drover."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None
-    return head
+    """The newest revision shipped with this version of drover (the highest ``NNNN_*.py``)."""
+    numbers = [
+        match.group(1)
+        for path in (_MIGRATIONS / "versions").iterdir()
+        if (match := _REVISION_FILE.match(path.name))
+    ]
+    return max(numbers)
 
 
 async def upgrade(
@@ -47,6 +67,8 @@ async def upgrade(
     def _run(sync_conn: sa.Connection) -> None:
         if schema and sync_conn.dialect.name == "postgresql":
             sync_conn.execute(create_schema(schema))
+        from alembic import command
+
         command.upgrade(alembic_config(sync_conn), revision)
 
     async with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
@@ -57,7 +79,9 @@ async def current_revision(engine: AsyncEngine) -> str | None:
     """The revision the database is at, or ``None`` for an empty database."""
 
     def _read(sync_conn: sa.Connection) -> str | None:
-        return MigrationContext.configure(sync_conn).get_current_revision()
+        if not sa.inspect(sync_conn).has_table(VERSION_TABLE):
+            return None
+        return sync_conn.execute(ALEMBIC_VERSION).scalar()
 
     async with engine.connect() as conn:
         return await conn.run_sync(_read)

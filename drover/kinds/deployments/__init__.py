@@ -20,24 +20,29 @@ Their JSON shapes are :mod:`~drover.kinds.deployments.serialization`'s.
 
 from __future__ import annotations
 
-from drover.kinds.deployments import deployments, routes
-from drover.kinds.deployments.deployments import (
-    CheckPendingDeployment,
-    CheckReplicaDeployment,
-    DestroyingDeployment,
-    ReconcileDeployment,
-    ScalingDeployment,
-)
-from drover.kinds.deployments.kinds import DEPLOYMENT, ROUTE
-from drover.kinds.deployments.routes import (
-    HealthCheckRoute,
-    ProvisioningRoute,
-    RouteEviction,
-    RunningRoute,
-    TerminatingRoute,
-)
-from drover.kinds.deployments.serialization import deployment_json, route_json
-from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+from typing import TYPE_CHECKING
+
+from drover._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from drover.kinds.deployments.deployments import (
+        CheckPendingDeployment,
+        CheckReplicaDeployment,
+        DestroyingDeployment,
+        ReconcileDeployment,
+        ScalingDeployment,
+    )
+    from drover.kinds.deployments.kinds import DEPLOYMENT, ROUTE
+    from drover.kinds.deployments.plugins import HANDLER_PLUGINS
+    from drover.kinds.deployments.routes import (
+        HealthCheckRoute,
+        ProvisioningRoute,
+        RouteEviction,
+        RunningRoute,
+        TerminatingRoute,
+    )
+    from drover.kinds.deployments.serialization import deployment_json, route_json
+    from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 
 __all__ = [
     "DEPLOYMENT",
@@ -59,8 +64,26 @@ __all__ = [
     "route_json",
 ]
 
-#: ``(plugin name, plugin)`` of the deployment handlers and of the route handlers.
-HANDLER_PLUGINS: list[tuple[str, object]] = [
-    ("drover.kinds.deployments.deployments", deployments),
-    ("drover.kinds.deployments.routes", routes),
-]
+# Imported on first use: the command line imports this package to list its commands.
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "CheckPendingDeployment": "drover.kinds.deployments.deployments",
+        "CheckReplicaDeployment": "drover.kinds.deployments.deployments",
+        "DestroyingDeployment": "drover.kinds.deployments.deployments",
+        "ReconcileDeployment": "drover.kinds.deployments.deployments",
+        "ScalingDeployment": "drover.kinds.deployments.deployments",
+        "DEPLOYMENT": "drover.kinds.deployments.kinds",
+        "ROUTE": "drover.kinds.deployments.kinds",
+        "HealthCheckRoute": "drover.kinds.deployments.routes",
+        "ProvisioningRoute": "drover.kinds.deployments.routes",
+        "RouteEviction": "drover.kinds.deployments.routes",
+        "RunningRoute": "drover.kinds.deployments.routes",
+        "TerminatingRoute": "drover.kinds.deployments.routes",
+        "deployment_json": "drover.kinds.deployments.serialization",
+        "route_json": "drover.kinds.deployments.serialization",
+        "EndpointLifecycle": "drover.kinds.deployments.status",
+        "RouteStatus": "drover.kinds.deployments.status",
+        "HANDLER_PLUGINS": "drover.kinds.deployments.plugins",
+    },
+)

@@ -7,19 +7,18 @@ commands do: the plugin ``drover.kinds.deployments``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
-from drover.kinds.deployments.serialization import deployment_json, route_json
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
-from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError, UnknownEntityError
-from drover.model.spec import new_session
 from drover.model.values import Entity
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = [
     "COMMANDS",
@@ -124,6 +123,9 @@ def deploy(
 
     Example: drover deploy web --replicas 2 -- sh -c 'exec python3 -m http.server $PORT'
     """
+    from drover.model.creation import check_new_entities
+    from drover.model.spec import new_session
+
     for flag, seconds in (
         ("--start-timeout", start_timeout),
         ("--evict-after", evict_after),
@@ -187,6 +189,7 @@ def deployments(
 
     Example: drover deployments --json
     """
+    from drover.kinds.deployments.serialization import deployment_json
 
     async def work(app: App) -> list[Entity]:
         found = await app.repository.list_entities("deployment", limit=None)
@@ -263,6 +266,7 @@ def routes(
 
     Example: drover routes web --json
     """
+    from drover.kinds.deployments.serialization import route_json
 
     async def work(app: App) -> Entity:
         return await find_deployment(app, name)

@@ -16,28 +16,32 @@ uses:
 
 from __future__ import annotations
 
-from drover.kinds.sessions import prepare, schedule, start, terminate
-from drover.kinds.sessions.kinds import (
-    ENGINE_KERNEL_KEYS,
-    KERNEL,
-    KERNEL_DEFAULTS,
-    SESSION,
-    check_kernel_spec,
-    with_kernel_defaults,
-)
-from drover.kinds.sessions.prepare import PrepareSessions
-from drover.kinds.sessions.promotions import (
-    BUILTIN_PROMOTIONS,
-    PROMOTION_PLUGINS,
-    DetectStartFailure,
-    DetectTermination,
-    PromoteToPrepared,
-    PromoteToRunning,
-    PromoteToTerminated,
-)
-from drover.kinds.sessions.schedule import ScheduleSessions
-from drover.kinds.sessions.start import StartSessions
-from drover.kinds.sessions.terminate import TerminateSessions
+from typing import TYPE_CHECKING
+
+from drover._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from drover.kinds.sessions.kinds import (
+        ENGINE_KERNEL_KEYS,
+        KERNEL,
+        KERNEL_DEFAULTS,
+        SESSION,
+        check_kernel_spec,
+        with_kernel_defaults,
+    )
+    from drover.kinds.sessions.plugins import HANDLER_PLUGINS
+    from drover.kinds.sessions.prepare import PrepareSessions
+    from drover.kinds.sessions.promotions import (
+        BUILTIN_PROMOTIONS,
+        DetectStartFailure,
+        DetectTermination,
+        PromoteToPrepared,
+        PromoteToRunning,
+        PromoteToTerminated,
+    )
+    from drover.kinds.sessions.schedule import ScheduleSessions
+    from drover.kinds.sessions.start import StartSessions
+    from drover.kinds.sessions.terminate import TerminateSessions
 
 __all__ = [
     "BUILTIN_PROMOTIONS",
@@ -59,11 +63,26 @@ __all__ = [
     "with_kernel_defaults",
 ]
 
-#: ``(plugin name, plugin)`` of each session handler, in lifecycle order.
-HANDLER_PLUGINS: list[tuple[str, object]] = [
-    ("drover.kinds.sessions.schedule-sessions", schedule),
-    ("drover.kinds.sessions.prepare-sessions", prepare),
-    ("drover.kinds.sessions.start-sessions", start),
-    ("drover.kinds.sessions.terminate-sessions", terminate),
-    *PROMOTION_PLUGINS,
-]
+# Imported on first use: the command line imports this package to list its commands.
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "ENGINE_KERNEL_KEYS": "drover.kinds.sessions.kinds",
+        "KERNEL": "drover.kinds.sessions.kinds",
+        "KERNEL_DEFAULTS": "drover.kinds.sessions.kinds",
+        "SESSION": "drover.kinds.sessions.kinds",
+        "check_kernel_spec": "drover.kinds.sessions.kinds",
+        "with_kernel_defaults": "drover.kinds.sessions.kinds",
+        "PrepareSessions": "drover.kinds.sessions.prepare",
+        "BUILTIN_PROMOTIONS": "drover.kinds.sessions.promotions",
+        "DetectStartFailure": "drover.kinds.sessions.promotions",
+        "DetectTermination": "drover.kinds.sessions.promotions",
+        "PromoteToPrepared": "drover.kinds.sessions.promotions",
+        "PromoteToRunning": "drover.kinds.sessions.promotions",
+        "PromoteToTerminated": "drover.kinds.sessions.promotions",
+        "ScheduleSessions": "drover.kinds.sessions.schedule",
+        "StartSessions": "drover.kinds.sessions.start",
+        "TerminateSessions": "drover.kinds.sessions.terminate",
+        "HANDLER_PLUGINS": "drover.kinds.sessions.plugins",
+    },
+)

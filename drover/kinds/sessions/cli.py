@@ -12,17 +12,18 @@ import asyncio
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
 from drover.kinds.sessions.kinds import KERNEL_DEFAULTS, with_kernel_defaults
 from drover.model.checks import PRIORITY_RANGE
 from drover.model.errors import DroverError
 from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
-from drover.serialization import iso, session_json
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = ["COMMANDS", "logs", "sessions", "submit"]
 
@@ -276,6 +277,8 @@ def sessions(
 
     Example: drover sessions --status PENDING --status RUNNING --sort priority --json
     """
+    from drover.serialization import iso, session_json
+
     wanted = [SessionStatus(s.upper()) for s in statuses] or None
 
     async def work(app: App) -> list[Any]:

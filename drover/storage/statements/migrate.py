@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["SCHEMA_EXISTS", "create_schema"]
+__all__ = ["ALEMBIC_VERSION", "SCHEMA_EXISTS", "VERSION_TABLE", "create_schema"]
+
+#: Alembic's table of the database's revision (in the engine's schema on PostgreSQL).
+VERSION_TABLE = "alembic_version"
+
+#: The database's revision: what Alembic's ``MigrationContext.get_current_revision`` reads.
+ALEMBIC_VERSION = sa.text(f"SELECT version_num FROM {VERSION_TABLE}")
 
 #: One row if PostgreSQL has the schema ``:name``.
 SCHEMA_EXISTS = sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :name")
