@@ -6,45 +6,67 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: venv system-deps run demo test bench chaos replicas clean slurm-up slurm-demo
+.PHONY: venv run-deps system-deps run demo test bench chaos replicas clean slurm-up slurm-demo
 
-# Debian packages drover needs beyond Python: chromium for the dashboard's
-# browser tests, graphviz (`dot`) to lay out the dashboard's state graph. The
-# check makes the target a no-op once both are on PATH; the lock timeout lets
-# it wait for another apt-get instead of failing.
-SYSTEM_TOOLS := chromium dot
-SYSTEM_PACKAGES := chromium graphviz
+# Debian packages drover needs beyond Python. The daemon needs graphviz (`dot`
+# lays out the dashboard's state graph); the tests need chromium too (the
+# dashboard's browser tests). The check makes each target a no-op once its
+# tools are on PATH; the lock timeout lets it wait for another apt-get instead
+# of failing.
+RUN_TOOLS := dot
+RUN_PACKAGES := graphviz
+TEST_TOOLS := chromium dot
+TEST_PACKAGES := chromium graphviz
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# The example plugin is installed too: `make test` runs its tests, and the
-# end-to-end test in tests/ needs its entry point.
-$(STAMP): pyproject.toml examples/drover-max-duration/pyproject.toml
+# $(call apt_install,TOOLS,PACKAGES): install PACKAGES unless every one of TOOLS is on PATH.
+define apt_install
+	@missing=; for tool in $(1); do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing $(2) (Debian packages)"; \
+	    $(SUDO) $(APT_GET) update -qq \
+	    && $(SUDO) $(APT_GET) install -y -qq $(2) >/dev/null \
+	    || { echo "could not install $(2): run as root, or install them by hand" >&2; exit 1; }; \
+	fi
+endef
+
+# What the daemon needs: drover and its runtime dependencies, nothing else.
+# `drover` was this project's distribution name before `drover-coordinator`:
+# a venv made then has it, and two distributions of one import package clash.
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip uninstall --quiet -y drover >/dev/null 2>&1 || true
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+# What the tests need on top: the dev extras (pytest, hypothesis, ruff, mypy,
+# playwright) and the example plugin (`make test` runs its tests, and the
+# end-to-end test in tests/ needs its entry point).
+$(STAMP): $(RUN_STAMP) examples/drover-max-duration/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet -e ./examples/drover-max-duration
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-## Install the Debian packages above (needs root or sudo) unless they are already there.
+## The Debian packages the daemon needs (graphviz), unless already there (needs root or sudo).
+run-deps:
+	$(call apt_install,$(RUN_TOOLS),$(RUN_PACKAGES))
+
+## The Debian packages the tests need (chromium, graphviz), unless already there.
 system-deps:
-	@if command -v $(firstword $(SYSTEM_TOOLS)) >/dev/null 2>&1 \
-	    && command -v $(lastword $(SYSTEM_TOOLS)) >/dev/null 2>&1; then :; else \
-	    echo "installing $(SYSTEM_PACKAGES) (Debian packages)"; \
-	    $(SUDO) $(APT_GET) update -qq \
-	    && $(SUDO) $(APT_GET) install -y -qq $(SYSTEM_PACKAGES) >/dev/null \
-	    || { echo "could not install $(SYSTEM_PACKAGES): run as root, or install them by hand" >&2; exit 1; }; \
-	fi
+	$(call apt_install,$(TEST_TOOLS),$(TEST_PACKAGES))
 
 ## The main job: the coordinator daemon on ./drover.db with the local backend (Ctrl-C stops it).
-run: $(STAMP) system-deps
+run: $(RUN_STAMP) run-deps
 	$(BIN)/drover run
 
 ## Start the daemon, submit real sessions, wait, print what happened, stop it.
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(BIN)/python -m drover.demo --dir demo-data
 
 ## Install Debian's Slurm if missing and start a two-node cluster on this machine
@@ -53,7 +75,7 @@ slurm-up:
 	bash scripts/slurm-up.sh
 
 ## The demo's sessions as Slurm jobs (backend.name = "slurm"); files in demo-data-slurm/.
-slurm-demo: $(STAMP) slurm-up
+slurm-demo: $(RUN_STAMP) slurm-up
 	$(BIN)/python -m drover.demo --dir demo-data-slurm --backend slurm
 
 ## ruff, mypy --strict and pytest. Installs the system packages and starts the Slurm

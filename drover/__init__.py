@@ -75,6 +75,10 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+#: The name drover is installed under (``pip install``, a plugin's ``dependencies``); the
+#: import package is ``drover``. The PyPI name ``drover`` belongs to an unrelated project.
+DISTRIBUTION_NAME = "drover-coordinator"
+
 #: Where each public name lives.
 _MODULES: dict[str, str] = {
     "AgentBackend": "drover.backends.base",
@@ -144,6 +148,7 @@ __getattr__ = lazy_attributes(__name__, _MODULES)
 
 
 __all__ = [
+    "DISTRIBUTION_NAME",
     "TERMINAL_KERNEL_STATUSES",
     "TERMINAL_SESSION_STATUSES",
     "AgentBackend",

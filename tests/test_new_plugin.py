@@ -46,7 +46,7 @@ def test_the_scaffold_writes_a_package(tmp_path):
     assert project["project"]["name"] == "drover-scaffold-probe"
     assert project["project"]["version"] == "0.1.0"
     assert project["project"]["requires-python"] == ">=3.11"
-    assert project["project"]["dependencies"] == ["drover"]
+    assert project["project"]["dependencies"] == ["drover-coordinator>=0.1"]
     assert project["project"]["optional-dependencies"]["test"] == ["pytest", "pytest-asyncio"]
     assert project["project"]["entry-points"]["drover"] == {NAME: "drover_scaffold_probe"}
     assert project["tool"]["setuptools"]["packages"]["find"]["where"] == ["src"]
@@ -194,8 +194,9 @@ def test_the_generated_package_installs_and_its_own_tests_pass(tmp_path):
     assert scaffold(NAME, "--dir", str(tmp_path)).exit_code == 0
     package = tmp_path / distribution
     try:
-        # --no-deps: drover is already installed here.
-        install = _pip("install", "--no-deps", "-e", str(package))
+        # With its dependencies: drover-coordinator is this drover, already installed
+        # (PyPI's `drover`, an unrelated project, would be downloaded instead).
+        install = _pip("install", "-e", str(package))
         assert install.returncode == 0, install.stdout + install.stderr
         run = subprocess.run(
             [sys.executable, "-m", "pytest", str(package / "tests"), "-p", "no:cacheprovider"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 import pluggy
 
+from drover import DISTRIBUTION_NAME, __version__
 from drover.cli._common import CliState
 from drover.cli.db import db
 from drover.cli.entity import show, terminate
@@ -36,7 +37,7 @@ __all__ = ["main"]
     default=None,
     help="Database URL, overriding the configuration and DROVER_DATABASE_URL.",
 )
-@click.version_option(package_name="drover")
+@click.version_option(__version__, package_name=DISTRIBUTION_NAME)
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, database_url: str | None) -> None:
     """drover: a plugin-based lifecycle coordinator for compute sessions.

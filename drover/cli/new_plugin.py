@@ -9,6 +9,8 @@ from string import Template
 
 import click
 
+from drover import DISTRIBUTION_NAME, __version__
+
 __all__ = ["new_plugin", "render_plugin", "validate_plugin_name"]
 
 #: ``(template file in drover/cli/_scaffold, path in the generated package)``.
@@ -59,6 +61,8 @@ def render_plugin(name: str) -> dict[str, str]:
         "snake": snake,
         "package": package,
         "cls": "".join(word.capitalize() for word in name.split("-")),
+        "distribution": DISTRIBUTION_NAME,
+        "drover_requirement": f"{DISTRIBUTION_NAME}>={_major_minor(__version__)}",
     }
     scaffold = resources.files("drover.cli").joinpath("_scaffold")
     return {
@@ -67,6 +71,11 @@ def render_plugin(name: str) -> dict[str, str]:
         ).substitute(values)
         for template, path in _FILES
     }
+
+
+def _major_minor(version: str) -> str:
+    """``0.1`` of ``0.1.0``: the plugin API a generated plugin was written against."""
+    return ".".join(version.split(".")[:2])
 
 
 def _write(target: Path, files: dict[str, str]) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover import __version__
+from drover import DISTRIBUTION_NAME, __version__
 from drover.cli._common import CliState, emit_json, json_option, print_table
 from drover.model.errors import DroverError
 from drover.model.promotion import PromotionRule
@@ -54,7 +54,7 @@ def _describe(app: App) -> list[dict[str, Any]]:
             {
                 "name": name,
                 "builtin": _builtin(name),
-                "distribution": dist[0] if dist else "drover",
+                "distribution": dist[0] if dist else DISTRIBUTION_NAME,
                 "version": dist[1] if dist else __version__,
                 "hooks": sorted(hc.name for hc in pm.get_hookcallers(plugin) or []),
                 "handlers": handlers,

@@ -36,7 +36,13 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    wait_exponential,
+    wait_random,
+)
 
 from drover.coordinator.handlers import handler_name
 from drover.coordinator.store import DaemonStore, Subscription
@@ -246,7 +252,7 @@ class Daemon:
 
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
-            wait=wait_exponential_jitter(multiplier=0.5, max=30.0, jitter=0.5),
+            wait=wait_exponential(multiplier=0.5, max=30.0) + wait_random(0, 0.5),
             stop=lambda _state: self._stopping.is_set(),
             sleep=self._sleep_unless_stopping,
             before_sleep=log_retry,

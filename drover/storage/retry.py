@@ -17,7 +17,8 @@ from tenacity import (
     before_sleep_log,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 __all__ = ["is_transient", "run_transaction"]
@@ -55,7 +56,7 @@ async def run_transaction(
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
+        wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.05),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )

@@ -18,7 +18,8 @@ from tenacity import (
     AsyncRetrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from drover.backends.base import BackendError
@@ -125,7 +126,7 @@ def transient_retry(attempts: int = 4) -> AsyncRetrying:
     return AsyncRetrying(
         retry=retry_if_exception(lambda e: isinstance(e, SlurmCommandError) and e.transient),
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(multiplier=0.2, max=3.0, jitter=0.2),
+        wait=wait_exponential(multiplier=0.2, max=3.0) + wait_random(0, 0.2),
         reraise=True,
     )
 
