@@ -22,12 +22,11 @@ import pluggy
 
 from drover import __version__
 from drover.backends.base import AgentBackend
-from drover.config import Config, LoadedConfig
+from drover.config import Config, LoadedConfig, retention_seconds
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator
-from drover.inspection._format import parse_duration
 from drover.model.clock import Clock, SystemClock
 from drover.model.creation import check_against_deployment, check_new_entities
 from drover.model.errors import DroverError
@@ -366,7 +365,7 @@ class App:
         """The daemon of this app's coordinator, built from the configuration (once)."""
         if self._daemon is None:
             config = self.config
-            retention = config.history.retention
+            history = config.history
             self._daemon = Daemon(
                 self.load_handlers(),
                 self.repository,
@@ -376,8 +375,11 @@ class App:
                 heartbeat_interval=config.heartbeat_interval,
                 shutdown_grace=config.shutdown_grace,
                 version=__version__,
-                retention=parse_duration(retention) if retention else None,
-                prune_interval=config.history.prune_interval,
+                retention=retention_seconds(history.retention),
+                ticks_retention=retention_seconds(history.ticks_retention),
+                prune_files=self.backend.prune_files,
+                files_retention=retention_seconds(history.kernel_files_retention),
+                prune_interval=history.prune_interval,
             )
         return self._daemon
 

@@ -25,6 +25,7 @@ from drover.model.errors import DroverError
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "LOG_LEVELS",
+    "RETENTION_KEYS",
     "AgentConfig",
     "BackendConfig",
     "Config",
@@ -36,6 +37,7 @@ __all__ = [
     "default_agents",
     "flatten_config",
     "load_config",
+    "retention_seconds",
 ]
 
 DEFAULT_CONFIG_FILE = "drover.toml"
@@ -109,6 +111,12 @@ class HistoryConfig:
 
     #: Delete history of ended sessions older than this (``30d``, ``12h``); unset: keep all.
     retention: str | None = None
+    #: Delete tick records (``handler_ticks``, what ``drover stats`` reads) older than this;
+    #: ``""``: keep all. A busy daemon writes about 100 a minute.
+    ticks_retention: str = "3d"
+    #: Delete an ended kernel's files under ``data_dir`` (its logs and working directory)
+    #: once they have not changed for this long; ``""``: keep all.
+    kernel_files_retention: str = "7d"
     #: Seconds between the daemon's pruning passes.
     prune_interval: float = 3600.0
 
@@ -329,15 +337,15 @@ def load_config(
             flat[key] = value
             sources[key] = f"flag {key}"
     _check_enums(flat, sources)
-    retention = flat.get("history.retention")
-    if retention is not None:
-        from drover.inspection._format import parse_duration
+    for key in RETENTION_KEYS:
+        retention = flat.get(key)
+        if retention is not None and retention != "":
+            from drover.inspection._format import parse_duration
 
-        try:
-            parse_duration(str(retention))
-        except ValueError as error:
-            origin = sources.get("history.retention", "default")
-            raise ConfigError(f"history.retention (from {origin}): {error}") from None
+            try:
+                parse_duration(str(retention))
+            except ValueError as error:
+                raise ConfigError(f"{key} (from {sources.get(key, 'default')}): {error}") from None
     try:
         config = _CONVERTER.structure(_unflatten(flat), Config)
     except cattrs.BaseValidationError as error:
@@ -361,6 +369,17 @@ def load_config(
     if problems:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
     return LoadedConfig(config=config, sources=sources, file=file)
+
+
+#: The durations of ``[history]`` (a string like ``30d`` or ``1h30m``; ``""`` for "keep all").
+RETENTION_KEYS = ("history.retention", "history.ticks_retention", "history.kernel_files_retention")
+
+
+def retention_seconds(value: str | None) -> float | None:
+    """A retention setting in seconds, ``None`` when unset or ``""`` (keep everything)."""
+    from drover.inspection._format import parse_duration
+
+    return parse_duration(value) if value else None
 
 
 #: Log levels ``log_level`` may name (any case).

@@ -261,6 +261,24 @@ def test_prune_keeps_what_it_must(world, database):
     assert cli("history", "prune", "--older-than", "soon").exit_code == 2
 
 
+def test_prune_reports_progress_per_batch_and_reads_1h30m(world):
+    """Each batch is a transaction with a progress line on stderr; 1h30m is a duration."""
+    ids, cli = world
+    dry = json.loads(cli("history", "prune", "--older-than", "1h30m", "--dry-run", "--json").output)
+    assert dry["older_than_s"] == 5400
+    before = len(json.loads(cli("history", ids["done"], "--json").output))
+    assert before > 2
+    result = cli("history", "prune", "--older-than", "0s", "--batch-size", "2")
+    assert result.exit_code == 0, result.output
+    progress = [line for line in result.stderr.splitlines() if "so far" in line]
+    assert progress[:2] == [
+        "scheduling_history: 2 row(s) deleted so far",
+        "scheduling_history: 4 row(s) deleted so far",
+    ]
+    assert f"deleted {before} row(s) of scheduling_history" in result.stdout
+    assert "so far" not in result.stdout
+
+
 def test_graph_of_the_builtin_set():
     """The built-in graph, as text, mermaid, dot and JSON."""
     runner = CliRunner()

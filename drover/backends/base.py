@@ -84,6 +84,15 @@ class AgentBackend(ABC):
         """
         return 0
 
+    async def prune_files(self, unchanged_since: float) -> int:
+        """Delete the files of ended kernels not changed since ``unchanged_since`` (epoch).
+
+        The daemon calls it every ``history.prune_interval`` with
+        ``history.kernel_files_retention``; returns how many kernels' files
+        went. The default keeps nothing on disk, so it deletes nothing.
+        """
+        return 0
+
     @abstractmethod
     def agents(self) -> Sequence[AgentInfo]:
         """The agents kernels may be placed on."""

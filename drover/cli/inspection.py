@@ -203,18 +203,32 @@ def _print_history(
 
 
 @history.command("prune")
-@click.option("--older-than", required=True, help="30d, 12h, 90m…: delete what is older.")
+@click.option("--older-than", required=True, help="30d, 12h, 1h30m…: delete what is older.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=5000,
+    show_default=True,
+    help="Rows deleted per transaction; a progress line on stderr after each.",
+)
 @json_option
 @database_option
 @click.pass_context
 def prune(
-    ctx: click.Context, older_than: str, dry_run: bool, as_json: bool, database_url: str | None
+    ctx: click.Context,
+    older_than: str,
+    dry_run: bool,
+    batch_size: int,
+    as_json: bool,
+    database_url: str | None,
 ) -> None:
     """Delete old history of sessions that have ended, in batches; report what went.
 
     Rows of sessions that are still live are never deleted, so the latest row
-    of a live session always stays. Old tick records (for `drover stats`) go too.
+    of a live session always stays. Old tick records (for `drover stats`) go
+    too. Each batch is its own transaction and prints a progress line on
+    stderr, so a long prune can be watched and interrupted.
 
     Example: drover history prune --older-than 30d --dry-run
     """
@@ -225,8 +239,18 @@ def prune(
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--older-than") from None
 
+    def progress(table: str, deleted: int) -> None:
+        click.echo(f"{table}: {deleted} row(s) deleted so far", err=True)
+
     async def work(app: App) -> dict[str, int]:
-        return await app.repository.prune_history(older_than=time.time() - age, dry_run=dry_run)
+        cutoff = time.time() - age
+        return await app.repository.prune_history(
+            older_than=cutoff,
+            ticks_older_than=cutoff,
+            dry_run=dry_run,
+            batch=batch_size,
+            on_batch=progress,
+        )
 
     report = with_app(ctx, work, database_url=database_url)
     if as_json:

@@ -32,7 +32,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,6 +78,9 @@ class Daemon:
         submission_poll: float = 0.1,
         on_tick: Callable[[TickReport], None] | None = None,
         retention: float | None = None,
+        ticks_retention: float | None = None,
+        prune_files: Callable[[float], Awaitable[int]] | None = None,
+        files_retention: float | None = None,
         prune_interval: float = 3600.0,
         max_error_backoff: float = 300.0,
     ) -> None:
@@ -96,7 +99,12 @@ class Daemon:
         #: Called with every tick's report (observers, metrics, benchmarks).
         self.on_tick = on_tick
         self._submission_poll = submission_poll
+        # Retention, each in seconds (None: keep): history of ended entities, tick
+        # records, and kernel files (``prune_files``, the backend's).
         self._retention = retention
+        self._ticks_retention = ticks_retention
+        self._prune_files = prune_files if files_retention is not None else None
+        self._files_retention = files_retention
         self._prune_interval = prune_interval
         # Tick summaries for `drover stats`, written in batches off the tick path.
         self._tick_rows: list[dict[str, object]] = []
@@ -190,7 +198,11 @@ class Daemon:
             asyncio.create_task(self._submission_loop(), name="drover-submissions"),
             asyncio.create_task(self._record_loop(), name="drover-tick-records"),
         ]
-        if self._retention is not None:
+        if (
+            self._retention is not None
+            or self._ticks_retention is not None
+            or self._prune_files is not None
+        ):
             helpers.append(asyncio.create_task(self._retention_loop(), name="drover-retention"))
         try:
             await self._stopping.wait()
@@ -401,14 +413,35 @@ class Daemon:
         await self._flush_ticks()
 
     async def _retention_loop(self) -> None:
-        assert self._retention is not None
         while not self._stopping.is_set():
+            await self._prune_once()
+            await self._sleep_unless_stopping(self._prune_interval)
+
+    async def _prune_once(self) -> None:
+        """One retention pass; a line is logged only when something was deleted."""
+        now = time.time()
+        if self._retention is not None or self._ticks_retention is not None:
             try:
-                report = await self.store.prune_history(older_than=time.time() - self._retention)
-                log.info("history retention: deleted %s", report, extra={"pruned": report})
+                report = await self.store.prune_history(
+                    older_than=None if self._retention is None else now - self._retention,
+                    ticks_older_than=(
+                        None if self._ticks_retention is None else now - self._ticks_retention
+                    ),
+                )
             except Exception as error:
                 log.error("history retention failed: %s: %s", type(error).__name__, error)
-            await self._sleep_unless_stopping(self._prune_interval)
+            else:
+                if any(report.values()):
+                    deleted = ", ".join(f"{n} {table}" for table, n in report.items() if n)
+                    log.info("retention: deleted %s", deleted, extra={"pruned": report})
+        if self._prune_files is not None and self._files_retention is not None:
+            try:
+                removed = await self._prune_files(now - self._files_retention)
+            except Exception as error:
+                log.error("kernel files retention failed: %s: %s", type(error).__name__, error)
+            else:
+                if removed:
+                    log.info("retention: deleted the files of %d ended kernel(s)", removed)
 
     async def _submission_loop(self) -> None:
         subscription: Subscription | None = None

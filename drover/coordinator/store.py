@@ -125,9 +125,15 @@ class DaemonStore(CoordinatorStore, Protocol):
         ...
 
     async def prune_history(
-        self, *, older_than: float, dry_run: bool = False, batch: int = 5000
+        self,
+        *,
+        older_than: float | None,
+        ticks_older_than: float | None = None,
+        dry_run: bool = False,
+        batch: int = 5000,
+        on_batch: Callable[[str, int], None] | None = None,
     ) -> dict[str, int]:
-        """Delete old history of ended sessions."""
+        """Delete old history of ended sessions and old tick summaries."""
         ...
 
     async def latest_entity_id(self) -> str | None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
-__all__ = ["duration", "parse_duration", "parse_time"]
+from pytimeparse.timeparse import timeparse as _timeparse
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+__all__ = ["duration", "parse_duration", "parse_time"]
 
 
 def duration(seconds: float) -> str:
@@ -27,11 +25,16 @@ def duration(seconds: float) -> str:
 
 
 def parse_duration(text: str) -> float:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` to seconds; ValueError naming the problem."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration like 30s, 15m, 12h, 30d or 2w")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    """``30d``, ``12h``, ``1h30m``, ``45s``, ``2w`` to seconds; ValueError naming the problem.
+
+    pytimeparse reads it (units s, m, h, d, w, combined or with words:
+    ``1h30m``, ``1.5h``, ``2 days``); a bare number, which could mean any
+    unit, and a negative duration are refused.
+    """
+    seconds = _timeparse(text.strip()) if text.strip() else None
+    if seconds is None or seconds < 0:
+        raise ValueError(f"{text!r} is not a duration like 45s, 15m, 1h30m, 30d or 2w")
+    return float(seconds)
 
 
 def parse_time(text: str, now: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -106,15 +107,23 @@ async def search_kernel_history(
 
 
 async def prune_history(
-    db: Database, *, older_than: float, dry_run: bool = False, batch: int = 5000
+    db: Database,
+    *,
+    older_than: float | None,
+    ticks_older_than: float | None = None,
+    dry_run: bool = False,
+    batch: int = 5000,
+    on_batch: Callable[[str, int], None] | None = None,
 ) -> dict[str, int]:
     """Delete history older than ``older_than`` of entities whose top-level entity ended.
 
     Rows of live sessions are never touched (so their latest row survives),
-    nor rows updated after the cutoff. Deletes in batches, each its own
-    transaction; ``dry_run`` only counts. Old tick summaries go too.
+    nor rows updated after the cutoff. Tick summaries go when they started
+    before ``ticks_older_than``. A cutoff of ``None`` leaves its tables alone.
+    Deletes in batches, each its own transaction, calling ``on_batch(table,
+    deleted so far)`` after each; ``dry_run`` only counts.
     """
-    targets = prune_targets(db.kinds.values(), older_than)
+    targets = prune_targets(db.kinds.values(), older_than, ticks_older_than)
     report: dict[str, int] = {}
     for name, (table, condition) in targets.items():
         if dry_run:
@@ -135,6 +144,8 @@ async def prune_history(
 
             deleted = await db.write(delete)
             total += deleted
+            if on_batch is not None and deleted:
+                on_batch(name, total)
             if deleted < batch:
                 break
         report[name] = total

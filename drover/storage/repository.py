@@ -267,11 +267,25 @@ class Repository(Queries):
         return await _kernels.assign_agents(self._db, placements)
 
     async def prune_history(
-        self, *, older_than: float, dry_run: bool = False, batch: int = 5000
+        self,
+        *,
+        older_than: float | None,
+        ticks_older_than: float | None = None,
+        dry_run: bool = False,
+        batch: int = 5000,
+        on_batch: Callable[[str, int], None] | None = None,
     ) -> dict[str, int]:
-        """Delete old history of ended sessions, in batches; report the counts per table."""
+        """Delete old history of ended sessions and old tick summaries, in batches; report counts.
+
+        See :func:`drover.storage.history.prune_history`.
+        """
         return await _history.prune_history(
-            self._db, older_than=older_than, dry_run=dry_run, batch=batch
+            self._db,
+            older_than=older_than,
+            ticks_older_than=ticks_older_than,
+            dry_run=dry_run,
+            batch=batch,
+            on_batch=on_batch,
         )
 
     async def record_ticks(self, rows: Sequence[Mapping[str, Any]]) -> None:

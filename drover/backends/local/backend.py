@@ -124,6 +124,24 @@ class LocalBackend(AgentBackend):
         """The configured agents (by default, this host)."""
         return list(self._agents)
 
+    async def prune_files(self, unchanged_since: float) -> int:
+        """Delete ``kernels/<id>/`` (logs, working directory) of ended kernels left unchanged.
+
+        A directory goes when its kernel is in a terminal status and no file
+        in it changed after ``unchanged_since``; a live kernel's, or one the
+        database does not know, stays.
+        """
+        if self.reporter is None:
+            return 0
+        root = self.data_dir / "kernels"
+        quiet = await asyncio.to_thread(disk.unchanged_dirs, root, unchanged_since)
+        if not quiet:
+            return 0
+        statuses = await self.reporter.kernel_statuses(sorted(quiet))
+        ended = [k for k, status in statuses.items() if status in TERMINAL_KERNEL_STATUSES]
+        await asyncio.to_thread(disk.remove_dirs, [root / k for k in ended])
+        return len(ended)
+
     # -- lifecycle of the backend itself ------------------------------------------
 
     async def start(self, reporter: KernelReporter, wake: Wake) -> None:

@@ -121,20 +121,28 @@ def ended_entities(kinds: Iterable[EntityKind]) -> sa.Select[Any]:
 
 
 def prune_targets(
-    kinds: Iterable[EntityKind], older_than: float
+    kinds: Iterable[EntityKind], older_than: float | None, ticks_older_than: float | None = None
 ) -> dict[str, tuple[sa.Table, sa.ColumnElement[bool]]]:
-    """Per table, the rows pruning deletes.
+    """Per table, the rows pruning deletes (a cutoff of ``None`` leaves its tables alone).
 
     History and status changes last updated (created) before ``older_than``
     of entities whose top-level entity ended (:func:`ended_entities`), and
-    tick summaries started before it.
+    tick summaries started before ``ticks_older_than``.
     """
-    ended = ended_entities(kinds)
-    return {
-        "scheduling_history": (h, sa.and_(h.c.updated_at < older_than, h.c.entity_id.in_(ended))),
-        "status_changes": (c, sa.and_(c.c.created_at < older_than, c.c.parent_id.in_(ended))),
-        "handler_ticks": (handler_ticks, handler_ticks.c.started_at < older_than),
-    }
+    targets: dict[str, tuple[sa.Table, sa.ColumnElement[bool]]] = {}
+    if older_than is not None:
+        ended = ended_entities(kinds)
+        targets["scheduling_history"] = (
+            h,
+            sa.and_(h.c.updated_at < older_than, h.c.entity_id.in_(ended)),
+        )
+        targets["status_changes"] = (
+            c,
+            sa.and_(c.c.created_at < older_than, c.c.parent_id.in_(ended)),
+        )
+    if ticks_older_than is not None:
+        targets["handler_ticks"] = (handler_ticks, handler_ticks.c.started_at < ticks_older_than)
+    return targets
 
 
 def count_rows(table: sa.Table, condition: sa.ColumnElement[bool]) -> sa.Select[Any]:
