@@ -43,7 +43,7 @@ from drover.plugins.manager import (
     make_plugin_manager,
 )
 from drover.plugins.registry import RegisteredHandler, RuntimeContext
-from drover.storage.connect import Engine, create_engine
+from drover.storage.connect import Engine, create_engine, display_url
 from drover.storage.migrate import current_revision, head_revision, schema_exists, upgrade
 from drover.storage.queries import Queries
 from drover.storage.repository import Repository
@@ -310,6 +310,7 @@ class App:
                 await self.repository.coordinator_stopped(daemon.id)
             raise
         tune_gc()
+        log.info("%s", self._startup_line(), extra=self._startup_fields())
         dispatcher = ObserverDispatcher(self.observers)
         if self.observers:
             dispatcher.start()
@@ -360,6 +361,34 @@ class App:
                     loop.remove_signal_handler(signum)
             await dispatcher.close(grace=config.shutdown_grace)
         return 0
+
+    def _startup_fields(self) -> dict[str, Any]:
+        config = self.config
+        return {
+            "database": display_url(self.engine),
+            "database_schema": config.database_schema or None,
+            "backend": config.backend.name,
+            "agents": {a.id: dict(a.capacity) for a in self.backend.agents()},
+            "data_dir": os.path.abspath(config.data_dir),
+            "version": __version__,
+        }
+
+    def _startup_line(self) -> str:
+        """What this daemon runs on: database, backend and its capacity, data directory."""
+        fields = self._startup_fields()
+        agents: dict[str, dict[str, float]] = fields["agents"]
+        total: dict[str, float] = {}
+        for capacity in agents.values():
+            for slot, amount in capacity.items():
+                total[slot] = total.get(slot, 0) + amount
+        offered = " ".join(f"{slot}={amount:g}" for slot, amount in total.items()) or "nothing"
+        named = f" ({', '.join(agents)})" if 0 < len(agents) <= 3 else ""
+        schema = f" schema {fields['database_schema']}" if fields["database_schema"] else ""
+        return (
+            f"drover {__version__}: database {fields['database']}{schema}; "
+            f"backend {fields['backend']} with {len(agents)} agent(s){named}, {offered}; "
+            f"data dir {fields['data_dir']}"
+        )
 
     def daemon(self) -> Daemon:
         """The daemon of this app's coordinator, built from the configuration (once)."""

@@ -139,6 +139,8 @@ class Daemon:
             }
         )
         self.ticks = 0
+        # Per handler, each entity's outcome in its last tick (see _news).
+        self._last_outcomes: dict[str, dict[str, tuple[object, ...]]] = {}
 
     def wake(self, *names: str) -> None:
         """Make the named handlers (default: all) tick as soon as they are free."""
@@ -316,6 +318,16 @@ class Daemon:
         if news.get("new"):
             self.wake(*self._newcomers)
 
+    def _news(self, report: TickReport) -> int:
+        """How many of the tick's outcomes differ from the same entity's in the previous tick."""
+        current: dict[str, tuple[object, ...]] = {
+            c.entity_id: (c.result, c.from_status, c.to_status, c.error_code, c.message)
+            for c in report.changes
+        }
+        previous = self._last_outcomes.get(report.handler, {})
+        self._last_outcomes[report.handler] = current
+        return sum(1 for entity, outcome in current.items() if previous.get(entity) != outcome)
+
     def _after_tick(self, report: TickReport) -> None:
         self.ticks += 1
         counts = {str(k): v for k, v in report.counts.items()}
@@ -348,9 +360,11 @@ class Daemon:
             )
         else:
             self.errors[report.handler] = 0
-        # A handler may fetch sessions every tick and act on none (a watchdog):
-        # only ticks with outcomes are worth an INFO line.
-        level = logging.INFO if report.changes else logging.DEBUG
+        # Log changes, not repetition: a session too large to place is SKIPPED
+        # with the same reason every tick, a watchdog fetches and acts on none.
+        # Only a tick with an outcome its handler's previous tick did not have
+        # is worth an INFO line.
+        level = logging.INFO if self._news(report) else logging.DEBUG
         log.log(
             level,
             "tick %s fetched=%d %s in %.3fs",

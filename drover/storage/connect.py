@@ -21,6 +21,7 @@ __all__ = [
     "create_engine",
     "database_error_line",
     "describe_database_error",
+    "display_url",
     "is_sqlite",
     "threaded_sqlite_engine",
 ]
@@ -123,6 +124,11 @@ def database_error_line(error: BaseException) -> str:
     if isinstance(error, exc.OperationalError | exc.InterfaceError | OSError):
         return f"cannot reach the database: {detail}"
     return f"the database refused: {detail}"
+
+
+def display_url(engine: AsyncEngine) -> str:
+    """The engine's URL as a log line may show it: the password hidden."""
+    return engine.url.render_as_string(hide_password=True)
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:
