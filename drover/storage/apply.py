@@ -453,6 +453,33 @@ class Apply:
         if move and recorded > moved:
             self.conn.execute(move[0], params)
         self.kernel_changes += recorded
+        if recorded and target in child.terminal:
+            self._end_descendants(child, target, params, (target,))
+
+    def _end_descendants(
+        self, kind: EntityKind, status: str, params: dict[str, Any], path: tuple[str, ...]
+    ) -> None:
+        """End the live children of ``kind``'s entities just ended in ``status``, down the tree.
+
+        Each descendant kind applies its own rule (:meth:`EntityKind.end_status_for`):
+        a cancelled job's tasks end, and so do their attempts.
+        """
+        child = self.kinds.child_of(kind.name)
+        if child is None:
+            return
+        pg = self.postgres
+        end = child.end_status_for(status)
+        statements = statement(
+            ("move-descendants", pg, child, end, path),
+            lambda: move_kernels(pg, child, end, path),
+        )
+        values = {**params, "to_status": str(end)}
+        recorded = max(self.conn.execute(statements[0], values).rowcount, 0)
+        for more in statements[1:]:
+            self.conn.execute(more, values)
+        self.kernel_changes += recorded
+        if recorded:
+            self._end_descendants(child, end, params, (*path, end))
 
     def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
         """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.

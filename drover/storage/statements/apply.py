@@ -36,6 +36,7 @@ __all__ = [
     "change_values",
     "claim_state",
     "count_try",
+    "descendant_of",
     "entity_data",
     "entity_guard",
     "incremented",
@@ -250,8 +251,35 @@ def change_values(from_status: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement[
     )
 
 
-def move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Executable]:
+def descendant_of(postgres: bool, path: tuple[str, ...]) -> sa.ColumnElement[bool]:
+    """``parent_id`` is one of the entities ``:ids`` (``path`` empty), or a descendant's.
+
+    ``path`` gives, level by level, the status the entities in between are in
+    (the status they were just moved to): ``("FAILED",)`` means "a FAILED
+    child of ``:ids``", so the rows selected are grandchildren.
+    """
+    return _under(postgres, path, e.c.parent_id)
+
+
+def _under(postgres: bool, path: tuple[str, ...], column: Any) -> sa.ColumnElement[bool]:
+    if not path:
+        return ids_param(column, "ids", postgres)
+    between = e.alias(f"up{len(path)}")
+    return column.in_(  # type: ignore[no-any-return]
+        sa.select(between.c.id).where(
+            _under(postgres, path[:-1], between.c.parent_id), between.c.status == path[-1]
+        )
+    )
+
+
+def move_kernels(
+    postgres: bool, child: EntityKind, target: str, path: tuple[str, ...] = ()
+) -> list[sa.Executable]:
     """Statements recording and moving the eligible children of the entities ``:ids``.
+
+    With ``path``, the descendants that far down instead (see
+    :func:`descendant_of`): a transition that ends children ends
+    grandchildren too, each kind by its own rule.
 
     The first statement records the status changes (its row count is the
     number of children moved); on SQLite a second one moves them. BEGIN
@@ -261,7 +289,7 @@ def move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Exec
     old statuses it returns.
     """
     eligible = sorted(child.movable_to(target))
-    where = sa.and_(ids_param(e.c.parent_id, "ids", postgres), e.c.status.in_(eligible))
+    where = sa.and_(descendant_of(postgres, path), e.c.status.in_(eligible))
     values: dict[str, Any] = {
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
