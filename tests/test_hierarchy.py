@@ -6,7 +6,7 @@ SQLite and PostgreSQL, through real ticks and termination requests.
 
 from __future__ import annotations
 
-from tree import Attempt, Job, RunJobs, Task, harness, ids, tree
+from tree import Attempt, Job, RunJobs, Task, harness, ids, plugin, sound_handlers, tree
 
 from drover import HandlerResult
 
@@ -46,3 +46,27 @@ async def test_a_termination_request_ends_the_whole_tree(make_harness):
         assert {(await h.get(a)).status for a in attempts} == {Attempt.FAILED}
         changes = await h.kernel_history(attempts[1])
         assert [(c.source, c.to_status) for c in changes] == [("api", Attempt.FAILED)]
+
+
+def test_plugins_check_counts_child_statuses_reached_through_the_parent(monkeypatch, tmp_path):
+    """Bug 2: STOPPING is reached only by the job's Transition(children=STOPPING); the task
+    kind has handlers of its own, and --strict used to fail with a false "unreachable"."""
+    import json
+
+    from click.testing import CliRunner
+
+    import drover.app
+    from drover.cli.main import main
+
+    the_plugin = plugin(*sound_handlers())
+    real = drover.app.make_plugin_manager
+    monkeypatch.setattr(
+        drover.app, "make_plugin_manager", lambda **kw: real(**kw, plugins=[the_plugin])
+    )
+    monkeypatch.chdir(tmp_path)
+    env = {"DROVER_LOAD_PLUGINS": ""}
+    done = CliRunner().invoke(main, ["plugins", "check", "--strict", "--json"], env=env)
+    report = json.loads(done.output)
+    assert report["warnings"] == []
+    assert report["errors"] == []
+    assert done.exit_code == 0

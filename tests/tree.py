@@ -162,3 +162,22 @@ async def tree(h: Any, job: str = Job.RUNNING, tasks: int = 2) -> tuple[str, lis
 def ids(targets: Sequence[Entity]) -> list[str]:
     """The targets' ids."""
     return [t.id for t in targets]
+
+
+class StartJobs(Scripted):
+    kind = "job"
+    handler = "start-jobs"
+    statuses = frozenset({Job.QUEUED})
+    transitions = StatusTransitions(success=Transition(Job.RUNNING))
+
+
+class StartTasks(Scripted):
+    kind = "task"
+    handler = "start-tasks"
+    statuses = frozenset({Task.PENDING})
+    transitions = StatusTransitions(success=Transition(Task.RUNNING))
+
+
+def sound_handlers() -> list[Scripted]:
+    """A handler set for the three kinds that ``drover plugins check --strict`` accepts."""
+    return [StartJobs(), RunJobs(), StartTasks(), RunTasks(), RunAttempts()]
