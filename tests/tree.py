@@ -53,7 +53,14 @@ JOB = EntityKind(
     terminal={Job.DONE, Job.FAILED, Job.CANCELLED},
     termination=(TerminationRule(Job.CANCELLED),),
 )
-TASK = EntityKind("task", Task, terminal={Task.DONE, Task.FAILED, Task.CANCELLED}, parent="job")
+TASK = EntityKind(
+    "task",
+    Task,
+    terminal={Task.DONE, Task.FAILED, Task.CANCELLED},
+    parent="job",
+    # Each retry is a new attempt: only the latest one counts.
+    result_from="latest-child",
+)
 ATTEMPT = EntityKind(
     "attempt",
     Attempt,
@@ -71,6 +78,7 @@ class Scripted(LifecycleHandler):
     handler: ClassVar[str]
     statuses: ClassVar[frozenset[str]]
     transitions: ClassVar[StatusTransitions]
+    filters: ClassVar[tuple[Any, ...]] = ()
 
     def __init__(self, script: Script | None = None) -> None:
         self.script: Script = script or (lambda targets: HandlerResult())
@@ -83,6 +91,10 @@ class Scripted(LifecycleHandler):
     @property
     def target_statuses(self) -> frozenset[str]:
         return self.statuses
+
+    @property
+    def candidate_filters(self) -> tuple[Any, ...]:
+        return self.filters
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:

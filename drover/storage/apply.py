@@ -55,6 +55,7 @@ from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
+    SET_CHOSEN_RESULT,
     claim_state,
     count_try,
     entity_data,
@@ -320,6 +321,14 @@ class Apply:
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
+        if to_status in kind.terminal:
+            chosen = [
+                {"eid": c.entity_id, "result": c.sets_result}
+                for c in group
+                if c.sets_result is not None and c.entity_id in live
+            ]
+            if chosen:
+                self.conn.execute(SET_CHOSEN_RESULT, chosen)
         patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
         if patches:
             self._patch_data(patches)
