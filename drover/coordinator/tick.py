@@ -434,9 +434,7 @@ def _extension_problem(
         if entity_id not in mentioned:
             return f"result set for {entity_id}, which is not a target with an outcome"
         if value not in SETTABLE_RESULTS:
-            return (
-                f"result {value!r} (for {entity_id}) is not one of {sorted(SETTABLE_RESULTS)}"
-            )
+            return f"result {value!r} (for {entity_id}) is not one of {sorted(SETTABLE_RESULTS)}"
     for new in result.create:
         if new.creator is None or new.creator not in mentioned:
             return (
