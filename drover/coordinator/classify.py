@@ -92,6 +92,7 @@ def classify(
     charged = result.budgets
     patches = result.data
     ends = result.terminate
+    results = result.results
     messages, codes = result.messages, result.error_codes
     infos, placements = result.status_infos, result.placements
     creating: dict[str, list[NewEntity]] = {}
@@ -200,6 +201,7 @@ def classify(
                 patches.get(sid),
                 creates.get(sid, none),
                 tuple(ends[sid]) if sid in ends else (),
+                results.get(sid),
             )
         )
     return changes

@@ -23,7 +23,7 @@ from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
 from drover.model.plan import AppliedChange, ApplyOutcome, Claim
 from drover.model.promotion import PromotionRule
-from drover.model.rules import DEFAULT_MAX_REQUEUES
+from drover.model.rules import DEFAULT_MAX_REQUEUES, SETTABLE_RESULTS
 from drover.model.status import SchedulingResult
 from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions, Target
 
@@ -395,7 +395,14 @@ def _extension_problem(
 
     What is created is checked apart, by the one creation check.
     """
-    if not (result.outcomes or result.budgets or result.data or result.create or result.terminate):
+    if not (
+        result.outcomes
+        or result.budgets
+        or result.data
+        or result.create
+        or result.terminate
+        or result.results
+    ):
         return None
     declared = transitions.outcomes if transitions is not None else {}
     for entity_id, outcome in result.outcomes.items():
@@ -423,6 +430,11 @@ def _extension_problem(
     for entity_id in result.terminate:
         if entity_id not in mentioned:
             return f"terminations asked for {entity_id}, which is not a target with an outcome"
+    for entity_id, value in result.results.items():
+        if entity_id not in mentioned:
+            return f"result set for {entity_id}, which is not a target with an outcome"
+        if value not in SETTABLE_RESULTS:
+            return f"result {value!r} (for {entity_id}) is not one of {sorted(SETTABLE_RESULTS)}"
     for new in result.create:
         if new.creator is None or new.creator not in mentioned:
             return (

@@ -15,7 +15,10 @@ of a kind: its rules below are derived from this declaration.
 * **Result**: an entity that ends gets ``result`` SUCCESS iff its status is in
   :attr:`EntityKind.success` and none of its children ended outside the child
   kind's ``success`` (nor, when the child kind has ``exit_codes``, with an
-  exit code other than 0); FAILURE otherwise.
+  exit code other than 0); FAILURE otherwise. ``result_from`` says which
+  children count: all of them (``"children"``), only the latest child of
+  each slot (``"latest-child"``: each retry is a new child, so earlier ones
+  are superseded), or none (``"status"``). A live entity has no result.
 
 No kind is declared here: drover's own (``session``/``kernel``,
 ``deployment``/``route``) are declared by the packages under
@@ -35,6 +38,7 @@ from drover.model.errors import InvalidHandlerError
 from drover.model.values import Entity
 
 __all__ = [
+    "RESULT_FROM",
     "Budget",
     "EntityKind",
     "Kinds",
@@ -48,6 +52,10 @@ def _frozen_str(values: Iterable[str]) -> frozenset[str]:
 
 def _maybe_frozen(values: Iterable[str] | None) -> frozenset[str] | None:
     return None if values is None else frozenset(values)
+
+
+#: What an entity's ``result`` is derived from (:attr:`EntityKind.result_from`).
+RESULT_FROM = ("children", "latest-child", "status")
 
 
 def _budgets(values: Iterable[Budget]) -> tuple[Budget, ...]:
@@ -142,6 +150,11 @@ class EntityKind:
     check_spec: Callable[[Mapping[str, Any], str], None] | None = None
     created_in: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
     resource_slots: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
+    #: Which children an ended entity's result counts (one of :data:`RESULT_FROM`).
+    result_from: str = "children"
+    #: With ``result_from="latest-child"``: the children's spec key naming their slot
+    #: (a replica number, say); ``None``: all children are one slot.
+    result_slot: str | None = None
     #: The class its entities are read into: :class:`~drover.model.values.Entity`, or
     #: a kind's own spelling with the same attributes (sessions: ``SessionWithKernels``).
     value_type: type[Any] = Entity
@@ -172,6 +185,16 @@ class EntityKind:
                 self._known(rule.from_statuses, "termination")
             if rule.if_childless is not None:
                 self._known({rule.if_childless}, "termination")
+        if self.result_from not in RESULT_FROM:
+            raise InvalidHandlerError(
+                f"kind {self.name!r}: result_from {self.result_from!r} is not one of "
+                f"{list(RESULT_FROM)}"
+            )
+        if self.result_slot is not None and self.result_from != "latest-child":
+            raise InvalidHandlerError(
+                f"kind {self.name!r}: result_slot is set, but result_from is "
+                f"{self.result_from!r}, not 'latest-child'"
+            )
         seen: set[str] = set()
         for budget in self.budgets:
             if budget.name in seen:

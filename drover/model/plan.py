@@ -82,6 +82,8 @@ class Change:
     creates: tuple[NewEntity, ...] = ()
     #: Other entities to ask to end, by their kinds' termination rules, if applied.
     terminates: tuple[str, ...] = ()
+    #: The result the handler set (``HandlerResult.results``), if the entity ends up terminal.
+    sets_result: str | None = None
 
     @property
     def changes_status(self) -> bool:

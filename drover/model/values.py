@@ -260,6 +260,9 @@ class HandlerResult:
     create: list[NewEntity] = attrs.field(factory=list, converter=_new_entities)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_patches)
     terminate: dict[str, list[str]] = attrs.field(factory=dict, converter=_terminations)
+    #: ``entity_id -> "SUCCESS" | "FAILURE"``: the target's result, when this tick
+    #: leaves it in a terminal status (instead of the kind's ``result_from`` rule).
+    results: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
 
 
 @attrs.frozen

@@ -55,6 +55,7 @@ from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
+    SET_CHOSEN_RESULT,
     claim_state,
     count_try,
     entity_data,
@@ -320,6 +321,14 @@ class Apply:
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
+        if to_status in kind.terminal:
+            chosen = [
+                {"eid": c.entity_id, "result": c.sets_result}
+                for c in group
+                if c.sets_result is not None and c.entity_id in live
+            ]
+            if chosen:
+                self.conn.execute(SET_CHOSEN_RESULT, chosen)
         patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
         if patches:
             self._patch_data(patches)
@@ -453,6 +462,33 @@ class Apply:
         if move and recorded > moved:
             self.conn.execute(move[0], params)
         self.kernel_changes += recorded
+        if recorded and target in child.terminal:
+            self._end_descendants(child, target, params, (target,))
+
+    def _end_descendants(
+        self, kind: EntityKind, status: str, params: dict[str, Any], path: tuple[str, ...]
+    ) -> None:
+        """End the live children of ``kind``'s entities just ended in ``status``, down the tree.
+
+        Each descendant kind applies its own rule (:meth:`EntityKind.end_status_for`):
+        a cancelled job's tasks end, and so do their attempts.
+        """
+        child = self.kinds.child_of(kind.name)
+        if child is None:
+            return
+        pg = self.postgres
+        end = child.end_status_for(status)
+        statements = statement(
+            ("move-descendants", pg, child, end, path),
+            lambda: move_kernels(pg, child, end, path),
+        )
+        values = {**params, "to_status": str(end)}
+        recorded = max(self.conn.execute(statements[0], values).rowcount, 0)
+        for more in statements[1:]:
+            self.conn.execute(more, values)
+        self.kernel_changes += recorded
+        if recorded:
+            self._end_descendants(child, end, params, (*path, end))
 
     def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
         """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.

@@ -37,6 +37,7 @@ from drover.storage import fetch as _fetch
 from drover.storage import history as _history
 from drover.storage import kernels as _kernels
 from drover.storage import notify as _notify
+from drover.storage import reopen as _reopen
 from drover.storage import termination as _termination
 from drover.storage import ticks as _ticks
 from drover.storage.apply import Apply, promote
@@ -103,6 +104,16 @@ class Repository(Queries):
     ) -> list[TerminationOutcome]:
         """Ask for entities to end, each by its kind's termination rule (history: ``source``)."""
         return await _termination.request_termination(self._db, session_ids, source)
+
+    async def reopen(
+        self, entity_id: str, status: str, *, source: str = "api", message: str | None = None
+    ) -> None:
+        """Take an ended entity back to the live ``status`` and clear its result.
+
+        The one way out of a terminal status (see :mod:`drover.storage.reopen`);
+        history records it as ``REOPENED`` by ``source``.
+        """
+        await _reopen.reopen(self._db, entity_id, status, source=source, message=message)
 
     async def create_entities(self, news: Sequence[NewEntity]) -> list[str]:
         """Check and create entities of any kind (with children and links) in one transaction.
