@@ -21,12 +21,15 @@ from drover.model.errors import (
     UnknownSessionError,
 )
 from drover.model.filters import (
+    AllOf,
     AnyOf,
     CandidateFilter,
     ChildCount,
     Children,
+    DependenciesFailed,
     DependenciesSucceeded,
     Field,
+    Parent,
     StatusAge,
 )
 from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
@@ -69,6 +72,7 @@ __all__ = [
     "TERMINAL_SESSION_STATUSES",
     "AgentBackend",
     "AgentInfo",
+    "AllOf",
     "AnyOf",
     "BackendError",
     "Budget",
@@ -78,6 +82,7 @@ __all__ = [
     "Clock",
     "Coordinator",
     "CoordinatorStore",
+    "DependenciesFailed",
     "DependenciesSucceeded",
     "DroverError",
     "Entity",
@@ -100,6 +105,7 @@ __all__ = [
     "LifecycleHandler",
     "ManualClock",
     "NewEntity",
+    "Parent",
     "PromotionRule",
     "Queries",
     "Repository",

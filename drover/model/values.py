@@ -372,6 +372,8 @@ class Entity:
     the same attributes. ``try_count`` is the running handler's tries in the
     current status; ``tries`` every handler's; ``budgets`` the named budgets
     spent. ``children`` are the entity's children (of its kind's child kind).
+    ``links`` are its relations to other entities, ``(relation, target_id)``
+    pairs sorted by relation then target (as ``NewEntity.links`` spells them).
     """
 
     id: str
@@ -392,6 +394,11 @@ class Entity:
     requeues: int = 0
     budgets: dict[str, int] | None = None
     exit_code: int | None = None
+    links: tuple[tuple[str, str], ...] = ()
+
+    def linked(self, relation: str) -> tuple[str, ...]:
+        """The ids this entity links to with ``relation``."""
+        return tuple(target for name, target in self.links if name == relation)
 
 
 @attrs.frozen

@@ -18,15 +18,22 @@ from drover.model.kinds import Kinds
 from drover.model.plan import Claim
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import bounded_statement, ids_value, statement
 from drover.storage.rows import (
     entities_with_children,
     sessions_with_kernels,
 )
 from drover.storage.sessions import read_kernels_of
-from drover.storage.statements.fetch import children_of, claim_rows, release_rows, targets_query
+from drover.storage.statements.fetch import (
+    children_of,
+    claim_rows,
+    links_of,
+    release_rows,
+    targets_query,
+)
+from drover.storage.statements.filters import filter_shape
 
-__all__ = ["fetch_lifecycle_targets", "read_children_of", "release_claims"]
+__all__ = ["fetch_lifecycle_targets", "read_children_of", "read_links_of", "release_claims"]
 
 
 def _read_sessions(
@@ -38,8 +45,9 @@ def _read_sessions(
 def _read_entities(
     conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str
 ) -> list[Any]:
-    children = read_children_of(conn, [r[0] for r in rows])
-    return entities_with_children(rows, children, kinds, handler)
+    ids = [r[0] for r in rows]
+    children = read_children_of(conn, ids)
+    return entities_with_children(rows, children, kinds, handler, read_links_of(conn, ids))
 
 
 # How a kind's value type is read from rows of ENTITY_COLUMNS, children included.
@@ -64,6 +72,18 @@ def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
     postgres = conn.dialect.name == "postgresql"
     query = statement(("children-of", postgres), lambda: children_of(postgres))
     return conn.execute(query, {"ids": ids_value(ids, postgres)}).all()
+
+
+def read_links_of(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """``{source id: [(relation, target id), …]}`` of the links from ``ids``."""
+    if not ids:
+        return {}
+    postgres = conn.dialect.name == "postgresql"
+    query = statement(("links-of", postgres), lambda: links_of(postgres))
+    found: dict[str, list[tuple[str, str]]] = {}
+    for source, name, target in conn.execute(query, {"ids": ids_value(ids, postgres)}):
+        found.setdefault(source, []).append((name, target))
+    return found
 
 
 async def fetch_lifecycle_targets(
@@ -94,11 +114,14 @@ async def fetch_lifecycle_targets(
     claiming = claim is not None and pg
     kinds = db.kinds
     read = _READERS.get(kinds[kind].value_type, _read_entities)
-    query = statement(
-        ("targets", kind, wanted, checks, pg, claiming),
+    # Cached by the filters' shape, their values bound: values that change every
+    # tick reuse one statement.
+    shape, values = filter_shape(checks)
+    query = bounded_statement(
+        ("targets", kind, wanted, shape, pg, claiming),
         lambda: targets_query(kind, wanted, checks, pg, claiming),
     )
-    params: dict[str, Any] = {"limit": limit}
+    params: dict[str, Any] = {"limit": limit, **values}
     if checks:
         params["now"] = now
     if claiming:

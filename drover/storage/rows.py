@@ -11,7 +11,7 @@ database already validated what it stores, so nothing is checked twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -133,6 +133,7 @@ def entity_from_row(
     kinds: Kinds,
     children: Sequence[Entity] = (),
     handler: str | None = None,
+    links: Sequence[tuple[str, str]] = (),
 ) -> Entity:
     """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS`, its status its kind's enum."""
     tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
@@ -156,6 +157,7 @@ def entity_from_row(
         requeues=row[12],
         budgets=None if row[13] is None else _json(row[13]),
         exit_code=row[15],
+        links=tuple(links),
     )
 
 
@@ -164,8 +166,9 @@ def entities_with_children(
     child_rows: Iterable[Sequence[Any]],
     kinds: Kinds,
     handler: str | None = None,
+    links: Mapping[str, Sequence[tuple[str, str]]] | None = None,
 ) -> list[Entity]:
-    """Entities in the order of ``rows``, each with its children (id order)."""
+    """Entities in the order of ``rows``, each with its children (id order) and ``links``."""
     times = Times()
     by_parent: dict[str, list[Entity]] = {}
     for child_row in child_rows:
@@ -173,7 +176,11 @@ def entities_with_children(
         by_parent.setdefault(child_row[14], []).append(child)
     for children in by_parent.values():
         children.sort(key=lambda c: c.id)
-    return [entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler) for r in rows]
+    linked = links or {}
+    return [
+        entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler, linked.get(r[0], ()))
+        for r in rows
+    ]
 
 
 def sessions_with_kernels(

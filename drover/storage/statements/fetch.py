@@ -14,12 +14,12 @@ import sqlalchemy as sa
 
 from drover.model.filters import CandidateFilter
 from drover.storage.rows import ENTITY_COLUMNS
-from drover.storage.schema import entities
+from drover.storage.schema import entities, relations
 from drover.storage.statements.filters import compile_filters
 from drover.storage.statements.ids import ids_param
 from drover.storage.statements.sessions import FETCH_ORDER
 
-__all__ = ["children_of", "claim_rows", "release_rows", "targets_query"]
+__all__ = ["children_of", "claim_rows", "links_of", "release_rows", "targets_query"]
 
 e = entities
 
@@ -79,6 +79,16 @@ def release_rows() -> sa.Update:
             e.c.claim_token == sa.bindparam("b_claim_token"),
         )
         .values(claim_owner=None, claim_token=None, claim_expires=None)
+    )
+
+
+def links_of(postgres: bool) -> sa.Select[Any]:
+    """``source_id, name, target_id`` of the links from the entities ``:ids``, sorted."""
+    r = relations
+    return (
+        sa.select(r.c.source_id, r.c.name, r.c.target_id)
+        .where(ids_param(r.c.source_id, "ids", postgres))
+        .order_by(r.c.source_id, r.c.name, r.c.target_id)
     )
 
 
