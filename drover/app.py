@@ -102,6 +102,8 @@ def handler_overrides(config: Config) -> dict[str, dict[str, Any]]:
             layer["timeout"] = None if hc.timeout <= 0 else hc.timeout
         if hc.batch_size is not None:
             layer["batch_size"] = hc.batch_size
+        if hc.order is not None:
+            layer["order"] = hc.order
         out[name] = layer
     return out
 

@@ -230,6 +230,7 @@ class Coordinator:
             options.batch_size,
             now=started,
             claim=claim,
+            order=options.order,
         )
         if not targets:
             return 0, _NOTHING, (), None

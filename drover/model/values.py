@@ -269,11 +269,16 @@ class HandlerOptions:
     ``max_retries``: consecutive failures allowed before GIVE_UP (``None``: no limit).
     ``timeout``: seconds a session may stay in a status this handler owns before
     EXPIRED (``None``: never). ``batch_size``: sessions fetched per tick.
+    ``order``: which come first when more wait than ``batch_size``:
+    ``"priority"`` (highest priority, then oldest) or ``"oldest-seen"`` (the
+    ones this handler fetched least recently, never-fetched first, so a
+    handler polling every live entity reaches all of them in turn).
     """
 
     max_retries: int | None = 5
     timeout: float | None = None
     batch_size: int = 1000
+    order: str = "priority"
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ from drover.model.plan import Claim
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
 from drover.storage._sql import bounded_statement, ids_value, statement
+from drover.storage.fairness import OLDEST_SEEN, mark
 from drover.storage.rows import (
     entities_with_children,
     sessions_with_kernels,
@@ -95,6 +96,7 @@ async def fetch_lifecycle_targets(
     limit: int,
     now: float,
     claim: Claim | None = None,
+    order: str = "priority",
 ) -> list[Any]:
     """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
@@ -107,6 +109,9 @@ async def fetch_lifecycle_targets(
     lapsed) ones and marked with the claim, so several coordinators fetch
     disjoint batches. On SQLite (one coordinator, enforced at start-up) the
     claim is ignored and the fetch stays a plain read.
+
+    ``order="oldest-seen"`` takes those ``handler`` fetched least recently
+    first and marks the batch (a write transaction; :mod:`drover.storage.fairness`).
     """
     wanted = frozenset(str(s) for s in statuses)
     checks = tuple(filters)
@@ -117,11 +122,14 @@ async def fetch_lifecycle_targets(
     # Cached by the filters' shape, their values bound: values that change every
     # tick reuse one statement.
     shape, values = filter_shape(checks)
+    marking = order == OLDEST_SEEN
     query = bounded_statement(
-        ("targets", kind, wanted, shape, pg, claiming),
-        lambda: targets_query(kind, wanted, checks, pg, claiming),
+        ("targets", kind, wanted, shape, pg, claiming, marking),
+        lambda: targets_query(kind, wanted, checks, pg, claiming, marking),
     )
     params: dict[str, Any] = {"limit": limit, **values}
+    if marking:
+        params["mark_handler"] = handler
     if checks:
         params["now"] = now
     if claiming:
@@ -143,6 +151,8 @@ async def fetch_lifecycle_targets(
                     "b_claim_expires": claim.expires,
                 },
             )
+        if marking:
+            mark(conn, handler, [r[0] for r in rows], now)
         return read(conn, rows, kinds, handler)  # type: ignore[no-any-return]
 
-    return await (db.write(work) if claiming else db.read(work))
+    return await (db.write(work) if claiming or marking else db.read(work))
