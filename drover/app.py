@@ -175,7 +175,9 @@ class App:
     def kinds(self) -> Kinds:
         """The registered entity kinds: drover's own (``drover.kinds``) and plugins'."""
         if self._kinds is None:
-            self._kinds = collect_kinds(self.plugin_manager)
+            # Configured budget limits ride on the kinds: what a handler sees of a
+            # budget (Entity.budgets) and what the coordinator judges agree.
+            self._kinds = collect_kinds(self.plugin_manager).configured(self.config.budgets)
         return self._kinds
 
     @property

@@ -138,6 +138,7 @@ def entity_from_row(
     """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS`, its status its kind's enum."""
     tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
     try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
+    spec = _json(row[7]) if row[7] is not None else {}
     return Entity(
         id=row[0],
         kind=row[1],
@@ -146,7 +147,7 @@ def entity_from_row(
         try_count=try_count,
         priority=row[5],
         created_at=times(row[6]),
-        spec=_json(row[7]) if row[7] is not None else {},
+        spec=spec,
         data=None if row[8] is None else _json(row[8]),
         status_info=row[9],
         result=row[10],
@@ -155,7 +156,7 @@ def entity_from_row(
         name=row[2],
         tries=tries,
         requeues=row[12],
-        budgets=None if row[13] is None else _json(row[13]),
+        budgets=kinds.budget_uses(row[1], spec, None if row[13] is None else _json(row[13])),
         exit_code=row[15],
         links=tuple(links),
     )
