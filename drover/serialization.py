@@ -116,7 +116,10 @@ def entity_json(entity: Entity) -> dict[str, Any]:
         "priority": entity.priority,
         "tries": dict(entity.tries),
         "requeues": entity.requeues,
-        "budgets": dict(entity.budgets or {}),
+        "budgets": {
+            name: {"used": use.used, "limit": use.limit}
+            for name, use in (entity.budgets or {}).items()
+        },
         "created_at": iso(entity.created_at),
         "status_changed_at": iso(entity.status_changed_at),
         "spec": entity.spec,

@@ -16,6 +16,7 @@ import pytest
 
 from drover import SchedulingResult
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+from drover.model.budgets import BudgetUse
 from drover.model.status import SessionStatus
 
 E, R = EndpointLifecycle, RouteStatus
@@ -164,7 +165,7 @@ async def test_reconcile_deployment_failure_is_scaling_and_spends_a_replacement(
         await h.repository.request_termination([route.id])  # the route is lost
         await h.tick("reconcile-deployment")
         found = await h.get(dep)
-        assert (found.status, found.budgets) == (E.SCALING, {"replacements": 1})
+        assert (found.status, found.budgets) == (E.SCALING, {"replacements": BudgetUse(1, 1)})
         await h.tick("scaling-deployment")  # a replacement route
         (_, new) = (await h.get(dep)).children
         await h.repository.request_termination([new.id])  # lost again: the budget is spent
@@ -367,7 +368,7 @@ async def test_a_replica_that_never_answers_is_evicted_within_its_budget_and_rep
         ended = {c.id: c.status for c in found.children}
         assert ended[first.id] == R.TERMINATED
         assert [s for i, s in ended.items() if i != first.id] == [R.DEGRADED]  # its replacement
-        assert found.budgets == {"replacements": 1}
+        assert found.budgets == {"replacements": BudgetUse(1, 10)}
         session = await h.session(first.data["session_id"])
         assert session.status == SessionStatus.TERMINATED
 
@@ -383,7 +384,8 @@ async def test_a_replica_that_exits_at_once_is_not_replaced_forever(make_harness
         # The first route and two replacements, all ended; then the deployment gave up.
         assert [c.status for c in found.children] == [R.TERMINATED] * 3
         assert found.status == E.READY
-        assert found.budgets == {"replacements": 3}  # 2 allowed, the 3rd gave up; no more
+        # 2 allowed, the 3rd gave up; no more
+        assert found.budgets == {"replacements": BudgetUse(3, 2)}
         last = (await h.history(dep))[-1]
         assert last.result == SchedulingResult.GIVE_UP
         assert "budget 'replacements' is spent (limit=2)" in (last.message or "")

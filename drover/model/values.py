@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from drover.model.budgets import BudgetUse
 from drover.model.ids import new_id
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
@@ -89,8 +90,8 @@ class Target(Protocol):
         ...
 
     @property
-    def budgets(self) -> dict[str, int] | None:
-        """Named budgets spent so far."""
+    def budgets(self) -> dict[str, BudgetUse] | None:
+        """Its kind's named budgets, used and limit (``None``: the kind declares none)."""
         ...
 
     @property
@@ -272,11 +273,16 @@ class HandlerOptions:
     ``max_retries``: consecutive failures allowed before GIVE_UP (``None``: no limit).
     ``timeout``: seconds a session may stay in a status this handler owns before
     EXPIRED (``None``: never). ``batch_size``: sessions fetched per tick.
+    ``order``: which come first when more wait than ``batch_size``:
+    ``"priority"`` (highest priority, then oldest) or ``"oldest-seen"`` (the
+    ones this handler fetched least recently, never-fetched first, so a
+    handler polling every live entity reaches all of them in turn).
     """
 
     max_retries: int | None = 5
     timeout: float | None = None
     batch_size: int = 1000
+    order: str = "priority"
 
 
 @attrs.frozen
@@ -348,8 +354,8 @@ class SessionWithKernels:
     requeues: int = 0
     #: Handler-owned state, patched in the apply (``None``: none yet).
     data: dict[str, Any] | None = None
-    #: Named budgets spent so far (see :class:`drover.model.kinds.Budget`).
-    budgets: dict[str, int] | None = None
+    #: Named budgets, used and limit (the session kind declares none).
+    budgets: dict[str, BudgetUse] | None = None
 
     @property
     def kind(self) -> str:
@@ -373,8 +379,12 @@ class Entity:
 
     The session kind's handlers get :class:`SessionWithKernels`, which has
     the same attributes. ``try_count`` is the running handler's tries in the
-    current status; ``tries`` every handler's; ``budgets`` the named budgets
-    spent. ``children`` are the entity's children (of its kind's child kind).
+    current status; ``tries`` every handler's; ``budgets`` every named budget
+    its kind declares, with how much is used and its limit
+    (:class:`~drover.model.budgets.BudgetUse`; ``None`` if it declares none).
+    ``children`` are the entity's children (of its kind's child kind).
+    ``links`` are its relations to other entities, ``(relation, target_id)``
+    pairs sorted by relation then target (as ``NewEntity.links`` spells them).
     """
 
     id: str
@@ -393,8 +403,13 @@ class Entity:
     name: str | None = None
     tries: dict[str, int] = attrs.field(factory=dict)
     requeues: int = 0
-    budgets: dict[str, int] | None = None
+    budgets: dict[str, BudgetUse] | None = None
     exit_code: int | None = None
+    links: tuple[tuple[str, str], ...] = ()
+
+    def linked(self, relation: str) -> tuple[str, ...]:
+        """The ids this entity links to with ``relation``."""
+        return tuple(target for name, target in self.links if name == relation)
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ from drover.model.kinds import Kinds
 from drover.model.values import Entity, NewEntity
 from drover.storage._db import Database
 from drover.storage._sql import ids_value, statement
-from drover.storage.fetch import read_children_of
+from drover.storage.fetch import read_children_of, read_links_of
 from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
 from drover.storage.rows import entities_with_children
@@ -67,7 +67,9 @@ _ROW_KEYS = [col.name for col in entities.c]
 def _with_children(conn: sa.Connection, query: sa.Select[Any], kinds: Kinds) -> list[Entity]:
     """The entities ``query`` selects (:data:`ENTITY_COLUMNS`), each with its children."""
     rows = conn.execute(query).all()
-    return entities_with_children(rows, read_children_of(conn, [r[0] for r in rows]), kinds)
+    ids = [r[0] for r in rows]
+    children = read_children_of(conn, ids)
+    return entities_with_children(rows, children, kinds, links=read_links_of(conn, ids))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -219,7 +221,8 @@ async def get_entity(db: Database, entity_id: str) -> Entity:
         if not rows:
             return []
         children = conn.execute(CHILDREN_OF_ENTITY, params).all()
-        return entities_with_children(rows, children, db.kinds)
+        links = read_links_of(conn, [entity_id])
+        return entities_with_children(rows, children, db.kinds, links=links)
 
     found = await db.read(work)
     if not found:

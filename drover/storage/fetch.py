@@ -18,15 +18,23 @@ from drover.model.kinds import Kinds
 from drover.model.plan import Claim
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import bounded_statement, ids_value, statement
+from drover.storage.fairness import OLDEST_SEEN, mark
 from drover.storage.rows import (
     entities_with_children,
     sessions_with_kernels,
 )
 from drover.storage.sessions import read_kernels_of
-from drover.storage.statements.fetch import children_of, claim_rows, release_rows, targets_query
+from drover.storage.statements.fetch import (
+    children_of,
+    claim_rows,
+    links_of,
+    release_rows,
+    targets_query,
+)
+from drover.storage.statements.filters import filter_shape
 
-__all__ = ["fetch_lifecycle_targets", "read_children_of", "release_claims"]
+__all__ = ["fetch_lifecycle_targets", "read_children_of", "read_links_of", "release_claims"]
 
 
 def _read_sessions(
@@ -38,8 +46,9 @@ def _read_sessions(
 def _read_entities(
     conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str
 ) -> list[Any]:
-    children = read_children_of(conn, [r[0] for r in rows])
-    return entities_with_children(rows, children, kinds, handler)
+    ids = [r[0] for r in rows]
+    children = read_children_of(conn, ids)
+    return entities_with_children(rows, children, kinds, handler, read_links_of(conn, ids))
 
 
 # How a kind's value type is read from rows of ENTITY_COLUMNS, children included.
@@ -66,6 +75,18 @@ def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
     return conn.execute(query, {"ids": ids_value(ids, postgres)}).all()
 
 
+def read_links_of(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """``{source id: [(relation, target id), …]}`` of the links from ``ids``."""
+    if not ids:
+        return {}
+    postgres = conn.dialect.name == "postgresql"
+    query = statement(("links-of", postgres), lambda: links_of(postgres))
+    found: dict[str, list[tuple[str, str]]] = {}
+    for source, name, target in conn.execute(query, {"ids": ids_value(ids, postgres)}):
+        found.setdefault(source, []).append((name, target))
+    return found
+
+
 async def fetch_lifecycle_targets(
     db: Database,
     handler: str,
@@ -75,6 +96,7 @@ async def fetch_lifecycle_targets(
     limit: int,
     now: float,
     claim: Claim | None = None,
+    order: str = "priority",
 ) -> list[Any]:
     """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
@@ -87,6 +109,9 @@ async def fetch_lifecycle_targets(
     lapsed) ones and marked with the claim, so several coordinators fetch
     disjoint batches. On SQLite (one coordinator, enforced at start-up) the
     claim is ignored and the fetch stays a plain read.
+
+    ``order="oldest-seen"`` takes those ``handler`` fetched least recently
+    first and marks the batch (a write transaction; :mod:`drover.storage.fairness`).
     """
     wanted = frozenset(str(s) for s in statuses)
     checks = tuple(filters)
@@ -94,11 +119,17 @@ async def fetch_lifecycle_targets(
     claiming = claim is not None and pg
     kinds = db.kinds
     read = _READERS.get(kinds[kind].value_type, _read_entities)
-    query = statement(
-        ("targets", kind, wanted, checks, pg, claiming),
-        lambda: targets_query(kind, wanted, checks, pg, claiming),
+    # Cached by the filters' shape, their values bound: values that change every
+    # tick reuse one statement.
+    shape, values = filter_shape(checks)
+    marking = order == OLDEST_SEEN
+    query = bounded_statement(
+        ("targets", kind, wanted, shape, pg, claiming, marking),
+        lambda: targets_query(kind, wanted, checks, pg, claiming, marking),
     )
-    params: dict[str, Any] = {"limit": limit}
+    params: dict[str, Any] = {"limit": limit, **values}
+    if marking:
+        params["mark_handler"] = handler
     if checks:
         params["now"] = now
     if claiming:
@@ -120,6 +151,8 @@ async def fetch_lifecycle_targets(
                     "b_claim_expires": claim.expires,
                 },
             )
+        if marking:
+            mark(conn, handler, [r[0] for r in rows], now)
         return read(conn, rows, kinds, handler)  # type: ignore[no-any-return]
 
-    return await (db.write(work) if claiming else db.read(work))
+    return await (db.write(work) if claiming or marking else db.read(work))

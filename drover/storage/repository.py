@@ -173,14 +173,16 @@ class Repository(Queries):
         *,
         now: float,
         claim: Claim | None = None,
+        order: str = "priority",
     ) -> list[Target]:
         """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
         With ``claim`` (PostgreSQL) only unclaimed entities are fetched, and
-        they are claimed for the tick; see :mod:`drover.storage.fetch`.
+        they are claimed for the tick; ``order`` is the handler's
+        ``HandlerOptions.order``; see :mod:`drover.storage.fetch`.
         """
         return await _fetch.fetch_lifecycle_targets(
-            self._db, handler, kind, statuses, filters, limit, now, claim
+            self._db, handler, kind, statuses, filters, limit, now, claim, order
         )
 
     async def release_claims(self, claim: Claim, ids: Sequence[str]) -> None:

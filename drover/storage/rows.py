@@ -11,7 +11,7 @@ database already validated what it stores, so nothing is checked twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -133,10 +133,12 @@ def entity_from_row(
     kinds: Kinds,
     children: Sequence[Entity] = (),
     handler: str | None = None,
+    links: Sequence[tuple[str, str]] = (),
 ) -> Entity:
     """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS`, its status its kind's enum."""
     tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
     try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
+    spec = _json(row[7]) if row[7] is not None else {}
     return Entity(
         id=row[0],
         kind=row[1],
@@ -145,7 +147,7 @@ def entity_from_row(
         try_count=try_count,
         priority=row[5],
         created_at=times(row[6]),
-        spec=_json(row[7]) if row[7] is not None else {},
+        spec=spec,
         data=None if row[8] is None else _json(row[8]),
         status_info=row[9],
         result=row[10],
@@ -154,8 +156,9 @@ def entity_from_row(
         name=row[2],
         tries=tries,
         requeues=row[12],
-        budgets=None if row[13] is None else _json(row[13]),
+        budgets=kinds.budget_uses(row[1], spec, None if row[13] is None else _json(row[13])),
         exit_code=row[15],
+        links=tuple(links),
     )
 
 
@@ -164,8 +167,9 @@ def entities_with_children(
     child_rows: Iterable[Sequence[Any]],
     kinds: Kinds,
     handler: str | None = None,
+    links: Mapping[str, Sequence[tuple[str, str]]] | None = None,
 ) -> list[Entity]:
-    """Entities in the order of ``rows``, each with its children (id order)."""
+    """Entities in the order of ``rows``, each with its children (id order) and ``links``."""
     times = Times()
     by_parent: dict[str, list[Entity]] = {}
     for child_row in child_rows:
@@ -173,7 +177,11 @@ def entities_with_children(
         by_parent.setdefault(child_row[14], []).append(child)
     for children in by_parent.values():
         children.sort(key=lambda c: c.id)
-    return [entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler) for r in rows]
+    linked = links or {}
+    return [
+        entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler, linked.get(r[0], ()))
+        for r in rows
+    ]
 
 
 def sessions_with_kernels(
