@@ -7,7 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv system-deps run demo test bench chaos replicas clean slurm-up slurm-demo
+.PHONY: venv system-deps run demo test bench chaos replicas clean slurm-up slurm-demo \
+	podman-up
 
 # Debian packages drover needs beyond Python: chromium for the dashboard's
 # browser tests, graphviz (`dot`) to lay out the dashboard's state graph. The
@@ -56,10 +57,17 @@ slurm-up:
 slurm-demo: $(STAMP) slurm-up
 	$(BIN)/python -m drover.demo --dir demo-data-slurm --backend slurm
 
+## Install Debian's podman, runc and busybox-static if missing, start Podman's
+## Docker-compatible API on /tmp/drover-podman/podman.sock and build the test image
+## (idempotent; needs root; docs/containers.md). The container backend's tests start
+## their own service the same way, under the test run's temporary directory.
+podman-up:
+	bash scripts/podman-up.sh
+
 ## ruff, mypy --strict and pytest. Installs the system packages and starts the Slurm
-## test cluster first when missing (the slurm tests fail, never skip, without it).
+## test cluster and Podman first when missing (their tests fail, never skip, without them).
 ## pytest includes the CI-sized kill campaign (`make chaos`, tests/test_chaos.py).
-test: $(STAMP) system-deps slurm-up
+test: $(STAMP) system-deps slurm-up podman-up
 	$(BIN)/ruff check drover tests bench examples
 	$(BIN)/ruff format --check drover tests bench examples
 	$(BIN)/mypy --strict drover
