@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: venv system-deps run demo test bench chaos replicas clean slurm-up slurm-demo \
-	podman-up
+	podman-up container-demo
 
 # Debian packages drover needs beyond Python: chromium for the dashboard's
 # browser tests, graphviz (`dot`) to lay out the dashboard's state graph. The
@@ -64,6 +64,11 @@ slurm-demo: $(STAMP) slurm-up
 podman-up:
 	bash scripts/podman-up.sh
 
+## The demo's sessions and a small service as containers (backend.name = "container")
+## on the Podman of `make podman-up`; files in demo-data-container/.
+container-demo: $(STAMP) podman-up
+	$(BIN)/python -m drover.demo --dir demo-data-container --backend container
+
 ## ruff, mypy --strict and pytest. Installs the system packages and starts the Slurm
 ## test cluster and Podman first when missing (their tests fail, never skip, without them).
 ## pytest includes the CI-sized kill campaign (`make chaos`, tests/test_chaos.py).
@@ -87,4 +92,4 @@ replicas: $(STAMP)
 	$(BIN)/python bench/replicas.py
 
 clean:
-	rm -rf $(VENV) demo-data demo-data-slurm
+	rm -rf $(VENV) demo-data demo-data-slurm demo-data-container

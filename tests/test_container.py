@@ -6,6 +6,11 @@ Podman missing is a failure, not a skip.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import signal
+import sys
 from pathlib import Path
 
 from container_helpers import (  # noqa: F401  (fixtures)
@@ -121,3 +126,200 @@ async def test_a_pull_of_an_image_that_does_not_exist_ends_in_error_with_the_rea
         ]
         assert (K.PREPARING, K.PULLING, f"pulling image {image}") in rows
         assert podman.containers(label_prefix) == []
+
+
+# -- through the CLI, with the daemon as its own process --------------------------------
+
+
+def _write_config(path: Path, database, data_dir: Path, podman: Podman, prefix: str) -> None:
+    path.write_text(
+        f'database_url = "{database.url}"\n'
+        f'database_schema = "{database.schema or ""}"\n'
+        f'data_dir = "{data_dir}"\n'
+        "heartbeat_interval = 0.5\n"
+        "safety_interval = 2.0\n"
+        "claim_ttl = 3.0\n"
+        'log_format = "json"\n'
+        "[backend]\n"
+        'name = "container"\n'
+        "kill_grace = 2\n"
+        'agents = [{id = "test-agent", cpu = 4, mem = 4096}]\n'
+        "[backend.settings]\n"
+        f'url = "{podman.url}"\n'
+        f'label_prefix = "{prefix}"\n'
+        "poll_interval = 0.2\n"
+        f'default_image = "{IMAGE}"\n'
+    )
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("DROVER_")}
+
+
+async def _daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
+    with open(log, "ab") as handle:  # the child keeps its own copy of the descriptor
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "drover", "--config", str(config), "run",
+            stdout=handle, stderr=handle, env=_env(),
+        )  # fmt: skip
+
+
+async def _drover(config: Path, *argv: str, code: int = 0) -> str:
+    """Run ``drover --config CONFIG ARGV…``; return its stdout (fail on another exit code)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "drover", "--config", str(config), *argv,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_env(),
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == code, f"drover {argv}: exit {proc.returncode}: {err.decode()}"
+    return out.decode()
+
+
+async def _stop(*procs: asyncio.subprocess.Process | None) -> None:
+    for proc in procs:
+        if proc is not None and proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), timeout=30)
+
+
+async def _show(config: Path, sid: str) -> dict:
+    return json.loads(await _drover(config, "show", sid, "--json"))
+
+
+def _started_events(podman: Podman, name: str) -> list[str]:
+    out = podman.cli(
+        "events", "--stream=false", "--since", "10m", "--filter", f"container={name}",
+        "--filter", "event=start", "--format", "{{.Name}}",
+    )  # fmt: skip
+    return [line for line in out.splitlines() if line.strip()]
+
+
+async def test_terminate_from_the_cli_kills_a_container_that_ignores_sigterm_after_the_grace(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """`drover terminate`: SIGTERM, ignored by the kernel's trap; SIGKILL after
+    kill_grace (2 s); the kernel TERMINATED with code 137; `drover logs` shows its output."""
+    config, log = tmp_path / "drover.toml", tmp_path / "daemon.log"
+    _write_config(config, database, tmp_path / "data", podman, label_prefix)
+    daemon = await _daemon(config, log)
+    try:
+        stubborn = "trap 'echo got TERM' TERM; echo up; while true; do sleep 0.1; done"
+        sid = (
+            await _drover(config, "submit", "--image", IMAGE, "--cpu", "0.5", "--mem", "32",
+                          "--", "sh", "-c", stubborn)
+        ).strip()  # fmt: skip
+
+        async def running():
+            shown = await _show(config, sid)
+            return shown if shown["status"] == "RUNNING" else None
+
+        await wait_for(running, timeout=60, what="RUNNING")
+        await wait_for(
+            lambda: _says(config, sid, "up\n"), timeout=20, what="`drover logs` of a running one"
+        )
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await _drover(config, "terminate", sid)
+
+        async def ended():
+            shown = await _show(config, sid)
+            return shown if shown["status"] == "TERMINATED" else None
+
+        shown = await wait_for(ended, timeout=60, what="TERMINATED")
+        assert loop.time() - began >= 2.0
+        (k,) = shown["kernels"]
+        assert (k["status"], k["exit_code"]) == ("TERMINATED", 137)
+        assert k["status_info"] == "destroyed; exited with code 137 (killed by SIGKILL)"
+        assert await _drover(config, "logs", sid) == "up\ngot TERM\n"
+        assert _started_events(podman, f"{label_prefix}-{k['id']}") == [
+            f"{label_prefix}-{k['id']}"
+        ]
+        await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
+    finally:
+        await _stop(daemon)
+
+
+async def _says(config: Path, sid: str, text: str) -> bool:
+    return await _drover(config, "logs", sid) == text
+
+
+async def test_after_kill_9_of_the_daemon_containers_are_adopted_never_started_twice(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """kill -9 with three containers running; one ends while no daemon runs. The
+    restarted daemon adopts the two live ones and judges the ended one; every
+    container was started once, and printed once."""
+    config, log = tmp_path / "drover.toml", tmp_path / "daemon.log"
+    _write_config(config, database, tmp_path / "data", podman, label_prefix)
+    tmp_path.joinpath("host").mkdir()
+    mount = f"{tmp_path / 'host'}:/host"
+    first = await _daemon(config, log)
+    second = None
+    try:
+        session_file = tmp_path / "session.toml"
+
+        def kernel(word: str, code: int) -> str:
+            command = ends_on_word(Path(f"/host/{word}"), before="echo started",
+                                   then=f"exit {code}")  # fmt: skip
+            return (
+                "[[kernels]]\n"
+                f"command = {json.dumps(command)}\n"
+                f'image = "{IMAGE}"\n'
+                f'mounts = [{{source = "{mount.split(":")[0]}", target = "/host"}}]\n'
+            )
+
+        session_file.write_text(kernel("go", 0) + kernel("go", 0))
+        long_one = (await _drover(config, "submit", "--file", str(session_file))).strip()
+        session_file.write_text(kernel("quick", 4))
+        short_one = (await _drover(config, "submit", "--file", str(session_file))).strip()
+
+        async def both_running():
+            shown = [await _show(config, s) for s in (long_one, short_one)]
+            return shown if all(s["status"] == "RUNNING" for s in shown) else None
+
+        shown = await wait_for(both_running, timeout=90, what="both RUNNING")
+        kernels = [k for s in shown for k in s["kernels"]]
+        first.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(first.wait(), timeout=10) == -signal.SIGKILL
+        names = [f"{label_prefix}-{k['id']}" for k in kernels]
+        # While no daemon runs, the quick one exits 4.
+        (tmp_path / "host" / "quick").touch()
+
+        async def quick_exited():
+            found = {c["Names"][0]: c["State"] for c in podman.containers(label_prefix)}
+            return found.get(names[2]) == "exited"
+
+        await wait_for(quick_exited, timeout=30, what="the quick container to exit")
+        assert {c["Names"][0]: c["State"] for c in podman.containers(label_prefix)} == {
+            names[0]: "running", names[1]: "running", names[2]: "exited"
+        }
+        second = await _daemon(config, log)
+        await wait_for(lambda: _adopted(log), timeout=30, what="the restarted daemon")
+        (tmp_path / "host" / "go").touch()
+
+        async def over(sid):
+            s = await _show(config, sid)
+            return s if s["status"] == "TERMINATED" else None
+
+        long_shown = await wait_for(lambda: over(long_one), timeout=60, what="long TERMINATED")
+        short_shown = await wait_for(lambda: over(short_one), timeout=60, what="short TERMINATED")
+        assert long_shown["result"] == "SUCCESS"
+        assert [(k["status"], k["exit_code"]) for k in long_shown["kernels"]] == [
+            ("TERMINATED", 0), ("TERMINATED", 0)
+        ]
+        (quick,) = short_shown["kernels"]
+        assert (quick["status"], quick["exit_code"]) == ("ERROR", 4)
+        for k, name in zip(kernels, names, strict=True):
+            assert _started_events(podman, name) == [name]
+            assert Path(k["stdout"]).read_text() == "started\n"
+        assert await _adopted(log) == ["container backend started on "
+                                       f"{podman.url}: adopted=3 pulls restarted=0 lost=0"]  # fmt: skip
+        await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
+    finally:
+        await _stop(first, second)
+
+
+async def _adopted(log: Path) -> list[str]:
+    """The restarted daemon's start-up line (the first one adopted nothing)."""
+    messages = [json.loads(x)["message"] for x in log.read_text().splitlines() if x[:1] == "{"]
+    return [m for m in messages if "container backend started" in m and "adopted=0" not in m]
