@@ -10,7 +10,10 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from container_helpers import (  # noqa: F401  (fixtures)
@@ -23,6 +26,7 @@ from container_helpers import (  # noqa: F401  (fixtures)
 from daemon_helpers import LIFECYCLE, ends_on_word, running_daemon, wait_for
 
 from drover import KernelStatus, SessionStatus
+from drover.kinds.deployments import deployments, routes
 
 S = SessionStatus
 K = KernelStatus
@@ -231,9 +235,7 @@ async def test_terminate_from_the_cli_kills_a_container_that_ignores_sigterm_aft
         assert (k["status"], k["exit_code"]) == ("TERMINATED", 137)
         assert k["status_info"] == "destroyed; exited with code 137 (killed by SIGKILL)"
         assert await _drover(config, "logs", sid) == "up\ngot TERM\n"
-        assert _started_events(podman, f"{label_prefix}-{k['id']}") == [
-            f"{label_prefix}-{k['id']}"
-        ]
+        assert _started_events(podman, f"{label_prefix}-{k['id']}") == [f"{label_prefix}-{k['id']}"]
         await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
     finally:
         await _stop(daemon)
@@ -291,7 +293,9 @@ async def test_after_kill_9_of_the_daemon_containers_are_adopted_never_started_t
 
         await wait_for(quick_exited, timeout=30, what="the quick container to exit")
         assert {c["Names"][0]: c["State"] for c in podman.containers(label_prefix)} == {
-            names[0]: "running", names[1]: "running", names[2]: "exited"
+            names[0]: "running",
+            names[1]: "running",
+            names[2]: "exited",
         }
         second = await _daemon(config, log)
         await wait_for(lambda: _adopted(log), timeout=30, what="the restarted daemon")
@@ -305,15 +309,16 @@ async def test_after_kill_9_of_the_daemon_containers_are_adopted_never_started_t
         short_shown = await wait_for(lambda: over(short_one), timeout=60, what="short TERMINATED")
         assert long_shown["result"] == "SUCCESS"
         assert [(k["status"], k["exit_code"]) for k in long_shown["kernels"]] == [
-            ("TERMINATED", 0), ("TERMINATED", 0)
+            ("TERMINATED", 0),
+            ("TERMINATED", 0),
         ]
         (quick,) = short_shown["kernels"]
         assert (quick["status"], quick["exit_code"]) == ("ERROR", 4)
         for k, name in zip(kernels, names, strict=True):
             assert _started_events(podman, name) == [name]
             assert Path(k["stdout"]).read_text() == "started\n"
-        assert await _adopted(log) == ["container backend started on "
-                                       f"{podman.url}: adopted=3 pulls restarted=0 lost=0"]  # fmt: skip
+        started = f"container backend started on {podman.url}: adopted=3 pulls restarted=0 lost=0"
+        assert await _adopted(log) == [started]
         await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
     finally:
         await _stop(first, second)
@@ -323,3 +328,94 @@ async def _adopted(log: Path) -> list[str]:
     """The restarted daemon's start-up line (the first one adopted nothing)."""
     messages = [json.loads(x)["message"] for x in log.read_text().splitlines() if x[:1] == "{"]
     return [m for m in messages if "container backend started" in m and "adopted=0" not in m]
+
+
+# -- a deployment's replicas as containers ------------------------------------------------
+
+
+def test_a_service_of_httpd_containers_is_health_checked_replaced_scaled_and_destroyed(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """Two replicas of busybox httpd, each on its published $PORT: HEALTHY over HTTP;
+    one container killed, its replica replaced; scaled to 1; destroyed: no container left."""
+    config = tmp_path / "drover.toml"
+    _write_config(config, database, tmp_path / "data", podman, label_prefix)
+    handlers = (*deployments.HANDLERS, *(h.name() for h in routes.ROUTE_HANDLERS))
+    with config.open("a") as handle:
+        handle.write("".join(f"[handlers.{name}]\ninterval = 0.3\n" for name in handlers))
+    base = [sys.executable, "-m", "drover", "--config", str(config)]
+
+    def drover(*args: str):
+        done = subprocess.run([*base, *args], env=_env(), capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if "--json" in args else done.stdout
+
+    def until(check, what: str, timeout: float = 90.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = check()
+            if found:
+                return found
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return b"drover test image" in response.read()
+        except OSError:
+            return False
+
+    def running() -> list[str]:
+        return sorted(c["Names"][0] for c in podman.containers(label_prefix)
+                      if c["State"] == "running")  # fmt: skip
+
+    with (tmp_path / "daemon.log").open("w") as log:
+        daemon = subprocess.Popen([*base, "run"], env=_env(), stdout=log, stderr=log)
+    try:
+        drover("deploy", "web", "--replicas", "2", "--evict-after", "1", "--mem", "32",
+               "--", "sh", "-c", "exec httpd -f -p $PORT -h /www")  # fmt: skip
+
+        def healthy(count: int):
+            rows = drover("routes", "web", "--json")
+            good = [r for r in rows if r["status"] == "HEALTHY"]
+            return good if len(good) == count == len(rows) else None
+
+        first = until(lambda: healthy(2), "2 HEALTHY routes")
+        assert all(answers(r["url"]) for r in first)
+        assert len(running()) == 2
+        victim = first[0]
+        (kernel,) = drover("show", victim["session_id"], "--json")["kernels"]
+        podman.cli("kill", kernel["container"])
+
+        def replaced():
+            good = healthy(2)
+            return good if good and victim["id"] not in {r["id"] for r in good} else None
+
+        now = until(replaced, "the killed replica replaced")
+        assert all(answers(r["url"]) for r in now)
+        (victim_kernel,) = drover("show", victim["session_id"], "--json")["kernels"]
+        assert victim_kernel["status"] == "ERROR"
+        until(lambda: len(running()) == 2, "two containers running")
+
+        drover("scale", "web", "1")
+        (kept,) = until(lambda: healthy(1), "one route left")
+        assert answers(kept["url"])
+        until(lambda: len(running()) == 1, "one container running")
+
+        assert "READY -> DESTROYING" in drover("destroy", "web")
+
+        def destroyed() -> bool:
+            listed = drover("deployments", "--all", "--json")
+            return any(d["name"] == "web" and d["status"] == "DESTROYED" for d in listed)
+
+        until(destroyed, "the deployment DESTROYED")
+        until(lambda: podman.containers(label_prefix) == [], "no container left")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
