@@ -73,6 +73,7 @@ def kernel_json(kernel: KernelInfo, index: int) -> dict[str, Any]:
         "agent_id": kernel.agent_id,
         "exit_code": kernel.exit_code,
         "pid": runtime.get("pid"),
+        "container": runtime.get("container"),
         "stdout": runtime.get("stdout"),
         "stderr": runtime.get("stderr"),
         "status_changed_at": iso(kernel.status_changed_at),

@@ -145,6 +145,11 @@ def _check_kernels(kernels: Any, where: str) -> None:
     help="Higher goes first (a 32-bit integer).",
 )
 @click.option("--setup", default=None, help="Shell command run while preparing each kernel.")
+@click.option(
+    "--image",
+    default=None,
+    help="The image each kernel runs in (container backend, docs/containers.md).",
+)
 @click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the kernels (repeatable).")
 @click.option(
     "--option",
@@ -179,6 +184,7 @@ def submit(
     mem: float,
     priority: int,
     setup: str | None,
+    image: str | None,
     env_pairs: tuple[str, ...],
     option_items: tuple[str, ...],
     max_requeues: int | None,
@@ -200,6 +206,8 @@ def submit(
       drover submit --kernels 2 --env MODE=fast --option prepare-sessions.timeout=60 -- sleep 30
 
       drover submit --file session.toml
+
+      drover submit --image docker.io/library/busybox:latest --cpu 0.5 --mem 64 -- echo hi
     """
     if file_path:
         if command:
@@ -218,6 +226,8 @@ def submit(
         )
         if setup:
             kernel["setup"] = setup
+        if image:
+            kernel["image"] = image
         env = _parse_env(env_pairs)
         if env:
             kernel["env"] = env
