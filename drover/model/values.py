@@ -13,6 +13,7 @@ from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
 __all__ = [
     "Child",
+    "Claim",
     "CoordinatorInfo",
     "Entity",
     "HandlerOptions",
@@ -319,6 +320,20 @@ class KernelInfo:
 
 
 @attrs.frozen
+class Claim:
+    """A tick's claim on the entities it fetched (PostgreSQL; ignored on SQLite).
+
+    ``owner`` is the coordinator's id, ``token`` is new for every tick (the
+    fencing token the apply's compare-and-set checks) and ``expires`` is when
+    other coordinators may take the entities over (epoch seconds).
+    """
+
+    owner: str
+    token: str
+    expires: float
+
+
+@attrs.frozen
 class SessionWithKernels:
     """One session with all of its kernels, as a handler sees it.
 
@@ -347,6 +362,10 @@ class SessionWithKernels:
     data: dict[str, Any] | None = None
     #: Named budgets spent so far (see :class:`drover.model.kinds.Budget`).
     budgets: dict[str, int] | None = None
+    #: The claim of the tick this value was fetched for (PostgreSQL with several
+    #: coordinators; ``None`` otherwise): backends fence side effects with it
+    #: (:mod:`drover.backends.fence`). Not part of the value's equality.
+    claim: Claim | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -392,6 +411,8 @@ class Entity:
     requeues: int = 0
     budgets: dict[str, int] | None = None
     exit_code: int | None = None
+    #: The claim of the tick this value was fetched for, as on :class:`SessionWithKernels`.
+    claim: Claim | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from drover.model.kinds import Kinds
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
+    Claim,
     CoordinatorInfo,
     Entity,
     HistoryRecord,
@@ -133,6 +134,7 @@ def entity_from_row(
     kinds: Kinds,
     children: Sequence[Entity] = (),
     handler: str | None = None,
+    claim: Claim | None = None,
 ) -> Entity:
     """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS`, its status its kind's enum."""
     tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
@@ -156,6 +158,7 @@ def entity_from_row(
         requeues=row[12],
         budgets=None if row[13] is None else _json(row[13]),
         exit_code=row[15],
+        claim=claim,
     )
 
 
@@ -164,8 +167,9 @@ def entities_with_children(
     child_rows: Iterable[Sequence[Any]],
     kinds: Kinds,
     handler: str | None = None,
+    claim: Claim | None = None,
 ) -> list[Entity]:
-    """Entities in the order of ``rows``, each with its children (id order)."""
+    """Entities in the order of ``rows``, each with its children (id order) and ``claim``."""
     times = Times()
     by_parent: dict[str, list[Entity]] = {}
     for child_row in child_rows:
@@ -173,13 +177,14 @@ def entities_with_children(
         by_parent.setdefault(child_row[14], []).append(child)
     for children in by_parent.values():
         children.sort(key=lambda c: c.id)
-    return [entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler) for r in rows]
+    return [entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler, claim) for r in rows]
 
 
 def sessions_with_kernels(
     session_rows: Iterable[Sequence[Any]],
     kernel_rows: Iterable[Sequence[Any]],
     handler: str | None = None,
+    claim: Claim | None = None,
 ) -> list[SessionWithKernels]:
     """Sessions (rows of :data:`ENTITY_COLUMNS`) in order, each with its kernels in id order.
 
@@ -188,7 +193,7 @@ def sessions_with_kernels(
     cache of :class:`Times` included, because a method call per column costs
     more than the lookup it wraps. Kernels read together with identical spec
     text share one decoded, read-only spec. ``try_count`` is ``handler``'s
-    count, or the highest of any handler.
+    count, or the highest of any handler. ``claim``: the tick's, given to each session.
     """
     seen_times: dict[float, datetime] = {}
     seen_specs: dict[str, Any] = {}
@@ -260,6 +265,7 @@ def sessions_with_kernels(
                 requeues,
                 None if data is None else _json(data),
                 None if budgets is None else _json(budgets),
+                claim,
             )
         )
     return out

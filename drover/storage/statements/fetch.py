@@ -1,7 +1,8 @@
 """The statements of the fetch (:mod:`drover.storage.fetch`): a lifecycle handler's targets.
 
 :func:`targets_query` reads the batch (claiming it on PostgreSQL with
-:func:`claim_rows`; an apply drops the claim with :func:`release_rows`), and
+:func:`claim_rows`; an apply drops the claim with :func:`release_rows`; a
+backend's fence reads it back with :data:`CLAIM_TOKEN`), and
 :func:`children_of` reads the children of the batch's entities (sessions'
 kernels have their own read, :func:`drover.storage.statements.sessions.kernels_of`).
 """
@@ -19,7 +20,7 @@ from drover.storage.statements.filters import compile_filters
 from drover.storage.statements.ids import ids_param
 from drover.storage.statements.sessions import FETCH_ORDER
 
-__all__ = ["children_of", "claim_rows", "release_rows", "targets_query"]
+__all__ = ["CLAIM_TOKEN", "children_of", "claim_rows", "release_rows", "targets_query"]
 
 e = entities
 
@@ -80,6 +81,10 @@ def release_rows() -> sa.Update:
         )
         .values(claim_owner=None, claim_token=None, claim_expires=None)
     )
+
+
+#: The claim token the entity ``:b_id`` carries now (a backend's fence check).
+CLAIM_TOKEN = sa.select(e.c.claim_token).where(e.c.id == sa.bindparam("b_id"))
 
 
 def children_of(postgres: bool) -> sa.Select[Any]:
