@@ -14,6 +14,7 @@ from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
 __all__ = [
     "Child",
+    "Claim",
     "CoordinatorInfo",
     "Entity",
     "HandlerOptions",
@@ -328,6 +329,20 @@ class KernelInfo:
 
 
 @attrs.frozen
+class Claim:
+    """A tick's claim on the entities it fetched (PostgreSQL; ignored on SQLite).
+
+    ``owner`` is the coordinator's id, ``token`` is new for every tick (the
+    fencing token the apply's compare-and-set checks) and ``expires`` is when
+    other coordinators may take the entities over (epoch seconds).
+    """
+
+    owner: str
+    token: str
+    expires: float
+
+
+@attrs.frozen
 class SessionWithKernels:
     """One session with all of its kernels, as a handler sees it.
 
@@ -356,6 +371,10 @@ class SessionWithKernels:
     data: dict[str, Any] | None = None
     #: Named budgets, used and limit (the session kind declares none).
     budgets: dict[str, BudgetUse] | None = None
+    #: The claim of the tick this value was fetched for (PostgreSQL with several
+    #: coordinators; ``None`` otherwise): backends fence side effects with it
+    #: (:mod:`drover.backends.fence`). Not part of the value's equality.
+    claim: Claim | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -406,6 +425,8 @@ class Entity:
     budgets: dict[str, BudgetUse] | None = None
     exit_code: int | None = None
     links: tuple[tuple[str, str], ...] = ()
+    #: The claim of the tick this value was fetched for, as on :class:`SessionWithKernels`.
+    claim: Claim | None = attrs.field(default=None, eq=False, repr=False)
 
     def linked(self, relation: str) -> tuple[str, ...]:
         """The ids this entity links to with ``relation``."""

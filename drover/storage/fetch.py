@@ -26,6 +26,7 @@ from drover.storage.rows import (
 )
 from drover.storage.sessions import read_kernels_of
 from drover.storage.statements.fetch import (
+    CLAIM_TOKEN,
     children_of,
     claim_rows,
     links_of,
@@ -34,21 +35,28 @@ from drover.storage.statements.fetch import (
 )
 from drover.storage.statements.filters import filter_shape
 
-__all__ = ["fetch_lifecycle_targets", "read_children_of", "read_links_of", "release_claims"]
+__all__ = [
+    "claim_held",
+    "fetch_lifecycle_targets",
+    "read_children_of",
+    "read_links_of",
+    "release_claims",
+]
 
 
 def _read_sessions(
-    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str
+    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str, claim: Claim | None
 ) -> list[Any]:
-    return sessions_with_kernels(rows, read_kernels_of(conn, [r[0] for r in rows]), handler)
+    kernels = read_kernels_of(conn, [r[0] for r in rows])
+    return sessions_with_kernels(rows, kernels, handler, claim)
 
 
 def _read_entities(
-    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str
+    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str, claim: Claim | None
 ) -> list[Any]:
     ids = [r[0] for r in rows]
     children = read_children_of(conn, ids)
-    return entities_with_children(rows, children, kinds, handler, read_links_of(conn, ids))
+    return entities_with_children(rows, children, kinds, handler, read_links_of(conn, ids), claim)
 
 
 # How a kind's value type is read from rows of ENTITY_COLUMNS, children included.
@@ -64,6 +72,18 @@ def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
             statement(("release-claims",), release_rows),
             {"ids": ids_value(ids, True), "b_claim_token": token},
         )
+
+
+async def claim_held(db: Database, claim: Claim, entity_id: str) -> bool:
+    """Whether ``claim`` still holds ``entity_id``: unexpired by this process's clock, and
+    not taken over or released (the row still carries its token). Always true on SQLite,
+    where nothing is claimed (one coordinator, enforced at start-up)."""
+    if not db.postgres:
+        return True
+    if db.clock.time() >= claim.expires:
+        return False
+    token = await db.read(lambda conn: conn.execute(CLAIM_TOKEN, {"b_id": entity_id}).scalar())
+    return bool(token == claim.token)
 
 
 def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
@@ -108,7 +128,9 @@ async def fetch_lifecycle_targets(
     rows are selected ``FOR UPDATE SKIP LOCKED`` among the unclaimed (or
     lapsed) ones and marked with the claim, so several coordinators fetch
     disjoint batches. On SQLite (one coordinator, enforced at start-up) the
-    claim is ignored and the fetch stays a plain read.
+    claim is ignored and the fetch stays a plain read. Each target carries the
+    claim it was fetched under (``claim``; ``None`` when not claimed), which
+    backends check before side effects (:mod:`drover.backends.fence`).
 
     ``order="oldest-seen"`` takes those ``handler`` fetched least recently
     first and marks the batch (a write transaction; :mod:`drover.storage.fairness`).
@@ -153,6 +175,7 @@ async def fetch_lifecycle_targets(
             )
         if marking:
             mark(conn, handler, [r[0] for r in rows], now)
-        return read(conn, rows, kinds, handler)  # type: ignore[no-any-return]
+        held = claim if claiming else None
+        return read(conn, rows, kinds, handler, held)  # type: ignore[no-any-return]
 
     return await (db.write(work) if claiming or marking else db.read(work))

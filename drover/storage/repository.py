@@ -191,6 +191,10 @@ class Repository(Queries):
             return
         await self._db.write(lambda conn: _fetch.release_claims(conn, claim.token, ids))
 
+    async def claim_held(self, claim: Claim, entity_id: str) -> bool:
+        """Whether a tick's ``claim`` still holds ``entity_id`` (a backend's fence check)."""
+        return await _fetch.claim_held(self._db, claim, entity_id)
+
     async def subscribe(self, on_news: Callable[[dict[str, Any]], None]) -> Subscription | None:
         """Listen for other processes' news (PostgreSQL ``LISTEN``); ``None`` on SQLite."""
         return await _notify.subscribe(self._db, on_news)

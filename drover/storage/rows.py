@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from drover.model.kinds import Kinds
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
+    Claim,
     CoordinatorInfo,
     Entity,
     HistoryRecord,
@@ -134,6 +135,7 @@ def entity_from_row(
     children: Sequence[Entity] = (),
     handler: str | None = None,
     links: Sequence[tuple[str, str]] = (),
+    claim: Claim | None = None,
 ) -> Entity:
     """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS`, its status its kind's enum."""
     tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
@@ -159,6 +161,7 @@ def entity_from_row(
         budgets=kinds.budget_uses(row[1], spec, None if row[13] is None else _json(row[13])),
         exit_code=row[15],
         links=tuple(links),
+        claim=claim,
     )
 
 
@@ -168,8 +171,9 @@ def entities_with_children(
     kinds: Kinds,
     handler: str | None = None,
     links: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    claim: Claim | None = None,
 ) -> list[Entity]:
-    """Entities in the order of ``rows``, each with its children (id order) and ``links``."""
+    """Entities in the order of ``rows``, with children (id order), ``links`` and ``claim``."""
     times = Times()
     by_parent: dict[str, list[Entity]] = {}
     for child_row in child_rows:
@@ -179,7 +183,9 @@ def entities_with_children(
         children.sort(key=lambda c: c.id)
     linked = links or {}
     return [
-        entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler, linked.get(r[0], ()))
+        entity_from_row(
+            r, times, kinds, by_parent.get(r[0], ()), handler, linked.get(r[0], ()), claim
+        )
         for r in rows
     ]
 
@@ -188,6 +194,7 @@ def sessions_with_kernels(
     session_rows: Iterable[Sequence[Any]],
     kernel_rows: Iterable[Sequence[Any]],
     handler: str | None = None,
+    claim: Claim | None = None,
 ) -> list[SessionWithKernels]:
     """Sessions (rows of :data:`ENTITY_COLUMNS`) in order, each with its kernels in id order.
 
@@ -196,7 +203,7 @@ def sessions_with_kernels(
     cache of :class:`Times` included, because a method call per column costs
     more than the lookup it wraps. Kernels read together with identical spec
     text share one decoded, read-only spec. ``try_count`` is ``handler``'s
-    count, or the highest of any handler.
+    count, or the highest of any handler. ``claim``: the tick's, given to each session.
     """
     seen_times: dict[float, datetime] = {}
     seen_specs: dict[str, Any] = {}
@@ -268,6 +275,7 @@ def sessions_with_kernels(
                 requeues,
                 None if data is None else _json(data),
                 None if budgets is None else _json(budgets),
+                claim,
             )
         )
     return out

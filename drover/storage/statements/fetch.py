@@ -1,7 +1,8 @@
 """The statements of the fetch (:mod:`drover.storage.fetch`): a lifecycle handler's targets.
 
 :func:`targets_query` reads the batch (claiming it on PostgreSQL with
-:func:`claim_rows`; an apply drops the claim with :func:`release_rows`), and
+:func:`claim_rows`; an apply drops the claim with :func:`release_rows`; a
+backend's fence reads it back with :data:`CLAIM_TOKEN`), and
 :func:`children_of` reads the children of the batch's entities (sessions'
 kernels have their own read, :func:`drover.storage.statements.sessions.kernels_of`).
 """
@@ -20,7 +21,7 @@ from drover.storage.statements.filters import compile_filters
 from drover.storage.statements.ids import ids_param
 from drover.storage.statements.sessions import FETCH_ORDER
 
-__all__ = ["children_of", "claim_rows", "links_of", "release_rows", "targets_query"]
+__all__ = ["CLAIM_TOKEN", "children_of", "claim_rows", "links_of", "release_rows", "targets_query"]
 
 e = entities
 
@@ -97,6 +98,10 @@ def links_of(postgres: bool) -> sa.Select[Any]:
         .where(ids_param(r.c.source_id, "ids", postgres))
         .order_by(r.c.source_id, r.c.name, r.c.target_id)
     )
+
+
+#: The claim token the entity ``:b_id`` carries now (a backend's fence check).
+CLAIM_TOKEN = sa.select(e.c.claim_token).where(e.c.id == sa.bindparam("b_id"))
 
 
 def children_of(postgres: bool) -> sa.Select[Any]:
