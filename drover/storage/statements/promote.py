@@ -14,12 +14,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.promotion import PromotionRule
-from drover.storage.schema import entities
+from drover.storage.schema import entities, scheduling_history, status_changes
 from drover.storage.statements.apply import status_info_expression
 from drover.storage.statements.children import match_condition
 from drover.storage.statements.sessions import FETCH_ORDER
 
-__all__ = ["promote_entities", "promotion_candidates", "promotion_probe"]
+__all__ = [
+    "WATERMARKS",
+    "promote_entities",
+    "promotion_candidates",
+    "promotion_probe",
+    "recent_promotion_probe",
+]
 
 e = entities
 
@@ -47,6 +53,58 @@ def promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
     database sort every match to return the first.
     """
     return promotion_candidates(rule, rule.from_statuses).order_by(None).limit(1)
+
+
+#: The largest ids of ``status_changes`` and ``scheduling_history`` (0 when empty): two
+#: primary-key lookups (:mod:`drover.storage.watermarks`).
+WATERMARKS = sa.select(
+    sa.select(sa.func.coalesce(sa.func.max(status_changes.c.id), 0)).scalar_subquery(),
+    sa.select(sa.func.coalesce(sa.func.max(scheduling_history.c.id), 0)).scalar_subquery(),
+)
+
+
+def recent_promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
+    """:func:`promotion_probe` among the entities touched by the rows recorded after
+    ``:changes_after`` (a ``status_changes`` id) and ``:history_after`` (a
+    ``scheduling_history`` id).
+
+    Whether an entity matches a rule depends only on its own status and its
+    children's, and every change of either is recorded: a move writes a
+    history row for the entity (a creation its CREATED row), a child's move
+    a ``status_changes`` row naming its parent (and a history row if the
+    child has a lifecycle of its own). So an entity that became a candidate
+    after those rows is the parent in a later ``status_changes`` row, or the
+    entity (or the parent of the entity) of a later history row. The probe
+    reads those rows by primary key and looks each entity up by id: its cost
+    grows with what changed, not with how many entities wait in the rule's
+    statuses.
+
+    The entity's ``kind`` and ``status`` are compared through an expression
+    (``|| ''``), so that SQLite's planner drives the probe from the recent
+    ids rather than scanning the statuses' index.
+    """
+    changes_after = sa.bindparam("changes_after", type_=sa.BigInteger)
+    history_after = sa.bindparam("history_after", type_=sa.BigInteger)
+    c, h = status_changes, scheduling_history
+    child = entities.alias("changed")
+    recent = sa.union_all(
+        sa.select(c.c.parent_id).where(c.c.id > changes_after, c.c.parent_id.is_not(None)),
+        sa.select(h.c.entity_id).where(h.c.id > history_after),
+        sa.select(child.c.parent_id)
+        .join(h, h.c.entity_id == child.c.id)
+        .where(h.c.id > history_after, child.c.parent_id.is_not(None)),
+    )
+    wanted = sorted(str(s) for s in rule.from_statuses)
+    return (
+        sa.select(e.c.id)
+        .where(
+            e.c.id.in_(recent),
+            e.c.kind.concat("") == rule.kind,
+            e.c.status.concat("").in_(wanted),
+            match_condition(rule.match, rule.kernel_statuses),
+        )
+        .limit(1)
+    )
 
 
 def promote_entities(postgres: bool, rule: PromotionRule, from_status: str) -> sa.Update:
