@@ -259,13 +259,17 @@ async def test_the_recent_probe_does_not_grow_with_the_waiting_sessions(tmp_path
 
         async with h.repository.engine.connect() as conn:
             marks = tuple((await conn.execute(WATERMARKS)).one())
-        recent = recent_promotion_probe(rule).params(changes_after=marks[0], history_after=marks[1])
+        recent = recent_promotion_probe(rule, "kernel").params(
+            changes_after=marks[0], history_after=marks[1]
+        )
         full = promotion_probe(rule)
         before = (steps(recent), steps(full))
         await h.repository.create_sessions([{"kernels": [{"cpu": 1}]}] * 3000)
         async with h.repository.engine.connect() as conn:
             marks = tuple((await conn.execute(WATERMARKS)).one())
-        recent = recent_promotion_probe(rule).params(changes_after=marks[0], history_after=marks[1])
+        recent = recent_promotion_probe(rule, "kernel").params(
+            changes_after=marks[0], history_after=marks[1]
+        )
         after = (steps(recent), steps(full))
         assert after[0] <= before[0] + 1, (before, after)
         assert after[1] > 100 * max(before[1], 1), (before, after)

@@ -554,7 +554,11 @@ async def promote(
         probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
         params: dict[str, Any] = {}
     else:
-        probe = statement(("promote-recent", rule), lambda: recent_promotion_probe(rule))
+        child = db.kinds.child_of(rule.kind)
+        child_kind = child.name if child is not None else None
+        probe = statement(
+            ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
+        )
         params = {"changes_after": after[0], "history_after": after[1]}
 
     def marks(conn: sa.Connection) -> Watermarks:

@@ -29,8 +29,8 @@ __all__ = ["PG_LAG", "SWEEP_INTERVAL", "Watermarks", "Window"]
 #: Largest ``status_changes`` id, largest ``scheduling_history`` id.
 Watermarks = tuple[int, int]
 
-#: Seconds between a rule's full checks, whatever its probes found.
-SWEEP_INTERVAL = 10.0
+#: Seconds between a rule's full checks, whatever its probes found (the daemon's safety cycle).
+SWEEP_INTERVAL = 30.0
 #: Seconds a PostgreSQL watermark ages before a probe may start after it.
 PG_LAG = 2.0
 

@@ -14,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.promotion import PromotionRule
+from drover.model.rules import MATCH_CONDITIONS
+from drover.storage.entities import CREATED
 from drover.storage.schema import entities, scheduling_history, status_changes
 from drover.storage.statements.apply import status_info_expression
 from drover.storage.statements.children import match_condition
@@ -63,21 +65,22 @@ WATERMARKS = sa.select(
 )
 
 
-def recent_promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
+def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Select[Any]:
     """:func:`promotion_probe` among the entities touched by the rows recorded after
     ``:changes_after`` (a ``status_changes`` id) and ``:history_after`` (a
     ``scheduling_history`` id).
 
     Whether an entity matches a rule depends only on its own status and its
-    children's, and every change of either is recorded: a move writes a
-    history row for the entity (a creation its CREATED row), a child's move
-    a ``status_changes`` row naming its parent (and a history row if the
-    child has a lifecycle of its own). So an entity that became a candidate
-    after those rows is the parent in a later ``status_changes`` row, or the
-    entity (or the parent of the entity) of a later history row. The probe
-    reads those rows by primary key and looks each entity up by id: its cost
-    grows with what changed, not with how many entities wait in the rule's
-    statuses.
+    children's (of kind ``child_kind``), and every change of either is
+    recorded: an entity's move or creation writes a history row, a child's
+    move a ``status_changes`` row naming its parent, a child created on its
+    own a CREATED history row. So an entity that became a candidate after
+    those rows is named by a later row, and only by a row of a change that
+    can make a candidate: an entity entering one of the rule's statuses; a
+    child entering the checked statuses (ANY, ALL) or leaving them (NOT_ANY);
+    a child created. The probe reads those rows by primary key and looks each
+    entity up by id: its cost grows with what changed, not with how many
+    entities wait in the rule's statuses.
 
     The entity's ``kind`` and ``status`` are compared through an expression
     (``|| ''``), so that SQLite's planner drives the probe from the recent
@@ -86,19 +89,36 @@ def recent_promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
     changes_after = sa.bindparam("changes_after", type_=sa.BigInteger)
     history_after = sa.bindparam("history_after", type_=sa.BigInteger)
     c, h = status_changes, scheduling_history
-    child = entities.alias("changed")
-    recent = sa.union_all(
-        sa.select(c.c.parent_id).where(c.c.id > changes_after, c.c.parent_id.is_not(None)),
-        sa.select(h.c.entity_id).where(h.c.id > history_after),
-        sa.select(child.c.parent_id)
-        .join(h, h.c.entity_id == child.c.id)
-        .where(h.c.id > history_after, child.c.parent_id.is_not(None)),
-    )
+    condition = MATCH_CONDITIONS[rule.match]
+    checked = sorted(str(s) for s in rule.kernel_statuses)
     wanted = sorted(str(s) for s in rule.from_statuses)
+    # A child's move can make a candidate by entering the checked statuses (some kernel
+    # in them; none outside them) or by leaving them (none in them).
+    moves: list[sa.ColumnElement[bool]] = []
+    if condition.some_in or condition.none_outside:
+        moves.append(c.c.to_status.in_(checked))
+    if condition.none_in:
+        moves.append(c.c.from_status.in_(checked))
+    branches: list[sa.Select[Any]] = [
+        sa.select(h.c.entity_id).where(h.c.id > history_after, h.c.to_status.in_(wanted))
+    ]
+    if moves:
+        branches.append(
+            sa.select(c.c.parent_id).where(
+                c.c.id > changes_after, c.c.parent_id.is_not(None), sa.or_(*moves)
+            )
+        )
+    if child_kind is not None:
+        created = entities.alias("created")
+        branches.append(
+            sa.select(created.c.parent_id)
+            .join(h, h.c.entity_id == created.c.id)
+            .where(h.c.id > history_after, h.c.kind == child_kind, h.c.result == CREATED)
+        )
     return (
         sa.select(e.c.id)
         .where(
-            e.c.id.in_(recent),
+            e.c.id.in_(sa.union_all(*branches)),
             e.c.kind.concat("") == rule.kind,
             e.c.status.concat("").in_(wanted),
             match_condition(rule.match, rule.kernel_statuses),
