@@ -27,6 +27,7 @@ its ids as one parameter.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -72,7 +73,13 @@ from drover.storage.statements.apply import (
     set_result,
     spend_budget,
 )
-from drover.storage.statements.promote import promote_entities, promotion_probe
+from drover.storage.statements.promote import (
+    WATERMARKS,
+    promote_entities,
+    promotion_probe,
+    recent_promotion_probe,
+)
+from drover.storage.watermarks import Watermarks, Window
 
 __all__ = ["Apply", "promote"]
 
@@ -559,6 +566,7 @@ async def promote(
     inject_failure: Callable[[str], None] | None = None,
     *,
     probe_first: bool = True,
+    window: Window | None = None,
 ) -> ApplyOutcome:
     """Promote the entities ``rule`` matches, up to ``limit``, in one write transaction.
 
@@ -568,20 +576,46 @@ async def promote(
     locked rows on PostgreSQL), then their children, result and history follow
     as in any apply. The statuses are taken one after another, each in fetch
     order.
+
+    With a ``window`` (:class:`~drover.storage.watermarks.Window`, the rule's
+    own), the probe reads only the entities touched since the rule's last
+    empty check, and every check is recorded in it.
     """
 
     # Most promotion ticks find nothing: unless the last one found work
     # (``probe_first=False``), a read probe first keeps them from taking the
     # write lock (SQLite has one writer) for nothing.
-    probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
+    after = window.start() if window is not None and probe_first else None
+    if after is None:
+        probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
+        params: dict[str, Any] = {}
+    else:
+        child = db.kinds.child_of(rule.kind)
+        child_kind = child.name if child is not None else None
+        probe = statement(
+            ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
+        )
+        params = {"changes_after": after[0], "history_after": after[1]}
 
-    def any_candidate(conn: sa.Connection) -> bool:
-        return (conn.execute(probe)).first() is not None
+    def marks(conn: sa.Connection) -> Watermarks:
+        row = conn.execute(WATERMARKS).one()
+        return int(row[0]), int(row[1])
 
-    if probe_first and not await db.read(any_candidate):
-        return ApplyOutcome(changes=())
+    def any_candidate(conn: sa.Connection) -> tuple[bool, Watermarks | None]:
+        began = marks(conn) if window is not None else None
+        return (conn.execute(probe, params)).first() is not None, began
+
+    if probe_first:
+        began = time.monotonic()
+        found, seen = await db.read(any_candidate)
+        if window is not None and seen is not None:
+            window.checked(began, seen, full=after is None, found=found)
+        if not found:
+            return ApplyOutcome(changes=())
 
     def work(conn: sa.Connection) -> ApplyOutcome:
+        if window is not None:
+            checking.append((time.monotonic(), marks(conn)))
         apply = Apply(
             conn,
             rule.name,
@@ -601,4 +635,10 @@ async def promote(
         apply.announce(applied)
         return ApplyOutcome(changes=tuple(applied), kernel_changes=apply.kernel_changes)
 
-    return await db.write(work)
+    # The write checks every candidate: (when, watermarks) of its last attempt.
+    checking: list[tuple[float, Watermarks]] = []
+    outcome = await db.write(work)
+    if window is not None and checking:
+        # Promoting fewer than the limit means none is left; found work may hide more.
+        window.checked(*checking[-1], full=True, found=bool(outcome.changes))
+    return outcome

@@ -43,6 +43,7 @@ from drover.storage import ticks as _ticks
 from drover.storage.apply import Apply, promote
 from drover.storage.notify import Subscription
 from drover.storage.queries import Queries
+from drover.storage.watermarks import Window
 
 __all__ = ["Repository"]
 
@@ -57,6 +58,8 @@ class Repository(Queries):
     def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds) -> None:
         super().__init__(engine, clock=clock, kinds=kinds)
         self._busy_promotions: set[str] = set()
+        # Per promotion rule: what its last empty check saw (drover.storage.watermarks).
+        self._windows: dict[str, Window] = {}
 
     async def create_session(
         self,
@@ -210,10 +213,16 @@ class Repository(Queries):
         """Select the sessions ``rule`` promotes and promote them, in one transaction.
 
         A rule whose last promotion found work goes straight to the write (work
-        tends to come in runs); otherwise a read probe comes first.
+        tends to come in runs); otherwise a read probe comes first, reading only
+        what changed since the rule's last empty check (:mod:`drover.storage.watermarks`).
         """
         busy = rule.name in self._busy_promotions
-        outcome = await promote(self._db, rule, limit, now, inject_failure, probe_first=not busy)
+        window = self._windows.get(rule.name)
+        if window is None:
+            window = self._windows[rule.name] = Window(self._db.postgres)
+        outcome = await promote(
+            self._db, rule, limit, now, inject_failure, probe_first=not busy, window=window
+        )
         if outcome.changes:
             self._busy_promotions.add(rule.name)
         else:
