@@ -13,6 +13,7 @@ import click
 
 from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.kinds.deployments.checks import check_health_path
 from drover.kinds.deployments.serialization import deployment_json, route_json
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
@@ -131,8 +132,10 @@ def deploy(
         ("--check-timeout", check_timeout),
     ):
         _positive(seconds, flag)
-    if not health_path.startswith("/"):
-        raise click.BadParameter("must start with /", param_hint="--health-path")
+    try:
+        check_health_path(health_path)
+    except InvalidSpecError as error:
+        raise click.BadParameter(str(error), param_hint="--health-path") from None
     env: dict[str, str] = {}
     for pair in env_pairs:
         key, sep, text = pair.partition("=")
