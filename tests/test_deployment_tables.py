@@ -389,3 +389,70 @@ async def test_a_replica_that_exits_at_once_is_not_replaced_forever(make_harness
         last = (await h.history(dep))[-1]
         assert last.result == SchedulingResult.GIVE_UP
         assert "budget 'replacements' is spent (limit=2)" in (last.message or "")
+
+
+# -- health checks: what counts, the client, one route's failure ---------------------------
+
+
+async def test_health_check_counts_200_to_399_as_healthy(make_harness, replica):
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        replica.code = 302  # a redirect is an answer, as Kubernetes counts it
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.HEALTHY
+        replica.code = 399
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.HEALTHY
+        replica.code = 400
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.UNHEALTHY
+
+
+async def test_health_checks_ignore_proxy_variables_and_share_one_client(
+    make_harness, replica, monkeypatch
+):
+    import httpx2
+
+    built: list[Any] = []
+
+    class Counted(httpx2.AsyncClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(httpx2, "AsyncClient", Counted)
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, dead)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        for _ in range(3):
+            await h.tick("health-check-route")
+            assert await status(h, route) == R.HEALTHY  # not sent to the dead proxy
+    assert len(built) == 1  # one client for every tick
+    assert built[0]["trust_env"] is False
+
+
+async def test_a_route_whose_url_cannot_be_requested_fails_alone(make_harness, replica):
+    """Issue 24 §4: one bad route must not stall the others' checks (no handler error)."""
+    async with make_harness() as h:
+        _, (bad, good) = await routed(h, replica, replicas=2)
+        # Stored before deploy checked paths: the route's spec is not the deployment's.
+        await h.repository.update_spec(bad, {"health_path": "/a\r\nb"})
+        report = await h.tick("health-check-route")
+        assert report.error is None
+        assert await status(h, good) == R.HEALTHY
+        assert await status(h, bad) == R.UNHEALTHY
+        assert "cannot check" in ((await h.history(bad))[-1].message or "")
+
+
+@pytest.mark.parametrize("path", ["/a\r\nb", "/a b", "healthz", "/x#y", "/%zz", ""])
+async def test_a_deployment_with_a_bad_health_path_is_refused(make_harness, path):
+    from drover.model.errors import InvalidSpecError
+
+    async with make_harness() as h:
+        with pytest.raises(InvalidSpecError, match="health path"):
+            await h.create("deployment", spec=spec(1, health_path=path), name="web")
+        assert await h.repository.list_entities("deployment") == []

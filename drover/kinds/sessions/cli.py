@@ -263,6 +263,14 @@ def submit(
     type=click.Choice([s.value for s in SessionStatus], case_sensitive=False),
     help="Only sessions in this status (repeatable).",
 )
+@click.option(
+    "--name",
+    "name_pattern",
+    default=None,
+    metavar="PATTERN",
+    help="Only sessions whose name matches: shell-style with * and ? (whole name), "
+    "else a substring; case-insensitive.",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option(
     "--sort",
@@ -278,6 +286,7 @@ def submit(
 def sessions(
     ctx: click.Context,
     statuses: tuple[str, ...],
+    name_pattern: str | None,
     limit: int,
     sort: str,
     as_json: bool,
@@ -286,13 +295,17 @@ def sessions(
     """List sessions, newest first (or --sort oldest, --sort priority).
 
     Example: drover sessions --status PENDING --status RUNNING --sort priority --json
+
+    Example: drover sessions --name 'web-*'
     """
     from drover.serialization import iso, session_json
 
     wanted = [SessionStatus(s.upper()) for s in statuses] or None
 
     async def work(app: App) -> list[Any]:
-        return await app.repository.list_sessions(statuses=wanted, limit=limit, order=sort)
+        return await app.repository.list_sessions(
+            statuses=wanted, limit=limit, order=sort, name=name_pattern
+        )
 
     found = with_app(ctx, work, database_url=database_url)
     if as_json:
