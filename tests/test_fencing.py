@@ -401,7 +401,50 @@ async def test_a_kernel_destroyed_by_a_coordinator_that_died_in_its_grace_ends_t
         await app.close()
 
 
+@pg_only
+async def test_a_watcher_on_another_coordinator_does_not_win_against_a_destroy(
+    pg: Database, tmp_path: Path
+):
+    """PostgreSQL only (two live coordinators). A starts and watches the kernel; B, which
+    starts nothing and whose own monitor is slow, destroys it. A's watcher sees the death
+    by SIGTERM first: it honours B's intent, and the kernel ends TERMINATED
+    `destroyed; killed by SIGTERM`, not ERROR."""
+    data = tmp_path / "data"
+    common = {"backend.agents": BIG_AGENT, "backend.kill_grace": 2.0, "claim_ttl": 20.0}
+    watcher = {**common, "handlers.terminate-sessions.enabled": False}
+    destroyer = {**common, "handlers.start-sessions.enabled": False}
+    async with (
+        running_daemon(pg, data, **watcher) as (a_app, _a),
+        running_daemon(pg, data, **destroyer) as (b_app, _b),
+    ):
+        b_backend: Any = b_app.backend
+        b_backend.poll_interval = 30.0  # B sees ends late: A's watcher reports first
+        repo = a_app.repository
+        (sid,) = await repo.create_sessions([{"kernels": [{"command": ["sleep", "60"]}]}])
+        await wait_for(lambda: _status(repo, sid, S.RUNNING), timeout=60, what="RUNNING")
+        await repo.request_termination([sid])
+        s = await wait_for(lambda: _status(repo, sid, S.TERMINATED), timeout=60, what="ended")
+    (k,) = s.kernels
+    assert (k.status, k.exit_code, k.status_info) == (
+        K.TERMINATED,
+        -15,
+        "destroyed; killed by SIGTERM",
+    )
+    changes = [(r.source, r.from_status, r.to_status) for r in await _kernel_changes(pg, k.id)]
+    assert ("backend", K.RUNNING, K.TERMINATING) in changes, changes
+
+
 # -- helpers ------------------------------------------------------------------------------
+
+
+async def _kernel_changes(database: Database, kernel_id: str) -> list[Any]:
+    """A kernel's status changes, read after the daemons stopped."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False,
+        database_url=database.url,
+        database_schema=database.schema,
+    ) as h:
+        return await h.kernel_history(kernel_id)
 
 
 async def _async(value: Any) -> Any:
