@@ -50,8 +50,11 @@ class KernelReporter(Protocol):
         """The current status of each kernel (unknown ids left out)."""
         ...
 
-    async def claim_held(self, claim: Claim, entity_id: str) -> bool:
-        """Whether a tick's ``claim`` still holds ``entity_id`` (:mod:`drover.backends.fence`)."""
+    async def hold_claim(self, claim: Claim, entity_id: str) -> float | None:
+        """Renew ``claim`` on ``entity_id`` if it still holds it: its new expiry, else ``None``.
+
+        See :mod:`drover.backends.fence`.
+        """
         ...
 
 

@@ -199,7 +199,7 @@ class Coordinator:
         kind = self.kinds[handler.kind]
         started = self.clock.time()
         claim = (
-            Claim(self.claim_owner, new_id(), started + self.claim_ttl)
+            Claim(self.claim_owner, new_id(), started + self.claim_ttl, self.claim_ttl)
             if self.claim_owner is not None
             else None
         )

@@ -334,12 +334,15 @@ class Claim:
 
     ``owner`` is the coordinator's id, ``token`` is new for every tick (the
     fencing token the apply's compare-and-set checks) and ``expires`` is when
-    other coordinators may take the entities over (epoch seconds).
+    other coordinators may take the entities over (epoch seconds). ``ttl``:
+    how long the claim lasts from a renewal (a backend renews the claim on a
+    session it is still working on; ``None``: never renewed).
     """
 
     owner: str
     token: str
     expires: float
+    ttl: float | None = None
 
 
 @attrs.frozen

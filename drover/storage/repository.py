@@ -194,9 +194,11 @@ class Repository(Queries):
             return
         await self._db.write(lambda conn: _fetch.release_claims(conn, claim.token, ids))
 
-    async def claim_held(self, claim: Claim, entity_id: str) -> bool:
-        """Whether a tick's ``claim`` still holds ``entity_id`` (a backend's fence check)."""
-        return await _fetch.claim_held(self._db, claim, entity_id)
+    async def hold_claim(self, claim: Claim, entity_id: str) -> float | None:
+        """Renew a tick's ``claim`` on ``entity_id`` if it still holds it; return its new
+        expiry, or ``None`` if it lapsed and was taken over or released (a backend's fence
+        check, :mod:`drover.backends.fence`)."""
+        return await _fetch.hold_claim(self._db, claim, entity_id)
 
     async def subscribe(self, on_news: Callable[[dict[str, Any]], None]) -> Subscription | None:
         """Listen for other processes' news (PostgreSQL ``LISTEN``); ``None`` on SQLite."""

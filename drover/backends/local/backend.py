@@ -527,7 +527,7 @@ class LocalBackend(AgentBackend):
         workdir = self._workdir(kernel)
         runtime = {"workdir": str(workdir), **log_paths(workdir)}
         setup = kernel.spec.get("setup")
-        fence.check_clock()
+        await fence.check()
         earlier = self._kernels.pop(kernel.id, None)
         if earlier is not None:
             # An earlier attempt's command (killed by the reset below): a new

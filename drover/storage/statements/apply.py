@@ -111,10 +111,16 @@ def lock_entities(postgres: bool, fenced: bool = False) -> sa.Select[Any]:
 
 
 def claim_state(postgres: bool) -> sa.Select[Any]:
-    """Status and claim token of the entities ``:ids`` (why a compare-and-set failed)."""
-    return sa.select(e.c.id, e.c.status, e.c.claim_token, e.c.claim_owner).where(
+    """Status and claim token of the entities ``:ids`` (why a compare-and-set failed).
+
+    Locked (``FOR SHARE``) on PostgreSQL: a ``fenced`` row names the entity's current
+    status, and no other transaction may change that status (and write its own,
+    earlier-numbered history row) before this one commits.
+    """
+    query = sa.select(e.c.id, e.c.status, e.c.claim_token, e.c.claim_owner).where(
         ids_param(e.c.id, "ids", postgres)
     )
+    return query.with_for_update(read=True) if postgres else query
 
 
 def without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) -> Any:
