@@ -321,6 +321,15 @@ async def test_health_check_silence_is_a_failure_then_stale(make_harness, replic
         assert report.counts == {"stale": 1}
         assert await status(h, route) == R.DEGRADED
         assert (await h.history(route))[-1].result == "stale"
+        # Stale again: a new start budget, counted from then, not from the RUNNING long ago.
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.DEGRADED
+        h.clock.advance(61)
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.UNHEALTHY
+        assert "after it became DEGRADED (start_timeout=60s)" in (
+            (await h.history(route))[-1].message or ""
+        )
 
 
 async def test_the_start_timeout_counts_from_the_replicas_running_session(make_harness):

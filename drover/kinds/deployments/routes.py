@@ -26,7 +26,8 @@ at all is a failure, or ``stale`` once the route has had no answer for
 ``stale_after`` seconds. A DEGRADED route (starting) that does not answer
 yet waits up to ``spec["start_timeout"]`` seconds (60) counted from when its
 replica's session became RUNNING (time spent PENDING for capacity, or
-preparing, does not count), then fails to UNHEALTHY.
+preparing, does not count), or from when it became DEGRADED again if later
+(``stale``), then fails to UNHEALTHY.
 ``route-eviction`` takes routes UNHEALTHY for longer than ``evict_after``.
 """
 
@@ -308,14 +309,23 @@ class HealthCheckRoute(_RouteHandler):
     def _starting(
         route: Entity, session: SessionWithKernels, now: float, text: str
     ) -> tuple[str, str]:
-        """A starting route with no answer: wait, or fail once past its start timeout."""
+        """A DEGRADED route with no answer: wait, or fail once past its start timeout.
+
+        Counted from when its session became RUNNING, or from when the route
+        became DEGRADED again (``stale``) if that is later.
+        """
         limit = _number(route.spec, "start_timeout", DEFAULT_START_TIMEOUT)
-        running_for = now - session.status_changed_at.timestamp()
-        if running_for > limit:
+        running = session.status_changed_at.timestamp()
+        degraded = route.status_changed_at.timestamp()
+        since, what = (
+            (running, "its session became RUNNING")
+            if running >= degraded
+            else (degraded, "it became DEGRADED")
+        )
+        if now - since > limit:
             return (
                 "failure",
-                f"{text}; no answer {running_for:.0f}s after its session became RUNNING "
-                f"(start_timeout={limit:g}s)",
+                f"{text}; no answer {now - since:.0f}s after {what} (start_timeout={limit:g}s)",
             )
         return ("skipped", f"{text}; waiting for the first answer")
 
