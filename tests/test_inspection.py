@@ -174,7 +174,7 @@ def test_why_for_running_and_terminal_sessions(world):
     done = cli("why", ids["done"]).output.splitlines()
     assert "is TERMINATED" in done[0]
     assert done[1].startswith("it ended by ")
-    assert done[2] == "result FAILURE; status_info USER_REQUESTED (a termination was requested)"
+    assert done[2] == "result CANCELLED; status_info USER_REQUESTED (a termination was requested)"
 
 
 @pytest.mark.parametrize("status", list(SessionStatus))

@@ -297,7 +297,7 @@ async def test_a_kernel_whose_watcher_died_keeps_its_exit_code_when_another_dest
         3,
         "destroyed; exited with code 3",
     )
-    assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+    assert (s.status_info, s.result) == ("USER_REQUESTED", "CANCELLED")
 
 
 # -- SQLite: one coordinator, enforced ------------------------------------------------------

@@ -304,7 +304,7 @@ async def test_termination_requests(make_harness):
             (S.TERMINATED, S.TERMINATED, False),
         ]
         p = await h.session(pending)
-        assert (p.status, p.status_info, p.result) == (S.CANCELLED, "USER_REQUESTED", "FAILURE")
+        assert (p.status, p.status_info, p.result) == (S.CANCELLED, "USER_REQUESTED", "CANCELLED")
         assert [k.status for k in p.kernels] == [K.CANCELLED]
         r = await h.session(running)
         assert (r.status, r.status_info) == (S.TERMINATING, "USER_REQUESTED")

@@ -322,6 +322,10 @@ class Apply:
                     statement(("spend-budget", pg), lambda: spend_budget(pg)),
                     {"ids": self._ids(live_ids), **self._handler_param(first.budget)},
                 )
+        # Data first: the result reads it (a termination request's record).
+        patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
+        if patches:
+            self._patch_data(patches)
         if first.changes_status and to_status in kind.terminal:
             child = self.kinds.child_of(kind.name)
             self.conn.execute(
@@ -336,9 +340,6 @@ class Apply:
             ]
             if chosen:
                 self.conn.execute(SET_CHOSEN_RESULT, chosen)
-        patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
-        if patches:
-            self._patch_data(patches)
         for change in group:
             if change.entity_id in live:
                 self._creates.extend(change.creates)

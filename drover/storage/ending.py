@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from drover.model.errors import InvalidSpecError, UnknownEntityError
-from drover.model.kinds import Kinds
+from drover.model.kinds import STOP_REQUESTED, Kinds
 from drover.model.plan import Change
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule, TerminationOutcome
@@ -87,6 +87,8 @@ def termination_changes(
                 message=rule.message,
                 status_info=info,
                 kind=kind_name,
+                # Recorded for the result: a stop somebody asked for is CANCELLED.
+                data={STOP_REQUESTED: source},
             )
         )
         to = kinds.status(kind_name, rule.to)

@@ -130,6 +130,10 @@ class Queries:
         """The number of sessions in each status (statuses with none are omitted)."""
         return await _sessions.count_by_status(self._db)
 
+    async def count_by_result(self) -> dict[str, int]:
+        """The number of ended sessions per result: SUCCESS, CANCELLED, FAILURE."""
+        return await _sessions.count_by_result(self._db)
+
     async def latest_entity_id(self) -> str | None:
         """The newest id of anything created (ids are time-ordered)."""
         return await _sessions.latest_entity_id(self._db)

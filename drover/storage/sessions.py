@@ -19,6 +19,7 @@ from drover.storage.statements.sessions import (
     LATEST_ENTITY_ID,
     PREFIX_MATCHES,
     SESSION_BY_ID,
+    SESSION_COUNTS_BY_RESULT,
     SESSION_COUNTS_BY_STATUS,
     SESSION_KIND,
     SESSION_ORDERS,
@@ -33,6 +34,7 @@ __all__ = [
     "FETCH_ORDER",
     "SESSION_ORDERS",
     "SessionFilter",
+    "count_by_result",
     "count_by_status",
     "filtered_sessions",
     "get_session",
@@ -191,6 +193,15 @@ async def count_by_status(db: Database) -> dict[SessionStatus, int]:
         return {
             SessionStatus(status): count for status, count in conn.execute(SESSION_COUNTS_BY_STATUS)
         }
+
+    return await db.read(work)
+
+
+async def count_by_result(db: Database) -> dict[str, int]:
+    """The number of ended sessions per result (results with none are omitted)."""
+
+    def work(conn: sa.Connection) -> dict[str, int]:
+        return {str(result): int(n) for result, n in conn.execute(SESSION_COUNTS_BY_RESULT)}
 
     return await db.read(work)
 

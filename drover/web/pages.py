@@ -56,6 +56,7 @@ async def overview(request: Request) -> Response:
         return bad_request(request, str(error), api=False)
     found = await dashboard.repo.filtered_sessions(f)
     counts = await dashboard.repo.count_by_status()
+    results = await dashboard.repo.count_by_result()
     params = {
         "status": [s.value for s in f.statuses],
         "name": request.query_params.get("name", ""),
@@ -76,6 +77,7 @@ async def overview(request: Request) -> Response:
             "sessions": found,
             "counts": {s.value: counts.get(s, 0) for s in SessionStatus},
             "total": sum(counts.values()),
+            "failed": results.get("FAILURE", 0),
             "filters": params,
             "selected": {s.value for s in f.statuses},
             "handler_names": handler_names,

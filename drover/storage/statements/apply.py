@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.kinds import EntityKind
+from drover.model.kinds import STOP_REQUESTED, EntityKind
 from drover.model.status import KernelStatus
 from drover.model.values import StatusInfoRule
 from drover.storage.schema import entities, scheduling_history, status_changes
@@ -332,17 +332,20 @@ def set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa
 
     SUCCESS iff the entity ended in a success status of its kind and no child
     ended otherwise; for sessions: TERMINATED, and every kernel TERMINATED
-    with exit code 0.
+    with exit code 0. Else CANCELLED if a termination request reached it
+    (``data`` has :data:`~drover.model.kinds.STOP_REQUESTED`), FAILURE otherwise.
     """
     return (
         sa.update(e)
         .where(ids_param(e.c.id, "ids", postgres))
-        .values(result=result_expression(kind, child))
+        .values(result=result_expression(kind, child, postgres))
     )
 
 
-def result_expression(kind: EntityKind, child: EntityKind | None) -> sa.ColumnElement[Any]:
-    """SUCCESS or FAILURE of an ended entity of ``kind`` (correlated to its row).
+def result_expression(
+    kind: EntityKind, child: EntityKind | None, postgres: bool
+) -> sa.ColumnElement[Any]:
+    """SUCCESS, CANCELLED or FAILURE of an ended entity of ``kind`` (correlated to its row).
 
     The children counted follow :attr:`EntityKind.result_from`: all, the latest
     of each slot (a later sibling of the same slot supersedes a child), or none.
@@ -373,13 +376,21 @@ def result_expression(kind: EntityKind, child: EntityKind | None) -> sa.ColumnEl
                 )
             )
         good = sa.and_(good, ~kernel_exists(*counted))
-    return sa.case((good, "SUCCESS"), else_="FAILURE")
+    requested = _data_has(STOP_REQUESTED, postgres)
+    return sa.case((good, "SUCCESS"), (requested, "CANCELLED"), else_="FAILURE")
 
 
 #: ``result = :result`` of the entity ``:eid`` (a handler's choice; executed with many rows).
 SET_CHOSEN_RESULT = (
     sa.update(e).where(e.c.id == sa.bindparam("eid")).values(result=sa.bindparam("result"))
 )
+
+
+def _data_has(key: str, postgres: bool) -> sa.ColumnElement[bool]:
+    """The entity's ``data`` has the top-level ``key`` (JSON null counts as absent)."""
+    if postgres:
+        return e.c.data.op("->")(sa.literal(key)).is_not(None)
+    return sa.func.json_extract(e.c.data, f'$."{key}"').is_not(None)
 
 
 def entity_data(postgres: bool) -> sa.Select[Any]:

@@ -23,6 +23,7 @@ __all__ = [
     "LATEST_ENTITY_ID",
     "PREFIX_MATCHES",
     "SESSION_BY_ID",
+    "SESSION_COUNTS_BY_RESULT",
     "SESSION_COUNTS_BY_STATUS",
     "SESSION_KIND",
     "SESSION_ORDERS",
@@ -159,6 +160,13 @@ def sessions_filtered(
 #: ``(status, number of sessions)`` for every status that has sessions.
 SESSION_COUNTS_BY_STATUS = (
     sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
+)
+
+#: Ended sessions per result (SUCCESS, CANCELLED, FAILURE).
+SESSION_COUNTS_BY_RESULT = (
+    sa.select(e.c.result, sa.func.count())
+    .where(e.c.kind == SESSION_KIND, e.c.result.is_not(None))
+    .group_by(e.c.result)
 )
 
 #: The newest entity id (ids are time-ordered): one primary-key index lookup.
