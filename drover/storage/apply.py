@@ -130,6 +130,8 @@ class Apply:
         # start-up) and its statements stay exactly as they were.
         self.claim = claim if postgres else None
         self._claimed = claimed
+        # Claimed ids whose claim a fenced write already dropped.
+        self._released: set[str] = set()
         self.now = now
         self.postgres = postgres
         self.kinds = kinds
@@ -183,7 +185,10 @@ class Apply:
         self._write_history()
         self.inject("after-history")
         if self.claim is not None:
-            release_claims(self.conn, self.claim.token, self._claimed)
+            # The fenced writes released what they wrote; the rest is released here.
+            done = self._released
+            rest = [i for i in self._claimed if i not in done] if done else self._claimed
+            release_claims(self.conn, self.claim.token, rest)
         self.announce(applied)
         return ApplyOutcome(changes=tuple(applied), kernel_changes=self.kernel_changes)
 
@@ -414,7 +419,11 @@ class Apply:
             params.update(self._handler_param())
         else:
             stmt = statement(("lock-entities", pg, fenced), lambda: lock_entities(pg, fenced))
-        return [r[0] for r in self.conn.execute(stmt, params)]
+            return [r[0] for r in self.conn.execute(stmt, params)]
+        live = [r[0] for r in self.conn.execute(stmt, params)]
+        if fenced:
+            self._released.update(live)
+        return live
 
     def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
         """Set the agents of PENDING kernels: one statement per agent."""
