@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -85,8 +86,11 @@ def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[list[T]]:
         yield list(items[start : start + size])
 
 
-# query object -> (it, its SQL, its parameters' names in order, their constant values).
-_DRIVER_SQL: dict[int, tuple[Any, str, tuple[str, ...], dict[str, Any]]] = {}
+#: Statements whose SQL :func:`driver_rows` keeps rendered (the least recently used goes).
+DRIVER_STATEMENTS = 256
+# id(query) -> (the query, its SQL, its parameters' names in order, their constant values).
+_DRIVER_SQL: OrderedDict[int, tuple[Any, str, tuple[str, ...], dict[str, Any]]] = OrderedDict()
+_DRIVER_LOCK = threading.Lock()
 
 
 def driver_rows(
@@ -106,13 +110,18 @@ def driver_rows(
     driver = conn.connection.driver_connection
     if conn.dialect.name != "sqlite" or not isinstance(driver, sqlite3.Connection):
         return conn.execute(query, dict(params)).all()
-    found = _DRIVER_SQL.get(id(query))
-    if found is None or found[0] is not query:
-        compiled = query.compile(dialect=conn.dialect)
-        state = compiled.construct_expanded_state(dict(params))
-        names = tuple(state.positiontup or ())
-        constants = {n: v for n, v in state.parameters.items() if n not in params}
-        found = _DRIVER_SQL[id(query)] = (query, state.statement, names, constants)
+    with _DRIVER_LOCK:  # SQLite's reads run in several threads
+        found = _DRIVER_SQL.get(id(query))
+        if found is None or found[0] is not query:
+            compiled = query.compile(dialect=conn.dialect)
+            state = compiled.construct_expanded_state(dict(params))
+            names = tuple(state.positiontup or ())
+            constants = {n: v for n, v in state.parameters.items() if n not in params}
+            found = _DRIVER_SQL[id(query)] = (query, state.statement, names, constants)
+            while len(_DRIVER_SQL) > DRIVER_STATEMENTS:
+                _DRIVER_SQL.popitem(last=False)
+        else:
+            _DRIVER_SQL.move_to_end(id(query))
     _, sql, names, constants = found
     if not conn.in_transaction():
         # As SQLAlchemy's first execute would: the begin event opens the transaction.
