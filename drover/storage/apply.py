@@ -130,6 +130,8 @@ class Apply:
         # start-up) and its statements stay exactly as they were.
         self.claim = claim if postgres else None
         self._claimed = claimed
+        # Claimed ids whose claim a fenced write already dropped.
+        self._released: set[str] = set()
         self.now = now
         self.postgres = postgres
         self.kinds = kinds
@@ -183,7 +185,10 @@ class Apply:
         self._write_history()
         self.inject("after-history")
         if self.claim is not None:
-            release_claims(self.conn, self.claim.token, self._claimed)
+            # The fenced writes released what they wrote; the rest is released here.
+            done = self._released
+            rest = [i for i in self._claimed if i not in done] if done else self._claimed
+            release_claims(self.conn, self.claim.token, rest)
         self.announce(applied)
         return ApplyOutcome(changes=tuple(applied), kernel_changes=self.kernel_changes)
 
@@ -415,7 +420,11 @@ class Apply:
             params.update(self._handler_param())
         else:
             stmt = statement(("lock-entities", pg, fenced), lambda: lock_entities(pg, fenced))
-        return [r[0] for r in self.conn.execute(stmt, params)]
+            return [r[0] for r in self.conn.execute(stmt, params)]
+        live = [r[0] for r in self.conn.execute(stmt, params)]
+        if fenced:
+            self._released.update(live)
+        return live
 
     def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
         """Set the agents of PENDING kernels: one statement per agent."""
@@ -586,31 +595,36 @@ async def promote(
     # Most promotion ticks find nothing: unless the last one found work
     # (``probe_first=False``), a read probe first keeps them from taking the
     # write lock (SQLite has one writer) for nothing.
-    after = window.start() if window is not None and probe_first else None
-    if after is None:
-        probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
-        params: dict[str, Any] = {}
-    else:
-        child = db.kinds.child_of(rule.kind)
-        child_kind = child.name if child is not None else None
-        probe = statement(
-            ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
-        )
-        params = {"changes_after": after[0], "history_after": after[1]}
+    full = statement(("promote-probe", rule), lambda: promotion_probe(rule))
+    child = db.kinds.child_of(rule.kind)
+    child_kind = child.name if child is not None else None
+    recent = statement(
+        ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
+    )
 
     def marks(conn: sa.Connection) -> Watermarks:
         row = conn.execute(WATERMARKS).one()
         return int(row[0]), int(row[1])
 
-    def any_candidate(conn: sa.Connection) -> tuple[bool, Watermarks | None]:
-        began = marks(conn) if window is not None else None
-        return (conn.execute(probe, params)).first() is not None, began
+    def any_candidate(conn: sa.Connection) -> tuple[bool, Watermarks | None, bool]:
+        if window is None:
+            return conn.execute(full).first() is not None, None, True
+        seen = marks(conn)
+        after = window.start(seen)
+        started = time.perf_counter()
+        if after is None:
+            found = conn.execute(full).first() is not None
+        else:
+            params = {"changes_after": after[0], "history_after": after[1]}
+            found = conn.execute(recent, params).first() is not None
+        window.timed(seen, after, time.perf_counter() - started)
+        return found, seen, after is None
 
     if probe_first:
         began = time.monotonic()
-        found, seen = await db.read(any_candidate)
+        found, seen, swept = await db.read(any_candidate)
         if window is not None and seen is not None:
-            window.checked(began, seen, full=after is None, found=found)
+            window.checked(began, seen, full=swept, found=found)
         if not found:
             return ApplyOutcome(changes=())
 

@@ -18,7 +18,7 @@ from drover.model.kinds import Kinds
 from drover.model.plan import Claim
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import bounded_statement, ids_value, statement
+from drover.storage._sql import bounded_statement, driver_rows, ids_value, statement
 from drover.storage.fairness import OLDEST_SEEN, mark
 from drover.storage.rows import (
     entities_with_children,
@@ -103,7 +103,7 @@ def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
         return []
     postgres = conn.dialect.name == "postgresql"
     query = statement(("children-of", postgres), lambda: children_of(postgres))
-    return conn.execute(query, {"ids": ids_value(ids, postgres)}).all()
+    return driver_rows(conn, query, {"ids": ids_value(ids, postgres)})
 
 
 def read_links_of(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
@@ -170,7 +170,7 @@ async def fetch_lifecycle_targets(
         params["claim_now"] = now
 
     def work(conn: sa.Connection) -> list[Any]:
-        rows = (conn.execute(query, params)).all()
+        rows = driver_rows(conn, query, params)
         if not rows:
             return []
         if claiming:

@@ -12,7 +12,7 @@ from drover.model.errors import InvalidSpecError, UnknownEntityError, UnknownSes
 from drover.model.status import SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import driver_rows, ids_value, statement
 from drover.storage.rows import sessions_with_kernels
 from drover.storage.statements.sessions import (
     FETCH_ORDER,
@@ -56,8 +56,7 @@ def read_kernels_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
         return []
     postgres = conn.dialect.name == "postgresql"
     query: sa.Select[Any] = statement(("kernels-of", postgres), lambda: kernels_of(postgres))
-    rows: Sequence[Any] = (conn.execute(query, {"ids": ids_value(ids, postgres)})).all()
-    return rows
+    return driver_rows(conn, query, {"ids": ids_value(ids, postgres)})
 
 
 def _sessions(

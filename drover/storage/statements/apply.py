@@ -133,6 +133,10 @@ def without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) 
     return sa.func.json_remove(column, *[f'$."{key}"' for key in keys])
 
 
+#: A fenced write drops the tick's claim in the same row write (no release UPDATE after).
+_RELEASED: dict[str, Any] = {"claim_owner": None, "claim_token": None, "claim_expires": None}
+
+
 def move_entities(
     postgres: bool,
     requeue: bool,
@@ -159,6 +163,8 @@ def move_entities(
         values["requeues"] = e.c.requeues + 1
     if rule is not None:
         values["status_info"] = status_info_expression(rule)
+    if fenced:
+        values.update(_RELEASED)
     return sa.update(e).where(entity_guard(postgres, fenced)).values(**values).returning(e.c.id)
 
 
@@ -186,7 +192,8 @@ def count_try(postgres: bool, fenced: bool = False) -> sa.Update:
     """
     expression = incremented(e.c.tries, postgres)
     guard = entity_guard(postgres, fenced)
-    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
+    released = _RELEASED if fenced else {}
+    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
 
 
 def reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
@@ -197,7 +204,8 @@ def reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
     else:
         expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
     guard = entity_guard(postgres, fenced)
-    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
+    released = _RELEASED if fenced else {}
+    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
 
 
 # -- what the entities that passed bring along ---------------------------------------------
