@@ -26,6 +26,9 @@ async def test_a_job_ended_by_its_handler_ends_its_tasks_and_their_attempts(make
         # Another job's tree is untouched.
         assert (await h.get(other_tasks[0])).status == Task.RUNNING
         assert (await h.get(other_attempts[0])).status == Attempt.RUNNING
+        # The transition's children_info reaches the whole tree it ends.
+        assert {(await h.get(x)).status_info for x in tasks + attempts} == {"JOB_FAILED"}
+        assert (await h.get(other_attempts[0])).status_info is None
         # Each grandchild's change is recorded, with the job's handler as its source.
         (change,) = await h.kernel_history(attempts[0])
         assert (change.source, change.from_status, change.to_status) == (
@@ -103,6 +106,7 @@ async def test_a_child_moved_by_its_parents_transition_has_the_move_in_its_own_h
             ("api", "CREATED", Task.RUNNING, Task.RUNNING),
             ("run-jobs", "MOVED", Task.RUNNING, Task.STOPPING),
         ]
+        assert (await h.get(tasks[0])).status_info == "STOP_ASKED"
         # A move by a handler of the child's own kind is one row, not two.
         h.clock.advance(1)
         await h.tick("run-tasks")

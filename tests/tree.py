@@ -115,8 +115,8 @@ class RunJobs(Scripted):
     statuses = frozenset({Job.RUNNING})
     transitions = StatusTransitions(
         success=Transition(Job.DONE),
-        give_up=Transition(Job.FAILED),
-        outcomes={"stop-tasks": Transition(children=Task.STOPPING)},
+        give_up=Transition(Job.FAILED, children_info="JOB_FAILED"),
+        outcomes={"stop-tasks": Transition(children=Task.STOPPING, children_info="STOP_ASKED")},
     )
 
 

@@ -84,6 +84,8 @@ class Change:
     terminates: tuple[str, ...] = ()
     #: The result the handler set (``HandlerResult.results``), if the entity ends up terminal.
     sets_result: str | None = None
+    #: ``status_info`` of the children (and descendants) this change moves.
+    children_info: str | None = None
 
     @property
     def changes_status(self) -> bool:

@@ -112,11 +112,13 @@ class Transition:
     """Target statuses for one outcome, for any kind.
 
     ``to`` is the entity's new status and ``children`` its children's;
-    ``None`` on a side keeps that side's status.
+    ``None`` on a side keeps that side's status. ``children_info`` is the
+    ``status_info`` of every child (and descendant) the transition moves or ends.
     """
 
     to: str | None = None
     children: str | None = None
+    children_info: str | None = None
 
 
 @attrs.frozen(init=False)

@@ -161,6 +161,7 @@ class Apply:
                 change.status_info,
                 change.requeue and change.changes_status,
                 change.budget,
+                change.children_info,
             )
             groups[key].append(change)
         applied: list[AppliedChange] = []
@@ -294,7 +295,7 @@ class Apply:
             self._place_kernels(placements)
             placements = []
         if to_children is not None:
-            self._move_kernels(kind, live_ids, to_children, placements)
+            self._move_kernels(kind, live_ids, to_children, placements, first.children_info)
             self.inject("after-kernels")
         if first.changes_status and kind.parent is not None:
             # A child moved by a handler of its own kind: its parent's view records it.
@@ -425,6 +426,7 @@ class Apply:
         entity_ids: list[str],
         target: str,
         placements: Sequence[tuple[str, str]] = (),
+        info: str | None = None,
     ) -> None:
         """Record and move the entities' eligible children (SQLite: placing them as they move).
 
@@ -435,8 +437,10 @@ class Apply:
         child = self.kinds.child_of(kind.name)
         if child is None:
             return
+        noted = info is not None
         record, *move = statement(
-            ("move-kernels", pg, child, target), lambda: move_kernels(pg, child, target)
+            ("move-kernels", pg, child, target, noted),
+            lambda: move_kernels(pg, child, target, info=noted),
         )
         params = {
             "ids": self._ids(entity_ids),
@@ -444,6 +448,8 @@ class Apply:
             "now": self.now,
             "source": self.source,
         }
+        if noted:
+            params["children_info"] = info
         recorded = max(self.conn.execute(record, params).rowcount, 0)
         moved = 0
         if placements:
@@ -478,9 +484,10 @@ class Apply:
             return
         pg = self.postgres
         end = child.end_status_for(status)
+        noted = "children_info" in params
         statements = statement(
-            ("move-descendants", pg, child, end, path),
-            lambda: move_kernels(pg, child, end, path),
+            ("move-descendants", pg, child, end, path, noted),
+            lambda: move_kernels(pg, child, end, path, info=noted),
         )
         values = {**params, "to_status": str(end)}
         recorded = max(self.conn.execute(statements[0], values).rowcount, 0)

@@ -277,13 +277,19 @@ def _under(postgres: bool, path: tuple[str, ...], column: Any) -> sa.ColumnEleme
 
 
 def move_kernels(
-    postgres: bool, child: EntityKind, target: str, path: tuple[str, ...] = ()
+    postgres: bool,
+    child: EntityKind,
+    target: str,
+    path: tuple[str, ...] = (),
+    *,
+    info: bool = False,
 ) -> list[sa.Executable]:
     """Statements recording and moving the eligible children of the entities ``:ids``.
 
     With ``path``, the descendants that far down instead (see
     :func:`descendant_of`): a transition that ends children ends
-    grandchildren too, each kind by its own rule.
+    grandchildren too, each kind by its own rule. ``info``: set their
+    ``status_info`` to ``:children_info``.
 
     The first statement records the status changes (its row count is the
     number of children moved); on SQLite a second one moves them. BEGIN
@@ -298,6 +304,8 @@ def move_kernels(
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
     }
+    if info:
+        values["status_info"] = sa.bindparam("children_info", type_=sa.Text)
     if child.resource_slots is not None and target == child.first_status:
         # Children placed on agents (kernels) that start over give the agent's capacity back.
         values["agent_id"] = None
