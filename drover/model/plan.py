@@ -13,11 +13,14 @@ from drover.model.values import NewEntity, StatusInfoRule
 
 __all__ = [
     "FENCED",
+    "INVALID_MOVE",
+    "MOVED",
     "STALE_STATUS",
     "AppliedChange",
     "ApplyOutcome",
     "Change",
     "Claim",
+    "Move",
     "TryCount",
 ]
 
@@ -91,6 +94,23 @@ class Change:
     def changes_status(self) -> bool:
         """Whether this change moves the entity to another status."""
         return self.to_status is not None and self.to_status != self.from_status
+
+
+#: ``result`` (and history) of a targeted move (:class:`Move`).
+MOVED = "MOVED"
+#: Error code of a targeted move the apply refused (a status its kind lacks, or leaving
+#: a terminal status): reported, never written.
+INVALID_MOVE = "invalid-move"
+
+
+@attrs.frozen
+class Move:
+    """A handler's targeted move: ``entity_id`` (any kind, not a target of the tick)
+    goes from ``expected`` to ``to``, if it is still in ``expected`` (compare-and-set)."""
+
+    entity_id: str
+    expected: str
+    to: str
 
 
 @attrs.frozen

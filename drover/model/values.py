@@ -221,6 +221,15 @@ def _patches(value: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(k): v for k, v in value.items()}
 
 
+def _moves(value: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    moves: dict[str, tuple[str, str]] = {}
+    for key, pair in value.items():
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"moves[{key!r}] must be (expected_status, new_status), got {pair!r}")
+        moves[str(key)] = (str(pair[0]), str(pair[1]))
+    return moves
+
+
 def _terminations(value: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
     return {str(k): [str(i) for i in v] for k, v in value.items()}
 
@@ -262,6 +271,9 @@ class HandlerResult:
     create: list[NewEntity] = attrs.field(factory=list, converter=_new_entities)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_patches)
     terminate: dict[str, list[str]] = attrs.field(factory=dict, converter=_terminations)
+    #: ``entity_id -> (expected_status, new_status)``: entities other than the targets
+    #: (any kind) to move in the tick's transaction, each with compare-and-set.
+    moves: dict[str, tuple[str, str]] = attrs.field(factory=dict, converter=_moves)
     #: ``entity_id -> "SUCCESS" | "FAILURE"``: the target's result, when this tick
     #: leaves it in a terminal status (instead of the kind's ``result_from`` rule).
     results: dict[str, str] = attrs.field(factory=dict, converter=_str_map)

@@ -41,6 +41,7 @@ from drover.model.plan import (
     ApplyOutcome,
     Change,
     Claim,
+    Move,
     TryCount,
 )
 from drover.model.promotion import PromotionRule
@@ -52,6 +53,7 @@ from drover.storage.ending import termination_changes
 from drover.storage.entities import insert_new_entities, merge_patch
 from drover.storage.fetch import release_claims
 from drover.storage.journal import history_row, write_history
+from drover.storage.moves import move_changes
 from drover.storage.notify import notify
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
@@ -135,6 +137,8 @@ class Apply:
         self._creates: list[NewEntity] = []
         # Entities the applied changes asked to end (HandlerResult.terminate).
         self._ends: list[str] = []
+        # Entities moved by HandlerResult.moves: the tick never claimed them.
+        self._unclaimed: set[str] = set()
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return ids_value(ids, self.postgres)
@@ -144,10 +148,19 @@ class Apply:
         key = self.source if name is None else name
         return {"handler": key} if self.postgres else {"path": f'$."{key}"'}
 
-    def run(self, changes: Sequence[Change]) -> ApplyOutcome:
-        """Apply ``changes``; return what was written (stale ones as SKIPPED)."""
+    def run(self, changes: Sequence[Change], moves: Sequence[Move] = ()) -> ApplyOutcome:
+        """Apply ``changes`` and the handler's targeted ``moves``; return what was written
+        (stale ones as SKIPPED)."""
         groups: dict[tuple[Any, ...], list[Change]] = defaultdict(list)
         kinds = self.kinds
+        refused: list[AppliedChange] = []
+        if moves:
+            moved, refused = move_changes(
+                self.conn, moves, self.source, kinds=kinds, postgres=self.postgres
+            )
+            changes = [*changes, *moved]
+            # Not the tick's targets: no claim of ours to check (compare-and-set only).
+            self._unclaimed.update(c.entity_id for c in moved)
         for change in changes:
             key = (
                 change.kind,
@@ -167,6 +180,7 @@ class Apply:
         applied: list[AppliedChange] = []
         for group in groups.values():
             applied.extend(self._apply_group(group))
+        applied.extend(refused)
         if self._creates:
             insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
         if self._ends:
@@ -195,7 +209,7 @@ class Apply:
         Maps each to its row (current status, claim owner). The others lost to a
         status change (``stale-status``).
         """
-        if self.claim is None:
+        if self.claim is None or ids[0] in self._unclaimed:
             return {}
         missing = [i for i in ids if i not in live]
         if not missing:
@@ -387,8 +401,8 @@ class Apply:
             "from_status": str(first.from_status),
             "of_kind": kind.name,
         }
-        fenced = self.claim is not None
-        if self.claim is not None:
+        fenced = self.claim is not None and first.entity_id not in self._unclaimed
+        if fenced and self.claim is not None:
             params["b_claim_token"] = self.claim.token
         stmt: sa.Executable
         if first.changes_status:

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from drover.model.clock import Clock
 from drover.model.filters import CandidateFilter
 from drover.model.kinds import Kinds
-from drover.model.plan import ApplyOutcome, Change, Claim
+from drover.model.plan import ApplyOutcome, Change, Claim, Move
 from drover.model.promotion import PromotionRule
 from drover.model.spec import new_session
 from drover.model.status import KernelStatus, SessionStatus
@@ -223,8 +223,10 @@ class Repository(Queries):
         inject_failure: Callable[[str], None] | None = None,
         claim: Claim | None = None,
         claimed: Sequence[str] = (),
+        moves: Sequence[Move] = (),
     ) -> ApplyOutcome:
-        """Apply one tick's changes in ONE transaction, with compare-and-set on statuses.
+        """Apply one tick's changes (and its handler's targeted ``moves``) in ONE
+        transaction, with compare-and-set on statuses.
 
         With ``claim`` (PostgreSQL) the compare-and-set also checks the claim's
         token: a change whose claim lapsed or was taken over is not written but
@@ -232,7 +234,7 @@ class Repository(Queries):
         ``inject_failure`` is a test hook called between the steps of the apply
         (by name) to prove atomicity.
         """
-        if not changes:
+        if not changes and not moves:
             if claim is not None:
                 await self.release_claims(claim, claimed)
             return ApplyOutcome(changes=())
@@ -246,7 +248,7 @@ class Repository(Queries):
                 inject_failure=inject_failure,
                 claim=claim,
                 claimed=claimed,
-            ).run(changes)
+            ).run(changes, moves)
         )
 
     async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
