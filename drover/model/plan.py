@@ -15,6 +15,7 @@ __all__ = [
     "FENCED",
     "INVALID_MOVE",
     "MOVED",
+    "REPORT_SOURCE",
     "STALE_STATUS",
     "AppliedChange",
     "ApplyOutcome",
@@ -98,6 +99,8 @@ class Change:
 
 #: ``result`` (and history) of a targeted move (:class:`Move`).
 MOVED = "MOVED"
+#: ``source`` of the reports pushed through the API (``drover report``, ``/api/report``).
+REPORT_SOURCE = "report"
 #: Error code of a targeted move the apply refused (a status its kind lacks, or leaving
 #: a terminal status): reported, never written.
 INVALID_MOVE = "invalid-move"

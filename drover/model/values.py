@@ -22,6 +22,7 @@ __all__ = [
     "KernelInfo",
     "KernelReport",
     "NewEntity",
+    "Report",
     "SessionWithKernels",
     "StatusInfoRule",
     "StatusTransitions",
@@ -471,6 +472,33 @@ class KernelReport:
     exit_code: int | None = None
     message: str | None = None
     #: Replaces the kernel's ``runtime`` bookkeeping when given.
+    runtime: dict[str, Any] | None = None
+
+
+def _maybe_statuses(value: Iterable[str] | None) -> frozenset[str] | None:
+    return None if value is None else frozenset(str(v) for v in value)
+
+
+@attrs.frozen
+class Report:
+    """An outside event's news about one entity of any kind (a worker's heartbeat, a
+    webhook, an agent, a backend's kernel report).
+
+    It moves the entity to ``status`` only if it is not ended and (when
+    ``expected`` is given) is in one of ``expected``: compare-and-set. A report
+    of the status the entity already has changes nothing but ``data``.
+    ``status_info`` replaces the entity's when given; ``data`` is a merge-patch
+    of its handler-owned data (RFC 7396). ``exit_code`` and ``runtime`` are a
+    backend's bookkeeping (kernels).
+    """
+
+    entity_id: str
+    status: str
+    expected: frozenset[str] | None = attrs.field(default=None, converter=_maybe_statuses)
+    status_info: str | None = None
+    data: dict[str, Any] | None = None
+    message: str | None = None
+    exit_code: int | None = None
     runtime: dict[str, Any] | None = None
 
 

@@ -352,6 +352,18 @@ class Apply:
                 self._creates.extend(change.creates)
                 self._ends.extend(change.terminates)
 
+    def ended(self, kind: EntityKind, ids: list[str], status: str) -> None:
+        """What follows ``ids`` of ``kind`` ending in ``status`` outside a tick (a report):
+        their live children end, down the tree, and their result is set."""
+        child = self.kinds.child_of(kind.name)
+        if child is not None:
+            self._move_kernels(kind, ids, child.end_status_for(status))
+        pg = self.postgres
+        self.conn.execute(
+            statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
+            {"ids": self._ids(ids)},
+        )
+
     def _patch_data(self, patches: dict[str, Any]) -> None:
         """Merge-patch the entities' ``data`` (read and written in this transaction)."""
         pg = self.postgres

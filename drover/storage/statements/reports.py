@@ -1,0 +1,69 @@
+"""The statements of :mod:`drover.storage.reports`: pushed reports on entities of any kind.
+
+:func:`reported_entities` reads the entities' current state (locked on
+PostgreSQL), :func:`apply_reports` moves them, :data:`SET_RUNTIME` keeps a
+backend's bookkeeping and :data:`INSERT_STATUS_CHANGES` records the changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from drover.storage.schema import entities, status_changes
+from drover.storage.statements.ids import ids_param
+
+__all__ = ["INSERT_STATUS_CHANGES", "SET_RUNTIME", "apply_reports", "reported_entities"]
+
+e = entities
+
+
+def reported_entities(postgres: bool, kind: str | None = None) -> sa.Select[Any]:
+    """Id, kind, parent and status of the entities ``:ids`` (locked on PostgreSQL);
+    of ``kind`` only, when given."""
+    query = sa.select(e.c.id, e.c.kind, e.c.parent_id, e.c.status).where(
+        ids_param(e.c.id, "ids", postgres)
+    )
+    if kind is not None:
+        query = query.where(e.c.kind == kind)
+    return query.with_for_update() if postgres else query
+
+
+def apply_reports(postgres: bool) -> sa.Update:
+    """Move the entities ``:ids`` from ``:from_status`` as their reports say.
+
+    To ``:to_status`` at ``:now`` (``status_changed_at`` only when the status
+    changes); ``:exit_code`` and ``:info`` (the ``status_info``) when not
+    null; the agent cleared when ``:clear_agent``; tries and result forgotten
+    on a status change (a live entity has no result).
+    """
+    moving = e.c.status != sa.bindparam("to_status")
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", postgres), e.c.status == sa.bindparam("from_status"))
+        .values(
+            status=sa.bindparam("to_status"),
+            status_changed_at=sa.case(
+                (moving, sa.bindparam("now", type_=sa.Double)), else_=e.c.status_changed_at
+            ),
+            tries=sa.case((moving, sa.null()), else_=e.c.tries),
+            result=sa.case((moving, sa.null()), else_=e.c.result),
+            exit_code=sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
+            status_info=sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
+            agent_id=sa.case(
+                (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
+            ),
+        )
+    )
+
+
+#: ``runtime = :rt`` of the entity ``:kid`` (executed with many rows).
+SET_RUNTIME = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"))
+    .values(runtime=sa.bindparam("rt", type_=e.c.runtime.type))
+)
+
+#: Status changes recorded one by one (executed with many rows).
+INSERT_STATUS_CHANGES = sa.insert(status_changes)
