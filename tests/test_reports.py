@@ -7,7 +7,7 @@ the backends' kernel reports are one case of the same path (``tests/test_storage
 from __future__ import annotations
 
 import pytest
-from tree import Attempt, Job, Task, harness, plugin, tree
+from tree import Attempt, Job, Task, harness, tree, tree_cli
 
 from drover import InvalidSpecError, UnknownEntityError
 
@@ -85,48 +85,12 @@ async def test_a_report_that_ends_an_entity_ends_its_tree(make_harness):
         assert (last.handler, last.to_status) == ("webhook", Attempt.FAILED)
 
 
-def _tree_cli(database, monkeypatch, tmp_path):
-    """``drover`` with the tree kinds on this test's database, and a job with one task."""
-    import asyncio
-
-    from click.testing import CliRunner
-
-    import drover.app
-    from drover.cli.main import main
-    from drover.testing import CoordinatorHarness
-
-    the_plugin = plugin()
-    real = drover.app.make_plugin_manager
-    monkeypatch.setattr(
-        drover.app, "make_plugin_manager", lambda **kw: real(**kw, plugins=[the_plugin])
-    )
-
-    async def setup() -> tuple[str, str]:
-        async with CoordinatorHarness(
-            plugins=[the_plugin],
-            include_builtin_handlers=False,
-            database_url=database.url,
-            database_schema=database.schema,
-        ) as h:
-            job = await h.create("job", status=Job.RUNNING)
-            return job, await h.create("task", status=Task.RUNNING, parent=job)
-
-    job, task = asyncio.run(setup())
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
-    monkeypatch.setenv("DROVER_LOAD_PLUGINS", "")
-    if database.schema:
-        monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
-    runner = CliRunner()
-    return job, task, lambda *args: runner.invoke(main, list(args), catch_exceptions=False)
-
-
 def test_drover_report_moves_an_entity_and_exits_1_when_it_did_not_apply(
     database, monkeypatch, tmp_path
 ):
     import json
 
-    job, task, cli = _tree_cli(database, monkeypatch, tmp_path)
+    job, task, cli = tree_cli(database, monkeypatch, tmp_path)
     assert "Example: drover report" in cli("report", "--help").output
     done = cli("report", task[:20], "done", "--expected", "running", "--info", "EXIT_0",
                "--data", '{"worker": "w1"}', "--json")  # fmt: skip
@@ -159,7 +123,7 @@ def test_post_api_report_is_the_dashboards_one_write_behind_the_token(
     from drover.config import load_config
     from drover.web import create_app
 
-    _, task, cli = _tree_cli(database, monkeypatch, tmp_path)
+    _, task, cli = tree_cli(database, monkeypatch, tmp_path)
     flags = {"database_url": database.url, "database_schema": database.schema or ""}
 
     def client(**kwargs):

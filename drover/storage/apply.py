@@ -71,6 +71,7 @@ from drover.storage.statements.apply import (
     record_own_moves,
     reset_tries,
     set_entity_data,
+    set_moved_results,
     set_result,
     spend_budget,
 )
@@ -496,6 +497,7 @@ class Apply:
         self.kernel_changes += recorded
         if recorded and target in child.terminal:
             self._end_descendants(child, target, params, (target,))
+            self._set_moved_results(child, params, (), target)
 
     def _end_descendants(
         self, kind: EntityKind, status: str, params: dict[str, Any], path: tuple[str, ...]
@@ -522,16 +524,32 @@ class Apply:
         self.kernel_changes += recorded
         if recorded:
             self._end_descendants(child, end, params, (*path, end))
+            self._set_moved_results(child, params, path, end)
 
-    def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
+    def _set_moved_results(
+        self, kind: EntityKind, params: dict[str, Any], path: tuple[str, ...], status: str
+    ) -> None:
+        """Results of the children (at ``path``) a transition just ended in ``status``."""
+        pg = self.postgres
+        child = self.kinds.child_of(kind.name)
+        query = statement(
+            ("moved-results", pg, kind, child, path),
+            lambda: set_moved_results(pg, kind, child, path),
+        )
+        self.conn.execute(query, {"ids": params["ids"], "to_status": str(status)})
+
+    def end(
+        self, ids: Sequence[str], *, strict: bool = True, reason: str | None = None
+    ) -> list[TerminationOutcome]:
         """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.
 
         See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
         refusal of unknown ids and of kinds that end only with their parent).
         """
         changes, outcomes = termination_changes(
-            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict
-        )
+            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict,
+            reason=reason,
+        )  # fmt: skip
         if changes:
             self.run(changes)
         return outcomes

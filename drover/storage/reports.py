@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -75,7 +76,7 @@ def write_reports(
         kind_name, parent, status = current[report.entity_id]
         kind = kinds[kind_name]
         to = str(report.status)
-        if to not in kind.status_names:
+        if to not in kinds.members(kind_name):
             raise InvalidSpecError(
                 f"{report.entity_id} is a {kind.name}: {to!r} is not one of its statuses "
                 f"({', '.join(kind.status_names)})"
@@ -96,7 +97,7 @@ def write_reports(
             final[2] = report.exit_code
         if report.status_info is not None:
             final[3] = report.status_info
-        if moves and to == kind.first_status and kind.resource_slots is not None:
+        if moves and kind.resource_slots is not None and to == kind.first_status:
             # Placed children that start over give their agent's capacity back.
             final[4] = True
         if report.runtime is not None:
@@ -128,20 +129,21 @@ def write_reports(
             runtimes.append({"kid": eid, "rt": runtime})
         if data is not None:
             patches[eid] = data
-    update = statement(("apply-reports", postgres), lambda: apply_reports(postgres))
     for (before, to, code, info, clear), group in groups.items():
-        conn.execute(
-            update,
-            {
-                "ids": ids_value(group, postgres),
-                "from_status": before,
-                "to_status": to,
-                "now": now,
-                "exit_code": code,
-                "info": info,
-                "clear_agent": clear,
-            },
+        moving = before != to
+        update = statement(
+            ("apply-reports", postgres, moving), partial(apply_reports, postgres, moving)
         )
+        params = {
+            "ids": ids_value(group, postgres),
+            "from_status": before,
+            "exit_code": code,
+            "info": info,
+            "clear_agent": clear,
+        }
+        if moving:
+            params.update(to_status=to, now=now)
+        conn.execute(update, params)
     if runtimes:
         conn.execute(SET_RUNTIME, runtimes)
     if patches:

@@ -52,6 +52,7 @@ __all__ = [
     "reset_tries",
     "result_expression",
     "set_entity_data",
+    "set_moved_results",
     "set_result",
     "spend_budget",
     "status_info_expression",
@@ -339,6 +340,22 @@ def set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa
     return (
         sa.update(e)
         .where(ids_param(e.c.id, "ids", postgres))
+        .values(result=result_expression(kind, child))
+    )
+
+
+def set_moved_results(
+    postgres: bool, kind: EntityKind, child: EntityKind | None, path: tuple[str, ...]
+) -> sa.Update:
+    """``result`` of the entities of ``kind`` just ended in ``:to_status`` by their parent's
+    (or an ancestor's) transition: the children of ``:ids`` (see :func:`descendant_of`)."""
+    return (
+        sa.update(e)
+        .where(
+            descendant_of(postgres, path),
+            e.c.status == sa.bindparam("to_status"),
+            e.c.result.is_(None),
+        )
         .values(result=result_expression(kind, child))
     )
 

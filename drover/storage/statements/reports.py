@@ -30,31 +30,32 @@ def reported_entities(postgres: bool, kind: str | None = None) -> sa.Select[Any]
     return query.with_for_update() if postgres else query
 
 
-def apply_reports(postgres: bool) -> sa.Update:
+def apply_reports(postgres: bool, moving: bool = True) -> sa.Update:
     """Move the entities ``:ids`` from ``:from_status`` as their reports say.
 
-    To ``:to_status`` at ``:now`` (``status_changed_at`` only when the status
-    changes); ``:exit_code`` and ``:info`` (the ``status_info``) when not
-    null; the agent cleared when ``:clear_agent``; tries and result forgotten
-    on a status change (a live entity has no result).
+    ``moving``: to ``:to_status`` at ``:now``, forgetting tries and result (a
+    live entity has none; one that ends gets it right after); else the status
+    is kept. ``:exit_code`` and ``:info`` (the ``status_info``) when not null;
+    the agent cleared when ``:clear_agent``.
     """
-    moving = e.c.status != sa.bindparam("to_status")
+    values: dict[str, Any] = {
+        "exit_code": sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
+        "status_info": sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
+        "agent_id": sa.case(
+            (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
+        ),
+    }
+    if moving:
+        values.update(
+            status=sa.bindparam("to_status"),
+            status_changed_at=sa.bindparam("now", type_=sa.Double),
+            tries=None,
+            result=None,
+        )
     return (
         sa.update(e)
         .where(ids_param(e.c.id, "ids", postgres), e.c.status == sa.bindparam("from_status"))
-        .values(
-            status=sa.bindparam("to_status"),
-            status_changed_at=sa.case(
-                (moving, sa.bindparam("now", type_=sa.Double)), else_=e.c.status_changed_at
-            ),
-            tries=sa.case((moving, sa.null()), else_=e.c.tries),
-            result=sa.case((moving, sa.null()), else_=e.c.result),
-            exit_code=sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
-            status_info=sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
-            agent_id=sa.case(
-                (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
-            ),
-        )
+        .values(**values)
     )
 
 
