@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -40,6 +40,23 @@ class KernelReporter(Protocol):
 
     async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
         """Apply reports with compare-and-set; return which applied."""
+        ...
+
+    async def report(
+        self,
+        entity_id: str,
+        status: str,
+        *,
+        expected: Iterable[str] | None = None,
+        status_info: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        message: str | None = None,
+        source: str = "report",
+    ) -> bool:
+        """Push news about an entity of any kind (compare-and-set); return whether it applied.
+
+        ``report_kernel_statuses`` is this, for kernels, with source ``backend``.
+        """
         ...
 
     async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:

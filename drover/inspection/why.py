@@ -237,14 +237,29 @@ def diagnose(
     )
 
 
+def _how_it_ended(status: str, rows: list[HistoryRecord]) -> str | None:
+    """``it ended by <handler> (<result>: <message>) from <status>``, from the row that ended it.
+
+    Any kind's: a child ended with its parent has that row too (``MOVED``, by the
+    parent's handler), as has an entity a report ended.
+    """
+    into = [r for r in rows if r.to_status == status]
+    # The move into it; an entity created ended has only its creation.
+    ending = next((r for r in reversed(into) if r.from_status != status), None) or next(
+        iter(into), None
+    )
+    if ending is None:
+        return None
+    how = f"it ended by {ending.handler} ({ending.result}"
+    how += f": {ending.message})" if ending.message else ")"
+    return how + f" from {ending.from_status}"
+
+
 def _terminal(
     session: SessionWithKernels, rows: list[HistoryRecord], held: float, lines: list[str]
 ) -> Diagnosis:
-    ending = next((r for r in reversed(rows) if r.to_status == session.status), None)
-    if ending is not None:
-        how = f"it ended by {ending.handler} ({ending.result}"
-        how += f": {ending.message})" if ending.message else ")"
-        how += f" from {ending.from_status}"
+    how = _how_it_ended(str(session.status), rows)
+    if how is not None:
         lines.append(how)
     lines.append(
         f"result {session.result or '-'}; status_info {session.status_info or '-'}"
@@ -314,7 +329,12 @@ def diagnose_entity(
         lines.append(f"children: {summary}")
     owners: list[dict[str, Any]] = []
     if terminal:
-        lines.append(f"it has ended (result {entity.result or '-'}); nothing will move it")
+        how = _how_it_ended(status, rows)
+        if how is not None:
+            lines.append(how)
+        lines.append(
+            f"it has ended (result {entity.result or '-'}); nothing will move it but a reopen"
+        )
     else:
         for name, handler in sorted(handlers.items()):
             if handler.kind != kind.name or status not in {

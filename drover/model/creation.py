@@ -42,7 +42,7 @@ __all__ = [
 #: Handler options an entity may override in ``spec["options"][handler]``.
 OPTION_KEYS = frozenset({"max_retries", "timeout"})
 #: Keys of a child mapping in :attr:`NewEntity.children`.
-CHILD_KEYS = frozenset({"kind", "status", "spec", "name", "agent_id"})
+CHILD_KEYS = frozenset({"kind", "status", "spec", "name", "agent_id", "priority"})
 
 
 def default_name(kind: str, entity_id: str) -> str:
@@ -158,13 +158,16 @@ def _child(
         # Children start with their parent when their kind has its status.
         status = parent_status if parent_status in child.status_names else child.first_status
     status = _status(child, status, where, seeding=seeding)
-    out = {
+    out: dict[str, Any] = {
         "status": status,
         "spec": _checked_spec(raw.get("spec") or {}, child, where),
         "name": check_name(raw.get("name")),
     }
     if raw.get("agent_id") is not None:
         out["agent_id"] = str(raw["agent_id"])
+    if raw.get("priority") is not None:
+        # A child competes in its own kind's queue (fetch order: priority first).
+        out["priority"] = check_priority(raw["priority"])
     return out
 
 

@@ -104,7 +104,9 @@ class TerminationRule:
     ``from_statuses`` of ``None`` means every live status except ``to``.
     ``children`` (optional) is what its children become at once.
     ``if_childless`` (optional) replaces ``to`` for an entity with no children:
-    nothing would ever finish its cleanup.
+    nothing would ever finish its cleanup. ``status_info`` (optional) is the
+    entity's ``status_info`` instead of who asked (``USER_REQUESTED``,
+    ``REQUESTED_BY_<HANDLER>``).
     """
 
     to: str
@@ -112,6 +114,7 @@ class TerminationRule:
     children: str | None = None
     if_childless: str | None = None
     message: str = "termination requested"
+    status_info: str | None = None
 
 
 @attrs.frozen

@@ -42,6 +42,7 @@ from drover.model.plan import (
     ApplyOutcome,
     Change,
     Claim,
+    Move,
     TryCount,
 )
 from drover.model.promotion import PromotionRule
@@ -53,6 +54,7 @@ from drover.storage.ending import termination_changes
 from drover.storage.entities import insert_new_entities, merge_patch
 from drover.storage.fetch import release_claims
 from drover.storage.journal import history_row, write_history
+from drover.storage.moves import move_changes
 from drover.storage.notify import notify
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
@@ -70,6 +72,7 @@ from drover.storage.statements.apply import (
     record_own_moves,
     reset_tries,
     set_entity_data,
+    set_moved_results,
     set_result,
     spend_budget,
 )
@@ -144,6 +147,8 @@ class Apply:
         self._creates: list[NewEntity] = []
         # Entities the applied changes asked to end (HandlerResult.terminate).
         self._ends: list[str] = []
+        # Entities moved by HandlerResult.moves: the tick never claimed them.
+        self._unclaimed: set[str] = set()
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return ids_value(ids, self.postgres)
@@ -153,10 +158,19 @@ class Apply:
         key = self.source if name is None else name
         return {"handler": key} if self.postgres else {"path": f'$."{key}"'}
 
-    def run(self, changes: Sequence[Change]) -> ApplyOutcome:
-        """Apply ``changes``; return what was written (stale ones as SKIPPED)."""
+    def run(self, changes: Sequence[Change], moves: Sequence[Move] = ()) -> ApplyOutcome:
+        """Apply ``changes`` and the handler's targeted ``moves``; return what was written
+        (stale ones as SKIPPED)."""
         groups: dict[tuple[Any, ...], list[Change]] = defaultdict(list)
         kinds = self.kinds
+        refused: list[AppliedChange] = []
+        if moves:
+            moved, refused = move_changes(
+                self.conn, moves, self.source, kinds=kinds, postgres=self.postgres
+            )
+            changes = [*changes, *moved]
+            # Not the tick's targets: no claim of ours to check (compare-and-set only).
+            self._unclaimed.update(c.entity_id for c in moved)
         for change in changes:
             key = (
                 change.kind,
@@ -170,11 +184,13 @@ class Apply:
                 change.status_info,
                 change.requeue and change.changes_status,
                 change.budget,
+                change.children_info,
             )
             groups[key].append(change)
         applied: list[AppliedChange] = []
         for group in groups.values():
             applied.extend(self._apply_group(group))
+        applied.extend(refused)
         if self._creates:
             insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
         if self._ends:
@@ -206,7 +222,7 @@ class Apply:
         Maps each to its row (current status, claim owner). The others lost to a
         status change (``stale-status``).
         """
-        if self.claim is None:
+        if self.claim is None or ids[0] in self._unclaimed:
             return {}
         missing = [i for i in ids if i not in live]
         if not missing:
@@ -306,7 +322,7 @@ class Apply:
             self._place_kernels(placements)
             placements = []
         if to_children is not None:
-            self._move_kernels(kind, live_ids, to_children, placements)
+            self._move_kernels(kind, live_ids, to_children, placements, first.children_info)
             self.inject("after-kernels")
         if first.changes_status and kind.parent is not None:
             # A child moved by a handler of its own kind: its parent's view records it.
@@ -349,6 +365,18 @@ class Apply:
             if change.entity_id in live:
                 self._creates.extend(change.creates)
                 self._ends.extend(change.terminates)
+
+    def ended(self, kind: EntityKind, ids: list[str], status: str) -> None:
+        """What follows ``ids`` of ``kind`` ending in ``status`` outside a tick (a report):
+        their live children end, down the tree, and their result is set."""
+        child = self.kinds.child_of(kind.name)
+        if child is not None:
+            self._move_kernels(kind, ids, child.end_status_for(status))
+        pg = self.postgres
+        self.conn.execute(
+            statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
+            {"ids": self._ids(ids)},
+        )
 
     def _patch_data(self, patches: dict[str, Any]) -> None:
         """Merge-patch the entities' ``data`` (read and written in this transaction)."""
@@ -399,8 +427,8 @@ class Apply:
             "from_status": str(first.from_status),
             "of_kind": kind.name,
         }
-        fenced = self.claim is not None
-        if self.claim is not None:
+        fenced = self.claim is not None and first.entity_id not in self._unclaimed
+        if fenced and self.claim is not None:
             params["b_claim_token"] = self.claim.token
         stmt: sa.Executable
         if first.changes_status:
@@ -442,6 +470,7 @@ class Apply:
         entity_ids: list[str],
         target: str,
         placements: Sequence[tuple[str, str]] = (),
+        info: str | None = None,
     ) -> None:
         """Record and move the entities' eligible children (SQLite: placing them as they move).
 
@@ -452,8 +481,10 @@ class Apply:
         child = self.kinds.child_of(kind.name)
         if child is None:
             return
+        noted = info is not None
         record, *move = statement(
-            ("move-kernels", pg, child, target), lambda: move_kernels(pg, child, target)
+            ("move-kernels", pg, child, target, noted),
+            lambda: move_kernels(pg, child, target, info=noted),
         )
         params = {
             "ids": self._ids(entity_ids),
@@ -461,6 +492,8 @@ class Apply:
             "now": self.now,
             "source": self.source,
         }
+        if noted:
+            params["children_info"] = info
         recorded = max(self.conn.execute(record, params).rowcount, 0)
         moved = 0
         if placements:
@@ -481,6 +514,7 @@ class Apply:
         self.kernel_changes += recorded
         if recorded and target in child.terminal:
             self._end_descendants(child, target, params, (target,))
+            self._set_moved_results(child, params, (), target)
 
     def _end_descendants(
         self, kind: EntityKind, status: str, params: dict[str, Any], path: tuple[str, ...]
@@ -495,9 +529,10 @@ class Apply:
             return
         pg = self.postgres
         end = child.end_status_for(status)
+        noted = "children_info" in params
         statements = statement(
-            ("move-descendants", pg, child, end, path),
-            lambda: move_kernels(pg, child, end, path),
+            ("move-descendants", pg, child, end, path, noted),
+            lambda: move_kernels(pg, child, end, path, info=noted),
         )
         values = {**params, "to_status": str(end)}
         recorded = max(self.conn.execute(statements[0], values).rowcount, 0)
@@ -506,16 +541,32 @@ class Apply:
         self.kernel_changes += recorded
         if recorded:
             self._end_descendants(child, end, params, (*path, end))
+            self._set_moved_results(child, params, path, end)
 
-    def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
+    def _set_moved_results(
+        self, kind: EntityKind, params: dict[str, Any], path: tuple[str, ...], status: str
+    ) -> None:
+        """Results of the children (at ``path``) a transition just ended in ``status``."""
+        pg = self.postgres
+        child = self.kinds.child_of(kind.name)
+        query = statement(
+            ("moved-results", pg, kind, child, path),
+            lambda: set_moved_results(pg, kind, child, path),
+        )
+        self.conn.execute(query, {"ids": params["ids"], "to_status": str(status)})
+
+    def end(
+        self, ids: Sequence[str], *, strict: bool = True, reason: str | None = None
+    ) -> list[TerminationOutcome]:
         """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.
 
         See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
         refusal of unknown ids and of kinds that end only with their parent).
         """
         changes, outcomes = termination_changes(
-            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict
-        )
+            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict,
+            reason=reason,
+        )  # fmt: skip
         if changes:
             self.run(changes)
         return outcomes

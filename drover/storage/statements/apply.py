@@ -52,6 +52,7 @@ __all__ = [
     "reset_tries",
     "result_expression",
     "set_entity_data",
+    "set_moved_results",
     "set_result",
     "spend_budget",
     "status_info_expression",
@@ -291,13 +292,19 @@ def _under(postgres: bool, path: tuple[str, ...], column: Any) -> sa.ColumnEleme
 
 
 def move_kernels(
-    postgres: bool, child: EntityKind, target: str, path: tuple[str, ...] = ()
+    postgres: bool,
+    child: EntityKind,
+    target: str,
+    path: tuple[str, ...] = (),
+    *,
+    info: bool = False,
 ) -> list[sa.Executable]:
     """Statements recording and moving the eligible children of the entities ``:ids``.
 
     With ``path``, the descendants that far down instead (see
     :func:`descendant_of`): a transition that ends children ends
-    grandchildren too, each kind by its own rule.
+    grandchildren too, each kind by its own rule. ``info``: set their
+    ``status_info`` to ``:children_info``.
 
     The first statement records the status changes (its row count is the
     number of children moved); on SQLite a second one moves them. BEGIN
@@ -312,6 +319,8 @@ def move_kernels(
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
     }
+    if info:
+        values["status_info"] = sa.bindparam("children_info", type_=sa.Text)
     if child.resource_slots is not None and target == child.first_status:
         # Children placed on agents (kernels) that start over give the agent's capacity back.
         values["agent_id"] = None
@@ -346,6 +355,22 @@ def set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa
     return (
         sa.update(e)
         .where(ids_param(e.c.id, "ids", postgres))
+        .values(result=result_expression(kind, child, postgres))
+    )
+
+
+def set_moved_results(
+    postgres: bool, kind: EntityKind, child: EntityKind | None, path: tuple[str, ...]
+) -> sa.Update:
+    """``result`` of the entities of ``kind`` just ended in ``:to_status`` by their parent's
+    (or an ancestor's) transition: the children of ``:ids`` (see :func:`descendant_of`)."""
+    return (
+        sa.update(e)
+        .where(
+            descendant_of(postgres, path),
+            e.c.status == sa.bindparam("to_status"),
+            e.c.result.is_(None),
+        )
         .values(result=result_expression(kind, child, postgres))
     )
 
