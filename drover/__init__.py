@@ -10,6 +10,7 @@ from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
 from drover.coordinator.store import CoordinatorStore
 from drover.coordinator.tick import Coordinator, TickReport
+from drover.model.budgets import BudgetUse
 from drover.model.clock import Clock, ManualClock, SystemClock
 from drover.model.errors import (
     DroverError,
@@ -76,6 +77,7 @@ __all__ = [
     "AnyOf",
     "BackendError",
     "Budget",
+    "BudgetUse",
     "CandidateFilter",
     "ChildCount",
     "Children",
