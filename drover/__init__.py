@@ -34,6 +34,7 @@ from drover.model.filters import (
     StatusAge,
 )
 from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
+from drover.model.pools import Pool
 from drover.model.promotion import PromotionRule
 from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
@@ -108,6 +109,7 @@ __all__ = [
     "ManualClock",
     "NewEntity",
     "Parent",
+    "Pool",
     "PromotionRule",
     "Queries",
     "Repository",
