@@ -93,3 +93,22 @@ def test_order_in_the_configuration_file(tmp_path):
     loaded = load_config(path, environ={})
     config = getattr(loaded, "config", loaded)
     assert handler_overrides(config)["poll"] == {"order": "oldest-seen", "batch_size": 50}
+
+
+async def test_oldest_seen_with_claims_takes_disjoint_batches(make_harness):
+    """Two coordinators (claims, as on PostgreSQL) polling oldest-seen never share a batch and
+    between them reach every entity. On SQLite the claim is ignored (one coordinator)."""
+    from drover.coordinator.tick import Coordinator
+
+    poll = Poll(skip)
+    async with harness(make_harness, poll) as h:
+        jobs = [await h.create("job", status=Job.RUNNING) for _ in range(6)]
+        a, b = (
+            Coordinator(h.repository, {"poll": poll}, clock=h.clock, kinds=h.app.kinds,
+                        claim_owner=owner)
+            for owner in ("a", "b")
+        )  # fmt: skip
+        first = _ids(h, await a.tick("poll"))
+        second = _ids(h, await b.tick("poll"))
+        assert first == jobs[:3]
+        assert second == jobs[3:]
