@@ -21,6 +21,7 @@ from drover import (
     HandlerOptions,
     InvalidHandlerError,
     KernelMatchType,
+    NewEntity,
     Pool,
     PromotionRule,
     SchedulingResult,
@@ -125,23 +126,34 @@ async def test_a_promotion_into_a_pool_moves_only_as_many_as_there_are_tokens(ma
         assert (await h.tick("start-ready-jobs")).changes == ()
 
 
-async def test_configuration_sets_a_pools_capacity(make_harness, tmp_path):
+async def test_configuration_sets_a_pools_capacity(database, tmp_path):
+    from peers import plugin
+
+    from drover.app import App
     from drover.config import load_config
+    from drover.model.clock import ManualClock
+    from drover.plugins.manager import make_plugin_manager
 
     path = tmp_path / "drover.toml"
     path.write_text("[pools]\ngpu-slots = 3\n")
     config = load_config(path, environ={}).config
     assert config.pools == {"gpu-slots": 3}
-    kinds = Kinds(KINDS).configured(pools=config.pools)
-    assert kinds.pools["gpu-slots"].capacity == 3
     with pytest.raises(InvalidHandlerError, match=r"unknown pool\(s\) \['cpu-slots'\]"):
         Kinds(KINDS).configured(pools={"cpu-slots": 1})
-    async with _pooled(make_harness, StartJobs(succeed)) as h:
-        h.coordinator.kinds = h.coordinator.kinds.configured(pools={"gpu-slots": 3})
-        h.repository._db.kinds = h.coordinator.kinds
-        jobs = [await h.create("job") for _ in range(4)]
-        await h.tick("start-jobs")
-        assert (await _statuses(h, jobs)).count("RUNNING") == 3
+    config = attrs.evolve(config, database_url=database.url, database_schema=database.schema or "")
+    start = StartJobs(succeed)
+    pm = make_plugin_manager(plugins=[plugin(start, kinds=KINDS)], include_builtins=False)
+    app = App(config, clock=ManualClock(), plugin_manager=pm)
+    await app.start(auto_upgrade=True)
+    try:
+        assert app.kinds.pools["gpu-slots"].capacity == 3
+        ids = await app.repository.seed_entities([NewEntity("job") for _ in range(4)])
+        assert app.coordinator is not None
+        await app.coordinator.tick("start-jobs")
+        statuses = [str((await app.repository.get_entity(i)).status) for i in ids]
+        assert statuses.count("RUNNING") == 3
+    finally:
+        await app.close()
 
 
 def test_a_pool_is_declared_soundly():
@@ -171,8 +183,10 @@ async def pg() -> AsyncIterator[Database]:
 async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
     """Wait until ``task`` has finished, or some apply waits for a pool's lock."""
     conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120  # generous: the machine may be loaded
     try:
-        for _ in range(1000):
+        while loop.time() < deadline:
             if task.done():
                 return
             waiting = await conn.fetchval(
