@@ -152,7 +152,7 @@ async def fetch_lifecycle_targets(
                 },
             )
         if marking:
-            mark(conn, handler, [r[0] for r in rows], now)
+            mark(conn, handler, [r[0] for r in rows], now, kind, wanted)
         return read(conn, rows, kinds, handler)  # type: ignore[no-any-return]
 
     return await (db.write(work) if claiming or marking else db.read(work))
