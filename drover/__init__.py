@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
     from drover.coordinator.store import CoordinatorStore
     from drover.coordinator.tick import Coordinator, TickReport
+    from drover.model.budgets import BudgetUse
     from drover.model.clock import Clock, ManualClock, SystemClock
     from drover.model.errors import (
         DroverError,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         StatusAge,
     )
     from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
+    from drover.model.pools import Pool
     from drover.model.promotion import PromotionRule
     from drover.model.status import (
         TERMINAL_KERNEL_STATUSES,
@@ -115,6 +117,8 @@ _MODULES: dict[str, str] = {
     "Field": "drover.model.filters",
     "StatusAge": "drover.model.filters",
     "Budget": "drover.model.kinds",
+    "BudgetUse": "drover.model.budgets",
+    "Pool": "drover.model.pools",
     "EntityKind": "drover.model.kinds",
     "Kinds": "drover.model.kinds",
     "TerminationRule": "drover.model.kinds",
@@ -163,6 +167,7 @@ __all__ = [
     "AnyOf",
     "BackendError",
     "Budget",
+    "BudgetUse",
     "CandidateFilter",
     "ChildCount",
     "Children",
@@ -193,6 +198,7 @@ __all__ = [
     "ManualClock",
     "NewEntity",
     "Parent",
+    "Pool",
     "PromotionRule",
     "Queries",
     "Repository",

@@ -176,7 +176,9 @@ class App:
         if self._kinds is None:
             # Configured budget limits ride on the kinds: what a handler sees of a
             # budget (Entity.budgets) and what the coordinator judges agree.
-            self._kinds = collect_kinds(self.plugin_manager).configured(self.config.budgets)
+            self._kinds = collect_kinds(self.plugin_manager).configured(
+                self.config.budgets, self.config.pools
+            )
         return self._kinds
 
     @property

@@ -151,6 +151,8 @@ class Config:
     #: ``[budgets.<kind>]``: limits of a kind's named budgets (an entity's
     #: spec["budgets"] overrides them).
     budgets: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    #: ``[pools]``: capacities of pools the kinds declare, by pool name.
+    pools: dict[str, int] = attrs.field(factory=dict)
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
     backend: BackendConfig = attrs.field(factory=BackendConfig)
     history: HistoryConfig = attrs.field(factory=HistoryConfig)

@@ -191,3 +191,15 @@ def test_a_budgets_give_up_must_name_a_status_of_its_kind():
             terminal={Attempt.FAILED},
             budgets=(Budget("preemption", 2, give_up=Transition("EVICTED")),),
         )
+
+
+def test_a_budgets_own_give_up_is_an_edge_of_the_state_machine():
+    from drover.plugins.graph import check_graph, edges_of
+
+    handlers = {"start-attempts": StartAttempts(), "run-attempts": RunAttempts()}
+    edges = edges_of(handlers, kind=ATTEMPT)
+    assert ("RUNNING", "PREEMPTED", "run-attempts", "budget:preemption") in {
+        (e.source, e.target, e.handler, e.outcome) for e in edges
+    }
+    # PREEMPTED is reached only through the budget: no "unreachable" warning for it.
+    assert not [w for w in check_graph(handlers, ATTEMPT) if w.status == "PREEMPTED"]

@@ -93,3 +93,47 @@ def test_order_in_the_configuration_file(tmp_path):
     loaded = load_config(path, environ={})
     config = getattr(loaded, "config", loaded)
     assert handler_overrides(config)["poll"] == {"order": "oldest-seen", "batch_size": 50}
+
+
+async def test_oldest_seen_with_claims_takes_disjoint_batches(make_harness):
+    """Two coordinators (claims, as on PostgreSQL) polling oldest-seen never share a batch and
+    between them reach every entity. On SQLite the claim is ignored (one coordinator)."""
+    from drover.coordinator.tick import Coordinator
+
+    poll = Poll(skip)
+    async with harness(make_harness, poll) as h:
+        jobs = [await h.create("job", status=Job.RUNNING) for _ in range(6)]
+        a, b = (
+            Coordinator(h.repository, {"poll": poll}, clock=h.clock, kinds=h.app.kinds,
+                        claim_owner=owner)
+            for owner in ("a", "b")
+        )  # fmt: skip
+        first = _ids(h, await a.tick("poll"))
+        second = _ids(h, await b.tick("poll"))
+        assert first == jobs[:3]
+        assert second == jobs[3:]
+
+
+async def test_the_marks_of_entities_that_left_are_forgotten(make_harness):
+    """The marks stay about as many as the candidates: those of entities that left go."""
+    import sqlalchemy as sa
+
+    from drover.model.plan import Change
+    from drover.model.status import SchedulingResult
+    from drover.storage.schema import fetch_marks
+
+    async def marked() -> set[str]:
+        async with h.app.engine.connect() as conn:
+            rows = await conn.execute(sa.select(fetch_marks.c.entity_id))
+            return {r[0] for r in rows}
+
+    poll = Poll(skip)
+    async with harness(make_harness, poll) as h:
+        jobs = [await h.create("job", status=Job.RUNNING) for _ in range(4)]
+        await h.tick("poll")
+        assert await marked() == set(jobs[:3])
+        done = Change(jobs[0], Job.RUNNING, SchedulingResult.SUCCESS, Job.DONE, kind="job")
+        await h.repository.apply("test", [done], now=h.clock.time())
+        h.clock.advance(1)
+        assert _ids(h, await h.tick("poll")) == [jobs[3], jobs[1], jobs[2]]
+        assert await marked() == set(jobs[1:])

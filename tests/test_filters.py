@@ -229,3 +229,30 @@ async def test_a_handler_reads_its_targets_links(make_harness):
         assert seen[job].linked("depends_on") == tuple(sorted([first, second]))
         assert seen[alone].links == ()
         assert (await h.get(job)).links == seen[job].links
+
+
+@pytest.mark.parametrize(
+    ("kind", "bad", "message"),
+    [
+        ("job", Parent({Job.RUNNING}), "kind 'job' has no parent kind"),
+        ("task", Parent({"RUNNNING"}), "names status(es) ['RUNNNING'], not statuses of kind 'job'"),
+        (
+            "job",
+            AnyOf(AllOf(ChildCount("gt", 0, statuses={"WORKNG"}))),
+            "names status(es) ['WORKNG'], not statuses of kind 'task'",
+        ),
+    ],
+)
+async def test_a_filter_naming_statuses_of_no_such_kind_is_refused_at_load(
+    make_harness, kind, bad, message
+):
+    from drover import InvalidHandlerError
+
+    picker = _one_at_a_time(
+        "typo", {Task.PENDING if kind == "task" else Job.QUEUED}, bad, kind=kind
+    )
+    with pytest.raises(InvalidHandlerError) as raised:
+        async with harness(make_harness, picker):
+            pass
+    assert message in str(raised.value)
+    assert "handler 'typo'" in str(raised.value)

@@ -39,6 +39,7 @@ import attrs
 from drover.model.budgets import BudgetUse
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
+from drover.model.pools import Pool, PoolHolders
 from drover.model.values import Entity, Transition
 
 __all__ = [
@@ -74,6 +75,10 @@ def _budgets(values: Iterable[Budget]) -> tuple[Budget, ...]:
 
 
 def _rules(values: Iterable[TerminationRule]) -> tuple[TerminationRule, ...]:
+    return tuple(values)
+
+
+def _pools(values: Iterable[Pool]) -> tuple[Pool, ...]:
     return tuple(values)
 
 
@@ -176,6 +181,8 @@ class EntityKind:
     #: The class its entities are read into: :class:`~drover.model.values.Entity`, or
     #: a kind's own spelling with the same attributes (sessions: ``SessionWithKernels``).
     value_type: type[Any] = Entity
+    #: Pools of counter tokens its entities hold while in some statuses (:mod:`drover.model.pools`).
+    pools: tuple[Pool, ...] = attrs.field(default=(), converter=_pools)
 
     def __attrs_post_init__(self) -> None:
         if not is_kebab_case(self.name):
@@ -220,6 +227,18 @@ class EntityKind:
             seen.add(budget.name)
             if budget.give_up is not None and budget.give_up.to is not None:
                 self._known({budget.give_up.to}, f"budget {budget.name!r} give_up")
+        pools: set[str] = set()
+        for pool in self.pools:
+            if pool.name in pools:
+                raise InvalidHandlerError(f"kind {self.name!r}: pool {pool.name!r} twice")
+            pools.add(pool.name)
+            self._known(pool.held_in, f"pool {pool.name!r} held_in")
+            ended = sorted(pool.held_in & self.terminal)
+            if ended:
+                raise InvalidHandlerError(
+                    f"kind {self.name!r}: pool {pool.name!r} is held in terminal status(es) "
+                    f"{ended}: an ended entity would hold its token forever"
+                )
 
     def _known(self, statuses: Iterable[str], what: str) -> None:
         unknown = sorted(set(statuses) - set(self.status_names))
@@ -324,6 +343,7 @@ class Kinds(Mapping[str, EntityKind]):
         kinds: Iterable[EntityKind],
         *,
         budgets: Mapping[str, Mapping[str, int]] | None = None,
+        pools: Mapping[str, int] | None = None,
     ) -> None:
         self._kinds: dict[str, EntityKind] = {}
         for kind in kinds:
@@ -359,15 +379,70 @@ class Kinds(Mapping[str, EntityKind]):
                     f"budgets of kind {kind_name!r}: unknown budget(s) {unknown}; "
                     f"declared: {sorted(declared)}"
                 )
+        self._pool_capacities = dict(pools or {})
+        self._pools = self._collect_pools()
+        # A move of (kind, from, to) -> the pools it enters; memoised (few distinct moves).
+        self._entered: dict[tuple[str, str, str], tuple[PoolHolders, ...]] = {}
 
-    def configured(self, budgets: Mapping[str, Mapping[str, int]] | None) -> Kinds:
-        """These kinds with configured budget limits (``[budgets.<kind>]``) on top."""
-        if not budgets:
+    def _collect_pools(self) -> dict[str, PoolHolders]:
+        declared: dict[str, list[tuple[EntityKind, Pool]]] = {}
+        for kind in self._kinds.values():
+            for pool in kind.pools:
+                declared.setdefault(pool.name, []).append((kind, pool))
+        found: dict[str, PoolHolders] = {}
+        for name, pairs in declared.items():
+            capacities = {pool.capacity for _, pool in pairs}
+            if len(capacities) > 1:
+                raise InvalidHandlerError(
+                    f"pool {name!r} is declared with different capacities "
+                    f"{sorted(capacities)} by kinds {sorted(k.name for k, _ in pairs)}"
+                )
+            capacity = self._pool_capacities.get(name, capacities.pop())
+            holders = tuple(sorted((k.name, p.held_in) for k, p in pairs))
+            found[name] = PoolHolders(name, capacity, holders)
+        unknown = sorted(set(self._pool_capacities) - set(found))
+        if unknown:
+            raise InvalidHandlerError(
+                f"pools: unknown pool(s) {unknown}; declared by the kinds: {sorted(found)}"
+            )
+        for name, capacity in self._pool_capacities.items():
+            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+                raise InvalidHandlerError(f"pools.{name} must be an integer >= 0, got {capacity!r}")
+        return found
+
+    def configured(
+        self,
+        budgets: Mapping[str, Mapping[str, int]] | None = None,
+        pools: Mapping[str, int] | None = None,
+    ) -> Kinds:
+        """These kinds with configured budget limits (``[budgets.<kind>]``) and pool
+        capacities (``[pools]``) on top."""
+        if not budgets and not pools:
             return self
         merged = {k: dict(v) for k, v in self._budgets.items()}
-        for kind_name, limits in budgets.items():
+        for kind_name, limits in (budgets or {}).items():
             merged.setdefault(kind_name, {}).update(limits)
-        return Kinds(self._kinds.values(), budgets=merged)
+        capacities = {**self._pool_capacities, **(pools or {})}
+        return Kinds(self._kinds.values(), budgets=merged, pools=capacities)
+
+    @property
+    def pools(self) -> Mapping[str, PoolHolders]:
+        """Every pool some kind declares, by name, with its (configured) capacity."""
+        return self._pools
+
+    def pools_entered(self, kind: str, from_status: str, to_status: str) -> tuple[PoolHolders, ...]:
+        """The pools an entity of ``kind`` starts to hold by moving between the statuses."""
+        if not self._pools:
+            return ()
+        key = (kind, str(from_status), str(to_status))
+        found = self._entered.get(key)
+        if found is None:
+            found = self._entered[key] = tuple(
+                pool
+                for pool in self._pools.values()
+                if pool.held_by(kind, key[2]) and not pool.held_by(kind, key[1])
+            )
+        return found
 
     def budget_limit(self, kind: str, spec: Mapping[str, Any], budget: str) -> int | None:
         """A named budget's limit: ``spec["budgets"]``, else configuration, else the kind's."""

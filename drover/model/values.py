@@ -251,7 +251,8 @@ class HandlerResult:
 
     ``outcomes`` reports named outcomes (declared in
     ``StatusTransitions.outcomes``); ``budgets`` names the kind's budget a
-    failure charges instead of the handler's tries; ``create`` lists
+    failure charges instead of the handler's tries, or a named outcome
+    charges (past its limit, the outcome becomes GIVE_UP); ``create`` lists
     :class:`NewEntity` values inserted with their creator's outcome; ``data``
     merge-patches (RFC 7396) targets' handler-owned ``data``; ``terminate``
     maps a target to other entities (any kind) to ask to end, by their kinds'

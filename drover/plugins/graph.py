@@ -68,7 +68,8 @@ def edges_of(
 
     An expired or give-up transition that sends entities back also has a
     ``requeue-limit`` edge: past their requeue budget they end there instead.
-    Named outcomes are edges labelled with their name.
+    Named outcomes are edges labelled with their name; a budget with its own
+    give-up is an edge from every target status, labelled ``budget:<name>``.
     """
     edges: list[Edge] = []
     for name, handler in _of_kind(handlers, kind):
@@ -90,6 +91,12 @@ def edges_of(
                 edges.append(Edge(s, to, name, outcome))
                 if outcome in ("expired", "give_up") and kind.is_requeue(s, to):
                     edges.append(Edge(s, kind.limit_status, name, "requeue-limit"))
+        # Any failure or named outcome may charge a budget: a spent one with its own
+        # give-up moves the entity there, whatever the handler declared.
+        for budget in kind.budgets:
+            if budget.give_up is not None and budget.give_up.to is not None:
+                to = str(budget.give_up.to)
+                edges.extend(Edge(s, to, name, f"budget:{budget.name}") for s in targets if s != to)
     if include_api:
         edges.extend(api_edges(kind))
     return list(dict.fromkeys(edges))

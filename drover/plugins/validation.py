@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
-from drover.model.filters import CandidateFilter
+from drover.model.filters import AllOf, AnyOf, CandidateFilter, ChildCount, Children, Parent
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import validate_options
 from drover.model.promotion import PromotionRule
@@ -72,6 +72,38 @@ def _check_transition(
             )
 
 
+def _check_filter(f: object, kind: EntityKind, kinds: Kinds, where: str) -> None:
+    """A candidate filter, and the statuses it names against the kinds it reads."""
+    if not isinstance(f, CandidateFilter):
+        raise InvalidHandlerError(f"{where}: candidate_filters contains {f!r}, not a filter")
+    if isinstance(f, AnyOf | AllOf):
+        for inner in f.filters:
+            _check_filter(inner, kind, kinds, where)
+        return
+    named: frozenset[str] | None = None
+    other: EntityKind | None = None
+    if isinstance(f, Parent):
+        if kind.parent is None:
+            raise InvalidHandlerError(
+                f"{where}: candidate filter {f!r}, but kind {kind.name!r} has no parent kind"
+            )
+        named, other = f.statuses, kinds[kind.parent]
+    elif isinstance(f, Children | ChildCount) and f.statuses is not None:
+        other = kinds.child_of(kind.name)
+        if other is None:
+            raise InvalidHandlerError(
+                f"{where}: candidate filter {f!r}, but kind {kind.name!r} has no child kind"
+            )
+        named = f.statuses
+    if named is not None and other is not None:
+        unknown = sorted(set(named) - set(other.status_names))
+        if unknown:
+            raise InvalidHandlerError(
+                f"{where}: candidate filter {type(f).__name__} names status(es) {unknown}, "
+                f"not statuses of kind {other.name!r}: {list(other.status_names)}"
+            )
+
+
 def _validate_lifecycle(handler: LifecycleHandler, plugin: str, kinds: Kinds) -> str:
     name = type(handler).name()
     where = f"handler {name!r} of plugin {plugin!r}"
@@ -100,8 +132,7 @@ def _validate_lifecycle(handler: LifecycleHandler, plugin: str, kinds: Kinds) ->
             raise InvalidHandlerError(f"{where}: {what} is set, but {kind.name!r} has no children")
         _check_members(child_targets, child.statuses, what, where)
     for f in handler.candidate_filters:
-        if not isinstance(f, CandidateFilter):
-            raise InvalidHandlerError(f"{where}: candidate_filters contains {f!r}, not a filter")
+        _check_filter(f, kind, kinds, where)
     transitions = type(handler).status_transitions()
     if not isinstance(transitions, StatusTransitions):
         raise InvalidHandlerError(f"{where}: status_transitions() must return StatusTransitions")

@@ -45,6 +45,7 @@ from drover.model.plan import (
     Move,
     TryCount,
 )
+from drover.model.pools import POOL_FULL
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
 from drover.model.values import NewEntity, TerminationOutcome
@@ -56,6 +57,7 @@ from drover.storage.fetch import release_claims
 from drover.storage.journal import history_row, write_history
 from drover.storage.moves import move_changes
 from drover.storage.notify import notify
+from drover.storage.pools import PoolGate
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
     SET_CHOSEN_RESULT,
@@ -149,6 +151,8 @@ class Apply:
         self._ends: list[str] = []
         # Entities moved by HandlerResult.moves: the tick never claimed them.
         self._unclaimed: set[str] = set()
+        # Pools of counter tokens: only kinds that declare some pay for them.
+        self._pools = PoolGate(conn, kinds, postgres) if kinds.pools else None
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return ids_value(ids, self.postgres)
@@ -187,6 +191,8 @@ class Apply:
                 change.children_info,
             )
             groups[key].append(change)
+        if self._pools is not None:
+            self._pools.lock_for(changes)
         applied: list[AppliedChange] = []
         for group in groups.values():
             applied.extend(self._apply_group(group))
@@ -233,6 +239,25 @@ class Apply:
         return {r.id: r for r in rows if r.claim_token != self.claim.token}
 
     def _apply_group(self, group: list[Change]) -> list[AppliedChange]:
+        if self._pools is None:
+            return self._apply_admitted(group)
+        admitted, refused = self._pools.admit(group)
+        rows = [
+            AppliedChange(
+                c.entity_id,
+                SchedulingResult.SKIPPED,
+                c.from_status,
+                c.from_status,
+                POOL_FULL,
+                f"{reason}; {c.result} by {self.source} not applied",
+                c.kind,
+            )
+            for c, reason in refused
+        ]
+        self._kept_rows.extend(rows)
+        return rows + (self._apply_admitted(admitted) if admitted else [])
+
+    def _apply_admitted(self, group: list[Change]) -> list[AppliedChange]:
         first = group[0]
         kind = self.kinds[first.kind]
         from_status = first.from_status
@@ -397,6 +422,12 @@ class Apply:
         stmt = statement(
             ("promote", pg, rule, from_status), lambda: promote_entities(pg, rule, from_status)
         )
+        if self._pools is not None:
+            # A promotion into a pool's status moves at most as many as there are tokens.
+            for pool in self._pools.entered(kind.name, from_status, str(rule.to_status)):
+                limit = min(limit, self._pools.free(pool)[0])
+            if limit <= 0:
+                return []
         params = {"limit": limit, "to_status": str(rule.to_status), "now": self.now}
         live_ids = [r[0] for r in self.conn.execute(stmt, params)]
         self.inject("after-entities")

@@ -185,7 +185,7 @@ async def fetch_lifecycle_targets(
                 },
             )
         if marking:
-            mark(conn, handler, [r[0] for r in rows], now)
+            mark(conn, handler, [r[0] for r in rows], now, kind, wanted)
         held = claim if claiming else None
         return read(conn, rows, kinds, handler, held)  # type: ignore[no-any-return]
 

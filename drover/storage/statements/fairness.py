@@ -3,7 +3,8 @@
 :func:`mark_fetched` records when a handler fetched each entity (executed
 with one row per entity); :func:`oldest_seen_order` is what such a handler's
 fetch (:func:`drover.storage.statements.fetch.targets_query`) joins and
-sorts by.
+sorts by; :func:`forget_gone` drops the marks of entities that are no longer
+its candidates.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from drover.storage.schema import entities, fetch_marks
 
-__all__ = ["mark_fetched", "oldest_seen_order"]
+__all__ = ["FORGET_BATCH", "forget_gone", "mark_fetched", "oldest_seen_order"]
+
+#: Marks of gone entities dropped per fetch, at most.
+FORGET_BATCH = 500
 
 m = fetch_marks
 
@@ -42,4 +46,26 @@ def mark_fetched(postgres: bool) -> sa.Executable:
     )
     return stmt.on_conflict_do_update(
         index_elements=[m.c.handler, m.c.entity_id], set_={"seen_at": stmt.excluded.seen_at}
+    )
+
+
+def forget_gone(kind: str, statuses: frozenset[str]) -> sa.Delete:
+    """Drop up to :data:`FORGET_BATCH` of ``:handler``'s marks on entities that are no
+    longer of ``kind`` in ``statuses`` (they left the handler's statuses, or are gone)."""
+    e = entities
+    gone = (
+        sa.select(m.c.entity_id)
+        .outerjoin(e, e.c.id == m.c.entity_id)
+        .where(
+            m.c.handler == sa.bindparam("handler", type_=sa.String),
+            sa.or_(
+                e.c.id.is_(None),
+                e.c.kind != kind,
+                e.c.status.not_in(sorted(statuses)),
+            ),
+        )
+        .limit(FORGET_BATCH)
+    )
+    return sa.delete(m).where(
+        m.c.handler == sa.bindparam("handler", type_=sa.String), m.c.entity_id.in_(gone)
     )

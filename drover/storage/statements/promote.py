@@ -157,8 +157,18 @@ def promote_entities(postgres: bool, rule: PromotionRule, from_status: str) -> s
         # Its own FROM: not correlated to the table being updated.
         .correlate(None)
     )
+    where: sa.ColumnElement[bool]
     if postgres:
-        chosen = chosen.with_for_update(skip_locked=True)
+        # A materialized CTE runs its LIMIT once: as an IN (subquery) PostgreSQL may
+        # rescan the locking subquery and move more than :limit rows.
+        picked = (
+            chosen.with_for_update(skip_locked=True)
+            .cte("chosen")
+            .prefix_with("MATERIALIZED", dialect="postgresql")
+        )
+        where = e.c.id.in_(sa.select(picked.c.id))
+    else:
+        where = e.c.id.in_(chosen)
     values: dict[str, Any] = {
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
@@ -173,8 +183,5 @@ def promote_entities(postgres: bool, rule: PromotionRule, from_status: str) -> s
             _matching_child_info(rule), values.get("status_info", e.c.status_info)
         )
     return (
-        sa.update(e)
-        .where(e.c.id.in_(chosen), e.c.status == str(from_status))
-        .values(**values)
-        .returning(e.c.id)
+        sa.update(e).where(where, e.c.status == str(from_status)).values(**values).returning(e.c.id)
     )

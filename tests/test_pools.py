@@ -1,0 +1,254 @@
+"""Pools of counter tokens: the apply refuses a move that would take a pool past its capacity.
+
+A kind defined only in the tests holds the pool; every test runs on SQLite and
+PostgreSQL, and two coordinators race for one pool on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import attrs
+import pytest
+from conftest import PG_URL, SKIP_PG, Database, _asyncpg_dsn, pg_schema
+from peers import JOB, TASK, Job, Scripted, Task, harness, succeed
+from sqlalchemy.util import await_only
+
+from drover import (
+    HandlerOptions,
+    InvalidHandlerError,
+    KernelMatchType,
+    NewEntity,
+    Pool,
+    PromotionRule,
+    SchedulingResult,
+    StatusTransitions,
+    Transition,
+)
+from drover.coordinator.tick import Coordinator
+from drover.inspection.why import diagnose_entity
+from drover.model.kinds import EntityKind, Kinds
+from drover.model.pools import POOL_FULL
+from drover.testing import CoordinatorHarness
+
+GPU = Pool("gpu-slots", 2, held_in={Job.RUNNING, Job.CANCELLING})
+POOLED_JOB = attrs.evolve(JOB, pools=(GPU,))
+KINDS = (POOLED_JOB, TASK)
+
+
+class StartJobs(Scripted):
+    handler = "start-jobs"
+    statuses = frozenset({Job.QUEUED})
+    transitions = StatusTransitions(success=Transition(Job.RUNNING))
+    options = HandlerOptions(max_retries=None)
+
+
+class FinishJobs(Scripted):
+    handler = "finish-jobs"
+    statuses = frozenset({Job.RUNNING})
+    transitions = StatusTransitions(success=Transition(Job.DONE))
+
+
+def _pooled(make_harness: Any, *handlers: object, **kwargs: Any) -> Any:
+    return harness(make_harness, *handlers, kinds=KINDS, **kwargs)
+
+
+async def _statuses(h: Any, ids: list[str]) -> list[str]:
+    return [str((await h.get(i)).status) for i in ids]
+
+
+async def test_the_apply_admits_only_as_many_as_the_pool_has_tokens(make_harness):
+    async with _pooled(make_harness, StartJobs(succeed), FinishJobs(succeed)) as h:
+        jobs = [await h.create("job", priority=p) for p in (0, 5, 0, 9, 0)]
+        report = await h.tick("start-jobs")
+        # The two highest priorities get the tokens; the others are refused, and stay.
+        assert await _statuses(h, jobs) == ["QUEUED", "RUNNING", "QUEUED", "RUNNING", "QUEUED"]
+        refused = [c for c in report.changes if c.error_code == POOL_FULL]
+        assert sorted(c.entity_id for c in refused) == sorted([jobs[0], jobs[2], jobs[4]])
+        assert all(c.result == SchedulingResult.SKIPPED for c in refused)
+        last = (await h.history(jobs[0]))[-1]
+        assert (str(last.result), last.error_code) == ("SKIPPED", POOL_FULL)
+        assert "pool 'gpu-slots' is full (2/2 held)" in (last.message or "")
+        # drover why says so.
+        entity = await h.get(jobs[0])
+        why = diagnose_entity(
+            entity, await h.history(jobs[0]), h.coordinator.handlers, POOLED_JOB, h.clock.time()
+        )
+        assert any("pool 'gpu-slots' is full (2/2 held)" in line for line in why.lines)
+        # Still full: refused again (one merged row), nothing moves.
+        await h.tick("start-jobs")
+        assert (await _statuses(h, jobs)).count("RUNNING") == 2
+        assert (await h.history(jobs[0]))[-1].attempts == 2
+        # A holder ends: its token goes to the oldest waiting job.
+        await h.tick("finish-jobs")
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "DONE", "RUNNING", "DONE", "QUEUED"]
+
+
+async def test_a_pool_counts_every_holding_status_and_kinds_share_it_by_name(make_harness):
+    class Step(Scripted):
+        kind = "task"
+        handler = "start-tasks"
+        statuses = frozenset({Task.PENDING})
+        transitions = StatusTransitions(success=Transition(Task.WORKING))
+
+    shared = attrs.evolve(TASK, pools=(Pool("gpu-slots", 2, held_in={Task.WORKING}),))
+    start = StartJobs(succeed)
+    async with harness(make_harness, start, Step(succeed), kinds=(POOLED_JOB, shared)) as h:
+        await h.create("job", status=Job.CANCELLING)
+        job = await h.create("job", status=Job.QUEUED, children=[{}, {}])
+        report = await h.tick("start-tasks")
+        # One token is held by the CANCELLING job: one task of the two gets the other.
+        assert [str(c.result) for c in report.changes].count("SUCCESS") == 1
+        assert [str(c.status) for c in (await h.get(job)).children].count("WORKING") == 1
+        # The job itself finds the pool full.
+        report = await h.tick("start-jobs")
+        assert [c.error_code for c in report.changes] == [POOL_FULL]
+
+
+async def test_a_promotion_into_a_pool_moves_only_as_many_as_there_are_tokens(make_harness):
+    ready = PromotionRule(
+        "start-ready-jobs",
+        {Job.QUEUED},
+        {Task.DONE},
+        KernelMatchType.ALL,
+        Job.RUNNING,
+        kind="job",
+    )
+    async with _pooled(make_harness, ready) as h:
+        jobs = [await h.create("job", children=[{"status": Task.DONE}]) for _ in range(3)]
+        report = await h.tick("start-ready-jobs")
+        assert len(report.changes) == 2
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "QUEUED"]
+        assert (await h.tick("start-ready-jobs")).changes == ()
+
+
+async def test_configuration_sets_a_pools_capacity(database, tmp_path):
+    from peers import plugin
+
+    from drover.app import App
+    from drover.config import load_config
+    from drover.model.clock import ManualClock
+    from drover.plugins.manager import make_plugin_manager
+
+    path = tmp_path / "drover.toml"
+    path.write_text("[pools]\ngpu-slots = 3\n")
+    config = load_config(path, environ={}).config
+    assert config.pools == {"gpu-slots": 3}
+    with pytest.raises(InvalidHandlerError, match=r"unknown pool\(s\) \['cpu-slots'\]"):
+        Kinds(KINDS).configured(pools={"cpu-slots": 1})
+    config = attrs.evolve(config, database_url=database.url, database_schema=database.schema or "")
+    start = StartJobs(succeed)
+    pm = make_plugin_manager(plugins=[plugin(start, kinds=KINDS)], include_builtins=False)
+    app = App(config, clock=ManualClock(), plugin_manager=pm)
+    await app.start(auto_upgrade=True)
+    try:
+        assert app.kinds.pools["gpu-slots"].capacity == 3
+        ids = await app.repository.seed_entities([NewEntity("job") for _ in range(4)])
+        assert app.coordinator is not None
+        await app.coordinator.tick("start-jobs")
+        statuses = [str((await app.repository.get_entity(i)).status) for i in ids]
+        assert statuses.count("RUNNING") == 3
+    finally:
+        await app.close()
+
+
+def test_a_pool_is_declared_soundly():
+    with pytest.raises(InvalidHandlerError, match="held in terminal status"):
+        attrs.evolve(JOB, pools=(Pool("gpu-slots", 1, held_in={Job.DONE}),))
+    with pytest.raises(InvalidHandlerError, match="unknown status"):
+        attrs.evolve(JOB, pools=(Pool("gpu-slots", 1, held_in={"LOST"}),))
+    with pytest.raises(InvalidHandlerError, match="capacity must be >= 0"):
+        Pool("gpu-slots", -1, held_in={Job.RUNNING})
+    other = attrs.evolve(TASK, pools=(Pool("gpu-slots", 5, held_in={Task.WORKING}),))
+    with pytest.raises(InvalidHandlerError, match="different capacities"):
+        Kinds((POOLED_JOB, other))
+    assert isinstance(POOLED_JOB, EntityKind)
+
+
+# -- two coordinators on PostgreSQL ------------------------------------------------------------
+
+pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[Database]:
+    async with pg_schema("pool") as schema:
+        yield Database("postgresql", PG_URL, schema)
+
+
+async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
+    """Wait until ``task`` has finished, or some apply waits for a pool's lock."""
+    conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120  # generous: the machine may be loaded
+    try:
+        while loop.time() < deadline:
+            if task.done():
+                return
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'"
+            )
+            if waiting:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the second apply neither finished nor waited for the pool")
+    finally:
+        await conn.close()
+
+
+class _Start(StartJobs):
+    options = HandlerOptions(max_retries=None, batch_size=2)
+
+
+@pg_only
+async def test_two_coordinators_racing_for_one_pool_never_exceed_it(pg: Database):
+    """A moves two jobs into the pool and, before it commits, B applies two others: B must
+    wait for A's pool lock and then find the pool full (without it, B would count 0 held)."""
+    from peers import plugin
+
+    async with CoordinatorHarness(
+        plugins=[plugin(_Start(succeed), kinds=KINDS)],
+        include_builtin_handlers=False,
+        database_url=pg.url,
+        database_schema=pg.schema,
+    ) as h:
+        jobs = [await h.create("job") for _ in range(4)]
+        handlers = {"start-jobs": _Start(succeed)}
+        a = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="a")
+        b = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="b")
+        b_tick: list[asyncio.Task[Any]] = []
+
+        async def run_b_meanwhile() -> None:
+            b_tick.append(asyncio.create_task(b.tick("start-jobs")))
+            await _blocked_or_done(b_tick[0])
+
+        def hold_before_commit(step: str) -> None:
+            # Inside A's apply transaction, its moves written but not committed.
+            if step == "before-history" and not b_tick:
+                await_only(run_b_meanwhile())
+
+        a.inject_apply_failure = hold_before_commit
+        report_a = await a.tick("start-jobs")
+        report_b = await b_tick[0]
+        assert sorted(c.entity_id for c in report_a.changes) == sorted(jobs[:2])
+        assert sorted(c.entity_id for c in report_b.changes) == sorted(jobs[2:])
+        assert [c.to_status for c in report_a.changes] == ["RUNNING", "RUNNING"]
+        assert [c.error_code for c in report_b.changes] == [POOL_FULL, POOL_FULL]
+        assert [str((await h.get(j)).status) for j in jobs].count("RUNNING") == 2
+
+
+async def test_a_promotion_moves_at_most_its_batch_size(make_harness):
+    """PostgreSQL used to move every match: its IN (… LIMIT … SKIP LOCKED) was rescanned."""
+    ready = PromotionRule(
+        "start-ready-jobs", {Job.QUEUED}, {Task.DONE}, KernelMatchType.ALL, Job.RUNNING, kind="job"
+    )
+    options = {"start-ready-jobs": {"batch_size": 2}}
+    async with harness(make_harness, ready, handler_options=options) as h:
+        jobs = [await h.create("job", children=[{"status": Task.DONE}]) for _ in range(3)]
+        assert len((await h.tick("start-ready-jobs")).changes) == 2
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "QUEUED"]
