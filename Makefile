@@ -8,7 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: venv run-deps system-deps run demo test bench chaos replicas clean slurm-up slurm-demo
+.PHONY: venv run-deps system-deps run demo test bench chaos replicas clean slurm-up slurm-demo \
+	podman-up container-demo
 
 # Debian packages drover needs beyond Python. The daemon needs graphviz (`dot`
 # lays out the dashboard's state graph); the tests need chromium too (the
@@ -78,10 +79,22 @@ slurm-up:
 slurm-demo: $(RUN_STAMP) slurm-up
 	$(BIN)/python -m drover.demo --dir demo-data-slurm --backend slurm
 
+## Install Debian's podman, runc and busybox-static if missing, start Podman's
+## Docker-compatible API on /tmp/drover-podman/podman.sock and build the test image
+## (idempotent; needs root; docs/containers.md). The container backend's tests start
+## their own service the same way, under the test run's temporary directory.
+podman-up:
+	bash scripts/podman-up.sh
+
+## The demo's sessions and a small service as containers (backend.name = "container")
+## on the Podman of `make podman-up`; files in demo-data-container/.
+container-demo: $(RUN_STAMP) podman-up
+	$(BIN)/python -m drover.demo --dir demo-data-container --backend container
+
 ## ruff, mypy --strict and pytest. Installs the system packages and starts the Slurm
-## test cluster first when missing (the slurm tests fail, never skip, without it).
+## test cluster and Podman first when missing (their tests fail, never skip, without them).
 ## pytest includes the CI-sized kill campaign (`make chaos`, tests/test_chaos.py).
-test: $(STAMP) system-deps slurm-up
+test: $(STAMP) system-deps slurm-up podman-up
 	$(BIN)/ruff check drover tests bench examples
 	$(BIN)/ruff format --check drover tests bench examples
 	$(BIN)/mypy --strict drover
@@ -102,4 +115,4 @@ replicas: $(STAMP)
 	$(BIN)/python bench/replicas.py
 
 clean:
-	rm -rf $(VENV) demo-data demo-data-slurm
+	rm -rf $(VENV) demo-data demo-data-slurm demo-data-container

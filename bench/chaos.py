@@ -3,8 +3,13 @@
 K coordinators run on one PostgreSQL schema (and, in a second phase, one on a
 SQLite file) with the local backend, all sharing one data directory. A stream
 of real sessions is submitted: short commands with random exit codes, several
-kernels each, some terminated mid-run, some ignoring SIGTERM. Meanwhile a
-random coordinator is killed with SIGKILL at random moments and restarted.
+kernels each, some terminated mid-run, some ignoring SIGTERM, and some long
+"victims" whose command the campaign itself kills from outside (SIGTERM or
+SIGKILL to the command, as a user or the OOM killer would). Meanwhile a
+random coordinator is killed with SIGKILL at random moments and restarted,
+and (PostgreSQL, several coordinators) a random one is paused with SIGSTOP
+for longer than ``claim_ttl`` and then resumed with SIGCONT, so that others
+take its claims over while it sleeps in the middle of whatever it was doing.
 Then the campaign lets everything settle and checks, with SQL on the
 database and the files the commands wrote:
 
@@ -15,7 +20,11 @@ database and the files the commands wrote:
 * no kernel was spawned twice (each command appends ``kernel-id pid`` to a
   file as it starts);
 * no kernel process is left running;
-* each kernel that ran to its end has the exit code its command printed.
+* each kernel that ran to its end has the exit code its command printed;
+* every kernel drover destroyed ended TERMINATED: no kernel ended ERROR
+  ``killed by SIG…`` unless the campaign killed it from outside;
+* every kernel the campaign killed from outside ended ERROR ``killed by`` that
+  signal.
 
 It prints the counts and a ``N passed, M failed`` line, and exits 1 if any
 check failed. ``--quick`` is the CI-sized run (about a minute, at least 10
@@ -65,6 +74,12 @@ _KERNEL_DETAIL_SQL = (
     "FROM entities k JOIN entities s ON s.id = k.parent_id WHERE k.kind = 'kernel'"
 )
 _FENCED_SQL = "SELECT count(*) FROM scheduling_history WHERE error_code = 'fenced'"
+_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGKILL: "SIGKILL"}
+# The pids of the coordinators holding an unexpired claim right now.
+_CLAIMING_SQL = (
+    "SELECT DISTINCT c.pid FROM entities e JOIN coordinators c ON c.id = e.claim_owner "
+    "WHERE e.claim_expires > :now AND c.stopped_at IS NULL"
+)
 # What happened to a kernel (its status changes) and to its session (its history).
 _KERNEL_TRAIL_SQL = (
     "SELECT created_at, source, from_status, to_status, message FROM status_changes "
@@ -120,6 +135,9 @@ class Campaign:
         # (epoch seconds, coordinator index) of each kill, to read a trail against.
         self.kill_times: list[tuple[float, int]] = []
         self.restarts = 0
+        self.pauses = 0
+        # Kernel id -> the signal the campaign killed its command with, from outside.
+        self.outside: dict[str, str] = {}
         self.terminated: set[str] = set()
         self.submitted: list[str] = []
         self.rng = random.Random(args.seed)
@@ -135,14 +153,17 @@ class Campaign:
         log.close()
 
     def _command(self) -> tuple[list[str], str]:
-        """A kernel command and what it is (short, long, deaf to SIGTERM)."""
+        """A kernel command and what it is (short, long, deaf to SIGTERM, a victim)."""
         r = self.rng.random()
         code = self.rng.choice([0, 0, 0, 1, 3])
         start = f'echo "$DROVER_KERNEL_ID $$" >> {self.spawns}; '
         done = f'echo "$DROVER_KERNEL_ID {code}" >> {self.exits}; exit {code}'
-        if r < 0.08:
+        if r < 0.06:
+            # One process (exec), killed from outside by _outside_kill_loop.
+            return ["/bin/sh", "-c", start + "exec sleep 10"], "victim"
+        if r < 0.14:
             return ["/bin/sh", "-c", start + "trap '' TERM; sleep 30; " + done], "deaf"
-        if r < 0.2:
+        if r < 0.26:
             return ["/bin/sh", "-c", start + "sleep 30; " + done], "long"
         pause = self.rng.choice([0, 0.1, 0.5, 1.5])
         return ["/bin/sh", "-c", start + f"sleep {pause}; " + done], "short"
@@ -156,8 +177,15 @@ class Campaign:
                 kernels, kinds = [], set()
                 for _ in range(self.rng.choice([1, 1, 2, 3])):
                     command, kind = self._command()
-                    kinds.add(kind)
                     env = {"DROVER_CHAOS_RUN": self.run_id}
+                    if kind == "victim":
+                        # Alone in its session, never terminated by the campaign: only
+                        # the outside kill ends it, so nothing of drover's races it.
+                        env["DROVER_CHAOS_VICTIM"] = "1"
+                        kernels = [{"command": command, "cpu": 1, "mem": 1, "env": env}]
+                        kinds = {kind}
+                        break
+                    kinds.add(kind)
                     kernels.append({"command": command, "cpu": 1, "mem": 1, "env": env})
                 requests.append({"name": "chaos", "kernels": kernels})
                 kinds_of.append(kinds)
@@ -165,6 +193,8 @@ class Campaign:
             self.submitted.extend(ids)
             now = time.monotonic()
             for sid, kinds in zip(ids, kinds_of, strict=True):
+                if "victim" in kinds:
+                    continue
                 if kinds & {"long", "deaf"} or self.rng.random() < 0.05:
                     to_end.append((now + self.rng.uniform(1.0, 5.0), sid))
             due = [sid for t, sid in to_end if t <= now]
@@ -195,6 +225,62 @@ class Campaign:
             await self._start(i)
             self.restarts += 1
 
+    async def _pause_loop(self, deadline: float) -> None:
+        """SIGSTOP a coordinator while it holds claims, for 1.5 x claim_ttl, then SIGCONT it.
+
+        PostgreSQL: the others take its claims over while it sleeps in the middle of
+        a tick (a handler's execute, a backend call); resumed, it must touch nothing.
+        """
+        engine = create_engine(self.url, schema=self.schema or None)
+        try:
+            while True:
+                await asyncio.sleep(self.rng.uniform(0.5, 1.5) * self.args.pause_every)
+                if time.monotonic() >= deadline:
+                    return
+                proc = await self._claiming(engine, seconds=3.0)
+                if proc is None:
+                    continue
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGSTOP)
+                    self.pauses += 1
+                await asyncio.sleep(1.5 * self.args.claim_ttl)
+                # It may have been killed (and restarted) meanwhile: then it is gone.
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGCONT)
+        finally:
+            await engine.dispose()
+
+    async def _claiming(self, engine: Any, *, seconds: float) -> asyncio.subprocess.Process | None:
+        """A live coordinator that holds a claim, caught within ``seconds`` (else a random one)."""
+        alive = {p.pid: p for p in self.procs if p is not None and p.returncode is None}
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            async with engine.connect() as conn:
+                rows = await conn.execute(sa.text(_CLAIMING_SQL), {"now": time.time()})
+                holding = [alive[pid] for (pid,) in rows if pid in alive]
+            if holding:
+                return self.rng.choice(holding)
+            await asyncio.sleep(0.01)
+        return self.rng.choice(list(alive.values())) if alive else None
+
+    async def _outside_kill_loop(self, deadline: float) -> None:
+        """Kill a running victim's command from outside (SIGTERM or SIGKILL), now and then."""
+        while time.monotonic() < deadline:
+            await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+            victims = [
+                (pid, kid) for pid, kid in _victims_of_run(self.run_id) if kid not in self.outside
+            ]
+            if not victims:
+                continue
+            pid, kid = self.rng.choice(victims)
+            sig = self.rng.choice([signal.SIGTERM, signal.SIGKILL])
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+            self.outside[kid] = _SIGNALS[sig]
+
     async def run(self) -> dict[str, Any]:
         """Run the campaign; return the counts and the checks."""
         app = App(load_config(self.config, environ={}))
@@ -204,7 +290,11 @@ class Campaign:
             for i in range(self.k):
                 await self._start(i)
             deadline = time.monotonic() + self.duration
-            await asyncio.gather(self._submit(app, deadline), self._kill_loop(deadline))
+            loops = [self._submit(app, deadline), self._kill_loop(deadline)]
+            loops.append(self._outside_kill_loop(deadline))
+            if self.k > 1 and self.args.pause_every > 0:
+                loops.append(self._pause_loop(deadline))
+            await asyncio.gather(*loops)
             settled = await self._settle(app)
         finally:
             await self._stop_all()
@@ -225,6 +315,7 @@ class Campaign:
     async def _stop_all(self) -> None:
         for proc in self.procs:
             if proc is not None and proc.returncode is None:
+                proc.send_signal(signal.SIGCONT)  # a paused one handles SIGTERM only then
                 proc.send_signal(signal.SIGTERM)
         for proc in self.procs:
             if proc is not None and proc.returncode is None:
@@ -280,7 +371,22 @@ class Campaign:
         mismatched = [
             kid for kid, code in printed.items() if kernels.get(kid) != code and kid not in raced
         ]
-        trails = await self._trails(mismatched)
+        # A kernel ending ERROR "killed by SIG…" must be one the campaign killed from
+        # outside: every other signal came from a destroy, which must say "destroyed".
+        killed_error = {
+            kid
+            for kid, (status, _code, info, *_rest) in detail.items()
+            if status == "ERROR" and str(info or "").startswith("killed by")
+        }
+        destroyed = [k for k, row in detail.items() if str(row[2] or "").startswith("destroyed")]
+        destroyed_as_error = sorted(killed_error - set(self.outside))
+        outside_misjudged = sorted(
+            kid
+            for kid, sig in self.outside.items()
+            if detail.get(kid, [None] * 3)[:3]
+            != ["ERROR", -getattr(signal, sig), f"killed by {sig}"]
+        )
+        trails = await self._trails(mismatched + destroyed_as_error + outside_misjudged)
         checks = {
             "every session ended": settled
             and all(s in TERMINAL for s in sessions.values())
@@ -292,6 +398,8 @@ class Campaign:
             "no kernel spawned twice": all(n == 1 for n in spawned.values()),
             "no process left": not leftovers,
             "exit codes match what the commands printed": not mismatched,
+            "every kernel drover destroyed ended TERMINATED": not destroyed_as_error,
+            "every kernel killed from outside ended ERROR": not outside_misjudged,
         }
         return {
             "database": self.label,
@@ -301,6 +409,7 @@ class Campaign:
             "terminated_by_us": len(self.terminated),
             "kills": self.kills,
             "restarts": self.restarts,
+            "pauses": self.pauses,
             "by_status": dict(by_status),
             "kernel_processes_spawned": sum(spawned.values()),
             "spawned_twice": sum(1 for n in spawned.values() if n > 1),
@@ -309,10 +418,18 @@ class Campaign:
             "processes_left": len(leftovers),
             "exit_code_mismatches": len(mismatched),
             "destroyed_while_exiting": len(raced),
+            "destroyed_kernels": len(destroyed),
+            "destroyed_as_error": len(destroyed_as_error),
+            "killed_from_outside": len(self.outside),
+            "outside_misjudged": len(outside_misjudged),
             "checks": checks,
             # Enough to investigate a failure: kernel rows (status, exit code, info,
             # session status, session info) of what went wrong.
             "mismatched": {k: [printed[k], *detail.get(k, [])] for k in mismatched},
+            "misjudged": {
+                k: [self.outside.get(k, "not by us"), *detail.get(k, [])]
+                for k in destroyed_as_error + outside_misjudged
+            },
             "left": {k: detail.get(k) for k in left_kernels if k},
             "trails": trails,
         }
@@ -377,6 +494,21 @@ def _processes_of_run(run_id: str) -> list[int]:
     return found
 
 
+def _victims_of_run(run_id: str) -> list[tuple[int, str]]:
+    """(pid, kernel id) of the victims' running commands (``sleep``, after its ``exec``)."""
+    found = []
+    for pid in _processes_of_run(run_id):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        kid = _kernel_of(pid)
+        if cmdline[0] == b"sleep" and b"DROVER_CHAOS_VICTIM=1" in environ and kid:
+            found.append((pid, kid))
+    return found
+
+
 def _kernel_of(pid: int) -> str | None:
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -424,16 +556,17 @@ async def main_async(args: argparse.Namespace) -> int:
     for result in results:
         print(f"# {result['database']}: {result['coordinators']} coordinator(s), "
               f"{result['seconds']}s")  # fmt: skip
-        for key in ("sessions", "kernels", "terminated_by_us", "kills", "restarts",
+        for key in ("sessions", "kernels", "terminated_by_us", "kills", "restarts", "pauses",
                     "kernel_processes_spawned", "spawned_twice", "fenced_rows", "chain_breaks",
-                    "processes_left", "exit_code_mismatches",
-                    "destroyed_while_exiting"):  # fmt: skip
+                    "processes_left", "exit_code_mismatches", "destroyed_while_exiting",
+                    "destroyed_kernels", "destroyed_as_error", "killed_from_outside",
+                    "outside_misjudged"):  # fmt: skip
             print(f"{key:28} {result[key]}")
         print(f"{'sessions by status':28} {result['by_status']}")
-        for key in ("mismatched", "left"):
+        for key in ("mismatched", "misjudged", "left"):
             for kernel_id, row in result[key].items():
                 print(f"  {key}: kernel {kernel_id}: {row}")
-                for line in result["trails"].get(kernel_id, []) if key == "mismatched" else []:
+                for line in result["trails"].get(kernel_id, []) if key != "left" else []:
                     print(f"    {line}")
         for name, ok in result["checks"].items():
             print(f"{'PASS' if ok else 'FAIL'}  {name}")
@@ -456,6 +589,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--submit-every", type=float, default=0.5, help="seconds between batches")
     parser.add_argument("--batch", type=int, default=3, help="sessions per batch")
     parser.add_argument("--claim-ttl", type=float, default=5.0, help="claim_ttl of the daemons")
+    parser.add_argument(
+        "--pause-every",
+        type=float,
+        default=12.0,
+        help="mean seconds between SIGSTOPs of a coordinator (for 1.5 x claim_ttl; 0: none)",
+    )
     parser.add_argument("--settle", type=float, default=90.0, help="seconds allowed to settle")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="CI-sized: about 60 s, >= 10 kills")
@@ -465,6 +604,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.pg_duration, args.sqlite_duration, args.kill_every = 30.0, 12.0, 2.5
+        args.pause_every = 8.0
     return args
 
 

@@ -12,13 +12,16 @@ Three measurements, all on temporary SQLite files with drover's schema:
    through plain ``sqlite3`` with one transaction per step per batch of 1,000.
    The baseline fetches nothing and builds no values: it only writes.
    Throughput repetitions interleave drover and the baseline.
-3. **Scaling with finished sessions.** The cost of single ticks moving 1,000
-   PENDING sessions among ``--finished`` TERMINATED ones, against the same tick
-   with the PENDING sessions alone.
+3. **Scaling with the table.** The cost of single ticks moving 1,000 PENDING
+   sessions, and of an empty ``detect-start-failure`` tick after them, among
+   ``--finished`` TERMINATED sessions and, in a third database, behind a backlog of
+   ``--backlog`` PENDING ones (of lower priority, so the ticks take the fresh
+   sessions first), against the same ticks with the fresh sessions alone.
 
+Every measurement runs with the daemon's GC settings (``drover.app.tune_gc``).
 Run as ``.venv/bin/python bench/lifecycle.py [--sessions N] [--kernels 4]
-[--finished 1000000] [--quick] [--json PATH]``. The last line of stdout is the
-summary as JSON.
+[--finished 1000000] [--backlog 100000] [--quick] [--json PATH]``. The last line
+of stdout is the summary as JSON.
 """
 
 from __future__ import annotations
@@ -58,10 +61,18 @@ CHUNK = 500
 KERNEL_SPEC: dict[str, Any] = {"cpu": 1, "mem": 1024}
 #: A few agents so large that scheduling never skips a session for lack of room.
 AGENTS = [AgentInfo(f"bench-agent-{i}", {"cpu": 1e9, "mem": 1e12}) for i in range(4)]
-#: Handlers whose single ticks the scaling measurement times, in lifecycle order.
-SCALING_HANDLERS = ("schedule-sessions", "prepare-sessions", "promote-to-prepared")
-#: The handler whose scaling ratio is held to the target.
-HEADLINE_HANDLER = "schedule-sessions"
+#: Handlers whose single ticks the scaling measurement times, in lifecycle order; the
+#: last finds nothing (an empty probe, as on every backend report's wake-up).
+SCALING_HANDLERS = (
+    "schedule-sessions",
+    "prepare-sessions",
+    "promote-to-prepared",
+    "detect-start-failure",
+)
+#: Handlers whose ticks move no session in the scaling measurement.
+EMPTY_HANDLERS = frozenset({"detect-start-failure"})
+#: Per crowded database: the handler whose scaling ratio is held to the target.
+HEADLINE_HANDLERS = {"finished": "schedule-sessions", "backlog": "detect-start-failure"}
 THROUGHPUT_TARGET = 0.5
 SCALING_TARGET = 1.5
 
@@ -554,67 +565,120 @@ async def measure_ticks(
             report = await h.coordinator.tick(name)
             seconds[name] = time.perf_counter() - started
             moved = sum(report.moved_to.values())
-            if moved != pending:
-                raise RuntimeError(f"{name} moved {moved} of {pending} sessions")
+            expected = 0 if name in EMPTY_HANDLERS else pending
+            if moved != expected:
+                raise RuntimeError(f"{name} moved {moved} of {expected} sessions")
         await h.deliver()
     finally:
         delete_sessions(path, ids)
     return seconds
 
 
+def populate_backlog(path: Path, count: int, base_ms: int) -> float:
+    """Bulk-load ``count`` PENDING sessions of one kernel each, of priority -1.
+
+    Returns the seconds it took. Their lower priority keeps them behind the
+    fresh sessions each timed tick moves; nothing schedules them.
+    """
+    started = time.perf_counter()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")
+    spec = json.dumps(KERNEL_SPEC)
+    created = base_ms / 1000
+    ids = ordered_ids(0, 2 * count, base_ms)
+    sids, kids = ids[0::2], ids[1::2]
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO entities (id, kind, name, status, status_changed_at, priority, "
+        "created_at, spec, requeues) VALUES (?, 'session', ?, 'PENDING', ?, -1, ?, '{}', 0)",
+        ((sid, f"session-{sid[-12:]}", created, created) for sid in sids),
+    )
+    conn.executemany(
+        "INSERT INTO entities (id, kind, parent_id, status, status_changed_at, priority, "
+        "created_at, spec, requeues) VALUES (?, 'kernel', ?, 'PENDING', ?, -1, ?, ?, 0)",
+        ((kid, sid, created, created, spec) for kid, sid in zip(kids, sids, strict=True)),
+    )
+    conn.executemany(
+        "INSERT INTO scheduling_history (entity_id, kind, handler, result, from_status, "
+        "to_status, attempts, created_at, updated_at) VALUES "
+        "(?, 'session', 'api', 'CREATED', 'PENDING', 'PENDING', 1, ?, ?)",
+        ((sid, created, created) for sid in sids),
+    )
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return time.perf_counter() - started
+
+
+#: The databases of the scaling measurement: the reference, and the crowded ones.
+SCALING_CASES = ("alone", "finished", "backlog")
+
+
 @dataclass
 class ScalingResult:
-    """Per-handler tick seconds, alone and among the finished sessions."""
+    """Per-database, per-handler tick seconds."""
 
     finished: int
+    backlog: int
     pending: int
-    populate_seconds: float = 0.0
-    alone: dict[str, list[float]] = field(default_factory=dict)
-    among_finished: dict[str, list[float]] = field(default_factory=dict)
+    populate_seconds: dict[str, float] = field(default_factory=dict)
+    #: case -> handler -> seconds of each run.
+    seconds: dict[str, dict[str, list[float]]] = field(
+        default_factory=lambda: {case: {} for case in SCALING_CASES}
+    )
 
-    def ratio(self, handler: str) -> float:
-        """Median tick among finished sessions over median tick alone."""
-        return median(self.among_finished[handler]) / median(self.alone[handler])
+    def ratio(self, case: str, handler: str) -> float:
+        """Median tick in database ``case`` over the median tick alone."""
+        return median(self.seconds[case][handler]) / median(self.seconds["alone"][handler])
 
 
 async def run_scaling(
-    workdir: Path, finished: int, pending: int, kernels_per_session: int, runs: int
+    workdir: Path, finished: int, backlog: int, pending: int, kernels_per_session: int, runs: int
 ) -> ScalingResult:
-    """Time ticks on an empty database and on one holding ``finished`` sessions, interleaved."""
-    result = ScalingResult(finished, pending)
-    small, big = workdir / "scaling-alone.db", workdir / "scaling-finished.db"
-    for path in (small, big):
+    """Time ticks on an empty database and on the crowded ones, interleaved."""
+    result = ScalingResult(finished, backlog, pending)
+    paths = {case: workdir / f"scaling-{case}.db" for case in SCALING_CASES}
+    for path in paths.values():
         remove_database(path)
         await migrate(path)
-    print(f"  loading {finished:,} finished sessions ...", flush=True)
     # Far enough in the past that every id drover makes later sorts after these.
-    result.populate_seconds = populate_finished(big, finished, int(time.time() * 1000) - 86_400_000)
-    print(f"  loaded in {result.populate_seconds:.1f} s", flush=True)
+    base_ms = int(time.time() * 1000) - 86_400_000
+    print(f"  loading {finished:,} finished sessions ...", flush=True)
+    result.populate_seconds["finished"] = populate_finished(paths["finished"], finished, base_ms)
+    print(f"  loading {backlog:,} PENDING sessions ...", flush=True)
+    result.populate_seconds["backlog"] = populate_backlog(paths["backlog"], backlog, base_ms)
+    print(f"  loaded in {sum(result.populate_seconds.values()):.1f} s", flush=True)
     try:
-        async with make_harness(small) as h_small, make_harness(big) as h_big:
-            targets = {
-                "alone": (h_small, small, result.alone),
-                "finished": (h_big, big, result.among_finished),
-            }
+        async with (
+            make_harness(paths["alone"]) as h_alone,
+            make_harness(paths["finished"]) as h_finished,
+            make_harness(paths["backlog"]) as h_backlog,
+        ):
+            harnesses = {"alone": h_alone, "finished": h_finished, "backlog": h_backlog}
             # One discarded run each warms the page cache and the statement caches.
-            for h, path, _ in targets.values():
-                await measure_ticks(h, path, pending, kernels_per_session)
+            for case, h in harnesses.items():
+                await measure_ticks(h, paths[case], pending, kernels_per_session)
+            # As `drover run` does once it is assembled.
+            tune_gc()
             for run in range(runs):
-                # Alternate which goes first, so drift on a noisy machine hits both alike.
-                order = ["alone", "finished"] if run % 2 == 0 else ["finished", "alone"]
-                for key in order:
-                    h, path, sink = targets[key]
-                    seconds = await measure_ticks(h, path, pending, kernels_per_session)
+                # Rotate which goes first, so drift on a noisy machine hits all alike.
+                order = SCALING_CASES[run % 3 :] + SCALING_CASES[: run % 3]
+                for case in order:
+                    seconds = await measure_ticks(
+                        harnesses[case], paths[case], pending, kernels_per_session
+                    )
                     for name, value in seconds.items():
-                        sink.setdefault(name, []).append(value)
+                        result.seconds[case].setdefault(name, []).append(value)
                 line = "  ".join(
-                    f"{name} {result.alone[name][-1] * 1e3:6.1f} / "
-                    f"{result.among_finished[name][-1] * 1e3:6.1f} ms"
+                    f"{name} "
+                    + " / ".join(f"{result.seconds[c][name][-1] * 1e3:.1f}" for c in SCALING_CASES)
                     for name in SCALING_HANDLERS
                 )
-                print(f"  run {run + 1}: (alone / among finished) {line}", flush=True)
+                print(f"  run {run + 1} (ms alone / finished / backlog): {line}", flush=True)
+            gc.unfreeze()
     finally:
-        for path in (small, big):
+        for path in paths.values():
             remove_database(path)
     return result
 
@@ -628,10 +692,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, help="sessions per throughput run (10,000)")
     parser.add_argument("--kernels", type=int, default=4, help="kernels per session (4)")
     parser.add_argument("--finished", type=int, help="finished sessions for scaling (1,000,000)")
+    parser.add_argument("--backlog", type=int, help="PENDING backlog for scaling (100,000)")
     parser.add_argument("--pending", type=int, default=BATCH, help="PENDING per scaling tick")
     parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions (3)")
     parser.add_argument("--tick-runs", type=int, help="scaling runs per side (5; 3 if --quick)")
-    parser.add_argument("--quick", action="store_true", help="N=1,000 and 50,000 finished")
+    parser.add_argument(
+        "--quick", action="store_true", help="N=1,000, 50,000 finished, 10,000 backlog"
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON summary to this file")
     parser.add_argument("--tmpdir", type=Path, help="where the temporary databases go")
     parser.add_argument(
@@ -642,13 +709,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.sessions = 1000 if args.quick else 10_000
     if args.finished is None:
         args.finished = 50_000 if args.quick else 1_000_000
+    if args.backlog is None:
+        args.backlog = 10_000 if args.quick else 100_000
     if args.tick_runs is None:
         # Three runs keep --quick under ~30 s on a 2-core machine.
         args.tick_runs = 3 if args.quick else 5
     if min(args.sessions, args.kernels, args.pending, args.repeats, args.tick_runs) < 1:
         parser.error("sizes and repetition counts must be >= 1")
-    if args.finished < 0:
-        parser.error("--finished must be >= 0")
+    if args.finished < 0 or args.backlog < 0:
+        parser.error("--finished and --backlog must be >= 0")
     return args
 
 
@@ -710,11 +779,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if args.only in (None, "scaling"):
             print(
                 f"scaling: one tick of {args.pending:,} PENDING x {args.kernels} kernels, alone "
-                f"vs among {args.finished:,} TERMINATED, {args.tick_runs} runs",
+                f"vs among {args.finished:,} TERMINATED vs behind {args.backlog:,} PENDING, "
+                f"{args.tick_runs} runs",
                 flush=True,
             )
             scaling = await run_scaling(
-                workdir, args.finished, args.pending, args.kernels, args.tick_runs
+                workdir, args.finished, args.backlog, args.pending, args.kernels, args.tick_runs
             )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -723,6 +793,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "sessions": args.sessions,
             "kernels": args.kernels,
             "finished": args.finished,
+            "backlog": args.backlog,
             "pending": args.pending,
             "repeats": args.repeats,
             "tick_runs": args.tick_runs,
@@ -760,23 +831,28 @@ def summarize_throughput(runs: dict[str, list[ThroughputRun]]) -> dict[str, Any]
 
 
 def summarize_scaling(scaling: ScalingResult) -> dict[str, Any]:
-    """Per-handler tick times in ms, their medians and ratios, and the headline verdict."""
-    per_handler: dict[str, dict[str, Any]] = {
-        name: {
-            "alone_ms": [s * 1e3 for s in scaling.alone[name]],
-            "among_finished_ms": [s * 1e3 for s in scaling.among_finished[name]],
-            "alone_median_ms": median(scaling.alone[name]) * 1e3,
-            "among_finished_median_ms": median(scaling.among_finished[name]) * 1e3,
-            "ratio": scaling.ratio(name),
+    """Per-handler tick times in ms, their medians and ratios, and the headline verdicts."""
+    per_handler: dict[str, dict[str, Any]] = {}
+    for name in SCALING_HANDLERS:
+        figures: dict[str, Any] = {}
+        for case in SCALING_CASES:
+            figures[f"{case}_ms"] = [s * 1e3 for s in scaling.seconds[case][name]]
+            figures[f"{case}_median_ms"] = median(scaling.seconds[case][name]) * 1e3
+            if case != "alone":
+                figures[f"{case}_ratio"] = scaling.ratio(case, name)
+        per_handler[name] = figures
+    headlines = {
+        case: {
+            "handler": handler,
+            "ratio": scaling.ratio(case, handler),
+            "ok": scaling.ratio(case, handler) <= SCALING_TARGET,
         }
-        for name in SCALING_HANDLERS
+        for case, handler in HEADLINE_HANDLERS.items()
     }
-    ratio = scaling.ratio(HEADLINE_HANDLER)
     return {
-        "headline_handler": HEADLINE_HANDLER,
-        "ratio": ratio,
+        "headlines": headlines,
         "target": SCALING_TARGET,
-        "ok": ratio <= SCALING_TARGET,
+        "ok": all(h["ok"] for h in headlines.values()),
         "populate_seconds": scaling.populate_seconds,
         "handlers": per_handler,
     }
@@ -815,18 +891,21 @@ def print_summary(summary: dict[str, Any]) -> None:
         )
     if s is not None:
         print(
-            f"  one tick of {c['pending']:,} PENDING, alone vs among {c['finished']:,} "
-            "finished (median):"
+            f"  one tick of {c['pending']:,} PENDING (median ms): alone, among "
+            f"{c['finished']:,} finished, behind {c['backlog']:,} PENDING:"
         )
         for name, figures in s["handlers"].items():
             print(
-                f"    {name:<20} {figures['alone_median_ms']:8.1f} ms vs "
-                f"{figures['among_finished_median_ms']:8.1f} ms  ratio {figures['ratio']:.2f}"
+                f"    {name:<20} {figures['alone_median_ms']:8.1f} "
+                f"{figures['finished_median_ms']:8.1f}"
+                f" (ratio {figures['finished_ratio']:.2f}) {figures['backlog_median_ms']:8.1f}"
+                f" (ratio {figures['backlog_ratio']:.2f})"
             )
-        print(
-            f"    ratio ({s['headline_handler']}) {s['ratio']:.2f}  target <= {s['target']}  "
-            f"{verdict(s['ok'])}"
-        )
+        for case, headline in s["headlines"].items():
+            print(
+                f"    ratio {case} ({headline['handler']}) {headline['ratio']:.2f}  "
+                f"target <= {s['target']}  {verdict(headline['ok'])}"
+            )
     print(f"  total time {summary['elapsed_seconds']:.1f} s")
     print("=" * 78)
 

@@ -101,6 +101,8 @@ def handler_overrides(config: Config) -> dict[str, dict[str, Any]]:
             layer["timeout"] = None if hc.timeout <= 0 else hc.timeout
         if hc.batch_size is not None:
             layer["batch_size"] = hc.batch_size
+        if hc.order is not None:
+            layer["order"] = hc.order
         out[name] = layer
     return out
 
@@ -172,7 +174,9 @@ class App:
     def kinds(self) -> Kinds:
         """The registered entity kinds: drover's own (``drover.kinds``) and plugins'."""
         if self._kinds is None:
-            self._kinds = collect_kinds(self.plugin_manager)
+            # Configured budget limits ride on the kinds: what a handler sees of a
+            # budget (Entity.budgets) and what the coordinator judges agree.
+            self._kinds = collect_kinds(self.plugin_manager).configured(self.config.budgets)
         return self._kinds
 
     @property

@@ -71,6 +71,8 @@ class HandlerConfig:
     max_retries: int | None = None
     timeout: float | None = None
     batch_size: int | None = None
+    #: ``priority`` or ``oldest-seen`` (see ``HandlerOptions.order``).
+    order: str | None = None
     interval: float = 2.0
     enabled: bool = True
 

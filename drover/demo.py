@@ -1,20 +1,23 @@
 """``python -m drover.demo``: the daemon, real processes and the operator CLI, start to end.
 
 1. starts ``drover run`` in the background (local backend, or with
-   ``--backend slurm`` the Slurm cluster of ``make slurm-up``; an SQLite file);
+   ``--backend slurm`` the Slurm cluster of ``make slurm-up``, or with
+   ``--backend container`` containers on the Podman of ``make podman-up``;
+   an SQLite file);
 2. submits real sessions with ``drover submit``: one that succeeds, one that
    exits non-zero, one that asks for more cpu than exists (it stays PENDING
    with its reason), and one that is terminated while running;
 3. waits until they settle;
 4. prints each session with ``drover show``;
-5. deploys a service of two replicas of Python's ``http.server``, shows them
-   HEALTHY, kills one replica's processes, shows it replaced, and destroys
-   the service;
+5. deploys a service of two replicas of Python's ``http.server`` (busybox
+   ``httpd`` in containers), shows them HEALTHY, kills one replica's processes
+   (its container), shows it replaced, and destroys the service;
 6. stops the daemon with SIGTERM and checks that it exited cleanly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -55,17 +58,26 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run the demo in ``workdir``; return each session's final state by name.
 
-    ``backend`` is ``local`` (one agent, ``demo-agent``) or ``slurm`` (the
-    cluster's nodes; every job is named ``drover-demo-<kernel id>``).
+    ``backend`` is ``local`` (one agent, ``demo-agent``), ``slurm`` (the
+    cluster's nodes; every job is named ``drover-demo-<kernel id>``) or
+    ``container`` (one agent; containers in the busybox image of
+    ``scripts/podman-up.sh`` on ``$DROVER_PODMAN_URL``, by default its socket
+    ``/tmp/drover-podman/podman.sock``, named ``drover-demo-<kernel id>``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     database_url = database_url or f"sqlite+aiosqlite:///{workdir / 'demo.db'}"
     config = workdir / "drover.toml"
-    where = (
-        '[[backend.agents]]\nid = "demo-agent"\ncpu = 4\nmem = 4096\n'
-        if backend == "local"
-        else '[backend.settings]\npoll_interval = 0.5\njob_name_prefix = "drover-demo-"\n'
-    )
+    agent = '[[backend.agents]]\nid = "demo-agent"\ncpu = 4\nmem = 4096\n'
+    if backend == "local":
+        where = agent
+    elif backend == "container":
+        where = agent + (
+            f'[backend.settings]\nurl = "{_podman_url()}"\npoll_interval = 0.3\n'
+            f'default_image = "{DEMO_IMAGE}"\nlabel_prefix = "drover-demo"\n'
+        )
+    else:
+        where = '[backend.settings]\npoll_interval = 0.5\njob_name_prefix = "drover-demo-"\n'
+
     config.write_text(
         f'database_url = "{database_url}"\n'
         f'database_schema = "{schema}"\n'
@@ -116,9 +128,9 @@ def run_demo(
         _say("\n$ drover status")
         click.echo(_drover(config, "status").rstrip())
         result: dict[str, Any] = {name: finals[sid] for name, sid in ids.items()}
-        if backend == "local":
-            # Replicas get $PORT from the local backend; the slurm backend gives none.
-            result["service"] = _service_tour(config)
+        if backend in ("local", "container"):
+            # Replicas get $PORT from these backends; the slurm backend gives none.
+            result["service"] = _service_tour(config, containers=backend == "container")
         return result
     finally:
         _say("\nstopping the daemon with SIGTERM")
@@ -152,9 +164,13 @@ def _until(check: Any, what: str, timeout: float = 60.0) -> Any:
     raise click.ClickException(f"timed out waiting for {what}")
 
 
-def _service_tour(config: Path) -> dict[str, Any]:
+def _service_tour(config: Path, *, containers: bool = False) -> dict[str, Any]:
     """Deploy two replicas of http.server, kill one, watch it replaced, destroy the service."""
-    server = "exec python3 -m http.server --bind 127.0.0.1 $PORT"
+    server = (
+        "exec httpd -f -p $PORT -h /www"
+        if containers
+        else "exec python3 -m http.server --bind 127.0.0.1 $PORT"
+    )
     _say(f"\n$ drover deploy web --replicas 2 --evict-after 1 -- sh -c '{server}'")
     click.echo(
         _drover(
@@ -172,8 +188,12 @@ def _service_tour(config: Path) -> dict[str, Any]:
     click.echo(_drover(config, "routes", "web").rstrip())
     victim = first[0]
     kernel = json.loads(_drover(config, "show", victim["session_id"], "--json"))["kernels"][0]
-    _say(f"\n$ kill -9 -{kernel['pid']}   # one replica's processes, as a crash would")
-    os.killpg(int(kernel["pid"]), signal.SIGKILL)
+    if containers:
+        _say(f"\n$ podman kill {kernel['container']}   # one replica's container, as a crash would")
+        asyncio.run(_kill_container(kernel["container"]))
+    else:
+        _say(f"\n$ kill -9 -{kernel['pid']}   # one replica's processes, as a crash would")
+        os.killpg(int(kernel["pid"]), signal.SIGKILL)
 
     def replaced() -> list[dict[str, Any]]:
         good = healthy()
@@ -197,6 +217,25 @@ def _service_tour(config: Path) -> dict[str, Any]:
         "replaced": victim["id"],
         "routes": {r["id"]: r["status"] for r in _routes(config)},
     }
+
+
+#: The busybox image scripts/podman-up.sh builds.
+DEMO_IMAGE = "localhost/drover-test:latest"
+
+
+def _podman_url() -> str:
+    return os.environ.get("DROVER_PODMAN_URL") or "unix:///tmp/drover-podman/podman.sock"
+
+
+async def _kill_container(name: str) -> None:
+    """SIGKILL a container through the Engine API, as a crash inside it would end it."""
+    import aiodocker
+
+    docker = aiodocker.Docker(url=_podman_url())
+    try:
+        await docker.containers.container(name).kill(signal="SIGKILL")
+    finally:
+        await docker.close()
 
 
 def _wait_for_daemon(config: Path, daemon: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -236,10 +275,11 @@ def _wait(config: Path, done: Any, what: str, timeout: float = 60.0) -> dict[str
 )
 @click.option(
     "--backend",
-    type=click.Choice(["local", "slurm"]),
+    type=click.Choice(["local", "slurm", "container"]),
     default="local",
     show_default=True,
-    help="Real processes on this machine, or jobs on the Slurm cluster (`make slurm-up`).",
+    help="Real processes on this machine, jobs on the Slurm cluster (`make slurm-up`), or "
+    "containers on Podman (`make podman-up`).",
 )
 def main(workdir: Path, backend: str) -> None:
     """Run the daemon on real processes, submit sessions, and show what happened.
@@ -247,6 +287,8 @@ def main(workdir: Path, backend: str) -> None:
     Example: python -m drover.demo --dir /tmp/drover-demo
 
     Example: python -m drover.demo --dir demo-data-slurm --backend slurm
+
+    Example: python -m drover.demo --dir demo-data-container --backend container
     """
     if workdir.exists():
         for path in sorted(workdir.rglob("*"), reverse=True):

@@ -73,6 +73,7 @@ def kernel_json(kernel: KernelInfo, index: int) -> dict[str, Any]:
         "agent_id": kernel.agent_id,
         "exit_code": kernel.exit_code,
         "pid": runtime.get("pid"),
+        "container": runtime.get("container"),
         "stdout": runtime.get("stdout"),
         "stderr": runtime.get("stderr"),
         "status_changed_at": iso(kernel.status_changed_at),
@@ -116,7 +117,10 @@ def entity_json(entity: Entity) -> dict[str, Any]:
         "priority": entity.priority,
         "tries": dict(entity.tries),
         "requeues": entity.requeues,
-        "budgets": dict(entity.budgets or {}),
+        "budgets": {
+            name: {"used": use.used, "limit": use.limit}
+            for name, use in (entity.budgets or {}).items()
+        },
         "created_at": iso(entity.created_at),
         "status_changed_at": iso(entity.status_changed_at),
         "spec": entity.spec,

@@ -27,6 +27,7 @@ from drover import (
     TransitionStatus,
     hookimpl,
 )
+from drover.backends import simulated
 from drover.kinds import BUILTIN_PLUGINS
 from drover.kinds.sessions import ScheduleSessions
 from drover.plugins import HandlerRegistry
@@ -777,3 +778,17 @@ async def test_happy_path_through_the_whole_lifecycle(make_harness):
                 ("backend", K.RUNNING, K.TERMINATED),
             ]
         assert h.backend.calls == [("prepare", sid), ("create", sid)]
+
+
+async def test_the_simulated_backends_call_log_keeps_only_the_latest(make_harness, monkeypatch):
+    """A daemon's simulated backend runs for millions of calls: its log keeps the latest
+    CALLS_KEPT (at most twice as many), in order."""
+    monkeypatch.setattr(simulated, "CALLS_KEPT", 4)
+    async with make_harness() as h:
+        ids = [await h.create_session() for _ in range(12)]
+        await h.run_until_settled()
+        assert [(await h.session(sid)).status for sid in ids] == [S.RUNNING] * 12
+        calls = h.backend.calls
+        assert 4 <= len(calls) <= 8
+        # The newest calls survive: the last session's start is among them.
+        assert calls[-1][0] == "create"

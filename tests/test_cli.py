@@ -138,8 +138,8 @@ def test_submit_from_a_file_with_different_kernels(cli, harness, tmp_path: Path)
         (["submit", "--option", "timeout=3", "--", "true"], "is not HANDLER.FIELD=VALUE"),
         (["submit", "--option", "x.timeout=soon", "--", "true"], "'soon' is not a number"),
         (["submit", "--option", "x.retries=1", "--", "true"], "unknown option 'retries'"),
-        (["show", "no-such-id"], "no entity with id 'no-such-id'"),
-        (["terminate", "no-such-id"], "no entity with id 'no-such-id'"),
+        (["show", "no-such-id"], "no entity with id or name 'no-such-id'"),
+        (["terminate", "no-such-id"], "no entity with id or name 'no-such-id'"),
     ],
 )
 def test_bad_input_gets_one_clear_line_and_writes_nothing(cli, harness, args, message):

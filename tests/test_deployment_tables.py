@@ -16,6 +16,7 @@ import pytest
 
 from drover import SchedulingResult
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+from drover.model.budgets import BudgetUse
 from drover.model.status import SessionStatus
 
 E, R = EndpointLifecycle, RouteStatus
@@ -164,7 +165,7 @@ async def test_reconcile_deployment_failure_is_scaling_and_spends_a_replacement(
         await h.repository.request_termination([route.id])  # the route is lost
         await h.tick("reconcile-deployment")
         found = await h.get(dep)
-        assert (found.status, found.budgets) == (E.SCALING, {"replacements": 1})
+        assert (found.status, found.budgets) == (E.SCALING, {"replacements": BudgetUse(1, 1)})
         await h.tick("scaling-deployment")  # a replacement route
         (_, new) = (await h.get(dep)).children
         await h.repository.request_termination([new.id])  # lost again: the budget is spent
@@ -367,7 +368,7 @@ async def test_a_replica_that_never_answers_is_evicted_within_its_budget_and_rep
         ended = {c.id: c.status for c in found.children}
         assert ended[first.id] == R.TERMINATED
         assert [s for i, s in ended.items() if i != first.id] == [R.DEGRADED]  # its replacement
-        assert found.budgets == {"replacements": 1}
+        assert found.budgets == {"replacements": BudgetUse(1, 10)}
         session = await h.session(first.data["session_id"])
         assert session.status == SessionStatus.TERMINATED
 
@@ -383,7 +384,75 @@ async def test_a_replica_that_exits_at_once_is_not_replaced_forever(make_harness
         # The first route and two replacements, all ended; then the deployment gave up.
         assert [c.status for c in found.children] == [R.TERMINATED] * 3
         assert found.status == E.READY
-        assert found.budgets == {"replacements": 3}  # 2 allowed, the 3rd gave up; no more
+        # 2 allowed, the 3rd gave up; no more
+        assert found.budgets == {"replacements": BudgetUse(3, 2)}
         last = (await h.history(dep))[-1]
         assert last.result == SchedulingResult.GIVE_UP
         assert "budget 'replacements' is spent (limit=2)" in (last.message or "")
+
+
+# -- health checks: what counts, the client, one route's failure ---------------------------
+
+
+async def test_health_check_counts_200_to_399_as_healthy(make_harness, replica):
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        replica.code = 302  # a redirect is an answer, as Kubernetes counts it
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.HEALTHY
+        replica.code = 399
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.HEALTHY
+        replica.code = 400
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.UNHEALTHY
+
+
+async def test_health_checks_ignore_proxy_variables_and_share_one_client(
+    make_harness, replica, monkeypatch
+):
+    import httpx2
+
+    built: list[Any] = []
+
+    class Counted(httpx2.AsyncClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(httpx2, "AsyncClient", Counted)
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, dead)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    async with make_harness() as h:
+        _, (route,) = await routed(h, replica)
+        for _ in range(3):
+            await h.tick("health-check-route")
+            assert await status(h, route) == R.HEALTHY  # not sent to the dead proxy
+    assert len(built) == 1  # one client for every tick
+    assert built[0]["trust_env"] is False
+
+
+async def test_a_route_whose_url_cannot_be_requested_fails_alone(make_harness, replica):
+    """Issue 24 §4: one bad route must not stall the others' checks (no handler error)."""
+    async with make_harness() as h:
+        _, (bad, good) = await routed(h, replica, replicas=2)
+        # Stored before deploy checked paths: the route's spec is not the deployment's.
+        await h.repository.update_spec(bad, {"health_path": "/a\r\nb"})
+        report = await h.tick("health-check-route")
+        assert report.error is None
+        assert await status(h, good) == R.HEALTHY
+        assert await status(h, bad) == R.UNHEALTHY
+        assert "cannot check" in ((await h.history(bad))[-1].message or "")
+
+
+@pytest.mark.parametrize("path", ["/a\r\nb", "/a b", "healthz", "/x#y", "/%zz", ""])
+async def test_a_deployment_with_a_bad_health_path_is_refused(make_harness, path):
+    from drover.model.errors import InvalidSpecError
+
+    async with make_harness() as h:
+        with pytest.raises(InvalidSpecError, match="health path"):
+            await h.create("deployment", spec=spec(1, health_path=path), name="web")
+        assert await h.repository.list_entities("deployment") == []

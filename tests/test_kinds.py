@@ -34,6 +34,7 @@ from drover import (
     Transition,
     hookimpl,
 )
+from drover.model.budgets import BudgetUse
 
 
 class Job(StrEnum):
@@ -229,7 +230,7 @@ async def test_two_named_budgets_are_counted_apart_and_give_up_when_spent(make_h
         found = await h.get(job)
         assert found.status == Job.FAILED
         assert found.result == "FAILURE"
-        assert found.budgets == {"preemption": 3, "failure": 3}
+        assert found.budgets == {"preemption": BudgetUse(3, 3), "failure": BudgetUse(3, 2)}
         # Per-handler tries were never charged: the budgets took the failures.
         assert found.tries == {}
         last = (await h.history(job))[-1]
@@ -243,7 +244,7 @@ async def test_a_budget_limit_comes_from_the_spec_before_the_configuration(make_
         )
     )
     async with harness(make_harness, run) as h:
-        h.coordinator._budgets["job"] = {"preemption": 1}
+        h.coordinator.kinds = h.coordinator.kinds.configured({"job": {"preemption": 1}})
         job = await h.create("job", status=Job.RUNNING, spec={"budgets": {"preemption": 0}})
         report = await h.tick("run-jobs")
         assert report.changes[0].result == SchedulingResult.GIVE_UP

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 
 from drover import (
     KernelMatchType,
@@ -13,6 +17,15 @@ from drover import (
     SimulatedBackend,
     hookimpl,
 )
+from drover.kinds.sessions.promotions import BUILTIN_PROMOTIONS
+from drover.model.values import KernelReport
+from drover.storage import watermarks
+from drover.storage.statements.promote import (
+    WATERMARKS,
+    promotion_probe,
+    recent_promotion_probe,
+)
+from drover.testing import CoordinatorHarness
 
 K = KernelStatus
 S = SessionStatus
@@ -166,3 +179,97 @@ async def test_an_ended_kernel_in_creating_goes_through_running(make_harness):
         await h.tick("detect-termination")
         s = await h.session(sid)
         assert (s.status, s.status_info) == (S.TERMINATING, "ABNORMAL_TERMINATION")
+
+
+async def test_an_empty_promotion_probe_reads_what_changed_and_a_sweep_reads_the_rest(
+    make_harness, database, monkeypatch
+):
+    """After an empty check, a rule's probe reads only the entities touched since (recorded
+    changes); what changed unrecorded is found by the next full check (every SWEEP_INTERVAL)."""
+    monkeypatch.setattr(watermarks, "PG_LAG", 0.0)
+    async with make_harness(backend=SimulatedBackend(run_for=None)) as h:
+        waiting = [await h.create_session() for _ in range(3)]
+        assert (await h.tick("detect-start-failure")).changes == ()  # the first check is full
+        # A backend report is recorded: the next probe sees it.
+        reported = (await h.session(waiting[0])).kernels[0].id
+        assert await h.repository.report_kernel_statuses([KernelReport(reported, K.ERROR)])
+        report = await h.tick("detect-start-failure")
+        assert [c.session_id for c in report.changes] == [waiting[0]]
+        assert (await h.tick("detect-start-failure")).changes == ()
+        # A change written behind drover's back leaves no record: probes miss it ...
+        hidden = (await h.session(waiting[1])).kernels[0].id
+        async with h.repository.engine.begin() as conn:
+            await conn.execute(
+                sa.text("UPDATE entities SET status = 'ERROR' WHERE id = :kid"), {"kid": hidden}
+            )
+        assert (await h.tick("detect-start-failure")).changes == ()
+        # ... until the rule's next full check.
+        monkeypatch.setattr(watermarks, "SWEEP_INTERVAL", 0.0)
+        report = await h.tick("detect-start-failure")
+        assert [c.session_id for c in report.changes] == [waiting[1]]
+        assert (await h.session(waiting[2])).status == S.PENDING
+
+
+def test_a_postgresql_watermark_is_used_only_once_it_has_aged(monkeypatch):
+    """On PostgreSQL a transaction may commit after one that took larger ids: a probe starts
+    after watermarks at least PG_LAG seconds old, and a check that found work moves nothing."""
+    monkeypatch.setattr(watermarks.time, "monotonic", lambda: 100.0)
+    window = watermarks.Window(postgres=True)
+    assert window.start() is None
+    window.checked(99.0, (10, 20), full=True, found=False)
+    assert window.start() is None  # swept, but no watermark is old enough yet
+    window.checked(99.5, (11, 21), full=False, found=False)
+    window.checked(101.0, (12, 22), full=False, found=False)
+    assert window.start() == (10, 20)
+    window.checked(101.6, (13, 23), full=False, found=False)
+    assert window.start() == (11, 21)
+    window.checked(103.0, (14, 24), full=False, found=True)
+    assert window.start() == (11, 21)
+    sqlite_window = watermarks.Window(postgres=False)
+    sqlite_window.checked(99.0, (5, 6), full=True, found=False)
+    assert sqlite_window.start() == (5, 6)
+    monkeypatch.setattr(watermarks.time, "monotonic", lambda: 99.0 + watermarks.SWEEP_INTERVAL)
+    assert sqlite_window.start() is None  # time for a full check
+
+
+async def test_the_recent_probe_does_not_grow_with_the_waiting_sessions(tmp_path):
+    """An empty probe among thousands of PENDING sessions executes as few SQLite steps as among
+    none, where the full probe visits every one of them (SQLite's steps are countable)."""
+    rule = next(r for r in BUILTIN_PROMOTIONS if r.name == "detect-start-failure")
+    path = str(tmp_path / "steps.db")
+    async with CoordinatorHarness(database_url=f"sqlite+aiosqlite:///{path}") as h:
+        await h.repository.create_sessions([{"kernels": [{"cpu": 1}]}] * 3)
+
+        def steps(query: sa.Select[object]) -> int:
+            sql = str(
+                query.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True})
+            )
+            conn = sqlite3.connect(path)
+            count = 0
+
+            def step() -> int:
+                nonlocal count
+                count += 1
+                return 0
+
+            conn.set_progress_handler(step, 100)
+            assert conn.execute(sql).fetchall() == []
+            conn.close()
+            return count
+
+        async with h.repository.engine.connect() as conn:
+            marks = tuple((await conn.execute(WATERMARKS)).one())
+        recent = recent_promotion_probe(rule, "kernel").params(
+            changes_after=marks[0], history_after=marks[1]
+        )
+        full = promotion_probe(rule)
+        before = (steps(recent), steps(full))
+        await h.repository.create_sessions([{"kernels": [{"cpu": 1}]}] * 3000)
+        async with h.repository.engine.connect() as conn:
+            marks = tuple((await conn.execute(WATERMARKS)).one())
+        recent = recent_promotion_probe(rule, "kernel").params(
+            changes_after=marks[0], history_after=marks[1]
+        )
+        after = (steps(recent), steps(full))
+        assert after[0] <= before[0] + 1, (before, after)
+        assert after[1] > 100 * max(before[1], 1), (before, after)

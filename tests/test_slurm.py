@@ -649,12 +649,22 @@ def test_a_kernel_walks_the_lifecycle_in_order_whatever_slurm_shows():
         (K.PREPARED, {"slurm_job_id": 5, "node": "n1"})
     ]
     assert progress("k", done, K.PREPARED, destroying=False, runtime={}) == []
-    assert [r.status for r in progress("k", done, K.CREATING, destroying=False, runtime={})] == [
-        K.RUNNING,
-        K.ERROR,
+    # An end comes as the kernel's own verdict, then the destroy's: the second applies only
+    # to a kernel a destroy marked TERMINATING (drover.backends.stopping).
+    step = progress("k", done, K.CREATING, destroying=False, runtime={})
+    assert [(r.status, r.expected) for r in step] == [
+        (K.RUNNING, {K.PREPARED, K.CREATING}),
+        (K.ERROR, {K.RUNNING}),
+        (K.TERMINATED, {K.TERMINATING}),
     ]
-    assert [r.status for r in progress("k", done, K.RUNNING, destroying=False, runtime={})] == [
-        K.ERROR
+    step = progress("k", done, K.RUNNING, destroying=False, runtime={})
+    assert [(r.status, r.expected, r.message) for r in step] == [
+        (K.ERROR, {K.RUNNING}, "exited with code 3; slurm job 5 FAILED (NonZeroExitCode)"),
+        (K.TERMINATED, {K.TERMINATING}, "destroyed: slurm job 5 FAILED (NonZeroExitCode)"),
+    ]
+    step = progress("k", done, K.TERMINATING, destroying=True, runtime={})
+    assert [(r.status, r.message) for r in step] == [
+        (K.TERMINATED, "destroyed: slurm job 5 FAILED (NonZeroExitCode)")
     ]
     configuring = _job("CONFIGURING", node="n1")
     assert [
@@ -663,7 +673,7 @@ def test_a_kernel_walks_the_lifecycle_in_order_whatever_slurm_shows():
     waiting = _job("PENDING", node=None, reason="Resources")
     assert progress("k", waiting, K.PREPARING, destroying=False, runtime={}) == []
     refused = _job("FAILED", 1, node=None, reason="BadConstraints")
-    (report,) = progress("k", refused, K.PREPARING, destroying=False, runtime={})
+    report, _if_destroyed = progress("k", refused, K.PREPARING, destroying=False, runtime={})
     assert (report.status, report.message) == (
         K.ERROR,
         "exited with code 1; slurm job 5 FAILED (BadConstraints)",

@@ -378,3 +378,50 @@ async def test_the_migrated_schema_matches_the_code(database):
     finally:
         await engine.dispose()
     assert diff == []
+
+
+async def test_a_backend_report_records_its_status_changes_in_one_statement(make_harness, database):
+    """Reports of many kernels record one status change each (message included) with one
+    INSERT execution; on PostgreSQL not an executemany (asyncpg runs those row by row)."""
+    from drover import KernelReport
+
+    async with make_harness() as h:
+        sids = [
+            await h.create_session(kernels=[{"cpu": 1, "status": "RUNNING"}] * 3, status=S.RUNNING)
+            for _ in range(4)
+        ]
+        kernels = [k for sid in sids for k in (await h.session(sid)).kernels]
+        inserts: list[bool] = []
+
+        def seen(conn, cursor, statement, parameters, context, executemany) -> None:
+            if statement.lstrip().upper().startswith("INSERT INTO STATUS_CHANGES"):
+                inserts.append(executemany)
+
+        engine = h.repository.engine.sync_engine
+        sa.event.listen(engine, "before_cursor_execute", seen)
+        # The threaded SQLite engine of the repository's database runs its own statements.
+        threaded = h.repository._db._threaded
+        if threaded is not None:
+            sa.event.listen(threaded, "before_cursor_execute", seen)
+        try:
+            reports = [
+                KernelReport(
+                    k.id,
+                    K.ERROR if i % 2 else K.TERMINATED,
+                    exit_code=i,
+                    message=f"m{i}" if i else None,
+                )
+                for i, k in enumerate(kernels)
+            ]
+            assert all(await h.repository.report_kernel_statuses(reports))
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", seen)
+            if threaded is not None:
+                sa.event.remove(threaded, "before_cursor_execute", seen)
+        assert inserts == ([False] if database.kind == "postgresql" else [True])
+        for i, k in enumerate(kernels):
+            rows = await h.kernel_history(k.id)
+            want = K.ERROR if i % 2 else K.TERMINATED
+            assert [(r.source, r.from_status, r.to_status, r.message) for r in rows] == [
+                ("backend", K.RUNNING, want, f"m{i}" if i else None)
+            ]

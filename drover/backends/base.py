@@ -10,7 +10,7 @@ import attrs
 
 from drover.model.clock import Clock
 from drover.model.status import KernelStatus
-from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
+from drover.model.values import Claim, KernelInfo, KernelReport, SessionWithKernels
 
 __all__ = ["AgentBackend", "AgentInfo", "BackendError", "KernelReporter", "Wake"]
 
@@ -48,6 +48,10 @@ class KernelReporter(Protocol):
 
     async def kernel_statuses(self, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
         """The current status of each kernel (unknown ids left out)."""
+        ...
+
+    async def claim_held(self, claim: Claim, entity_id: str) -> bool:
+        """Whether a tick's ``claim`` still holds ``entity_id`` (:mod:`drover.backends.fence`)."""
         ...
 
 

@@ -57,9 +57,26 @@ def _slurm(config: Config) -> AgentBackend:
     )
 
 
+def _container(config: Config) -> AgentBackend:
+    from drover.backends.container import ContainerBackend
+    from drover.backends.container._settings import settings_from
+    from drover.config import ConfigError
+    from drover.model.errors import DroverError
+
+    try:
+        settings = settings_from(config.backend.settings)
+    except DroverError as error:
+        raise ConfigError(str(error)) from None
+    return ContainerBackend(
+        _agents(config), settings, config.data_dir, kill_grace=config.backend.kill_grace
+    )
+
+
 @hookimpl
 def drover_register_backends(register: BackendRegistry) -> None:
-    """Register ``local`` (real processes), ``simulated`` and ``slurm`` (Slurm batch jobs)."""
+    """Register ``local`` (real processes), ``simulated``, ``slurm`` (Slurm batch jobs) and
+    ``container`` (containers through the Docker Engine API)."""
     register("local", _local)
     register("simulated", _simulated)
     register("slurm", _slurm)
+    register("container", _container)

@@ -36,7 +36,7 @@ from drover.model.clock import Clock, SystemClock
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelReport, SessionWithKernels
 
-__all__ = ["SimulatedBackend"]
+__all__ = ["CALLS_KEPT", "SimulatedBackend"]
 
 log = logging.getLogger("drover.backends.simulated")
 
@@ -50,6 +50,8 @@ _Report = tuple[str, KernelStatus, frozenset[KernelStatus], int | None, str | No
 _Event = tuple[float, int, list[_Report]]
 
 _NO_SIM: Mapping[str, Any] = {}
+#: Calls :attr:`SimulatedBackend.calls` keeps at least (it holds at most twice as many).
+CALLS_KEPT = 10_000
 _RUNNING_S, _TERMINATED, _ERROR = _K.RUNNING, _K.TERMINATED, _K.ERROR
 _PULLING_S, _PREPARED = _K.PULLING, _K.PREPARED
 _BEFORE_PULL = frozenset({_K.SCHEDULED, _K.PREPARING})
@@ -96,7 +98,8 @@ class SimulatedBackend(AgentBackend):
         self._runtimes: dict[str, dict[str, Any]] = {}
         self._seq = itertools.count()
         self._failures: dict[str, list[tuple[str | None, str]]] = {}
-        #: Every operation called, as ``(operation, session_id)``, for tests.
+        #: The operations called, as ``(operation, session_id)``, for tests: the latest
+        #: :data:`CALLS_KEPT` at least (a daemon's backend runs for millions).
         self.calls: list[tuple[str, str]] = []
 
     async def start(self, reporter: KernelReporter, wake: Wake) -> None:
@@ -147,7 +150,11 @@ class SimulatedBackend(AgentBackend):
         self._failures.setdefault(operation, []).extend([(session_id, message)] * times)
 
     def _maybe_fail(self, operation: str, session: SessionWithKernels) -> None:
-        self.calls.append((operation, session.id))
+        calls = self.calls
+        calls.append((operation, session.id))
+        if len(calls) > 2 * CALLS_KEPT:
+            # Trimmed in halves: amortised O(1) per call, and still a plain list.
+            del calls[:-CALLS_KEPT]
         queue = self._failures.get(operation, [])
         for index, (sid, message) in enumerate(queue):
             if sid is None or sid == session.id:
@@ -249,6 +256,9 @@ class SimulatedBackend(AgentBackend):
                 if kid not in self._forgotten:
                     runtime = self._runtimes.pop(kid, None) if status is _RUNNING_S else None
                     due.append(KernelReport(kid, status, expected, exit_code, message, runtime))
+        if not self._events:
+            # Nothing queued can name a destroyed kernel any more.
+            self._forgotten.clear()
         if not due:
             return 0
         applied = sum(await self.reporter.report_kernel_statuses(due))

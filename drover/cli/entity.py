@@ -146,8 +146,8 @@ def _show_entity(entity: Entity, rows: list[HistoryRecord], as_json: bool) -> No
         click.echo(f"parent       {entity.parent_id}")
     tries = ", ".join(f"{h} {n}" for h, n in sorted(entity.tries.items())) or "none"
     click.echo(f"tries        {tries}  (failures per handler in this status)")
-    budgets = ", ".join(f"{b} {n}" for b, n in sorted((entity.budgets or {}).items())) or "none"
-    click.echo(f"budgets      {budgets}")
+    budgets = ", ".join(f"{b} {u}" for b, u in sorted((entity.budgets or {}).items())) or "none"
+    click.echo(f"budgets      {budgets}  (used/limit)")
     click.echo(f"spec         {json.dumps(entity.spec, sort_keys=True)}")
     click.echo(f"data         {json.dumps(entity.data, sort_keys=True)}")
     print_table(

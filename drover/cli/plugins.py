@@ -149,7 +149,11 @@ def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
                 "message": w.message,
             }
             for kind in app.kinds.values()
-            for w in check_graph(app.coordinator.handlers, kind)
+            for w in check_graph(
+                app.coordinator.handlers,
+                kind,
+                parent=app.kinds[kind.parent] if kind.parent is not None else None,
+            )
         ]
     except (DroverError, TypeError, ValueError) as error:
         errors.append(str(error))

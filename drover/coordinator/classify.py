@@ -4,10 +4,14 @@ The rules, in order, for each target of a lifecycle handler:
 
 * listed in ``successes``: SUCCESS, with the ``success`` transition;
 * listed in ``outcomes``: that named outcome, with its declared transition;
+  if it charges a budget (``budgets``), GIVE_UP instead when the charge
+  goes past the budget's limit;
 * listed in ``failures``: if the failure names a budget (``budgets``), that
   budget's spending + 1, else the handler's ``try_count + 1``; GIVE_UP if
   that exceeds the budget's limit (``max_retries`` for tries); else EXPIRED
   if the timeout has passed; else NEED_RETRY;
+* a GIVE_UP of a spent budget takes the budget's own ``give_up`` transition
+  when it declares one, else the handler's;
 * listed in ``skipped`` or not mentioned: EXPIRED if the timeout has passed;
   otherwise a skipped target gets a SKIPPED row and an unmentioned one nothing.
   Neither changes ``try_count``.
@@ -92,6 +96,7 @@ def classify(
     charged = result.budgets
     patches = result.data
     ends = result.terminate
+    results = result.results
     messages, codes = result.messages, result.error_codes
     infos, placements = result.status_infos, result.placements
     creating: dict[str, list[NewEntity]] = {}
@@ -108,6 +113,7 @@ def classify(
         _GIVE_UP: transitions.give_up,
     }
     by_outcome.update(transitions.outcomes)
+    own_give_up = {b.name: b.give_up for b in kind.budgets if b.give_up is not None}
     kind_name = kind.name
     changes: list[Change] = []
     for session in targets:
@@ -116,23 +122,26 @@ def classify(
         message = messages.get(sid)
         code = codes.get(sid)
         budget: str | None = None
+        spent_budget: str | None = None
         outcome: SchedulingResult | str
         if sid in successes:
             outcome, tries = _SUCCESS, _RESET
         elif sid in named:
             outcome, tries = named[sid], _KEEP
+            budget = charged.get(sid)
+            if budget is not None:
+                over, note, budget = _charge(session, budget, budget_limit_for)
+                if over:
+                    spent_budget = charged[sid]
+                    outcome = _GIVE_UP
+                    message = _join(message, note)
         elif sid in failures:
             budget = charged.get(sid)
             if budget is not None:
                 tries = _KEEP
-                count = (session.budgets or {}).get(budget, 0) + 1
-                limit = budget_limit_for(session, budget)
-                over = limit is not None and count > limit
-                note = f"spent budget {budget!r} {count} times (limit={limit})"
-                if over and limit is not None and count > limit + 1:
-                    # Already past it: nothing more is spent (the row just repeats).
-                    note = f"budget {budget!r} is spent (limit={limit})"
-                    budget = None
+                over, note, budget = _charge(session, budget, budget_limit_for)
+                if over:
+                    spent_budget = charged[sid]
             else:
                 tries = _INCREMENT
                 count = session.try_count + 1
@@ -155,6 +164,8 @@ def classify(
         else:
             continue
         transition = by_outcome.get(outcome)
+        if spent_budget is not None and spent_budget in own_give_up:
+            transition = own_give_up[spent_budget]
         to_status = transition.to if transition is not None else None
         to_children = transition.children if transition is not None else None
         moves = to_status is not None and to_status != session.status
@@ -200,9 +211,26 @@ def classify(
                 patches.get(sid),
                 creates.get(sid, none),
                 tuple(ends[sid]) if sid in ends else (),
+                results.get(sid),
             )
         )
     return changes
+
+
+def _charge(
+    target: Target, budget: str, budget_limit_for: Callable[[Target, str], int | None]
+) -> tuple[bool, str, str | None]:
+    """Charge ``budget`` once: (past its limit?, the note for history, the budget to spend).
+
+    A budget already past its limit is not spent again (the row just repeats).
+    """
+    use = (target.budgets or {}).get(budget)
+    count = (use.used if use is not None else 0) + 1
+    limit = budget_limit_for(target, budget)
+    over = limit is not None and count > limit
+    if over and limit is not None and count > limit + 1:
+        return True, f"budget {budget!r} is spent (limit={limit})", None
+    return over, f"spent budget {budget!r} {count} times (limit={limit})", budget
 
 
 def _timeout_note(session: Target, options: HandlerOptions, now: float) -> str:

@@ -35,6 +35,7 @@ class CoordinatorStore(Protocol):
         *,
         now: float,
         claim: Claim | None = None,
+        order: str = "priority",
     ) -> Sequence[Target]:
         """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
@@ -43,7 +44,8 @@ class CoordinatorStore(Protocol):
         ``try_count`` is ``handler``'s count; ``now`` is the time filters on
         ages compare with. With ``claim``, only entities no other tick holds
         are fetched, and they are claimed (a store with one coordinator, such
-        as SQLite, may ignore it).
+        as SQLite, may ignore it). ``order`` is ``HandlerOptions.order``
+        (``"oldest-seen"``: least recently fetched by ``handler`` first).
         """
         ...
 

@@ -17,13 +17,13 @@ from drover.coordinator.store import CoordinatorStore
 from drover.model.checks import json_copy
 from drover.model.clock import Clock, SystemClock
 from drover.model.creation import check_new_entities
-from drover.model.errors import InvalidHandlerError, InvalidSpecError, UnknownHandlerError
+from drover.model.errors import InvalidSpecError, UnknownHandlerError
 from drover.model.ids import new_id
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
 from drover.model.plan import AppliedChange, ApplyOutcome, Claim
 from drover.model.promotion import PromotionRule
-from drover.model.rules import DEFAULT_MAX_REQUEUES
+from drover.model.rules import DEFAULT_MAX_REQUEUES, SETTABLE_RESULTS
 from drover.model.status import SchedulingResult
 from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions, Target
 
@@ -109,17 +109,8 @@ class Coordinator:
     ) -> None:
         self.store = store
         self.handlers = dict(handlers)
-        self.kinds = kinds
-        self._budgets = {k: dict(v) for k, v in (budgets or {}).items()}
-        for kind_name, limits in self._budgets.items():
-            kind = self.kinds[kind_name]
-            declared = {b.name for b in kind.budgets}
-            unknown = sorted(set(limits) - declared)
-            if unknown:
-                raise InvalidHandlerError(
-                    f"budgets of kind {kind_name!r}: unknown budget(s) {unknown}; "
-                    f"declared: {sorted(declared)}"
-                )
+        # Configured budget limits travel with the kinds (storage reads them the same way).
+        self.kinds = kinds.configured(budgets)
         self.clock: Clock = clock or SystemClock()
         self.max_requeues = max_requeues
         self._options: dict[str, HandlerOptions] = {}
@@ -163,17 +154,7 @@ class Coordinator:
     def budget_limit_for(self, entity: Target, budget: str) -> int | None:
         """A named budget's limit: the entity's ``spec["budgets"]``, else configuration, else
         the kind's default."""
-        per_entity = entity.spec.get("budgets")
-        if isinstance(per_entity, dict) and budget in per_entity:
-            value = per_entity[budget]
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-        configured = self._budgets.get(entity.kind, {})
-        if budget in configured:
-            return configured[budget]
-        for declared in self.kinds[entity.kind].budgets:
-            if declared.name == budget:
-                return declared.limit
-        return None
+        return self.kinds.budget_limit(entity.kind, entity.spec, budget)
 
     def _handler(self, name: str) -> Handler:
         try:
@@ -230,6 +211,7 @@ class Coordinator:
             options.batch_size,
             now=started,
             claim=claim,
+            order=options.order,
         )
         if not targets:
             return 0, _NOTHING, (), None
@@ -395,21 +377,31 @@ def _extension_problem(
 
     What is created is checked apart, by the one creation check.
     """
-    if not (result.outcomes or result.budgets or result.data or result.create or result.terminate):
+    if not (
+        result.outcomes
+        or result.budgets
+        or result.data
+        or result.create
+        or result.terminate
+        or result.results
+    ):
         return None
     declared = transitions.outcomes if transitions is not None else {}
     for entity_id, outcome in result.outcomes.items():
         if outcome not in declared:
             return f"outcome {outcome!r} (for {entity_id}) is not declared: {sorted(declared)}"
     budgets = {b.name for b in kind.budgets} if kind is not None else set()
-    failures = set(result.failures)
+    chargeable = set(result.failures) | set(result.outcomes)
     for entity_id, budget in result.budgets.items():
         if budget not in budgets:
             return (
                 f"budget {budget!r} (for {entity_id}) is not one of its kind's: {sorted(budgets)}"
             )
-        if entity_id not in failures:
-            return f"budget {budget!r} is charged for {entity_id}, which is not among the failures"
+        if entity_id not in chargeable:
+            return (
+                f"budget {budget!r} is charged for {entity_id}, which is neither among the "
+                "failures nor given a named outcome"
+            )
     mentioned = known & {*result.successes, *result.failures, *result.skipped, *result.outcomes}
     for entity_id, patch in result.data.items():
         if entity_id not in mentioned:
@@ -423,6 +415,11 @@ def _extension_problem(
     for entity_id in result.terminate:
         if entity_id not in mentioned:
             return f"terminations asked for {entity_id}, which is not a target with an outcome"
+    for entity_id, value in result.results.items():
+        if entity_id not in mentioned:
+            return f"result set for {entity_id}, which is not a target with an outcome"
+        if value not in SETTABLE_RESULTS:
+            return f"result {value!r} (for {entity_id}) is not one of {sorted(SETTABLE_RESULTS)}"
     for new in result.create:
         if new.creator is None or new.creator not in mentioned:
             return (

@@ -326,9 +326,9 @@ def diagnose_entity(
             lines.append(f"{name} ({what}) acts on {kind.name}s in {status}")
         if not owners:
             lines.append(f"no loaded handler acts on {kind.name}s in {status}: it will stay")
-    if entity.budgets:
-        spent = ", ".join(f"{b} {n}" for b, n in sorted(entity.budgets.items()))
-        lines.append(f"budgets spent: {spent}")
+    if entity.budgets and any(use.used for use in entity.budgets.values()):
+        spent = ", ".join(f"{b} {use}" for b, use in sorted(entity.budgets.items()))
+        lines.append(f"budgets spent (used/limit): {spent}")
     problem = _last_problem(rows, status)
     last: dict[str, Any] | None = None
     if problem is not None:

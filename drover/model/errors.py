@@ -21,8 +21,8 @@ class DroverError(Exception):
 class UnknownEntityError(DroverError, LookupError):
     """No entity (of ``kind``, when given) has the given id or name."""
 
-    def __init__(self, entity_id: str, kind: str | None = None) -> None:
-        super().__init__(f"no {kind or 'entity'} with id {entity_id!r}")
+    def __init__(self, entity_id: str, kind: str | None = None, *, what: str = "id") -> None:
+        super().__init__(f"no {kind or 'entity'} with {what} {entity_id!r}")
         self.entity_id = entity_id
         self.kind = kind
 

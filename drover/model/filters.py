@@ -10,6 +10,11 @@ declares must hold. Example::
         Children({KernelStatus.RUNNING}, KernelMatchType.ALL),
         DependenciesSucceeded(),
     )
+
+Storage compiles a filter's *shape* (its kind, fields, paths, operators and
+statuses) into a statement once, and binds its *values* (``Field.value``,
+``ChildCount.value``, ``StatusAge.seconds``) as parameters: a handler whose
+values change every tick reuses one statement.
 """
 
 from __future__ import annotations
@@ -22,18 +27,26 @@ import attrs
 from drover.model.status import KernelMatchType
 
 __all__ = [
+    "COUNT_OPERATORS",
     "FIELD_OPERATORS",
+    "AllOf",
     "AnyOf",
     "CandidateFilter",
     "ChildCount",
     "Children",
+    "DependenciesFailed",
     "DependenciesSucceeded",
     "Field",
+    "Parent",
     "StatusAge",
 ]
 
-#: Comparisons a :class:`Field` (and :class:`ChildCount`) may use.
-FIELD_OPERATORS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "exists", "missing", "not_number"})
+#: Comparisons a :class:`Field` may use.
+FIELD_OPERATORS = frozenset(
+    {"eq", "ne", "lt", "le", "gt", "ge", "in", "exists", "missing", "not_number"}
+)
+#: Comparisons a :class:`ChildCount` may use.
+COUNT_OPERATORS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 
 
 def _path(value: Iterable[str] | str) -> tuple[str, ...]:
@@ -48,20 +61,28 @@ def _some(value: Iterable[str]) -> frozenset[str]:
     return frozenset(value)
 
 
+def _value(value: Any) -> Any:
+    # Lists and sets become tuples: a filter is a frozen, hashable value.
+    return tuple(value) if isinstance(value, list | set | frozenset) else value
+
+
 @attrs.frozen
 class Field:
     """A JSON field of the entity's ``spec`` or ``data`` compared with a value.
 
     ``path`` is the keys from the top (``("resources", "gpu")``); ``op`` one
     of :data:`FIELD_OPERATORS` (``exists``, ``missing`` and ``not_number``, set
-    but not a JSON number, take no value). An entity without the field
-    matches only ``missing`` (and ``ne``).
+    but not a JSON number, take no value; ``in`` takes a list or tuple and
+    matches a field equal to one of its members). An entity without the
+    field matches only ``missing`` (and ``ne``). Example::
+
+        Field("spec", ("queue",), "in", ["gpu", "gpu-large"])
     """
 
     source: str
     path: tuple[str, ...] = attrs.field(converter=_path)
     op: str = "eq"
-    value: Any = None
+    value: Any = attrs.field(default=None, converter=_value)
 
     def __attrs_post_init__(self) -> None:
         if self.source not in ("spec", "data"):
@@ -70,6 +91,8 @@ class Field:
             raise ValueError(f"Field op must be one of {sorted(FIELD_OPERATORS)}, not {self.op!r}")
         if not self.path:
             raise ValueError("Field path must name at least one key")
+        if self.op == "in" and not isinstance(self.value, tuple):
+            raise ValueError(f"Field op 'in' takes a list of values, not {self.value!r}")
 
 
 @attrs.frozen
@@ -86,15 +109,25 @@ class Children:
 
 @attrs.frozen
 class ChildCount:
-    """The number of children (in ``statuses``, or all) compared with ``value``."""
+    """The number of children (in ``statuses``, or all) compared with a number.
+
+    The number is ``value``, or the number in ``spec[spec_key]`` (an entity
+    whose spec has no such number does not match). Example: jobs that may
+    start another task, up to their own ``max_parallel``::
+
+        ChildCount("lt", statuses={Task.RUNNING}, spec_key="max_parallel")
+    """
 
     op: str
-    value: int
+    value: int | None = None
     statuses: frozenset[str] | None = attrs.field(default=None, converter=_statuses)
+    spec_key: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.op not in FIELD_OPERATORS - {"exists", "missing", "not_number"}:
+        if self.op not in COUNT_OPERATORS:
             raise ValueError(f"ChildCount op must be eq/ne/lt/le/gt/ge, not {self.op!r}")
+        if (self.value is None) == (self.spec_key is None):
+            raise ValueError("ChildCount takes exactly one of value= and spec_key=")
 
 
 @attrs.frozen
@@ -108,19 +141,47 @@ class DependenciesSucceeded:
 
 
 @attrs.frozen
+class DependenciesFailed:
+    """Some entity this one links to with ``relation`` has ended without success.
+
+    "Ended without success" is a ``result`` other than SUCCESS (results are
+    set when an entity ends). The filter of a handler that fails the
+    dependents of a failed dependency, where :class:`DependenciesSucceeded`
+    would leave them waiting forever.
+    """
+
+    relation: str = "depends_on"
+
+
+@attrs.frozen
+class Parent:
+    """The entity's parent is in ``statuses`` (an entity without a parent never matches).
+
+    Example: tasks start only while their job is RUNNING::
+
+        Parent(statuses={Job.RUNNING})
+    """
+
+    statuses: frozenset[str] = attrs.field(converter=_some)
+
+
+@attrs.frozen
 class StatusAge:
     """The entity has been in its status for longer than a number of seconds.
 
-    The seconds are ``seconds``, or the number in ``spec[spec_key]`` (an
-    entity whose spec has no such number does not match).
+    The seconds are ``seconds``, or the number in ``spec[spec_key]`` or in
+    ``data[data_key]`` (an entity without such a number does not match): a
+    deadline a handler wrote, say ``data["retry_after"]``.
     """
 
     seconds: float | None = None
     spec_key: str | None = None
+    data_key: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        if (self.seconds is None) == (self.spec_key is None):
-            raise ValueError("StatusAge takes exactly one of seconds= and spec_key=")
+        given = [x for x in (self.seconds, self.spec_key, self.data_key) if x is not None]
+        if len(given) != 1:
+            raise ValueError("StatusAge takes exactly one of seconds=, spec_key= and data_key=")
 
 
 @attrs.frozen(init=False)
@@ -130,8 +191,37 @@ class AnyOf:
     filters: tuple[CandidateFilter, ...]
 
     def __init__(self, *filters: CandidateFilter) -> None:
+        if not filters:
+            raise ValueError("AnyOf takes at least one filter")
         self.__attrs_init__(tuple(filters))
 
 
-CandidateFilter = Field | Children | ChildCount | DependenciesSucceeded | StatusAge | AnyOf
+@attrs.frozen(init=False)
+class AllOf:
+    """Every one of ``filters`` holds: a conjunction to put inside :class:`AnyOf`.
+
+    Example: ready tasks, or tasks whose job is being cancelled::
+
+        AnyOf(AllOf(Parent({Job.RUNNING}), DependenciesSucceeded()), Parent({Job.CANCELLING}))
+    """
+
+    filters: tuple[CandidateFilter, ...]
+
+    def __init__(self, *filters: CandidateFilter) -> None:
+        if not filters:
+            raise ValueError("AllOf takes at least one filter")
+        self.__attrs_init__(tuple(filters))
+
+
+CandidateFilter = (
+    Field
+    | Children
+    | ChildCount
+    | DependenciesSucceeded
+    | DependenciesFailed
+    | Parent
+    | StatusAge
+    | AnyOf
+    | AllOf
+)
 """Any of the filters above."""

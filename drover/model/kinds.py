@@ -15,7 +15,10 @@ of a kind: its rules below are derived from this declaration.
 * **Result**: an entity that ends gets ``result`` SUCCESS iff its status is in
   :attr:`EntityKind.success` and none of its children ended outside the child
   kind's ``success`` (nor, when the child kind has ``exit_codes``, with an
-  exit code other than 0); FAILURE otherwise.
+  exit code other than 0); FAILURE otherwise. ``result_from`` says which
+  children count: all of them (``"children"``), only the latest child of
+  each slot (``"latest-child"``: each retry is a new child, so earlier ones
+  are superseded), or none (``"status"``). A live entity has no result.
 
 No kind is declared here: drover's own (``session``/``kernel``,
 ``deployment``/``route``) are declared by the packages under
@@ -30,11 +33,13 @@ from typing import Any
 
 import attrs
 
+from drover.model.budgets import BudgetUse
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
-from drover.model.values import Entity
+from drover.model.values import Entity, Transition
 
 __all__ = [
+    "RESULT_FROM",
     "Budget",
     "EntityKind",
     "Kinds",
@@ -50,6 +55,10 @@ def _maybe_frozen(values: Iterable[str] | None) -> frozenset[str] | None:
     return None if values is None else frozenset(values)
 
 
+#: What an entity's ``result`` is derived from (:attr:`EntityKind.result_from`).
+RESULT_FROM = ("children", "latest-child", "status")
+
+
 def _budgets(values: Iterable[Budget]) -> tuple[Budget, ...]:
     return tuple(values)
 
@@ -60,18 +69,22 @@ def _rules(values: Iterable[TerminationRule]) -> tuple[TerminationRule, ...]:
 
 @attrs.frozen
 class Budget:
-    """A named failure budget of a kind: failures that name it spend it.
+    """A named budget of a kind: failures (and named outcomes) that name it spend it.
 
-    ``limit`` is the default number of failures allowed (configuration under
+    ``limit`` is the default number of charges allowed (configuration under
     ``[budgets.<kind>]`` and an entity's ``spec["budgets"]`` override it);
-    the failure that goes past it gives the handler's ``give_up`` transition.
-    A budget is cumulative over the entity's whole life unless ``resets``, in
-    which case a status change refills it (as per-handler tries are).
+    the charge that goes past it gives up: with the budget's own ``give_up``
+    transition if it declares one (Iris: ``FAILED`` when the failure budget
+    is spent, ``PREEMPTED`` when the preemption budget is), else the
+    handler's. A budget is cumulative over the entity's whole life unless
+    ``resets``, in which case a status change refills it (as per-handler
+    tries are).
     """
 
     name: str
     limit: int
     resets: bool = False
+    give_up: Transition | None = None
 
 
 @attrs.frozen
@@ -142,6 +155,11 @@ class EntityKind:
     check_spec: Callable[[Mapping[str, Any], str], None] | None = None
     created_in: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
     resource_slots: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
+    #: Which children an ended entity's result counts (one of :data:`RESULT_FROM`).
+    result_from: str = "children"
+    #: With ``result_from="latest-child"``: the children's spec key naming their slot
+    #: (a replica number, say); ``None``: all children are one slot.
+    result_slot: str | None = None
     #: The class its entities are read into: :class:`~drover.model.values.Entity`, or
     #: a kind's own spelling with the same attributes (sessions: ``SessionWithKernels``).
     value_type: type[Any] = Entity
@@ -172,11 +190,23 @@ class EntityKind:
                 self._known(rule.from_statuses, "termination")
             if rule.if_childless is not None:
                 self._known({rule.if_childless}, "termination")
+        if self.result_from not in RESULT_FROM:
+            raise InvalidHandlerError(
+                f"kind {self.name!r}: result_from {self.result_from!r} is not one of "
+                f"{list(RESULT_FROM)}"
+            )
+        if self.result_slot is not None and self.result_from != "latest-child":
+            raise InvalidHandlerError(
+                f"kind {self.name!r}: result_slot is set, but result_from is "
+                f"{self.result_from!r}, not 'latest-child'"
+            )
         seen: set[str] = set()
         for budget in self.budgets:
             if budget.name in seen:
                 raise InvalidHandlerError(f"kind {self.name!r}: budget {budget.name!r} twice")
             seen.add(budget.name)
+            if budget.give_up is not None and budget.give_up.to is not None:
+                self._known({budget.give_up.to}, f"budget {budget.name!r} give_up")
 
     def _known(self, statuses: Iterable[str], what: str) -> None:
         unknown = sorted(set(statuses) - set(self.status_names))
@@ -276,7 +306,12 @@ class Kinds(Mapping[str, EntityKind]):
     (:class:`drover.app.App`) collects them from the plugin manager.
     """
 
-    def __init__(self, kinds: Iterable[EntityKind]) -> None:
+    def __init__(
+        self,
+        kinds: Iterable[EntityKind],
+        *,
+        budgets: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
         self._kinds: dict[str, EntityKind] = {}
         for kind in kinds:
             if kind.name in self._kinds and self._kinds[kind.name] is not kind:
@@ -301,6 +336,51 @@ class Kinds(Mapping[str, EntityKind]):
         # Statuses are read as each kind's own enum members (a dict lookup per row).
         self._members: dict[str, dict[str, StrEnum]] = {
             kind.name: {s.value: s for s in kind.statuses} for kind in self._kinds.values()
+        }
+        self._budgets = {k: dict(v) for k, v in (budgets or {}).items()}
+        for kind_name, limits in self._budgets.items():
+            declared = {b.name for b in self[kind_name].budgets}
+            unknown = sorted(set(limits) - declared)
+            if unknown:
+                raise InvalidHandlerError(
+                    f"budgets of kind {kind_name!r}: unknown budget(s) {unknown}; "
+                    f"declared: {sorted(declared)}"
+                )
+
+    def configured(self, budgets: Mapping[str, Mapping[str, int]] | None) -> Kinds:
+        """These kinds with configured budget limits (``[budgets.<kind>]``) on top."""
+        if not budgets:
+            return self
+        merged = {k: dict(v) for k, v in self._budgets.items()}
+        for kind_name, limits in budgets.items():
+            merged.setdefault(kind_name, {}).update(limits)
+        return Kinds(self._kinds.values(), budgets=merged)
+
+    def budget_limit(self, kind: str, spec: Mapping[str, Any], budget: str) -> int | None:
+        """A named budget's limit: ``spec["budgets"]``, else configuration, else the kind's."""
+        per_entity = spec.get("budgets")
+        if isinstance(per_entity, dict) and budget in per_entity:
+            value = per_entity[budget]
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+        configured = self._budgets.get(kind, {})
+        if budget in configured:
+            return configured[budget]
+        for declared in self[kind].budgets:
+            if declared.name == budget:
+                return declared.limit
+        return None
+
+    def budget_uses(
+        self, kind: str, spec: Mapping[str, Any], spent: Mapping[str, int] | None
+    ) -> dict[str, BudgetUse] | None:
+        """Every budget ``kind`` declares, used and limit (``None``: it declares none)."""
+        found = self._kinds.get(kind)
+        if found is None or not found.budgets:
+            return None
+        used = spent or {}
+        return {
+            b.name: BudgetUse(used.get(b.name, 0), self.budget_limit(kind, spec, b.name))
+            for b in found.budgets
         }
 
     def members(self, name: str) -> Mapping[str, StrEnum]:

@@ -11,12 +11,16 @@ from drover.model.errors import InvalidHandlerError
 from drover.model.values import HandlerOptions, Target
 
 __all__ = [
+    "FETCH_ORDERS",
     "OptionOverrides",
     "merge_options",
     "overrides_from",
     "session_options",
     "validate_options",
 ]
+
+#: The values of ``HandlerOptions.order``.
+FETCH_ORDERS = ("priority", "oldest-seen")
 
 #: Field name -> value; only the fields a source actually sets.
 OptionOverrides = Mapping[str, Any]
@@ -62,6 +66,10 @@ def validate_options(options: HandlerOptions, *, where: str) -> HandlerOptions:
         raise InvalidHandlerError(f"{where}: timeout must be seconds > 0 or None, got {timeout!r}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise InvalidHandlerError(f"{where}: batch_size must be an integer >= 1, got {batch!r}")
+    if options.order not in FETCH_ORDERS:
+        raise InvalidHandlerError(
+            f"{where}: order must be one of {list(FETCH_ORDERS)}, got {options.order!r}"
+        )
     return options
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from drover.model.status import SchedulingResult
-from drover.model.values import NewEntity, StatusInfoRule
+from drover.model.values import Claim, NewEntity, StatusInfoRule
 
 __all__ = [
     "FENCED",
@@ -25,20 +25,6 @@ __all__ = [
 STALE_STATUS = "stale-status"
 #: Error code of a change lost because the tick's claim expired or was taken over.
 FENCED = "fenced"
-
-
-@attrs.frozen
-class Claim:
-    """A tick's claim on the entities it fetched (PostgreSQL; ignored on SQLite).
-
-    ``owner`` is the coordinator's id, ``token`` is new for every tick (the
-    fencing token the apply's compare-and-set checks) and ``expires`` is when
-    other coordinators may take the entities over (epoch seconds).
-    """
-
-    owner: str
-    token: str
-    expires: float
 
 
 class TryCount(Enum):
@@ -82,6 +68,8 @@ class Change:
     creates: tuple[NewEntity, ...] = ()
     #: Other entities to ask to end, by their kinds' termination rules, if applied.
     terminates: tuple[str, ...] = ()
+    #: The result the handler set (``HandlerResult.results``), if the entity ends up terminal.
+    sets_result: str | None = None
 
     @property
     def changes_status(self) -> bool:

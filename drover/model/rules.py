@@ -25,6 +25,7 @@ __all__ = [
     "MATCH_CONDITIONS",
     "NON_TERMINAL_KERNEL_STATUSES",
     "REQUEUE_LIMIT",
+    "SETTABLE_RESULTS",
     "MatchCondition",
     "promotion_matches",
 ]
@@ -41,6 +42,8 @@ HOLDING_KERNEL_STATUSES: frozenset[KernelStatus] = NON_TERMINAL_KERNEL_STATUSES 
 DEFAULT_MAX_REQUEUES = 3
 #: The ``status_info`` of an entity sent to its kind's limit status past its requeue budget.
 REQUEUE_LIMIT = "REQUEUE_LIMIT"
+#: The results a handler may set for an ended target (``HandlerResult.results``).
+SETTABLE_RESULTS = frozenset({"SUCCESS", "FAILURE"})
 
 
 @attrs.frozen

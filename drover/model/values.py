@@ -8,11 +8,13 @@ from typing import Any, Protocol
 
 import attrs
 
+from drover.model.budgets import BudgetUse
 from drover.model.ids import new_id
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 
 __all__ = [
     "Child",
+    "Claim",
     "CoordinatorInfo",
     "Entity",
     "HandlerOptions",
@@ -89,8 +91,8 @@ class Target(Protocol):
         ...
 
     @property
-    def budgets(self) -> dict[str, int] | None:
-        """Named budgets spent so far."""
+    def budgets(self) -> dict[str, BudgetUse] | None:
+        """Its kind's named budgets, used and limit (``None``: the kind declares none)."""
         ...
 
     @property
@@ -260,6 +262,9 @@ class HandlerResult:
     create: list[NewEntity] = attrs.field(factory=list, converter=_new_entities)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_patches)
     terminate: dict[str, list[str]] = attrs.field(factory=dict, converter=_terminations)
+    #: ``entity_id -> "SUCCESS" | "FAILURE"``: the target's result, when this tick
+    #: leaves it in a terminal status (instead of the kind's ``result_from`` rule).
+    results: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
 
 
 @attrs.frozen
@@ -269,11 +274,16 @@ class HandlerOptions:
     ``max_retries``: consecutive failures allowed before GIVE_UP (``None``: no limit).
     ``timeout``: seconds a session may stay in a status this handler owns before
     EXPIRED (``None``: never). ``batch_size``: sessions fetched per tick.
+    ``order``: which come first when more wait than ``batch_size``:
+    ``"priority"`` (highest priority, then oldest) or ``"oldest-seen"`` (the
+    ones this handler fetched least recently, never-fetched first, so a
+    handler polling every live entity reaches all of them in turn).
     """
 
     max_retries: int | None = 5
     timeout: float | None = None
     batch_size: int = 1000
+    order: str = "priority"
 
 
 @attrs.frozen
@@ -319,6 +329,20 @@ class KernelInfo:
 
 
 @attrs.frozen
+class Claim:
+    """A tick's claim on the entities it fetched (PostgreSQL; ignored on SQLite).
+
+    ``owner`` is the coordinator's id, ``token`` is new for every tick (the
+    fencing token the apply's compare-and-set checks) and ``expires`` is when
+    other coordinators may take the entities over (epoch seconds).
+    """
+
+    owner: str
+    token: str
+    expires: float
+
+
+@attrs.frozen
 class SessionWithKernels:
     """One session with all of its kernels, as a handler sees it.
 
@@ -345,8 +369,12 @@ class SessionWithKernels:
     requeues: int = 0
     #: Handler-owned state, patched in the apply (``None``: none yet).
     data: dict[str, Any] | None = None
-    #: Named budgets spent so far (see :class:`drover.model.kinds.Budget`).
-    budgets: dict[str, int] | None = None
+    #: Named budgets, used and limit (the session kind declares none).
+    budgets: dict[str, BudgetUse] | None = None
+    #: The claim of the tick this value was fetched for (PostgreSQL with several
+    #: coordinators; ``None`` otherwise): backends fence side effects with it
+    #: (:mod:`drover.backends.fence`). Not part of the value's equality.
+    claim: Claim | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -370,8 +398,12 @@ class Entity:
 
     The session kind's handlers get :class:`SessionWithKernels`, which has
     the same attributes. ``try_count`` is the running handler's tries in the
-    current status; ``tries`` every handler's; ``budgets`` the named budgets
-    spent. ``children`` are the entity's children (of its kind's child kind).
+    current status; ``tries`` every handler's; ``budgets`` every named budget
+    its kind declares, with how much is used and its limit
+    (:class:`~drover.model.budgets.BudgetUse`; ``None`` if it declares none).
+    ``children`` are the entity's children (of its kind's child kind).
+    ``links`` are its relations to other entities, ``(relation, target_id)``
+    pairs sorted by relation then target (as ``NewEntity.links`` spells them).
     """
 
     id: str
@@ -390,8 +422,15 @@ class Entity:
     name: str | None = None
     tries: dict[str, int] = attrs.field(factory=dict)
     requeues: int = 0
-    budgets: dict[str, int] | None = None
+    budgets: dict[str, BudgetUse] | None = None
     exit_code: int | None = None
+    links: tuple[tuple[str, str], ...] = ()
+    #: The claim of the tick this value was fetched for, as on :class:`SessionWithKernels`.
+    claim: Claim | None = attrs.field(default=None, eq=False, repr=False)
+
+    def linked(self, relation: str) -> tuple[str, ...]:
+        """The ids this entity links to with ``relation``."""
+        return tuple(target for name, target in self.links if name == relation)
 
 
 @attrs.frozen

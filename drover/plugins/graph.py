@@ -20,6 +20,7 @@ __all__ = [
     "check_graph",
     "edges_of",
     "ordered_edges",
+    "parent_edges",
     "render_dot",
     "render_mermaid",
     "render_text",
@@ -94,6 +95,49 @@ def edges_of(
     return list(dict.fromkeys(edges))
 
 
+def parent_edges(
+    handlers: Mapping[str, Handler], kind: EntityKind, parent: EntityKind
+) -> list[Edge]:
+    """Changes of ``kind``'s statuses made by its parent kind's transitions.
+
+    A parent's ``Transition(children=…)`` moves the children behind it
+    (:meth:`EntityKind.movable_to`); a transition, promotion or termination
+    that ends the parent ends its live children
+    (:meth:`EntityKind.end_status_for`). The outcome is labelled
+    ``<outcome> (parent)``.
+    """
+    edges: list[Edge] = []
+
+    def moved(to: str, handler: str, outcome: str) -> None:
+        label = f"{outcome} (parent)"
+        edges.extend(Edge(s, to, handler, label) for s in sorted(kind.movable_to(to)) if s != to)
+
+    for name, handler in _of_kind(handlers, parent):
+        if isinstance(handler, PromotionRule):
+            if handler.to_status in parent.terminal:
+                moved(kind.end_status_for(handler.to_status), name, "promotion")
+            continue
+        transitions = type(handler).status_transitions()
+        declared = [(o, getattr(transitions, o)) for o in _OUTCOMES]
+        declared += sorted(transitions.outcomes.items())
+        for outcome, transition in declared:
+            if transition is None:
+                continue
+            if transition.children is not None:
+                moved(str(transition.children), name, outcome)
+            elif transition.to is not None and transition.to in parent.terminal:
+                moved(kind.end_status_for(transition.to), name, outcome)
+    for status in parent.status_names:
+        rule = parent.termination_of(status, has_children=True)
+        if rule is not None:
+            to = rule.children if rule.children is not None else None
+            if to is None and rule.to in parent.terminal:
+                to = kind.end_status_for(rule.to)
+            if to is not None:
+                moved(str(to), "api", "terminate")
+    return list(dict.fromkeys(edges))
+
+
 def _reachable(start: Iterable[str], edges: list[Edge]) -> set[str]:
     seen = set(start)
     frontier = list(seen)
@@ -106,8 +150,13 @@ def _reachable(start: Iterable[str], edges: list[Edge]) -> set[str]:
     return seen
 
 
-def check_graph(handlers: Mapping[str, Handler], kind: EntityKind) -> list[GraphWarning]:
+def check_graph(
+    handlers: Mapping[str, Handler], kind: EntityKind, *, parent: EntityKind | None = None
+) -> list[GraphWarning]:
     """Warnings about the whole state machine of ``kind`` built from ``handlers``.
+
+    ``parent`` is ``kind``'s parent kind: the statuses its transitions move
+    children to are reachable (:func:`parent_edges`).
 
     * a non-terminal status no handler targets: sessions there sit forever;
     * a handler whose ``need_retry`` moves the status: every retry resets its
@@ -166,6 +215,8 @@ def check_graph(handlers: Mapping[str, Handler], kind: EntityKind) -> list[Graph
                 )
             )
     incoming = {e.target for e in edges}
+    if parent is not None:
+        incoming |= {e.target for e in parent_edges(handlers, kind, parent)}
     for status in live:
         if status != kind.first_status and status not in incoming:
             warnings.append(

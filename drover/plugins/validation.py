@@ -114,7 +114,30 @@ def _validate_lifecycle(handler: LifecycleHandler, plugin: str, kinds: Kinds) ->
                 f"{', '.join(m.lower() for m in SchedulingResult.__members__)}"
             )
         _check_transition(transition, f"outcomes[{outcome!r}]", where, kind, child)
+    _check_stays_ended(transitions, frozenset(targets), where, kind)
     return name
+
+
+def _check_stays_ended(
+    transitions: StatusTransitions, targets: frozenset[str], where: str, kind: EntityKind
+) -> None:
+    """A handler never takes an entity out of a terminal status: ``reopen`` does that."""
+    ended = sorted(str(s) for s in targets if s in kind.terminal)
+    if not ended:
+        return
+    classes = ("success", "need_retry", "expired", "give_up")
+    declared = [(f, getattr(transitions, f)) for f in classes]
+    declared += [(f"outcomes[{o!r}]", t) for o, t in sorted(transitions.outcomes.items())]
+    for field, transition in declared:
+        if transition is None or transition.to is None:
+            continue
+        leaving = [s for s in ended if s != transition.to]
+        if leaving:
+            raise InvalidHandlerError(
+                f"{where}: status_transitions().{field} moves {kind.name}s out of the terminal "
+                f"status {leaving[0]} to {transition.to}; a handler cannot leave a terminal "
+                "status (Repository.reopen does, and clears the result)"
+            )
 
 
 def validate_promotion_handler(handler: SessionPromotionHandler, plugin: str) -> None:

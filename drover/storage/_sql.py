@@ -10,23 +10,39 @@ turns a thousand ids into one statement.
 
 Statements on the hot path are built once per shape and reused: SQLAlchemy
 memoizes a statement object's cache key, so a reused object skips the
-traversal a freshly built one costs on every execution.
+traversal a freshly built one costs on every execution. Keys that a plugin's
+values shape (a handler's candidate filters) go through
+:func:`bounded_statement`, which keeps only the most recently used ones: a
+daemon's cache never grows for its whole life.
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["CHUNK", "chunked", "ids_value", "statement"]
+__all__ = [
+    "BOUNDED_STATEMENTS",
+    "CHUNK",
+    "bounded_statement",
+    "cached_statements",
+    "chunked",
+    "ids_value",
+    "statement",
+]
 
 T = TypeVar("T")
 
 #: Ids per IN list where a statement still takes lists: far below bind limits.
 CHUNK = 500
 
+#: Statements kept by :func:`bounded_statement` (the least recently used goes first).
+BOUNDED_STATEMENTS = 256
+
 _STATEMENTS: dict[Hashable, Any] = {}
+_BOUNDED: OrderedDict[Hashable, Any] = OrderedDict()
 
 
 def ids_value(ids: Sequence[str], postgres: bool) -> Any:
@@ -40,6 +56,23 @@ def statement(key: Hashable, build: Callable[[], T]) -> T:
     if found is None:
         found = _STATEMENTS[key] = build()
     return found
+
+
+def bounded_statement(key: Hashable, build: Callable[[], T]) -> T:
+    """Like :func:`statement`, keeping only the :data:`BOUNDED_STATEMENTS` most recently used."""
+    found = _BOUNDED.get(key)
+    if found is None:
+        found = _BOUNDED[key] = build()
+        while len(_BOUNDED) > BOUNDED_STATEMENTS:
+            _BOUNDED.popitem(last=False)
+    else:
+        _BOUNDED.move_to_end(key)
+    return found
+
+
+def cached_statements() -> int:
+    """How many statements this process keeps built."""
+    return len(_STATEMENTS) + len(_BOUNDED)
 
 
 def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[list[T]]:

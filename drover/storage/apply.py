@@ -27,6 +27,7 @@ its ids as one parameter.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -55,6 +56,7 @@ from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
+    SET_CHOSEN_RESULT,
     claim_state,
     count_try,
     entity_data,
@@ -71,7 +73,13 @@ from drover.storage.statements.apply import (
     set_result,
     spend_budget,
 )
-from drover.storage.statements.promote import promote_entities, promotion_probe
+from drover.storage.statements.promote import (
+    WATERMARKS,
+    promote_entities,
+    promotion_probe,
+    recent_promotion_probe,
+)
+from drover.storage.watermarks import Watermarks, Window
 
 __all__ = ["Apply", "promote"]
 
@@ -320,6 +328,14 @@ class Apply:
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
+        if to_status in kind.terminal:
+            chosen = [
+                {"eid": c.entity_id, "result": c.sets_result}
+                for c in group
+                if c.sets_result is not None and c.entity_id in live
+            ]
+            if chosen:
+                self.conn.execute(SET_CHOSEN_RESULT, chosen)
         patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
         if patches:
             self._patch_data(patches)
@@ -453,6 +469,33 @@ class Apply:
         if move and recorded > moved:
             self.conn.execute(move[0], params)
         self.kernel_changes += recorded
+        if recorded and target in child.terminal:
+            self._end_descendants(child, target, params, (target,))
+
+    def _end_descendants(
+        self, kind: EntityKind, status: str, params: dict[str, Any], path: tuple[str, ...]
+    ) -> None:
+        """End the live children of ``kind``'s entities just ended in ``status``, down the tree.
+
+        Each descendant kind applies its own rule (:meth:`EntityKind.end_status_for`):
+        a cancelled job's tasks end, and so do their attempts.
+        """
+        child = self.kinds.child_of(kind.name)
+        if child is None:
+            return
+        pg = self.postgres
+        end = child.end_status_for(status)
+        statements = statement(
+            ("move-descendants", pg, child, end, path),
+            lambda: move_kernels(pg, child, end, path),
+        )
+        values = {**params, "to_status": str(end)}
+        recorded = max(self.conn.execute(statements[0], values).rowcount, 0)
+        for more in statements[1:]:
+            self.conn.execute(more, values)
+        self.kernel_changes += recorded
+        if recorded:
+            self._end_descendants(child, end, params, (*path, end))
 
     def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
         """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.
@@ -523,6 +566,7 @@ async def promote(
     inject_failure: Callable[[str], None] | None = None,
     *,
     probe_first: bool = True,
+    window: Window | None = None,
 ) -> ApplyOutcome:
     """Promote the entities ``rule`` matches, up to ``limit``, in one write transaction.
 
@@ -532,20 +576,46 @@ async def promote(
     locked rows on PostgreSQL), then their children, result and history follow
     as in any apply. The statuses are taken one after another, each in fetch
     order.
+
+    With a ``window`` (:class:`~drover.storage.watermarks.Window`, the rule's
+    own), the probe reads only the entities touched since the rule's last
+    empty check, and every check is recorded in it.
     """
 
     # Most promotion ticks find nothing: unless the last one found work
     # (``probe_first=False``), a read probe first keeps them from taking the
     # write lock (SQLite has one writer) for nothing.
-    probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
+    after = window.start() if window is not None and probe_first else None
+    if after is None:
+        probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
+        params: dict[str, Any] = {}
+    else:
+        child = db.kinds.child_of(rule.kind)
+        child_kind = child.name if child is not None else None
+        probe = statement(
+            ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
+        )
+        params = {"changes_after": after[0], "history_after": after[1]}
 
-    def any_candidate(conn: sa.Connection) -> bool:
-        return (conn.execute(probe)).first() is not None
+    def marks(conn: sa.Connection) -> Watermarks:
+        row = conn.execute(WATERMARKS).one()
+        return int(row[0]), int(row[1])
 
-    if probe_first and not await db.read(any_candidate):
-        return ApplyOutcome(changes=())
+    def any_candidate(conn: sa.Connection) -> tuple[bool, Watermarks | None]:
+        began = marks(conn) if window is not None else None
+        return (conn.execute(probe, params)).first() is not None, began
+
+    if probe_first:
+        began = time.monotonic()
+        found, seen = await db.read(any_candidate)
+        if window is not None and seen is not None:
+            window.checked(began, seen, full=after is None, found=found)
+        if not found:
+            return ApplyOutcome(changes=())
 
     def work(conn: sa.Connection) -> ApplyOutcome:
+        if window is not None:
+            checking.append((time.monotonic(), marks(conn)))
         apply = Apply(
             conn,
             rule.name,
@@ -565,4 +635,10 @@ async def promote(
         apply.announce(applied)
         return ApplyOutcome(changes=tuple(applied), kernel_changes=apply.kernel_changes)
 
-    return await db.write(work)
+    # The write checks every candidate: (when, watermarks) of its last attempt.
+    checking: list[tuple[float, Watermarks]] = []
+    outcome = await db.write(work)
+    if window is not None and checking:
+        # Promoting fewer than the limit means none is left; found work may hide more.
+        window.checked(*checking[-1], full=True, found=bool(outcome.changes))
+    return outcome

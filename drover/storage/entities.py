@@ -7,6 +7,7 @@ one serves every kind the same way.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,12 +18,13 @@ from drover.model.ids import new_id
 from drover.model.kinds import Kinds
 from drover.model.values import Entity, NewEntity
 from drover.storage._db import Database
-from drover.storage._sql import statement
-from drover.storage.fetch import read_children_of
+from drover.storage._sql import ids_value, statement
+from drover.storage.fetch import read_children_of, read_links_of
 from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
 from drover.storage.rows import entities_with_children
 from drover.storage.schema import entities
+from drover.storage.statements.apply import set_result
 from drover.storage.statements.entities import (
     CHILDREN_OF_ENTITY,
     ENTITY_BY_ID,
@@ -65,7 +67,9 @@ _ROW_KEYS = [col.name for col in entities.c]
 def _with_children(conn: sa.Connection, query: sa.Select[Any], kinds: Kinds) -> list[Entity]:
     """The entities ``query`` selects (:data:`ENTITY_COLUMNS`), each with its children."""
     rows = conn.execute(query).all()
-    return entities_with_children(rows, read_children_of(conn, [r[0] for r in rows]), kinds)
+    ids = [r[0] for r in rows]
+    children = read_children_of(conn, ids)
+    return entities_with_children(rows, children, kinds, links=read_links_of(conn, ids))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -145,9 +149,26 @@ def insert_new_entities(
     if rows:
         # Parents first: the children's foreign key is checked row by row.
         conn.execute(INSERT_ENTITIES, rows + child_rows)
+        _results_of_ended(conn, child_rows + rows, kinds)
     if links:
         conn.execute(INSERT_RELATIONS, links)
     write_history(conn, history)
+
+
+def _results_of_ended(conn: sa.Connection, rows: Sequence[dict[str, Any]], kinds: Kinds) -> None:
+    """Set ``result`` of the entities created in a terminal status, by their kinds' rule.
+
+    Children first, so that a parent's result is judged on its children as created.
+    """
+    ended: dict[str, list[str]] = {}
+    for row in rows:
+        if row["status"] in kinds[row["kind"]].terminal:
+            ended.setdefault(row["kind"], []).append(row["id"])
+    pg = conn.dialect.name == "postgresql"
+    for name, ids in ended.items():
+        kind, child = kinds[name], kinds.child_of(name)
+        query = statement(("result", pg, kind, child), partial(set_result, pg, kind, child))
+        conn.execute(query, {"ids": ids_value(ids, pg)})
 
 
 async def create_entities(
@@ -200,7 +221,8 @@ async def get_entity(db: Database, entity_id: str) -> Entity:
         if not rows:
             return []
         children = conn.execute(CHILDREN_OF_ENTITY, params).all()
-        return entities_with_children(rows, children, db.kinds)
+        links = read_links_of(conn, [entity_id])
+        return entities_with_children(rows, children, db.kinds, links=links)
 
     found = await db.read(work)
     if not found:

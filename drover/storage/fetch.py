@@ -18,28 +18,45 @@ from drover.model.kinds import Kinds
 from drover.model.plan import Claim
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import bounded_statement, ids_value, statement
+from drover.storage.fairness import OLDEST_SEEN, mark
 from drover.storage.rows import (
     entities_with_children,
     sessions_with_kernels,
 )
 from drover.storage.sessions import read_kernels_of
-from drover.storage.statements.fetch import children_of, claim_rows, release_rows, targets_query
+from drover.storage.statements.fetch import (
+    CLAIM_TOKEN,
+    children_of,
+    claim_rows,
+    links_of,
+    release_rows,
+    targets_query,
+)
+from drover.storage.statements.filters import filter_shape
 
-__all__ = ["fetch_lifecycle_targets", "read_children_of", "release_claims"]
+__all__ = [
+    "claim_held",
+    "fetch_lifecycle_targets",
+    "read_children_of",
+    "read_links_of",
+    "release_claims",
+]
 
 
 def _read_sessions(
-    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str
+    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str, claim: Claim | None
 ) -> list[Any]:
-    return sessions_with_kernels(rows, read_kernels_of(conn, [r[0] for r in rows]), handler)
+    kernels = read_kernels_of(conn, [r[0] for r in rows])
+    return sessions_with_kernels(rows, kernels, handler, claim)
 
 
 def _read_entities(
-    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str
+    conn: sa.Connection, rows: Sequence[Any], kinds: Kinds, handler: str, claim: Claim | None
 ) -> list[Any]:
-    children = read_children_of(conn, [r[0] for r in rows])
-    return entities_with_children(rows, children, kinds, handler)
+    ids = [r[0] for r in rows]
+    children = read_children_of(conn, ids)
+    return entities_with_children(rows, children, kinds, handler, read_links_of(conn, ids), claim)
 
 
 # How a kind's value type is read from rows of ENTITY_COLUMNS, children included.
@@ -57,6 +74,18 @@ def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
         )
 
 
+async def claim_held(db: Database, claim: Claim, entity_id: str) -> bool:
+    """Whether ``claim`` still holds ``entity_id``: unexpired by this process's clock, and
+    not taken over or released (the row still carries its token). Always true on SQLite,
+    where nothing is claimed (one coordinator, enforced at start-up)."""
+    if not db.postgres:
+        return True
+    if db.clock.time() >= claim.expires:
+        return False
+    token = await db.read(lambda conn: conn.execute(CLAIM_TOKEN, {"b_id": entity_id}).scalar())
+    return bool(token == claim.token)
+
+
 def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
     """Rows (:data:`~drover.storage.rows.ENTITY_COLUMNS`) of the children of ``ids``."""
     if not ids:
@@ -64,6 +93,18 @@ def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
     postgres = conn.dialect.name == "postgresql"
     query = statement(("children-of", postgres), lambda: children_of(postgres))
     return conn.execute(query, {"ids": ids_value(ids, postgres)}).all()
+
+
+def read_links_of(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """``{source id: [(relation, target id), …]}`` of the links from ``ids``."""
+    if not ids:
+        return {}
+    postgres = conn.dialect.name == "postgresql"
+    query = statement(("links-of", postgres), lambda: links_of(postgres))
+    found: dict[str, list[tuple[str, str]]] = {}
+    for source, name, target in conn.execute(query, {"ids": ids_value(ids, postgres)}):
+        found.setdefault(source, []).append((name, target))
+    return found
 
 
 async def fetch_lifecycle_targets(
@@ -75,6 +116,7 @@ async def fetch_lifecycle_targets(
     limit: int,
     now: float,
     claim: Claim | None = None,
+    order: str = "priority",
 ) -> list[Any]:
     """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
@@ -86,7 +128,12 @@ async def fetch_lifecycle_targets(
     rows are selected ``FOR UPDATE SKIP LOCKED`` among the unclaimed (or
     lapsed) ones and marked with the claim, so several coordinators fetch
     disjoint batches. On SQLite (one coordinator, enforced at start-up) the
-    claim is ignored and the fetch stays a plain read.
+    claim is ignored and the fetch stays a plain read. Each target carries the
+    claim it was fetched under (``claim``; ``None`` when not claimed), which
+    backends check before side effects (:mod:`drover.backends.fence`).
+
+    ``order="oldest-seen"`` takes those ``handler`` fetched least recently
+    first and marks the batch (a write transaction; :mod:`drover.storage.fairness`).
     """
     wanted = frozenset(str(s) for s in statuses)
     checks = tuple(filters)
@@ -94,11 +141,17 @@ async def fetch_lifecycle_targets(
     claiming = claim is not None and pg
     kinds = db.kinds
     read = _READERS.get(kinds[kind].value_type, _read_entities)
-    query = statement(
-        ("targets", kind, wanted, checks, pg, claiming),
-        lambda: targets_query(kind, wanted, checks, pg, claiming),
+    # Cached by the filters' shape, their values bound: values that change every
+    # tick reuse one statement.
+    shape, values = filter_shape(checks)
+    marking = order == OLDEST_SEEN
+    query = bounded_statement(
+        ("targets", kind, wanted, shape, pg, claiming, marking),
+        lambda: targets_query(kind, wanted, checks, pg, claiming, marking),
     )
-    params: dict[str, Any] = {"limit": limit}
+    params: dict[str, Any] = {"limit": limit, **values}
+    if marking:
+        params["mark_handler"] = handler
     if checks:
         params["now"] = now
     if claiming:
@@ -120,6 +173,9 @@ async def fetch_lifecycle_targets(
                     "b_claim_expires": claim.expires,
                 },
             )
-        return read(conn, rows, kinds, handler)  # type: ignore[no-any-return]
+        if marking:
+            mark(conn, handler, [r[0] for r in rows], now)
+        held = claim if claiming else None
+        return read(conn, rows, kinds, handler, held)  # type: ignore[no-any-return]
 
-    return await (db.write(work) if claiming else db.read(work))
+    return await (db.write(work) if claiming or marking else db.read(work))

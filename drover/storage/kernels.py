@@ -16,6 +16,7 @@ from drover.storage._sql import chunked, ids_value, statement
 from drover.storage.rows import Times, kernel_from_row
 from drover.storage.statements.kernels import (
     ASSIGN_AGENT,
+    CHANGE_ARRAYS,
     INSERT_STATUS_CHANGES,
     KERNEL_BY_ID,
     KERNEL_KIND,
@@ -24,6 +25,7 @@ from drover.storage.statements.kernels import (
     SET_RUNTIME,
     apply_reports,
     current_kernels,
+    insert_status_changes,
     usage_per_agent,
 )
 
@@ -125,7 +127,17 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
             )
         if runtimes:
             conn.execute(SET_RUNTIME, runtimes)
-        conn.execute(INSERT_STATUS_CHANGES, changes)
+        if db.postgres:
+            batch = statement(("insert-status-changes",), insert_status_changes)
+            params: dict[str, Any] = {
+                f"{name}s": [c[name] for c in changes] for name in CHANGE_ARRAYS
+            }
+            conn.execute(
+                batch, {**params, "kind": KERNEL_KIND, "source": BACKEND_SOURCE, "created_at": now}
+            )
+        else:
+            # pysqlite's executemany runs one prepared statement over every row.
+            conn.execute(INSERT_STATUS_CHANGES, changes)
         return applied
 
     return await db.write(work)

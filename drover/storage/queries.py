@@ -99,9 +99,10 @@ class Queries:
         """One session with its kernels, or UnknownSessionError."""
         return await _sessions.get_session(self._db, session_id)
 
-    async def resolve_session_id(self, prefix: str) -> str:
-        """The id of the one session whose id starts with ``prefix`` (or equals it)."""
-        return await _sessions.resolve_session_id(self._db, prefix)
+    async def resolve_session_id(self, ref: str) -> str:
+        """The id of the session ``ref`` names: its id, its name, or an id prefix
+        (see :meth:`resolve_entity_id`)."""
+        return await _sessions.resolve_session_id(self._db, ref)
 
     async def list_sessions(
         self,
@@ -109,12 +110,17 @@ class Queries:
         statuses: Iterable[SessionStatus] | None = None,
         limit: int | None = None,
         order: str = "priority",
+        name: str | None = None,
     ) -> list[SessionWithKernels]:
-        """Sessions (with kernels), optionally filtered by status, in ``order``.
+        """Sessions (with kernels), optionally filtered by status and name, in ``order``.
 
         ``order``: ``priority`` (fetch order, the default), ``newest`` or ``oldest``.
+        ``name``: a pattern, shell-style with ``*`` and ``?`` (whole name), else a
+        substring; case-insensitive.
         """
-        return await _sessions.list_sessions(self._db, statuses=statuses, limit=limit, order=order)
+        return await _sessions.list_sessions(
+            self._db, statuses=statuses, limit=limit, order=order, name=name
+        )
 
     async def filtered_sessions(self, f: SessionFilter) -> list[SessionWithKernels]:
         """Sessions (with kernels) matching the dashboard's filters."""
@@ -128,10 +134,12 @@ class Queries:
         """The newest id of anything created (ids are time-ordered)."""
         return await _sessions.latest_entity_id(self._db)
 
-    async def resolve_entity_id(self, prefix: str) -> str:
-        """The id of the one entity of any kind whose id starts with ``prefix``, or
-        UnknownEntityError."""
-        return await _sessions.resolve_session_id(self._db, prefix, None)
+    async def resolve_entity_id(self, ref: str, kind: str | None = None) -> str:
+        """The id of the one entity of ``kind`` (``None``: any) that ``ref`` names: its
+        id; else its name, unique among live entities (none live: the newest ended
+        one); else a unique id prefix. UnknownEntityError, or InvalidSpecError listing
+        the candidates when ambiguous. Every command and page that takes an id uses it."""
+        return await _sessions.resolve_session_id(self._db, ref, kind)
 
     async def find_by_name(self, kind: str, name: str) -> list[Entity]:
         """Entities of ``kind`` named ``name``, live ones first, then newest first."""

@@ -37,11 +37,13 @@ from drover.storage import fetch as _fetch
 from drover.storage import history as _history
 from drover.storage import kernels as _kernels
 from drover.storage import notify as _notify
+from drover.storage import reopen as _reopen
 from drover.storage import termination as _termination
 from drover.storage import ticks as _ticks
 from drover.storage.apply import Apply, promote
 from drover.storage.notify import Subscription
 from drover.storage.queries import Queries
+from drover.storage.watermarks import Window
 
 __all__ = ["Repository"]
 
@@ -56,6 +58,8 @@ class Repository(Queries):
     def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds) -> None:
         super().__init__(engine, clock=clock, kinds=kinds)
         self._busy_promotions: set[str] = set()
+        # Per promotion rule: what its last empty check saw (drover.storage.watermarks).
+        self._windows: dict[str, Window] = {}
 
     async def create_session(
         self,
@@ -103,6 +107,16 @@ class Repository(Queries):
     ) -> list[TerminationOutcome]:
         """Ask for entities to end, each by its kind's termination rule (history: ``source``)."""
         return await _termination.request_termination(self._db, session_ids, source)
+
+    async def reopen(
+        self, entity_id: str, status: str, *, source: str = "api", message: str | None = None
+    ) -> None:
+        """Take an ended entity back to the live ``status`` and clear its result.
+
+        The one way out of a terminal status (see :mod:`drover.storage.reopen`);
+        history records it as ``REOPENED`` by ``source``.
+        """
+        await _reopen.reopen(self._db, entity_id, status, source=source, message=message)
 
     async def create_entities(self, news: Sequence[NewEntity]) -> list[str]:
         """Check and create entities of any kind (with children and links) in one transaction.
@@ -162,14 +176,16 @@ class Repository(Queries):
         *,
         now: float,
         claim: Claim | None = None,
+        order: str = "priority",
     ) -> list[Target]:
         """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
         With ``claim`` (PostgreSQL) only unclaimed entities are fetched, and
-        they are claimed for the tick; see :mod:`drover.storage.fetch`.
+        they are claimed for the tick; ``order`` is the handler's
+        ``HandlerOptions.order``; see :mod:`drover.storage.fetch`.
         """
         return await _fetch.fetch_lifecycle_targets(
-            self._db, handler, kind, statuses, filters, limit, now, claim
+            self._db, handler, kind, statuses, filters, limit, now, claim, order
         )
 
     async def release_claims(self, claim: Claim, ids: Sequence[str]) -> None:
@@ -177,6 +193,10 @@ class Repository(Queries):
         if not self._db.postgres or not ids:
             return
         await self._db.write(lambda conn: _fetch.release_claims(conn, claim.token, ids))
+
+    async def claim_held(self, claim: Claim, entity_id: str) -> bool:
+        """Whether a tick's ``claim`` still holds ``entity_id`` (a backend's fence check)."""
+        return await _fetch.claim_held(self._db, claim, entity_id)
 
     async def subscribe(self, on_news: Callable[[dict[str, Any]], None]) -> Subscription | None:
         """Listen for other processes' news (PostgreSQL ``LISTEN``); ``None`` on SQLite."""
@@ -193,10 +213,16 @@ class Repository(Queries):
         """Select the sessions ``rule`` promotes and promote them, in one transaction.
 
         A rule whose last promotion found work goes straight to the write (work
-        tends to come in runs); otherwise a read probe comes first.
+        tends to come in runs); otherwise a read probe comes first, reading only
+        what changed since the rule's last empty check (:mod:`drover.storage.watermarks`).
         """
         busy = rule.name in self._busy_promotions
-        outcome = await promote(self._db, rule, limit, now, inject_failure, probe_first=not busy)
+        window = self._windows.get(rule.name)
+        if window is None:
+            window = self._windows[rule.name] = Window(self._db.postgres)
+        outcome = await promote(
+            self._db, rule, limit, now, inject_failure, probe_first=not busy, window=window
+        )
         if outcome.changes:
             self._busy_promotions.add(rule.name)
         else:

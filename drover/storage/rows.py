@@ -11,7 +11,7 @@ database already validated what it stores, so nothing is checked twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from drover.model.kinds import Kinds
 from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
 from drover.model.values import (
+    Claim,
     CoordinatorInfo,
     Entity,
     HistoryRecord,
@@ -133,10 +134,13 @@ def entity_from_row(
     kinds: Kinds,
     children: Sequence[Entity] = (),
     handler: str | None = None,
+    links: Sequence[tuple[str, str]] = (),
+    claim: Claim | None = None,
 ) -> Entity:
     """An :class:`Entity` from a row of :data:`ENTITY_COLUMNS`, its status its kind's enum."""
     tries: dict[str, int] = (_json(row[11]) or {}) if row[11] is not None else {}
     try_count = tries.get(handler, 0) if handler is not None else max(tries.values(), default=0)
+    spec = _json(row[7]) if row[7] is not None else {}
     return Entity(
         id=row[0],
         kind=row[1],
@@ -145,7 +149,7 @@ def entity_from_row(
         try_count=try_count,
         priority=row[5],
         created_at=times(row[6]),
-        spec=_json(row[7]) if row[7] is not None else {},
+        spec=spec,
         data=None if row[8] is None else _json(row[8]),
         status_info=row[9],
         result=row[10],
@@ -154,8 +158,10 @@ def entity_from_row(
         name=row[2],
         tries=tries,
         requeues=row[12],
-        budgets=None if row[13] is None else _json(row[13]),
+        budgets=kinds.budget_uses(row[1], spec, None if row[13] is None else _json(row[13])),
         exit_code=row[15],
+        links=tuple(links),
+        claim=claim,
     )
 
 
@@ -164,8 +170,10 @@ def entities_with_children(
     child_rows: Iterable[Sequence[Any]],
     kinds: Kinds,
     handler: str | None = None,
+    links: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    claim: Claim | None = None,
 ) -> list[Entity]:
-    """Entities in the order of ``rows``, each with its children (id order)."""
+    """Entities in the order of ``rows``, with children (id order), ``links`` and ``claim``."""
     times = Times()
     by_parent: dict[str, list[Entity]] = {}
     for child_row in child_rows:
@@ -173,13 +181,20 @@ def entities_with_children(
         by_parent.setdefault(child_row[14], []).append(child)
     for children in by_parent.values():
         children.sort(key=lambda c: c.id)
-    return [entity_from_row(r, times, kinds, by_parent.get(r[0], ()), handler) for r in rows]
+    linked = links or {}
+    return [
+        entity_from_row(
+            r, times, kinds, by_parent.get(r[0], ()), handler, linked.get(r[0], ()), claim
+        )
+        for r in rows
+    ]
 
 
 def sessions_with_kernels(
     session_rows: Iterable[Sequence[Any]],
     kernel_rows: Iterable[Sequence[Any]],
     handler: str | None = None,
+    claim: Claim | None = None,
 ) -> list[SessionWithKernels]:
     """Sessions (rows of :data:`ENTITY_COLUMNS`) in order, each with its kernels in id order.
 
@@ -188,7 +203,7 @@ def sessions_with_kernels(
     cache of :class:`Times` included, because a method call per column costs
     more than the lookup it wraps. Kernels read together with identical spec
     text share one decoded, read-only spec. ``try_count`` is ``handler``'s
-    count, or the highest of any handler.
+    count, or the highest of any handler. ``claim``: the tick's, given to each session.
     """
     seen_times: dict[float, datetime] = {}
     seen_specs: dict[str, Any] = {}
@@ -260,6 +275,7 @@ def sessions_with_kernels(
                 requeues,
                 None if data is None else _json(data),
                 None if budgets is None else _json(budgets),
+                claim,
             )
         )
     return out

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql
 __all__ = [
     "coordinators",
     "entities",
+    "fetch_marks",
     "handler_ticks",
     "metadata",
     "relations",
@@ -112,6 +113,22 @@ relations = sa.Table(
         primary_key=True,
     ),
     sa.Index(None, "target_id", "name"),
+)
+
+# When a handler with ``HandlerOptions(order="oldest-seen")`` last fetched an
+# entity: its fetch takes the least recently fetched first. Only such handlers
+# read or write it.
+fetch_marks = sa.Table(
+    "fetch_marks",
+    metadata,
+    sa.Column("handler", sa.String(128), primary_key=True),
+    sa.Column(
+        "entity_id",
+        sa.String(36),
+        sa.ForeignKey("entities.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("seen_at", sa.Double(), nullable=False),
 )
 
 # One row per outcome a handler (or the API, handler "api") had on an entity

@@ -22,6 +22,7 @@ from drover.storage.statements.sessions import (
     SESSION_COUNTS_BY_STATUS,
     SESSION_KIND,
     SESSION_ORDERS,
+    ids_by_name,
     ids_by_prefix,
     kernels_of,
     sessions_filtered,
@@ -77,33 +78,60 @@ async def get_session(db: Database, session_id: str) -> SessionWithKernels:
     return found[0]
 
 
-async def resolve_session_id(db: Database, prefix: str, kind: str | None = SESSION_KIND) -> str:
-    """The id of the one session (entity of ``kind``; ``None``: any) whose id starts with
-    ``prefix`` (or equals it).
+async def resolve_session_id(db: Database, ref: str, kind: str | None = SESSION_KIND) -> str:
+    """The id of the one entity of ``kind`` (``None``: any) that ``ref`` names.
 
-    Ids are time-ordered, so a session and the kernels created with it share
-    their first characters: a prefix that matches one entity and only its own
-    children means that entity.
+    The one resolver of every command and page that takes an id. In order:
+
+    1. ``ref`` is an entity's id: that entity.
+    2. ``ref`` is a name: the one **live** (not terminal) entity of that kind
+       with that name; more than one live: ambiguous, the error lists them. No
+       live one: the newest ended one (``drover logs NAME`` after it ended).
+    3. ``ref`` is a prefix of one entity's id. Ids are time-ordered, so a
+       session and the kernels created with it share their first characters: a
+       prefix that matches one entity and only its own children means that entity.
     """
-    if not prefix:
-        raise UnknownEntityError(prefix, kind)
-    query = ids_by_prefix(prefix, kind)
+    if not ref:
+        raise UnknownEntityError(ref, kind)
+    by_prefix = ids_by_prefix(ref, kind)
+    by_name = ids_by_name(ref, kind)
 
-    def work(conn: sa.Connection) -> list[tuple[str, str | None]]:
-        return [(r[0], r[1]) for r in conn.execute(query)]
+    def work(conn: sa.Connection) -> tuple[list[tuple[str, str | None]], list[Any]]:
+        found = [(r[0], r[1]) for r in conn.execute(by_prefix)]
+        if any(i == ref for i, _ in found):
+            return found, []
+        return found, list(conn.execute(by_name))
 
-    found = await db.read(work)
+    found, named = await db.read(work)
     ids = [i for i, _ in found]
-    if prefix in ids:
-        return prefix
+    if ref in ids:
+        return ref
+    if named:
+        return _one_named(db, ref, kind, named)
     if not found:
-        raise UnknownEntityError(prefix, kind)
+        raise UnknownEntityError(ref, kind, what="id or name")
     parents = {i for i, parent in found if parent not in ids}
     if len(parents) == 1 and len(found) <= PREFIX_MATCHES:
         return parents.pop()
     what = kind or "entity"
     raise InvalidSpecError(
-        f"{what} id prefix {prefix!r} is ambiguous: it matches {', '.join(ids[:2])}, …"
+        f"{what} id prefix {ref!r} is ambiguous: it matches {', '.join(ids[:2])}, …"
+    )
+
+
+def _one_named(db: Database, name: str, kind: str | None, named: Sequence[Any]) -> str:
+    """The one live entity among ``named`` (newest first), else the newest one."""
+    live = [r for r in named if r[1] not in db.kinds or r[2] not in db.kinds[r[1]].terminal]
+    if len(live) == 1:
+        return str(live[0][0])
+    if not live:
+        return str(named[0][0])
+    listed = ", ".join(f"{r[0]} ({r[1]} {r[2]})" for r in live[:5])
+    more = ", …" if len(live) > 5 else ""
+    kinds = {str(r[1]) for r in live}
+    what = f"{kinds.pop()}s" if len(kinds) == 1 else "entities"
+    raise InvalidSpecError(
+        f"name {name!r} is ambiguous: {len(live)} live {what} have it: {listed}{more}; use an id"
     )
 
 
@@ -113,13 +141,15 @@ async def list_sessions(
     statuses: Iterable[SessionStatus] | None = None,
     limit: int | None = None,
     order: str = "priority",
+    name: str | None = None,
 ) -> list[SessionWithKernels]:
-    """Sessions (with kernels), optionally filtered by status, in ``order``.
+    """Sessions (with kernels), optionally filtered by status and name, in ``order``.
 
-    ``order`` is a key of :data:`SESSION_ORDERS`; ``priority`` is fetch order.
+    ``order`` is a key of :data:`SESSION_ORDERS`; ``priority`` is fetch order;
+    ``name`` a pattern (:func:`~drover.storage.statements.sessions.name_matches`).
     """
     wanted = None if statuses is None else [s.value for s in statuses]
-    query = sessions_in(wanted, limit, order)
+    query = sessions_in(wanted, limit, order, name)
     return await db.read(lambda conn: _sessions(conn, query))
 
 

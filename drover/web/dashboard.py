@@ -177,9 +177,10 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def session_id_of(request: Request) -> str:
-    """The full id of the session the path's ``session_id`` (an id or a prefix) names.
+    """The full id of the session the path's ``session_id`` (an id, a name or an id
+    prefix, by the repository's one resolver) names.
 
-    Raises HTTPException: 404 for no such session, 400 for an ambiguous prefix.
+    Raises HTTPException: 404 for no such session, 400 for an ambiguous name or prefix.
     """
     prefix = request.path_params["session_id"]
     try:

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from drover.backends.local._proc import describe_signal
+from drover.backends.stopping import STOPPED, seen_end
 from drover.model.status import KernelStatus
 from drover.model.values import KernelReport
 
@@ -27,7 +28,9 @@ __all__ = [
     "RUNNING_EXPECTED",
     "describe",
     "kernel_end",
+    "kernel_ends",
     "setup_end",
+    "setup_ends",
     "start_failure",
 ]
 
@@ -107,6 +110,32 @@ def kernel_end(
     return report
 
 
+def kernel_ends(
+    kernel_id: str,
+    record: Mapping[str, Any] | None,
+    *,
+    destroying: bool,
+    runtime: Mapping[str, Any],
+    lost: str = "its supervisor ended without recording how the command ended",
+    unstarted: bool = False,
+) -> list[KernelReport]:
+    """The reports of a kernel command that ended, as :func:`kernel_end` judges it.
+
+    Not ``destroying`` (this watcher did not stop it): the kernel's own verdict,
+    then the destroy's, which applies if another coordinator (or this one,
+    before a restart) asked the kernel to stop (:mod:`drover.backends.stopping`).
+    """
+    end = kernel_end(
+        kernel_id, record, destroying=destroying, runtime=runtime, lost=lost, unstarted=unstarted
+    )
+    if destroying:
+        return [end]
+    destroyed = kernel_end(
+        kernel_id, record, destroying=True, runtime=runtime, lost=lost, unstarted=unstarted
+    )
+    return seen_end(end, destroyed)
+
+
 def _kernel_end(
     kernel_id: str,
     record: Mapping[str, Any] | None,
@@ -162,10 +191,17 @@ def setup_end(
     destroying: bool,
     stderr_tail: str,
 ) -> KernelReport:
-    """The report for a kernel's setup command that ended: PREPARED if it succeeded."""
+    """The report for a kernel's setup command that ended: PREPARED if it succeeded.
+
+    ``destroying``: TERMINATED, from the statuses of a setup or the destroy's
+    TERMINATING.
+    """
     if destroying:
         return KernelReport(
-            kernel_id, _K.TERMINATED, expected=AFTER_SETUP, message="destroyed during setup"
+            kernel_id,
+            _K.TERMINATED,
+            expected=AFTER_SETUP | STOPPED,
+            message="destroyed during setup",
         )
     if record is None:
         message = "setup lost: its supervisor ended without recording how the setup ended"
@@ -183,3 +219,18 @@ def setup_end(
     if stderr_tail:
         message += f": {stderr_tail}"
     return KernelReport(kernel_id, _K.ERROR, expected=AFTER_SETUP, exit_code=code, message=message)
+
+
+def setup_ends(
+    kernel_id: str,
+    record: Mapping[str, Any] | None,
+    *,
+    destroying: bool,
+    stderr_tail: str,
+) -> list[KernelReport]:
+    """The reports of a setup that ended, as :func:`setup_end` judges it (see
+    :func:`kernel_ends`: a watcher that did not stop it adds the destroy's verdict)."""
+    end = setup_end(kernel_id, record, destroying=destroying, stderr_tail=stderr_tail)
+    if destroying:
+        return [end]
+    return seen_end(end, setup_end(kernel_id, record, destroying=True, stderr_tail=stderr_tail))

@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from drover.model.values import KernelReport
 
 __all__ = [
     "Attempt",
+    "Check",
     "Command",
     "Watch",
     "handshake",
@@ -41,6 +42,9 @@ __all__ = [
     "runtime_of",
     "terminate",
 ]
+
+#: A fence's check, called right before a side effect (raises to stop it).
+Check = Callable[[], None]
 
 #: How an older drover's ``sh`` wrapper recorded the exit code (legacy kernels).
 LEGACY_EXIT_FILE = ".drover-exit"
@@ -211,11 +215,15 @@ def read_end(watch: Watch) -> tuple[Mapping[str, Any] | None, str]:
     return spawn.exit, tail
 
 
-def reset_for_prepare(workdir: Path) -> disk.DiskSpawn | None:
-    """(worker thread) Clear an earlier attempt's spawns; return a setup still running."""
+def reset_for_prepare(workdir: Path, check: Check) -> disk.DiskSpawn | None:
+    """(worker thread) Clear an earlier attempt's spawns; return a setup still running.
+
+    ``check`` (the call's fence) runs right before anything is killed or removed.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     earlier = disk.inspect(workdir, "kernel", wait=False)
     if earlier is not None:
+        check()
         if earlier.alive or earlier.started:
             disk.kill_supervised(workdir, "kernel", earlier)
         disk.remove(workdir, "kernel")
@@ -223,6 +231,7 @@ def reset_for_prepare(workdir: Path) -> disk.DiskSpawn | None:
     if setup is not None and setup.alive and setup.supervisor is not None:
         return setup
     if setup is not None:
+        check()
         if setup.started:
             disk.kill_supervised(workdir, "setup", setup)
         disk.remove(workdir, "setup")

@@ -44,13 +44,20 @@ from typing import Any
 import attrs
 
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.backends.fence import Fence, FencedError
 from drover.backends.local import _disk as disk
-from drover.backends.local._outcome import AFTER_SETUP, RUNNING_EXPECTED, kernel_end, setup_end
+from drover.backends.local._outcome import (
+    AFTER_SETUP,
+    RUNNING_EXPECTED,
+    kernel_ends,
+    setup_ends,
+)
 from drover.backends.local._proc import boot_id, process_identity
 from drover.backends.local._reports import ReportQueue
 from drover.backends.local._spec import cwd_of, env_of, log_paths, spec_problem
 from drover.backends.local._watch import (
     Attempt,
+    Check,
     Command,
     Watch,
     handshake,
@@ -63,6 +70,7 @@ from drover.backends.local._watch import (
     runtime_of,
     terminate,
 )
+from drover.backends.stopping import mark_stopping
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
@@ -218,9 +226,13 @@ class LocalBackend(AgentBackend):
                 return "adopted"
             if setup is not None and setup.exit is not None:
                 tail = disk.read_tail(workdir / "setup.stderr.log", _STDERR_TAIL)
-                reports.append(setup_end(kernel.id, setup.exit, destroying=False, stderr_tail=tail))
+                reports.extend(
+                    setup_ends(kernel.id, setup.exit, destroying=False, stderr_tail=tail)
+                )
                 return "ended"
-            self._spawn_task(self._prepare_kernel(kernel.session_id, kernel))
+            # No tick asked for it: a restart carries on an interrupted preparation.
+            unfenced = Fence(kernel.session_id)
+            self._spawn_task(self._prepare_kernel(kernel.session_id, kernel, unfenced))
             return "restarted"
         if kernel.status == _K.PREPARED:
             # Its session is PREPARED too: start-sessions calls create(), which
@@ -242,8 +254,8 @@ class LocalBackend(AgentBackend):
             self._kernels[kernel.id] = watch
             return "adopted"
         record = spawn.exit if spawn is not None else None
-        reports.append(
-            kernel_end(
+        reports.extend(
+            kernel_ends(
                 kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(spawn)
             )
         )
@@ -260,8 +272,10 @@ class LocalBackend(AgentBackend):
             )  # fmt: skip
             return "adopted"
         record = legacy_exit(workdir)
-        reports.append(
-            kernel_end(kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(None))
+        reports.extend(
+            kernel_ends(
+                kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(None)
+            )
         )
         return "ended" if record is not None else "lost"
 
@@ -350,19 +364,22 @@ class LocalBackend(AgentBackend):
         start, or nobody knows how it ended) goes straight to its end.
         """
         runtime = runtime_of(workdir, spawn.state or {}, "kernel")
-        end = kernel_end(
+        ends = kernel_ends(
             kernel_id, spawn.exit, destroying=destroying, runtime=runtime,
             lost=lost_reason(spawn), unstarted=unstarted,
         )  # fmt: skip
-        if not unstarted or end.exit_code is None:
-            return [end]
+        if not unstarted or ends[0].exit_code is None:
+            return ends
         running = KernelReport(kernel_id, _K.RUNNING, expected=RUNNING_EXPECTED, runtime=runtime)
-        return [running, end]
+        return [running, *ends]
 
     # -- starting commands ----------------------------------------------------------
 
-    def _attempt(self, command: Command) -> Attempt:
-        """(worker thread) Adopt or judge an earlier spawn of the command, or spawn it."""
+    def _attempt(self, command: Command, check: Check) -> Attempt:
+        """(worker thread) Adopt or judge an earlier spawn of the command, or spawn it.
+
+        ``check`` (the call's fence) runs right before anything is killed or spawned.
+        """
         command.workdir.mkdir(parents=True, exist_ok=True)
         earlier = disk.inspect(command.workdir, command.role)
         if earlier is not None:
@@ -371,10 +388,12 @@ class LocalBackend(AgentBackend):
             if earlier.exit is not None:
                 return Attempt("ended", earlier)
             if earlier.started or not earlier.this_boot:
+                check()
                 disk.kill_supervised(command.workdir, command.role, earlier)
                 return Attempt("lost", earlier)
             # An intent whose supervisor never ran: the command never started.
         token = disk.new_token()
+        check()
         try:
             pid, fd = disk.spawn_supervisor(
                 command.workdir, command.role, token, command=command.argv, cwd=command.cwd,
@@ -388,14 +407,34 @@ class LocalBackend(AgentBackend):
             return Attempt("failed", message=f"cannot start its supervisor: {error}")
         return Attempt("spawned", token=token, pid=pid, handshake_fd=fd)
 
-    async def _start(self, commands: Sequence[Command]) -> list[Attempt]:
+    async def _start(self, commands: Sequence[Command], fence: Fence) -> list[Attempt]:
         """Adopt or spawn each command; wait for the new supervisors' handshakes.
 
         A spawned attempt comes back as ``adopt`` with the supervisor's state
         (the command started), as ``ended`` (it could not start), or as
-        ``failed`` (the supervisor never answered; it was killed).
+        ``failed`` (the supervisor never answered; it was killed). Raises
+        :class:`FencedError`, having spawned nothing more, once ``fence`` fails
+        (the spawns made before it are watched as usual).
         """
-        attempts = await asyncio.to_thread(lambda: [self._attempt(c) for c in commands])
+        if not commands:
+            return []
+        await fence.check()
+        attempts: list[Attempt] = []
+
+        def attempt_each() -> None:
+            for command in commands:
+                attempts.append(self._attempt(command, fence.check_clock))
+
+        try:
+            await asyncio.to_thread(attempt_each)
+        except FencedError:
+            # Supervisors spawned before the fence failed run on: their spawn records
+            # on disk are adopted by whichever coordinator owns the kernels now.
+            for attempt in attempts:
+                if attempt.kind == "spawned":
+                    os.close(attempt.handshake_fd)
+                    self._reap.add(attempt.pid)
+            raise
         answers = await asyncio.gather(
             *(
                 handshake(a.handshake_fd, self.start_timeout)
@@ -439,22 +478,36 @@ class LocalBackend(AgentBackend):
     # -- prepare -----------------------------------------------------------------
 
     async def prepare(self, session: SessionWithKernels) -> None:
-        """Start preparing each live kernel in the background."""
-        for kernel in session.kernels:
-            if kernel.status not in TERMINAL_KERNEL_STATUSES:
-                self._spawn_task(self._prepare_kernel(session.id, kernel))
+        """Prepare each live kernel: clear what an earlier attempt left, start its setup.
+
+        Returns once every setup was started (the monitor reports how each
+        ends), all of it under the tick's claim: a fenced call (the claim
+        lapsed or was taken over, e.g. this daemon was paused) kills, removes
+        and spawns nothing more and raises :class:`FencedError`.
+        """
+        fence = Fence.of(session, self.reporter)
+        await fence.check()
+        kernels = [k for k in session.kernels if k.status not in TERMINAL_KERNEL_STATUSES]
+        done = await asyncio.gather(
+            *(self._prepare_kernel(session.id, k, fence) for k in kernels), return_exceptions=True
+        )
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def _setup_failed(self, kernel_id: str, message: str) -> None:
         self._reports.add(
             [KernelReport(kernel_id, _K.ERROR, expected=AFTER_SETUP, message=message)]
         )
 
-    async def _prepare_kernel(self, session_id: str, kernel: KernelInfo) -> None:
+    async def _prepare_kernel(self, session_id: str, kernel: KernelInfo, fence: Fence) -> None:
         if kernel.id in self._busy or kernel.id in self._setups:
             return  # being prepared already (a restart, or a repeated call)
         self._busy.add(kernel.id)
         try:
-            await self._prepare_now(session_id, kernel)
+            await self._prepare_now(session_id, kernel, fence)
+        except FencedError:
+            raise  # not the kernel's failure: another coordinator may own it now
         except Exception as error:
             log.exception("preparing kernel %s failed", kernel.id)
             message = f"prepare failed: {type(error).__name__}: {error}"
@@ -464,7 +517,7 @@ class LocalBackend(AgentBackend):
         finally:
             self._busy.discard(kernel.id)
 
-    async def _prepare_now(self, session_id: str, kernel: KernelInfo) -> None:
+    async def _prepare_now(self, session_id: str, kernel: KernelInfo, fence: Fence) -> None:
         problem = spec_problem(kernel.spec)
         if problem:
             self._reports.add(
@@ -474,6 +527,7 @@ class LocalBackend(AgentBackend):
         workdir = self._workdir(kernel)
         runtime = {"workdir": str(workdir), **log_paths(workdir)}
         setup = kernel.spec.get("setup")
+        fence.check_clock()
         earlier = self._kernels.pop(kernel.id, None)
         if earlier is not None:
             # An earlier attempt's command (killed by the reset below): a new
@@ -481,7 +535,7 @@ class LocalBackend(AgentBackend):
             earlier.abandoned = True
             if earlier.own:
                 self._reap.add(earlier.supervisor_pid)
-        live = await asyncio.to_thread(reset_for_prepare, workdir)
+        live = await asyncio.to_thread(reset_for_prepare, workdir, fence.check_clock)
         if live is not None:
             self._setups[kernel.id] = self._watch_of(kernel.id, "setup", workdir, live)
             return
@@ -500,7 +554,7 @@ class LocalBackend(AgentBackend):
             kernel.id, "setup", workdir, argv, cwd_of(kernel.spec, workdir),
             env_of(session_id, kernel), workdir / "setup.stdout.log", workdir / "setup.stderr.log",
         )  # fmt: skip
-        (attempt,) = await self._start([command])
+        (attempt,) = await self._start([command], fence)
         if attempt.kind == "adopt" and attempt.spawn is not None:
             own = attempt.pid != 0
             self._setups[kernel.id] = self._watch_of(
@@ -510,7 +564,7 @@ class LocalBackend(AgentBackend):
         if attempt.kind == "ended" and attempt.spawn is not None:
             tail = await asyncio.to_thread(disk.read_tail, command.stderr, _STDERR_TAIL)
             self._reports.add(
-                [setup_end(kernel.id, attempt.spawn.exit, destroying=False, stderr_tail=tail)]
+                setup_ends(kernel.id, attempt.spawn.exit, destroying=False, stderr_tail=tail)
             )
             return
         message = f"setup failed to start: {attempt.message or 'lost'}"
@@ -525,8 +579,9 @@ class LocalBackend(AgentBackend):
 
         A kernel whose command was already started, by this daemon or by one
         that crashed before its RUNNING report committed, is adopted, never
-        started twice.
+        started twice. Spawns are fenced by the tick's claim (see :meth:`prepare`).
         """
+        fence = Fence.of(session, self.reporter)
         reports: list[KernelReport] = []
         commands: list[Command] = []
         for kernel in session.kernels:
@@ -556,7 +611,7 @@ class LocalBackend(AgentBackend):
             commands.append(Command(kernel.id, "kernel", workdir, argv, cwd, env, out, err))
         self._busy.update(c.kernel_id for c in commands)
         try:
-            attempts = await self._start(commands)
+            attempts = await self._start(commands, fence)
         finally:
             self._busy.difference_update(c.kernel_id for c in commands)
         for command, attempt in zip(commands, attempts, strict=True):
@@ -677,9 +732,9 @@ class LocalBackend(AgentBackend):
     ) -> list[KernelReport]:
         stopped = watch.destroying or watch.abandoned
         if watch.role == "setup":
-            return [setup_end(watch.kernel_id, record, destroying=stopped, stderr_tail=tail)]
-        end = kernel_end(watch.kernel_id, record, destroying=stopped, runtime=watch.runtime)
-        return [end] if watch.confirmed else [watch.running_report(), end]
+            return setup_ends(watch.kernel_id, record, destroying=stopped, stderr_tail=tail)
+        ends = kernel_ends(watch.kernel_id, record, destroying=stopped, runtime=watch.runtime)
+        return ends if watch.confirmed else [watch.running_report(), *ends]
 
     # -- destroy -------------------------------------------------------------------
 
@@ -694,26 +749,37 @@ class LocalBackend(AgentBackend):
         RUNNING report committed, or this daemon's monitor still reading the
         end) may report it too late or never, and the session's transition to
         TERMINATED would then end the kernel without its code.
+
+        Before any signal the kernels are reported TERMINATING, so that whoever
+        sees them end calls them destroyed (:mod:`drover.backends.stopping`).
+        Every signal is fenced by the tick's claim (see :meth:`prepare`).
         """
+        fence = Fence.of(session, self.reporter)
+        await fence.check()
         victims: list[Watch] = []
         ended: list[KernelReport] = []
         for kernel in session.kernels:
             setup = self._setups.get(kernel.id)
             watch = self._kernels.get(kernel.id)
             if watch is None and kernel.status not in TERMINAL_KERNEL_STATUSES:
-                watch = await self._adopt_for_destroy(kernel, ended)
-            for victim in (setup, watch):
-                if victim is not None:
-                    victim.destroying = True
-                    terminate(victim)
-                    victims.append(victim)
+                watch = await self._adopt_for_destroy(kernel, ended, fence)
+            victims.extend(v for v in (setup, watch) if v is not None)
         # Queued like every end, so the flush below commits them (or the runner retries).
         self._reports.add(ended)
+        await mark_stopping(self.reporter, [v.kernel_id for v in victims])
+        await fence.check()
+        for victim in victims:
+            fence.check_clock()
+            victim.destroying = True
+            terminate(victim)
         grace = max((v.grace for v in victims), default=0.0)
         await self._wait_for_ends(victims, grace + _KILL_MARGIN)
         stuck = [v for v in victims if self._still_watched(v)]
+        if stuck:
+            await fence.check()
         for victim in stuck:
             log.warning("kernel %s: its %s did not stop: SIGKILL", victim.kernel_id, victim.role)
+            fence.check_clock()
             await asyncio.to_thread(kill_now, victim)
         await self._wait_for_ends(stuck, _KILL_MARGIN)
         await self._poll_once()
@@ -739,7 +805,7 @@ class LocalBackend(AgentBackend):
         return table.get(watch.kernel_id) is watch or watch.kernel_id in self._ending
 
     async def _adopt_for_destroy(
-        self, kernel: KernelInfo, ended: list[KernelReport]
+        self, kernel: KernelInfo, ended: list[KernelReport], fence: Fence
     ) -> Watch | None:
         """Watch a kernel's live command that this daemon does not watch yet.
 
@@ -756,7 +822,7 @@ class LocalBackend(AgentBackend):
                 workdir = Path(runtime.get("workdir", self._workdir(kernel)))
                 record = await asyncio.to_thread(legacy_exit, workdir)
                 if record is not None:
-                    ended.append(kernel_end(kernel.id, record, destroying=True, runtime=runtime))
+                    ended.extend(kernel_ends(kernel.id, record, destroying=True, runtime=runtime))
                 return None
             self._resume_legacy(kernel, [])
             return self._kernels.get(kernel.id)
@@ -774,7 +840,7 @@ class LocalBackend(AgentBackend):
             # Only a kernel that wants a process has its current attempt's spawn
             # on disk: an earlier attempt's would be reset by its preparation.
             if kernel.status in _WANTS_PROCESS and (spawn.started or spawn.exit is not None):
-                ended.extend(await asyncio.to_thread(self._ended_for_destroy, kernel, spawn))
+                ended.extend(await asyncio.to_thread(self._ended_for_destroy, kernel, spawn, fence))
             return None
         if spawn.supervisor is None:
             return None
@@ -783,7 +849,9 @@ class LocalBackend(AgentBackend):
         self._kernels[kernel.id] = watch
         return watch
 
-    def _ended_for_destroy(self, kernel: KernelInfo, spawn: disk.DiskSpawn) -> list[KernelReport]:
+    def _ended_for_destroy(
+        self, kernel: KernelInfo, spawn: disk.DiskSpawn, fence: Fence
+    ) -> list[KernelReport]:
         """(worker thread) How an unwatched kernel's command ended, for destroy to commit.
 
         A supervisor that died without recording the end may have left
@@ -791,6 +859,7 @@ class LocalBackend(AgentBackend):
         """
         workdir = self._workdir(kernel)
         if spawn.exit is None and spawn.started:
+            fence.check_clock()
             disk.kill_supervised(workdir, "kernel", spawn)
         unstarted = kernel.status in RUNNING_EXPECTED
         return self._ended(kernel.id, workdir, spawn, destroying=True, unstarted=unstarted)

@@ -9,10 +9,11 @@ one (``detect-termination``, KERNEL_EXITED), never as a start failure.
 from __future__ import annotations
 
 from drover.backends.slurm._tools import SlurmJob
+from drover.backends.stopping import seen_end
 from drover.model.status import KernelStatus
 from drover.model.values import KernelReport
 
-__all__ = ["AFTER_START", "EARLY", "OWNING", "ended", "lost", "progress", "started"]
+__all__ = ["AFTER_START", "EARLY", "OWNING", "ended", "ends", "lost", "progress", "started"]
 
 _K = KernelStatus
 #: Kernel statuses in which a kernel owns the job recorded in its runtime.
@@ -50,11 +51,23 @@ def ended(
     return KernelReport(kernel_id, status, expected=expected, exit_code=code, message=message)
 
 
+def ends(
+    kernel_id: str, job: SlurmJob, expected: frozenset[KernelStatus], *, destroying: bool
+) -> list[KernelReport]:
+    """The reports of a finished job, as :func:`ended` judges it. Not ``destroying`` (this
+    coordinator did not stop it): the destroy's verdict follows, for a kernel another
+    coordinator is destroying (TERMINATING, :mod:`drover.backends.stopping`)."""
+    end = ended(kernel_id, job, expected, destroying=destroying)
+    if destroying:
+        return [end]
+    return seen_end(end, ended(kernel_id, job, expected, destroying=True))
+
+
 def started(kernel_id: str, job: SlurmJob, *, destroying: bool = False) -> list[KernelReport]:
     """RUNNING for a PREPARED or CREATING kernel whose job has a node, then its end if over."""
     reports = [KernelReport(kernel_id, _K.RUNNING, expected=frozenset({_K.PREPARED, _K.CREATING}))]
     if job.finished:
-        reports.append(ended(kernel_id, job, frozenset({_K.RUNNING}), destroying=destroying))
+        reports += ends(kernel_id, job, frozenset({_K.RUNNING}), destroying=destroying)
     return reports
 
 
@@ -72,7 +85,7 @@ def progress(
     node Slurm gave the job in it.
     """
     if job.finished and (destroying or not job.allocated):
-        return [ended(kernel_id, job, OWNING, destroying=destroying)]
+        return ends(kernel_id, job, OWNING, destroying=destroying)
     if not job.allocated:
         if job.state == "CONFIGURING" and status == _K.PREPARING:
             return [KernelReport(kernel_id, _K.PULLING, expected=frozenset({_K.PREPARING}))]
@@ -83,7 +96,7 @@ def progress(
     if status == _K.CREATING:
         return started(kernel_id, job)
     if status in AFTER_START and job.finished:
-        return [ended(kernel_id, job, AFTER_START, destroying=False)]
+        return ends(kernel_id, job, AFTER_START, destroying=False)
     return []  # PREPARED: create() reports RUNNING when start-sessions asks
 
 

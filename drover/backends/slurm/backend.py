@@ -36,11 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.backends.fence import Fence
 from drover.backends.slurm._client import SlurmClient, newest_named
 from drover.backends.slurm._reports import OWNING, ended, lost, progress, started
 from drover.backends.slurm._script import SpecProblem, job_script, resource_args
 from drover.backends.slurm._settings import SlurmSettings
 from drover.backends.slurm._tools import SlurmCommandError, SlurmJob, SlurmNode, transient_retry
+from drover.backends.stopping import STOPPED, mark_stopping
 from drover.model.rules import NON_TERMINAL_KERNEL_STATUSES
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
@@ -220,17 +222,23 @@ class SlurmBackend(AgentBackend):
     # -- prepare: submit ------------------------------------------------------------------
 
     async def prepare(self, session: SessionWithKernels) -> None:
-        """Submit one job per SCHEDULED kernel (or adopt the one submitted before a crash)."""
+        """Submit one job per SCHEDULED kernel (or adopt the one submitted before a crash).
+
+        Each ``sbatch`` and ``scancel`` is fenced by the tick's claim
+        (:mod:`drover.backends.fence`): a call whose claim lapsed or was taken
+        over submits and cancels nothing more.
+        """
+        fence = Fence.of(session, self.reporter)
         for kernel in session.kernels:
             if kernel.status == _K.SCHEDULED:
-                await self._submit(session, kernel)
+                await self._submit(session, kernel, fence)
             elif kernel.status in OWNING:
                 self._adopt(kernel)  # submitted before a restart; the poll follows it
 
     def _known_gres(self) -> list[str]:
         return sorted({name for node in self._nodes for name in node.gres})
 
-    async def _submit(self, session: SessionWithKernels, kernel: KernelInfo) -> None:
+    async def _submit(self, session: SessionWithKernels, kernel: KernelInfo, fence: Fence) -> None:
         workdir = self.data_dir / "kernels" / kernel.id
         workdir.mkdir(parents=True, exist_ok=True)
         cwd = kernel.spec.get("cwd")
@@ -247,10 +255,12 @@ class SlurmBackend(AgentBackend):
             return
         previous = (kernel.runtime or {}).get("slurm_job_id")
         after = previous if isinstance(previous, int) else None
+        await fence.check()
         old = self._jobs.pop(kernel.id, None)
         if old is not None and (old.job is None or not old.job.finished):
             # Sent back to PENDING and scheduled again: the old attempt's job goes.
             await self.slurm.cancel([old.job_id])
+            await fence.check()
         runtime: dict[str, Any] = {
             "backend": "slurm",
             "workdir": str(workdir),
@@ -284,6 +294,7 @@ class SlurmBackend(AgentBackend):
                 ),
                 *self.settings.sbatch_args,
             ]
+            fence.check_clock()
             try:
                 job_id = await self.slurm.submit(argv, script, name, after)
             except SlurmCommandError as error:
@@ -375,11 +386,12 @@ class SlurmBackend(AgentBackend):
                     self._jobs.pop(item.kernel_id, None)
                 continue
             if item.job is not None:
+                # TERMINATING: a destroy (of this coordinator or another) stopped it.
                 reports += progress(
                     item.kernel_id,
                     item.job,
                     status,
-                    destroying=item.destroying,
+                    destroying=item.destroying or status in STOPPED,
                     runtime=item.runtime,
                 )
         if cancel:
@@ -390,7 +402,15 @@ class SlurmBackend(AgentBackend):
     # -- destroy --------------------------------------------------------------------------
 
     async def destroy(self, session: SessionWithKernels) -> None:
-        """Signal the session's jobs, cancel them after ``kill_grace``, report how they ended."""
+        """Signal the session's jobs, cancel them after ``kill_grace``, report how they ended.
+
+        The kernels are reported TERMINATING before any signal, so that a poll
+        of another coordinator calls their end destroyed too
+        (:mod:`drover.backends.stopping`); every ``scancel`` is fenced by the
+        tick's claim (:mod:`drover.backends.fence`).
+        """
+        fence = Fence.of(session, self.reporter)
+        await fence.check()
         victims: list[_Tracked] = []
         for kernel in session.kernels:
             if kernel.status in TERMINAL_KERNEL_STATUSES:
@@ -403,9 +423,12 @@ class SlurmBackend(AgentBackend):
             return
         await self._refresh(victims)
         live = [t for t in victims if t.job is None or not t.job.finished]
+        await mark_stopping(self.reporter, [t.kernel_id for t in live])
         # A job still waiting for a node has nothing to signal: it is cancelled at once.
         signalled = [t.job_id for t in live if t.job is not None and t.job.allocated]
+        await fence.check()
         await self.slurm.cancel([t.job_id for t in live if t.job_id not in signalled])
+        fence.check_clock()
         await self.slurm.cancel(signalled, signal=self.settings.signal)
         live = await self._wait_finished(live)
         if live:
@@ -415,6 +438,7 @@ class SlurmBackend(AgentBackend):
                 self.settings.signal,
                 self.kill_grace,
             )
+            await fence.check()
             await self.slurm.cancel([t.job_id for t in live])
             live = await self._wait_finished(live)
         # Report how they ended before the handler marks them TERMINATED without a code.

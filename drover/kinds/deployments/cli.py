@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.kinds.deployments.checks import check_health_path
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
-from drover.model.errors import DroverError, InvalidSpecError, UnknownEntityError
+from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.values import Entity
 
 if TYPE_CHECKING:
@@ -33,20 +34,11 @@ __all__ = [
 _E = EndpointLifecycle
 
 
-async def find_deployment(app: App, name_or_id: str) -> Entity:
-    """The live deployment named ``name_or_id`` (else the newest one), or the one with that id."""
+async def find_deployment(app: App, ref: str) -> Entity:
+    """The deployment ``ref`` names: its id, its name (the live one, else the newest), or
+    an id prefix (the repository's one resolver)."""
     repo = app.repository
-    found = await repo.find_by_name("deployment", name_or_id)
-    if found:
-        return found[0]
-    try:
-        entity_id = await repo.resolve_entity_id(name_or_id)
-    except UnknownEntityError:
-        raise DroverError(f"no deployment named {name_or_id!r}") from None
-    entity = await repo.get_entity(entity_id)
-    if entity.kind != "deployment":
-        raise DroverError(f"{name_or_id!r} is a {entity.kind}, not a deployment")
-    return entity
+    return await repo.get_entity(await repo.resolve_entity_id(ref, "deployment"))
 
 
 def _positive(value: float | None, flag: str) -> float | None:
@@ -133,8 +125,10 @@ def deploy(
         ("--check-timeout", check_timeout),
     ):
         _positive(seconds, flag)
-    if not health_path.startswith("/"):
-        raise click.BadParameter("must start with /", param_hint="--health-path")
+    try:
+        check_health_path(health_path)
+    except InvalidSpecError as error:
+        raise click.BadParameter(str(error), param_hint="--health-path") from None
     env: dict[str, str] = {}
     for pair in env_pairs:
         key, sep, text = pair.partition("=")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from drover.kinds.deployments.checks import check_deployment_spec
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.model.kinds import Budget, EntityKind, TerminationRule
 from drover.plugins.markers import hookimpl
@@ -43,6 +44,7 @@ DEPLOYMENT = EntityKind(
     budgets=(Budget("replacements", 10),),
     dormant={_E.CREATED, _E.DEPLOYING},
     ends_on_request=True,
+    check_spec=check_deployment_spec,
     termination=(
         # Destroying passes through DESTROYING, where the routes are drained.
         TerminationRule(

@@ -17,10 +17,14 @@ terminating-route     TERMINATING                      TERMINATED   (maintain)  
 ====================  ===============================  ===========  ===============  ========
 
 Health checks are real HTTP: ``GET http://127.0.0.1:$PORT<health_path>`` on
-the port the backend gave the replica. 2xx is success; any other answer is a
-failure; no answer at all is a failure, or ``stale`` once the route has had
-no answer for ``stale_after`` seconds. A DEGRADED route (starting) that does
-not answer yet is left to wait until the handler's timeout (its start budget,
+the port the backend gave the replica, through one HTTP client per handler
+that ignores proxy variables (``trust_env=False``: a check of 127.0.0.1 never
+goes to ``HTTP_PROXY``) and keeps no idle connections. 200-399 is success, as
+Kubernetes counts it (redirects are not followed); any other answer is a
+failure; a URL that cannot be requested fails that route alone; no answer
+at all is a failure, or ``stale`` once the route has had no answer for
+``stale_after`` seconds. A DEGRADED route (starting) that does not answer
+yet is left to wait until the handler's timeout (its start budget,
 ``spec["options"]["health-check-route"]["timeout"]``) expires it to UNHEALTHY.
 ``route-eviction`` takes routes UNHEALTHY for longer than ``evict_after``.
 """
@@ -28,6 +32,7 @@ not answer yet is left to wait until the handler's timeout (its start budget,
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,6 +80,8 @@ DEFAULT_HEALTH_PATH = "/"
 DEFAULT_CHECK_TIMEOUT = 2.0
 #: Seconds without any answer before a HEALTHY/UNHEALTHY route is stale (DEGRADED).
 DEFAULT_STALE_AFTER = 30.0
+#: Answers that count as healthy: 200-399, as Kubernetes' HTTP probes count them.
+HEALTHY_CODES = range(200, 400)
 _TERMINAL_SESSIONS = frozenset(
     {SessionStatus.TERMINATED, SessionStatus.CANCELLED, SessionStatus.ERROR}
 )
@@ -182,7 +189,7 @@ class ProvisioningRoute(_RouteHandler):
 
 
 class HealthCheckRoute(_RouteHandler):
-    """GET each replica's health path; 2xx: HEALTHY, else UNHEALTHY, silent too long: stale."""
+    """GET each replica's health path; 200-399: HEALTHY, else UNHEALTHY, silent too long: stale."""
 
     @classmethod
     def name(cls) -> str:
@@ -211,6 +218,28 @@ class HealthCheckRoute(_RouteHandler):
         """A 60 s start budget: a DEGRADED route silent that long becomes UNHEALTHY."""
         return HandlerOptions(max_retries=None, timeout=60.0)
 
+    def __init__(self, repository: Queries, clock: Clock) -> None:
+        super().__init__(repository, clock)
+        self._client: httpx2.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx2.AsyncClient:
+        """The handler's one HTTP client, built on first use.
+
+        Proxy variables are ignored (a replica is on this host) and no idle
+        connection is kept, so nothing is left open between ticks or bound to
+        one event loop. The client's own line per request is silenced: a
+        check's outcome is in the route's history.
+        """
+        if self._client is None:
+            logging.getLogger(httpx2.__name__).setLevel(logging.WARNING)
+            self._client = httpx2.AsyncClient(
+                trust_env=False,
+                follow_redirects=False,
+                limits=httpx2.Limits(max_keepalive_connections=0),
+            )
+        return self._client
+
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Check every route whose replica is RUNNING with a port; wait on the others."""
         sessions = await _sessions_of(self.repository, targets)
@@ -218,7 +247,14 @@ class HealthCheckRoute(_RouteHandler):
         result: dict[str, tuple[str, str]] = {}
         data: dict[str, dict[str, Any]] = {}
 
-        async def check(client: httpx2.AsyncClient, route: Entity) -> None:
+        async def check(route: Entity) -> None:
+            try:
+                await _check(route)
+            except (httpx2.InvalidURL, httpx2.HTTPError) as error:
+                # This route's URL, not the handler: the route fails, the others are checked.
+                result[route.id] = ("failure", f"cannot check: {error}")
+
+        async def _check(route: Entity) -> None:
             session = sessions.get(route.id)
             if session is None or session.status != SessionStatus.RUNNING:
                 state = "gone" if session is None else str(session.status)
@@ -233,7 +269,7 @@ class HealthCheckRoute(_RouteHandler):
             timeout = _number(route.spec, "check_timeout", DEFAULT_CHECK_TIMEOUT)
             previous = route.data or {}
             try:
-                response = await client.get(url, timeout=timeout)
+                response = await self.client.get(url, timeout=timeout)
             except httpx2.TransportError as error:
                 # No answer at all.
                 last = previous.get("last_answer_at")
@@ -248,13 +284,12 @@ class HealthCheckRoute(_RouteHandler):
                     result[route.id] = ("failure", text)
                 return
             data[route.id] = {"last_answer_at": now, "url": base}
-            if 200 <= response.status_code < 300:
+            if response.status_code in HEALTHY_CODES:
                 result[route.id] = ("success", f"GET {url}: {response.status_code}")
             else:
                 result[route.id] = ("failure", f"GET {url}: {response.status_code}")
 
-        async with httpx2.AsyncClient() as client:
-            await asyncio.gather(*(check(client, r) for r in targets))
+        await asyncio.gather(*(check(r) for r in targets))
         out: dict[str, list[str]] = {"success": [], "failure": [], "skipped": []}
         outcomes: dict[str, str] = {}
         for route_id, (verdict, _text) in result.items():

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from drover.kinds.deployments.serialization import deployment_json, route_json
 from drover.kinds.deployments.status import RouteStatus
+from drover.model.errors import DroverError, UnknownEntityError
 from drover.model.values import Entity
 from drover.plugins.registry import WebRegistry
 from drover.serialization import history_json
@@ -36,12 +37,16 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 
 async def deployment_of(request: Request) -> Entity:
-    """The deployment the path's ``name`` names (the live one first); 404 if none."""
+    """The deployment the path's ``name`` names (a name, an id or an id prefix, by the
+    repository's one resolver); 404 if none, 400 if ambiguous."""
     name = request.path_params["name"]
-    found = await dashboard_of(request).repo.find_by_name("deployment", name)
-    if not found:
-        raise HTTPException(404, f"no deployment named {name!r}")
-    return found[0]
+    repo = dashboard_of(request).repo
+    try:
+        return await repo.get_entity(await repo.resolve_entity_id(name, "deployment"))
+    except UnknownEntityError:
+        raise HTTPException(404, f"no deployment named {name!r}") from None
+    except DroverError as error:
+        raise HTTPException(400, str(error)) from None
 
 
 async def deployments_page(request: Request) -> Response:

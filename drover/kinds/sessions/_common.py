@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from drover.backends.base import BackendError
+from drover.backends.fence import FENCED, FencedError
 from drover.model.values import HandlerResult, SessionWithKernels
 
 __all__ = ["CONCURRENCY", "run_per_session"]
@@ -24,16 +25,23 @@ async def run_per_session(
 
     Targets for which ``skip`` is true are left unmentioned, so the coordinator
     only judges their timeout. A :class:`BackendError` (or any exception) from
-    one session fails that session only.
+    one session fails that session only. A :class:`FencedError` (the tick's
+    claim on the session lapsed or was taken over before a side effect) skips
+    it with error code ``fenced``: it says nothing about the session.
     """
     successes: list[str] = []
     failures: list[str] = []
+    skipped: list[str] = []
     messages: dict[str, str] = {}
     codes: dict[str, str] = {}
 
     async def one(session: SessionWithKernels) -> None:
         try:
             await operation(session)
+        except FencedError as error:
+            skipped.append(session.id)
+            messages[session.id] = str(error)
+            codes[session.id] = FENCED
         except BackendError as error:
             failures.append(session.id)
             messages[session.id] = str(error)
@@ -55,5 +63,9 @@ async def run_per_session(
 
     await asyncio.gather(*(worker() for _ in range(min(CONCURRENCY, len(targets)))))
     return HandlerResult(
-        successes=successes, failures=failures, messages=messages, error_codes=codes
+        successes=successes,
+        failures=failures,
+        skipped=skipped,
+        messages=messages,
+        error_codes=codes,
     )

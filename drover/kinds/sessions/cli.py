@@ -145,6 +145,11 @@ def _check_kernels(kernels: Any, where: str) -> None:
     help="Higher goes first (a 32-bit integer).",
 )
 @click.option("--setup", default=None, help="Shell command run while preparing each kernel.")
+@click.option(
+    "--image",
+    default=None,
+    help="The image each kernel runs in (container backend, docs/containers.md).",
+)
 @click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the kernels (repeatable).")
 @click.option(
     "--option",
@@ -179,6 +184,7 @@ def submit(
     mem: float,
     priority: int,
     setup: str | None,
+    image: str | None,
     env_pairs: tuple[str, ...],
     option_items: tuple[str, ...],
     max_requeues: int | None,
@@ -200,6 +206,8 @@ def submit(
       drover submit --kernels 2 --env MODE=fast --option prepare-sessions.timeout=60 -- sleep 30
 
       drover submit --file session.toml
+
+      drover submit --image docker.io/library/busybox:latest --cpu 0.5 --mem 64 -- echo hi
     """
     if file_path:
         if command:
@@ -218,6 +226,8 @@ def submit(
         )
         if setup:
             kernel["setup"] = setup
+        if image:
+            kernel["image"] = image
         env = _parse_env(env_pairs)
         if env:
             kernel["env"] = env
@@ -253,6 +263,14 @@ def submit(
     type=click.Choice([s.value for s in SessionStatus], case_sensitive=False),
     help="Only sessions in this status (repeatable).",
 )
+@click.option(
+    "--name",
+    "name_pattern",
+    default=None,
+    metavar="PATTERN",
+    help="Only sessions whose name matches: shell-style with * and ? (whole name), "
+    "else a substring; case-insensitive.",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option(
     "--sort",
@@ -268,6 +286,7 @@ def submit(
 def sessions(
     ctx: click.Context,
     statuses: tuple[str, ...],
+    name_pattern: str | None,
     limit: int,
     sort: str,
     as_json: bool,
@@ -276,13 +295,17 @@ def sessions(
     """List sessions, newest first (or --sort oldest, --sort priority).
 
     Example: drover sessions --status PENDING --status RUNNING --sort priority --json
+
+    Example: drover sessions --name 'web-*'
     """
     from drover.serialization import iso, session_json
 
     wanted = [SessionStatus(s.upper()) for s in statuses] or None
 
     async def work(app: App) -> list[Any]:
-        return await app.repository.list_sessions(statuses=wanted, limit=limit, order=sort)
+        return await app.repository.list_sessions(
+            statuses=wanted, limit=limit, order=sort, name=name_pattern
+        )
 
     found = with_app(ctx, work, database_url=database_url)
     if as_json:

@@ -33,9 +33,11 @@ from drover.storage.statements.ids import ids_param
 __all__ = [
     "INSERT_HISTORY_ROWS",
     "MERGE_HISTORY",
+    "SET_CHOSEN_RESULT",
     "change_values",
     "claim_state",
     "count_try",
+    "descendant_of",
     "entity_data",
     "entity_guard",
     "incremented",
@@ -48,6 +50,7 @@ __all__ = [
     "place_kernels",
     "record_own_moves",
     "reset_tries",
+    "result_expression",
     "set_entity_data",
     "set_result",
     "spend_budget",
@@ -133,7 +136,7 @@ def move_entities(
 ) -> sa.Update:
     """Move the entities that pass :func:`entity_guard` to ``:to_status`` at ``:now``.
 
-    Every handler's tries are forgotten; ``resets`` names the budgets a status
+    Every handler's tries and the result are forgotten; ``resets`` names the budgets a status
     change resets, ``requeue`` counts a requeue, and ``rule`` sets
     ``status_info``. Returns the ids moved.
     """
@@ -141,6 +144,8 @@ def move_entities(
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
         "tries": None,
+        # A live entity has no result; one that ends gets it right after (set_result).
+        "result": None,
     }
     if resets:
         values["budgets"] = without_keys(e.c.budgets, resets, postgres)
@@ -250,8 +255,35 @@ def change_values(from_status: sa.ColumnElement[Any]) -> tuple[sa.ColumnElement[
     )
 
 
-def move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Executable]:
+def descendant_of(postgres: bool, path: tuple[str, ...]) -> sa.ColumnElement[bool]:
+    """``parent_id`` is one of the entities ``:ids`` (``path`` empty), or a descendant's.
+
+    ``path`` gives, level by level, the status the entities in between are in
+    (the status they were just moved to): ``("FAILED",)`` means "a FAILED
+    child of ``:ids``", so the rows selected are grandchildren.
+    """
+    return _under(postgres, path, e.c.parent_id)
+
+
+def _under(postgres: bool, path: tuple[str, ...], column: Any) -> sa.ColumnElement[bool]:
+    if not path:
+        return ids_param(column, "ids", postgres)
+    between = e.alias(f"up{len(path)}")
+    return column.in_(  # type: ignore[no-any-return]
+        sa.select(between.c.id).where(
+            _under(postgres, path[:-1], between.c.parent_id), between.c.status == path[-1]
+        )
+    )
+
+
+def move_kernels(
+    postgres: bool, child: EntityKind, target: str, path: tuple[str, ...] = ()
+) -> list[sa.Executable]:
     """Statements recording and moving the eligible children of the entities ``:ids``.
+
+    With ``path``, the descendants that far down instead (see
+    :func:`descendant_of`): a transition that ends children ends
+    grandchildren too, each kind by its own rule.
 
     The first statement records the status changes (its row count is the
     number of children moved); on SQLite a second one moves them. BEGIN
@@ -261,7 +293,7 @@ def move_kernels(postgres: bool, child: EntityKind, target: str) -> list[sa.Exec
     old statuses it returns.
     """
     eligible = sorted(child.movable_to(target))
-    where = sa.and_(ids_param(e.c.parent_id, "ids", postgres), e.c.status.in_(eligible))
+    where = sa.and_(descendant_of(postgres, path), e.c.status.in_(eligible))
     values: dict[str, Any] = {
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
@@ -296,14 +328,52 @@ def set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa
     ended otherwise; for sessions: TERMINATED, and every kernel TERMINATED
     with exit code 0.
     """
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", postgres))
+        .values(result=result_expression(kind, child))
+    )
+
+
+def result_expression(kind: EntityKind, child: EntityKind | None) -> sa.ColumnElement[Any]:
+    """SUCCESS or FAILURE of an ended entity of ``kind`` (correlated to its row).
+
+    The children counted follow :attr:`EntityKind.result_from`: all, the latest
+    of each slot (a later sibling of the same slot supersedes a child), or none.
+    """
     good: sa.ColumnElement[bool] = e.c.status.in_(sorted(kind.success_statuses))
-    if child is not None:
+    if child is not None and kind.result_from != "status":
         failed = [~kernel_status_in(child.success_statuses)]
         if child.exit_codes:
             failed += [K.c.exit_code.is_(None), K.c.exit_code != 0]
-        good = sa.and_(good, ~kernel_exists(sa.or_(*failed)))
-    result = sa.case((good, "SUCCESS"), else_="FAILURE")
-    return sa.update(e).where(ids_param(e.c.id, "ids", postgres)).values(result=result)
+        counted: list[sa.ColumnElement[bool]] = [sa.or_(*failed)]
+        if kind.result_from == "latest-child":
+            later = entities.alias("later")
+            same_slot: list[sa.ColumnElement[bool]] = []
+            if kind.result_slot is not None:
+                key = kind.result_slot
+                same_slot.append(
+                    sa.func.coalesce(later.c.spec[key].as_string(), "")
+                    == sa.func.coalesce(K.c.spec[key].as_string(), "")
+                )
+            counted.append(
+                ~sa.exists().where(
+                    later.c.parent_id == K.c.parent_id,
+                    sa.or_(
+                        later.c.created_at > K.c.created_at,
+                        sa.and_(later.c.created_at == K.c.created_at, later.c.id > K.c.id),
+                    ),
+                    *same_slot,
+                )
+            )
+        good = sa.and_(good, ~kernel_exists(*counted))
+    return sa.case((good, "SUCCESS"), else_="FAILURE")
+
+
+#: ``result = :result`` of the entity ``:eid`` (a handler's choice; executed with many rows).
+SET_CHOSEN_RESULT = (
+    sa.update(e).where(e.c.id == sa.bindparam("eid")).values(result=sa.bindparam("result"))
+)
 
 
 def entity_data(postgres: bool) -> sa.Select[Any]:

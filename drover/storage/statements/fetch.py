@@ -1,7 +1,8 @@
 """The statements of the fetch (:mod:`drover.storage.fetch`): a lifecycle handler's targets.
 
 :func:`targets_query` reads the batch (claiming it on PostgreSQL with
-:func:`claim_rows`; an apply drops the claim with :func:`release_rows`), and
+:func:`claim_rows`; an apply drops the claim with :func:`release_rows`; a
+backend's fence reads it back with :data:`CLAIM_TOKEN`), and
 :func:`children_of` reads the children of the batch's entities (sessions'
 kernels have their own read, :func:`drover.storage.statements.sessions.kernels_of`).
 """
@@ -14,12 +15,13 @@ import sqlalchemy as sa
 
 from drover.model.filters import CandidateFilter
 from drover.storage.rows import ENTITY_COLUMNS
-from drover.storage.schema import entities
+from drover.storage.schema import entities, relations
+from drover.storage.statements.fairness import oldest_seen_order
 from drover.storage.statements.filters import compile_filters
 from drover.storage.statements.ids import ids_param
 from drover.storage.statements.sessions import FETCH_ORDER
 
-__all__ = ["children_of", "claim_rows", "release_rows", "targets_query"]
+__all__ = ["CLAIM_TOKEN", "children_of", "claim_rows", "links_of", "release_rows", "targets_query"]
 
 e = entities
 
@@ -30,17 +32,23 @@ def targets_query(
     filters: tuple[CandidateFilter, ...],
     postgres: bool,
     claiming: bool = False,
+    oldest_seen: bool = False,
 ) -> sa.Select[Any]:
     """The entities (:data:`~drover.storage.rows.ENTITY_COLUMNS`) of ``kind`` in ``statuses``
     passing ``filters``, in fetch order, up to ``:limit``.
 
     Filters that read the clock take ``:now``. ``claiming`` (PostgreSQL): only
     rows with no live claim at ``:claim_now``, locked, skipping those another
-    transaction holds.
+    transaction holds. ``oldest_seen``: those ``:mark_handler`` fetched least
+    recently first, then in fetch order.
     """
     query = sa.select(*ENTITY_COLUMNS).where(
         e.c.kind == kind, e.c.status.in_(sorted(str(s) for s in statuses))
     )
+    order: tuple[Any, ...] = FETCH_ORDER
+    if oldest_seen:
+        query, seen = oldest_seen_order(query)
+        order = (seen, *FETCH_ORDER)
     conditions = compile_filters(filters, postgres)
     if conditions:
         query = query.where(*conditions)
@@ -50,11 +58,11 @@ def targets_query(
         now = sa.bindparam("claim_now", type_=sa.Double)
         query = query.where(sa.or_(e.c.claim_expires.is_(None), e.c.claim_expires < now))
         return (
-            query.order_by(*FETCH_ORDER)
+            query.order_by(*order)
             .limit(sa.bindparam("limit"))
             .with_for_update(skip_locked=True, of=e)
         )
-    return query.order_by(*FETCH_ORDER).limit(sa.bindparam("limit"))
+    return query.order_by(*order).limit(sa.bindparam("limit"))
 
 
 def claim_rows() -> sa.Update:
@@ -80,6 +88,20 @@ def release_rows() -> sa.Update:
         )
         .values(claim_owner=None, claim_token=None, claim_expires=None)
     )
+
+
+def links_of(postgres: bool) -> sa.Select[Any]:
+    """``source_id, name, target_id`` of the links from the entities ``:ids``, sorted."""
+    r = relations
+    return (
+        sa.select(r.c.source_id, r.c.name, r.c.target_id)
+        .where(ids_param(r.c.source_id, "ids", postgres))
+        .order_by(r.c.source_id, r.c.name, r.c.target_id)
+    )
+
+
+#: The claim token the entity ``:b_id`` carries now (a backend's fence check).
+CLAIM_TOKEN = sa.select(e.c.claim_token).where(e.c.id == sa.bindparam("b_id"))
 
 
 def children_of(postgres: bool) -> sa.Select[Any]:

@@ -2,34 +2,47 @@
 
 The fetch puts them in its ``WHERE`` clause, before the ``LIMIT``. Time
 conditions compare with the ``:now`` parameter the fetch binds.
+
+A statement is compiled from the filters' *shape* only: every value a filter
+compares with (``Field.value``, ``ChildCount.value``, ``StatusAge.seconds``)
+is a bind parameter, ``:fv0``, ``:fv1``… in the order :func:`filter_shape`
+and :func:`compile_filters` both walk the filters. :func:`filter_shape` gives
+the key the fetch caches its statement under and the values to bind, so a
+handler whose values change every tick reuses one statement instead of
+compiling (and keeping) one per value.
 """
 
 from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from itertools import count
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from drover.model.filters import (
+    AllOf,
     AnyOf,
     CandidateFilter,
     ChildCount,
     Children,
+    DependenciesFailed,
     DependenciesSucceeded,
     Field,
+    Parent,
     StatusAge,
 )
 from drover.storage.schema import entities, relations
 from drover.storage.statements.children import K, kernel_status_in, match_condition
 
-__all__ = ["compile_filters"]
+__all__ = ["compile_filters", "filter_shape"]
 
 e = entities
 _T = entities.alias("t")
+_P = entities.alias("p")
 _COMPARE: dict[str, Callable[[Any, Any], sa.ColumnElement[bool]]] = {
     "eq": operator.eq,
     "ne": operator.ne,
@@ -38,67 +51,124 @@ _COMPARE: dict[str, Callable[[Any, Any], sa.ColumnElement[bool]]] = {
     "gt": operator.gt,
     "ge": operator.ge,
 }
+_NO_VALUE = frozenset({"exists", "missing", "not_number"})
+
+
+def filter_shape(filters: Sequence[CandidateFilter]) -> tuple[Hashable, dict[str, Any]]:
+    """The filters' shape (what their statement is cached under) and their values to bind."""
+    values: list[Any] = []
+    shape = tuple(_shape(f, values) for f in filters)
+    return shape, {f"fv{i}": value for i, value in enumerate(values)}
+
+
+def _shape(f: CandidateFilter, values: list[Any]) -> Hashable:
+    # Must visit the values in the order _compile binds them.
+    if isinstance(f, AnyOf | AllOf):
+        return (type(f).__name__, tuple(_shape(inner, values) for inner in f.filters))
+    if isinstance(f, Field):
+        if f.op not in _NO_VALUE:
+            values.append(json.dumps(list(f.value) if f.op == "in" else f.value))
+        return ("Field", f.source, f.path, f.op)
+    if isinstance(f, ChildCount):
+        if f.value is not None:
+            values.append(int(f.value))
+        return ("ChildCount", f.op, f.statuses, f.spec_key)
+    if isinstance(f, StatusAge):
+        if f.seconds is not None:
+            values.append(float(f.seconds))
+        return ("StatusAge", f.seconds is None, f.spec_key, f.data_key)
+    return f
 
 
 def compile_filters(
     filters: Sequence[CandidateFilter], postgres: bool
 ) -> list[sa.ColumnElement[bool]]:
-    """One SQL condition per filter."""
-    return [_compile(f, postgres) for f in filters]
+    """One SQL condition per filter, its values bound as ``:fv0``, ``:fv1``…"""
+    slots = count()
+    return [_compile(f, postgres, slots) for f in filters]
 
 
-def _compile(f: CandidateFilter, postgres: bool) -> sa.ColumnElement[bool]:
+def _slot(slots: Iterator[int], type_: Any) -> sa.BindParameter[Any]:
+    return sa.bindparam(f"fv{next(slots)}", type_=type_)
+
+
+def _compile(f: CandidateFilter, postgres: bool, slots: Iterator[int]) -> sa.ColumnElement[bool]:
     if isinstance(f, AnyOf):
-        return sa.or_(*(_compile(inner, postgres) for inner in f.filters))
+        return sa.or_(*(_compile(inner, postgres, slots) for inner in f.filters))
+    if isinstance(f, AllOf):
+        return sa.and_(*(_compile(inner, postgres, slots) for inner in f.filters))
     if isinstance(f, Children):
         return match_condition(f.match, f.statuses)
     if isinstance(f, Field):
-        return _field(f, postgres)
+        return _field(f, postgres, slots)
     if isinstance(f, ChildCount):
-        count = sa.select(sa.func.count()).where(K.c.parent_id == e.c.id)
-        if f.statuses is not None:
-            count = count.where(kernel_status_in(f.statuses))
-        compare = _COMPARE[f.op]
-        result: sa.ColumnElement[bool] = compare(count.scalar_subquery(), f.value)
-        return result
+        return _child_count(f, postgres, slots)
     if isinstance(f, DependenciesSucceeded):
         r = relations
         succeeded = sa.exists().where(_T.c.id == r.c.target_id, _T.c.result == "SUCCESS")
         pending = sa.exists().where(r.c.source_id == e.c.id, r.c.name == f.relation, ~succeeded)
         return ~pending
+    if isinstance(f, DependenciesFailed):
+        r = relations
+        # A result is set when an entity ends: NULL (still live) is not a failure.
+        failed = sa.exists().where(_T.c.id == r.c.target_id, _T.c.result != "SUCCESS")
+        return sa.exists().where(r.c.source_id == e.c.id, r.c.name == f.relation, failed)
+    if isinstance(f, Parent):
+        return sa.exists().where(
+            _P.c.id == e.c.parent_id, _P.c.status.in_(sorted(str(s) for s in f.statuses))
+        )
     if isinstance(f, StatusAge):
         now = sa.bindparam("now", type_=sa.Double)
         if f.seconds is not None:
-            return e.c.status_changed_at + float(f.seconds) < now
-        assert f.spec_key is not None
-        if postgres:
-            value = e.c.spec.op("->")(sa.literal(f.spec_key))
-            number = sa.cast(e.c.spec.op("->>")(sa.literal(f.spec_key)), sa.Double)
-            return sa.and_(
-                sa.func.jsonb_typeof(value) == "number", e.c.status_changed_at + number < now
-            )
-        path = _sqlite_path((f.spec_key,))
-        extracted = sa.func.json_extract(e.c.spec, path)
-        return sa.and_(
-            sa.func.json_type(e.c.spec, path).in_(["integer", "real"]),
-            e.c.status_changed_at + extracted < now,
-        )
+            return e.c.status_changed_at + _slot(slots, sa.Double) < now
+        column, key = (e.c.spec, f.spec_key) if f.spec_key is not None else (e.c.data, f.data_key)
+        assert key is not None
+        is_number, number = _number(column, key, postgres)
+        return sa.and_(is_number, e.c.status_changed_at + number < now)
     raise TypeError(f"not a candidate filter: {f!r}")
+
+
+def _number(
+    column: sa.Column[Any], key: str, postgres: bool
+) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[Any]]:
+    """Whether ``column[key]`` is a JSON number, and that number."""
+    if postgres:
+        value = column.op("->")(sa.literal(key))
+        number = sa.cast(column.op("->>")(sa.literal(key)), sa.Double)
+        return sa.func.jsonb_typeof(value) == "number", number
+    path = _sqlite_path((key,))
+    return (
+        sa.func.json_type(column, path).in_(["integer", "real"]),
+        sa.func.json_extract(column, path),
+    )
+
+
+def _child_count(f: ChildCount, postgres: bool, slots: Iterator[int]) -> sa.ColumnElement[bool]:
+    counted = sa.select(sa.func.count()).where(K.c.parent_id == e.c.id)
+    if f.statuses is not None:
+        counted = counted.where(kernel_status_in(f.statuses))
+    compare = _COMPARE[f.op]
+    if f.value is not None:
+        result: sa.ColumnElement[bool] = compare(
+            counted.scalar_subquery(), _slot(slots, sa.Integer)
+        )
+        return result
+    assert f.spec_key is not None
+    is_number, number = _number(e.c.spec, f.spec_key, postgres)
+    return sa.and_(is_number, compare(counted.scalar_subquery(), number))
 
 
 def _sqlite_path(path: Sequence[str]) -> str:
     return "$" + "".join("." + json.dumps(key) for key in path)
 
 
-def _field(f: Field, postgres: bool) -> sa.ColumnElement[bool]:
+def _field(f: Field, postgres: bool, slots: Iterator[int]) -> sa.ColumnElement[bool]:
     column = e.c.spec if f.source == "spec" else e.c.data
     extracted: sa.ColumnElement[Any]
     if postgres:
         extracted = column.op("#>")(sa.literal(list(f.path), postgresql.ARRAY(sa.Text)))
-        value: Any = sa.cast(sa.literal(json.dumps(f.value)), postgresql.JSONB)
     else:
         extracted = sa.func.json_extract(column, _sqlite_path(f.path))
-        value = sa.literal(f.value)
     if f.op == "exists":
         return extracted.is_not(None)
     if f.op == "missing":
@@ -108,6 +178,15 @@ def _field(f: Field, postgres: bool) -> sa.ColumnElement[bool]:
             return sa.func.jsonb_typeof(extracted) != "number"
         kind = sa.func.json_type(column, _sqlite_path(f.path))
         return sa.and_(kind.is_not(None), kind.not_in(["integer", "real"]))
+    # The value is bound as JSON text: both databases read it as they read the field.
+    text = _slot(slots, sa.String)
+    if f.op == "in":
+        if postgres:
+            members = sa.func.jsonb_array_elements(sa.cast(text, postgresql.JSONB))
+            return extracted.in_(sa.select(members.column_valued()))
+        each = sa.func.json_each(text).table_valued("value")
+        return extracted.in_(sa.select(each.c.value))
+    value: Any = sa.cast(text, postgresql.JSONB) if postgres else sa.func.json_extract(text, "$")
     compared: sa.ColumnElement[bool] = _COMPARE[f.op](extracted, value)
     if f.op == "ne":
         return sa.or_(extracted.is_(None), compared)

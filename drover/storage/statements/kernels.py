@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from drover.model.rules import HOLDING_KERNEL_STATUSES
 from drover.model.status import KernelStatus
@@ -22,6 +23,7 @@ from drover.storage.statements.ids import ids_param
 
 __all__ = [
     "ASSIGN_AGENT",
+    "CHANGE_ARRAYS",
     "INSERT_STATUS_CHANGES",
     "KERNELS_IN",
     "KERNEL_BY_ID",
@@ -30,6 +32,7 @@ __all__ = [
     "SET_RUNTIME",
     "apply_reports",
     "current_kernels",
+    "insert_status_changes",
     "numeric_request",
     "usage_per_agent",
 ]
@@ -77,6 +80,35 @@ SET_RUNTIME = (
 
 #: Status changes recorded one by one (executed with many rows).
 INSERT_STATUS_CHANGES = sa.insert(status_changes)
+
+#: The columns of ``status_changes`` that :func:`insert_status_changes` takes as arrays.
+CHANGE_ARRAYS = ("entity_id", "parent_id", "from_status", "to_status", "message")
+
+
+def insert_status_changes() -> sa.Insert:
+    """Many kernels' status changes as ONE statement (PostgreSQL): ``INSERT … SELECT`` from
+    ``unnest`` of one array per column in :data:`CHANGE_ARRAYS` (bound as ``:<column>s``),
+    with ``:kind``, ``:source`` and ``:created_at`` the same for every row.
+
+    asyncpg runs an executemany as one execution per row: a backend's report
+    of a thousand kernels would be a thousand statements.
+    """
+    text_array = postgresql.ARRAY(sa.Text())
+    rows = (
+        sa.func.unnest(*(sa.bindparam(f"{name}s", type_=text_array) for name in CHANGE_ARRAYS))
+        .table_valued(*CHANGE_ARRAYS)
+        .render_derived()
+    )
+    constant = {
+        "kind": sa.bindparam("kind", type_=sa.String),
+        "source": sa.bindparam("source", type_=sa.String),
+        "created_at": sa.bindparam("created_at", type_=sa.Double),
+    }
+    columns = ("entity_id", "kind", "parent_id", "source", "from_status", "to_status", "message")
+    values = [constant[c] if c in constant else rows.c[c] for c in columns]
+    return sa.insert(status_changes).from_select(
+        [*columns, "created_at"], sa.select(*values, constant["created_at"])
+    )
 
 
 def numeric_request(slot: str, postgres: bool) -> sa.ColumnElement[Any]:

@@ -14,12 +14,20 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.promotion import PromotionRule
-from drover.storage.schema import entities
+from drover.model.rules import MATCH_CONDITIONS
+from drover.storage.entities import CREATED
+from drover.storage.schema import entities, scheduling_history, status_changes
 from drover.storage.statements.apply import status_info_expression
 from drover.storage.statements.children import match_condition
 from drover.storage.statements.sessions import FETCH_ORDER
 
-__all__ = ["promote_entities", "promotion_candidates", "promotion_probe"]
+__all__ = [
+    "WATERMARKS",
+    "promote_entities",
+    "promotion_candidates",
+    "promotion_probe",
+    "recent_promotion_probe",
+]
 
 e = entities
 
@@ -47,6 +55,76 @@ def promotion_probe(rule: PromotionRule) -> sa.Select[Any]:
     database sort every match to return the first.
     """
     return promotion_candidates(rule, rule.from_statuses).order_by(None).limit(1)
+
+
+#: The largest ids of ``status_changes`` and ``scheduling_history`` (0 when empty): two
+#: primary-key lookups (:mod:`drover.storage.watermarks`).
+WATERMARKS = sa.select(
+    sa.select(sa.func.coalesce(sa.func.max(status_changes.c.id), 0)).scalar_subquery(),
+    sa.select(sa.func.coalesce(sa.func.max(scheduling_history.c.id), 0)).scalar_subquery(),
+)
+
+
+def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Select[Any]:
+    """:func:`promotion_probe` among the entities touched by the rows recorded after
+    ``:changes_after`` (a ``status_changes`` id) and ``:history_after`` (a
+    ``scheduling_history`` id).
+
+    Whether an entity matches a rule depends only on its own status and its
+    children's (of kind ``child_kind``), and every change of either is
+    recorded: an entity's move or creation writes a history row, a child's
+    move a ``status_changes`` row naming its parent, a child created on its
+    own a CREATED history row. So an entity that became a candidate after
+    those rows is named by a later row, and only by a row of a change that
+    can make a candidate: an entity entering one of the rule's statuses; a
+    child entering the checked statuses (ANY, ALL) or leaving them (NOT_ANY);
+    a child created. The probe reads those rows by primary key and looks each
+    entity up by id: its cost grows with what changed, not with how many
+    entities wait in the rule's statuses.
+
+    The entity's ``kind`` and ``status`` are compared through an expression
+    (``|| ''``), so that SQLite's planner drives the probe from the recent
+    ids rather than scanning the statuses' index.
+    """
+    changes_after = sa.bindparam("changes_after", type_=sa.BigInteger)
+    history_after = sa.bindparam("history_after", type_=sa.BigInteger)
+    c, h = status_changes, scheduling_history
+    condition = MATCH_CONDITIONS[rule.match]
+    checked = sorted(str(s) for s in rule.kernel_statuses)
+    wanted = sorted(str(s) for s in rule.from_statuses)
+    # A child's move can make a candidate by entering the checked statuses (some kernel
+    # in them; none outside them) or by leaving them (none in them).
+    moves: list[sa.ColumnElement[bool]] = []
+    if condition.some_in or condition.none_outside:
+        moves.append(c.c.to_status.in_(checked))
+    if condition.none_in:
+        moves.append(c.c.from_status.in_(checked))
+    branches: list[sa.Select[Any]] = [
+        sa.select(h.c.entity_id).where(h.c.id > history_after, h.c.to_status.in_(wanted))
+    ]
+    if moves:
+        branches.append(
+            sa.select(c.c.parent_id).where(
+                c.c.id > changes_after, c.c.parent_id.is_not(None), sa.or_(*moves)
+            )
+        )
+    if child_kind is not None:
+        created = entities.alias("created")
+        branches.append(
+            sa.select(created.c.parent_id)
+            .join(h, h.c.entity_id == created.c.id)
+            .where(h.c.id > history_after, h.c.kind == child_kind, h.c.result == CREATED)
+        )
+    return (
+        sa.select(e.c.id)
+        .where(
+            e.c.id.in_(sa.union_all(*branches)),
+            e.c.kind.concat("") == rule.kind,
+            e.c.status.concat("").in_(wanted),
+            match_condition(rule.match, rule.kernel_statuses),
+        )
+        .limit(1)
+    )
 
 
 def promote_entities(postgres: bool, rule: PromotionRule, from_status: str) -> sa.Update:

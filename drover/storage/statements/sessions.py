@@ -26,8 +26,10 @@ __all__ = [
     "SESSION_COUNTS_BY_STATUS",
     "SESSION_KIND",
     "SESSION_ORDERS",
+    "ids_by_name",
     "ids_by_prefix",
     "kernels_of",
+    "name_matches",
     "sessions_filtered",
     "sessions_in",
 ]
@@ -70,17 +72,42 @@ def ids_by_prefix(prefix: str, kind: str | None) -> sa.Select[Any]:
     return query.order_by(e.c.id).limit(PREFIX_MATCHES + 1)
 
 
-def sessions_in(statuses: Iterable[str] | None, limit: int | None, order: str) -> sa.Select[Any]:
-    """Sessions (:data:`~drover.storage.rows.ENTITY_COLUMNS`) in ``statuses`` (``None``: all),
-    in ``order`` (a key of :data:`SESSION_ORDERS`), at most ``limit`` (``None``: all)."""
+def ids_by_name(name: str, kind: str | None) -> sa.Select[Any]:
+    """Id, kind and status of the newest :data:`PREFIX_MATCHES` + 1 entities of ``kind``
+    (``None``: any) named exactly ``name``, newest first."""
+    query = sa.select(e.c.id, e.c.kind, e.c.status).where(e.c.name == name)
+    if kind is not None:
+        query = query.where(e.c.kind == kind)
+    return query.order_by(e.c.id.desc()).limit(PREFIX_MATCHES + 1)
+
+
+def sessions_in(
+    statuses: Iterable[str] | None, limit: int | None, order: str, name: str | None = None
+) -> sa.Select[Any]:
+    """Sessions (:data:`~drover.storage.rows.ENTITY_COLUMNS`) in ``statuses`` (``None``: all)
+    whose name matches ``name`` (:func:`name_matches`; ``None``: any), in ``order`` (a key
+    of :data:`SESSION_ORDERS`), at most ``limit`` (``None``: all)."""
     query = (
         sa.select(*ENTITY_COLUMNS).where(e.c.kind == SESSION_KIND).order_by(*SESSION_ORDERS[order])
     )
     if statuses is not None:
         query = query.where(e.c.status.in_(list(statuses)))
+    if name:
+        query = query.where(name_matches(name))
     if limit is not None:
         query = query.limit(limit)
     return query
+
+
+def name_matches(pattern: str) -> sa.ColumnElement[bool]:
+    """Case-insensitive: names matching ``pattern`` whole, shell-style (``*`` any run of
+    characters, ``?`` one), when it has a wildcard; else names containing it."""
+    text = pattern.lower()
+    if "*" not in text and "?" not in text:
+        return sa.func.lower(e.c.name).contains(text, autoescape=True)
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    like = escaped.replace("*", "%").replace("?", "_")
+    return sa.func.lower(e.c.name).like(like, escape="\\")
 
 
 def sessions_filtered(
@@ -95,7 +122,7 @@ def sessions_filtered(
 ) -> sa.Select[Any]:
     """Sessions (:data:`~drover.storage.rows.ENTITY_COLUMNS`) matching every filter given.
 
-    ``statuses`` (empty: any), a case-insensitive substring of the ``name``,
+    ``statuses`` (empty: any), the ``name`` (:func:`name_matches`),
     the ``handler`` of the session's latest scheduling history row, created
     at or after ``since`` and at or before ``until``; in ``sort`` (a key of
     :data:`SESSION_ORDERS`), at most ``limit``. (The dashboard's
@@ -108,7 +135,7 @@ def sessions_filtered(
     if wanted:
         query = query.where(e.c.status.in_(wanted))
     if name:
-        query = query.where(sa.func.lower(e.c.name).contains(name.lower(), autoescape=True))
+        query = query.where(name_matches(name))
     if handler:
         h = scheduling_history
         latest = (

@@ -1,0 +1,611 @@
+"""The ``container`` backend: each kernel is one container, through the Docker Engine API.
+
+It runs on Docker and on Podman's Docker-compatible socket (docs/containers.md).
+
+* prepare: the image is pulled (PULLING, the engine's words in ``status_info``)
+  as ``pull_policy`` says; PREPARED once the engine has it. A failed pull (no
+  such image, registry unreachable) is ERROR with the engine's reason.
+* create: the container ``<prefix>-<kernel id>`` is created with labels
+  ``<prefix>.kernel`` and ``<prefix>.session``, ``cpu`` as a CPU quota and
+  ``mem`` (MiB) as a memory limit, and started; RUNNING with the container's
+  id in the kernel's ``runtime``. A container that exists already (a daemon
+  died before its RUNNING committed) is adopted, never started twice.
+* logs: the container's stdout and stderr are copied as they come to files in
+  ``<data_dir>/kernels/<id>/`` (``drover logs``), and copied whole once it ended.
+* exit: code 0 is TERMINATED; anything else ERROR with the engine's exit code;
+  killed at its memory limit is ERROR "out of memory". Once the end and the
+  logs are kept the container is removed (``remove = false`` keeps it).
+* destroy: SIGTERM, SIGKILL after ``kill_grace``, then the end is reported.
+
+Restarts: containers keep running without drover. At start-up every container
+labelled for a live kernel is adopted; one that ended meanwhile is judged like
+any end; a RUNNING kernel whose container is gone is ERROR (lost); containers
+of kernels that ended are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.backends.container._engine import ContainerState, Engine, EngineError, Summary
+from drover.backends.container._reports import (
+    AFTER_PULL,
+    OWNING,
+    RUNNING_EXPECTED,
+    ended,
+    lost,
+)
+from drover.backends.container._settings import ContainerSettings
+from drover.backends.container._spec import container_config, image_of, spec_problem
+from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
+from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
+
+__all__ = ["ContainerBackend"]
+
+log = logging.getLogger("drover.backends.container")
+
+_K = KernelStatus
+#: Kernel statuses that still want their container.
+_WANTS_CONTAINER = frozenset({_K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING})
+#: A tracked container missing from the engine this many polls in a row is lost.
+_MISSING_POLLS = 3
+#: Seconds destroy waits for a container to end after SIGKILL.
+_KILL_MARGIN = 10.0
+#: Seconds between two progress words of a pull written to the kernel.
+_PROGRESS_EVERY = 1.0
+
+
+class _Tracked:
+    """A kernel's container this backend watches."""
+
+    def __init__(self, kernel_id: str, container_id: str, runtime: dict[str, Any]) -> None:
+        self.kernel_id = kernel_id
+        self.container_id = container_id
+        self.runtime = runtime
+        #: Its RUNNING report committed (or was refused: the kernel moved on).
+        self.confirmed = False
+        self.destroying = False
+        self.missing = 0
+        self.followers: list[asyncio.Task[None]] = []
+        #: Set once its end is committed (or refused) and the container is removed.
+        self.done = asyncio.Event()
+        self.finishing = False
+
+
+class ContainerBackend(AgentBackend):
+    """Kernels as containers; see the module docstring and docs/containers.md."""
+
+    def __init__(
+        self,
+        agents: Sequence[AgentInfo],
+        settings: ContainerSettings,
+        data_dir: str | os.PathLike[str],
+        *,
+        kill_grace: float = 10.0,
+    ) -> None:
+        self._agents = list(agents)
+        self.settings = settings
+        self.data_dir = Path(data_dir).resolve()
+        self.kill_grace = settings.kill_grace if settings.kill_grace is not None else kill_grace
+        self.engine = Engine(settings.url, settings.label_prefix, settings.api_timeout)
+        self.reporter: KernelReporter | None = None
+        self._wake: Wake = lambda: None
+        self._tracked: dict[str, _Tracked] = {}
+        self._pulls: dict[str, asyncio.Task[None]] = {}
+        # Reports that must commit (pull results, ends), retried by the monitor.
+        self._unsent: list[KernelReport] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._monitor: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def agents(self) -> Sequence[AgentInfo]:
+        """The configured agents (by default, this host)."""
+        return list(self._agents)
+
+    # -- the backend's own lifecycle -------------------------------------------------
+
+    async def start(self, reporter: KernelReporter, wake: Wake) -> None:
+        """Adopt the containers of live kernels, judge those that ended, start watching."""
+        self.reporter = reporter
+        self._wake = wake
+        self._stopping = False
+        await asyncio.to_thread(self.data_dir.mkdir, parents=True, exist_ok=True)
+        try:
+            await self.engine.ping()
+            found = {s.kernel_id: s for s in await self.engine.ours()}
+        except EngineError as error:
+            raise BackendError(f"container backend cannot reach the engine: {error}") from None
+        kernels = await reporter.kernels_in(OWNING)
+        live = {k.id for k in kernels}
+        ours = {a.id for a in self._agents}
+        counts = {"adopted": 0, "pulls": 0, "lost": 0}
+        for kernel in kernels:
+            if kernel.agent_id not in ours:
+                continue
+            summary = found.get(kernel.id)
+            if kernel.status in (_K.PREPARING, _K.PULLING):
+                self._spawn_pull(kernel.session_id, kernel)
+                counts["pulls"] += 1
+            elif kernel.status in (_K.RUNNING, _K.TERMINATING):
+                if summary is None:
+                    await self._deliver([lost(kernel.id, self._name(kernel.id), destroying=False)])
+                    counts["lost"] += 1
+                    continue
+                tracked = self._track(kernel.id, summary.id, dict(kernel.runtime or {}))
+                tracked.confirmed = True
+                counts["adopted"] += 1
+            # PREPARED and CREATING: create() adopts a container started before the crash.
+        strays = [s for kid, s in found.items() if kid not in live]
+        await self._remove_strays(strays)
+        self._monitor = asyncio.create_task(self._watch(), name="drover-container-monitor")
+        log.info(
+            "container backend started on %s: adopted=%d pulls restarted=%d lost=%d",
+            self.settings.url or "DOCKER_HOST",
+            counts["adopted"],
+            counts["pulls"],
+            counts["lost"],
+        )
+
+    async def _remove_strays(self, strays: Sequence[Summary]) -> None:
+        """Remove containers of kernels of this database that ended (their logs kept first)."""
+        assert self.reporter is not None
+        if not strays:
+            return
+        statuses = await self.reporter.kernel_statuses([s.kernel_id for s in strays])
+        for summary in strays:
+            status = statuses.get(summary.kernel_id)
+            # Unknown: another database's kernel on the same engine. SCHEDULED or
+            # PENDING: prepare() of its next attempt removes it.
+            if status is None or status not in TERMINAL_KERNEL_STATUSES:
+                continue
+            log.warning(
+                "kernel %s is %s: removing its container %s", summary.kernel_id, status,
+                summary.id[:12],
+            )  # fmt: skip
+            await self._keep_logs(summary.kernel_id, summary.id)
+            await self._remove(summary.id)
+
+    async def stop(self) -> None:
+        """Stop watching. Containers keep running, to be adopted by the next start."""
+        self._stopping = True
+        tasks: list[asyncio.Task[None]] = [*self._tasks, *self._pulls.values()]
+        for tracked in self._tracked.values():
+            tasks += tracked.followers
+        if self._monitor is not None:
+            tasks.append(self._monitor)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._monitor = None
+        if self._unsent and self.reporter is not None:
+            with contextlib.suppress(Exception):
+                await self.reporter.report_kernel_statuses(self._unsent)
+        await self.engine.close()
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _name(self, kernel_id: str) -> str:
+        return f"{self.settings.label_prefix}-{kernel_id}"
+
+    def _workdir(self, kernel_id: str) -> Path:
+        return self.data_dir / "kernels" / kernel_id
+
+    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _report(self, reports: Sequence[KernelReport]) -> list[bool]:
+        """Report now; the caller handles a failure."""
+        assert self.reporter is not None, "ContainerBackend.start() was not called"
+        if not reports:
+            return []
+        applied = await self.reporter.report_kernel_statuses(list(reports))
+        self._wake()
+        return applied
+
+    async def _deliver(self, reports: Sequence[KernelReport]) -> list[bool] | None:
+        """Report now, or keep the reports for the monitor to retry; ``None`` if kept."""
+        try:
+            return await self._report(reports)
+        except Exception as error:
+            log.warning("container backend: reports not applied, will retry: %s", error)
+            self._unsent.extend(reports)
+            return None
+
+    def _track(self, kernel_id: str, container_id: str, runtime: dict[str, Any]) -> _Tracked:
+        tracked = self._tracked.get(kernel_id)
+        if tracked is not None and tracked.container_id == container_id:
+            return tracked
+        tracked = self._tracked[kernel_id] = _Tracked(kernel_id, container_id, runtime)
+        for stream in ("stdout", "stderr"):
+            path = runtime.get(stream)
+            if isinstance(path, str):
+                tracked.followers.append(
+                    asyncio.create_task(self._follow(container_id, stream, Path(path)))
+                )
+        return tracked
+
+    # -- side effects: one method each (the place for a check before it) --------------
+
+    async def _pull(self, image: str, kernel_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        last = [0.0]
+
+        async def progress(words: str) -> None:
+            # Throttled: a pull says many words a second.
+            if loop.time() - last[0] < _PROGRESS_EVERY:
+                return
+            last[0] = loop.time()
+            log.info("kernel %s: pulling %s: %s", kernel_id, image, words)
+
+        await self.engine.pull(image, progress)
+
+    async def _create(self, name: str, config: Mapping[str, Any]) -> str:
+        return await self.engine.create(name, config)
+
+    async def _start(self, container_id: str) -> None:
+        await self.engine.start(container_id)
+
+    async def _signal(self, container_id: str, signal: str) -> None:
+        await self.engine.signal(container_id, signal)
+
+    async def _remove(self, container_id: str) -> None:
+        if self.settings.remove:
+            try:
+                await self.engine.remove(container_id)
+            except EngineError as error:
+                log.warning("could not remove container %s: %s", container_id[:12], error)
+
+    async def _keep_logs(self, kernel_id: str, container_id: str) -> None:
+        """Copy the container's whole stdout and stderr to the kernel's log files."""
+        workdir = self._workdir(kernel_id)
+        for stream in ("stdout", "stderr"):
+            try:
+                text = await self.engine.logs(container_id, stream)
+            except EngineError as error:
+                log.warning("kernel %s: %s not kept: %s", kernel_id, stream, error)
+                continue
+            await asyncio.to_thread(_write_whole, workdir / f"{stream}.log", text)
+
+    async def _follow(self, container_id: str, stream: str, path: Path) -> None:
+        """Copy a running container's ``stream`` to ``path`` as it comes (``drover logs -f``)."""
+        try:
+            handle = await asyncio.to_thread(_open_log, path)
+            try:
+                async for chunk in self.engine.follow(container_id, stream):
+                    await asyncio.to_thread(_append, handle, chunk)
+            finally:
+                handle.close()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the whole log is copied at the end anyway
+            log.debug("following %s of %s stopped: %s", stream, container_id[:12], error)
+
+    # -- prepare: the image ---------------------------------------------------------
+
+    async def prepare(self, session: SessionWithKernels) -> None:
+        """Pull each SCHEDULED kernel's image in the background."""
+        for kernel in session.kernels:
+            if kernel.status == _K.SCHEDULED or (
+                kernel.status in (_K.PREPARING, _K.PULLING) and kernel.id not in self._pulls
+            ):
+                self._spawn_pull(session.id, kernel)
+
+    def _spawn_pull(self, session_id: str, kernel: KernelInfo) -> None:
+        if kernel.id in self._pulls:
+            return
+        task = asyncio.create_task(self._prepare_kernel(session_id, kernel))
+        self._pulls[kernel.id] = task
+        task.add_done_callback(lambda _t: self._pulls.pop(kernel.id, None))
+
+    async def _prepare_kernel(self, session_id: str, kernel: KernelInfo) -> None:
+        try:
+            report = await self._prepare_now(kernel)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("preparing kernel %s failed", kernel.id)
+            message = f"prepare failed: {type(error).__name__}: {error}"
+            report = KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
+        await self._deliver([report])
+
+    async def _prepare_now(self, kernel: KernelInfo) -> KernelReport:
+        problem = spec_problem(kernel.spec, self.settings.default_image)
+        if problem:
+            return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=problem)
+        image = image_of(kernel.spec, self.settings.default_image)
+        assert image is not None
+        # An earlier attempt's container (the kernel was sent back to PENDING) goes.
+        old = self._tracked.pop(kernel.id, None)
+        if old is not None:
+            for task in old.followers:
+                task.cancel()
+        with contextlib.suppress(EngineError):
+            earlier = await self.engine.inspect(self._name(kernel.id))
+            log.warning("kernel %s: removing an earlier attempt's container", kernel.id)
+            await self._remove(earlier.id)
+        workdir = self._workdir(kernel.id)
+        await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+        runtime: dict[str, Any] = {
+            "backend": "container",
+            "image": image,
+            "container": self._name(kernel.id),
+            "workdir": str(workdir),
+            "stdout": str(workdir / "stdout.log"),
+            "stderr": str(workdir / "stderr.log"),
+        }
+        policy = self.settings.pull_policy
+        present = policy != "always" and await self.engine.has_image(image)
+        if present:
+            return KernelReport(kernel.id, _K.PREPARED, expected=AFTER_PULL, runtime=runtime)
+        if policy == "never":
+            message = f"image {image} is not on the engine and pull_policy is never"
+            return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
+        early = frozenset({_K.SCHEDULED, _K.PREPARING})
+        pulling = KernelReport(
+            kernel.id, _K.PULLING, expected=early, message=f"pulling image {image}",
+            runtime=runtime,
+        )  # fmt: skip
+        try:
+            await self._report([pulling])
+        except Exception as error:  # the pull's result is reported with retries anyway
+            log.warning("kernel %s: PULLING not reported: %s", kernel.id, error)
+        try:
+            await self._pull(image, kernel.id)
+        except EngineError as error:
+            message = f"image pull failed: {error}"
+            return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
+        return KernelReport(kernel.id, _K.PREPARED, expected=AFTER_PULL, runtime=runtime)
+
+    # -- create: the container ---------------------------------------------------------
+
+    async def create(self, session: SessionWithKernels) -> None:
+        """Create and start each prepared kernel's container (or adopt it); report RUNNING."""
+        reports: list[KernelReport] = []
+        for kernel in session.kernels:
+            if kernel.status not in RUNNING_EXPECTED:
+                continue
+            tracked = self._tracked.get(kernel.id)
+            if tracked is None:
+                reports += await self._create_kernel(session.id, kernel)
+            elif not tracked.confirmed:
+                reports.append(self._running(tracked))
+        try:
+            applied = await self._report(reports)
+        except Exception as error:
+            raise BackendError(f"could not record the started containers: {error}") from error
+        for report, _ok in zip(reports, applied, strict=True):
+            tracked = self._tracked.get(report.kernel_id)
+            if tracked is not None and report.status == _K.RUNNING:
+                # Applied, or refused because the kernel moved on: the sweep removes it.
+                tracked.confirmed = True
+
+    def _running(self, tracked: _Tracked) -> KernelReport:
+        return KernelReport(
+            tracked.kernel_id, _K.RUNNING, expected=RUNNING_EXPECTED, runtime=tracked.runtime
+        )
+
+    async def _create_kernel(self, session_id: str, kernel: KernelInfo) -> list[KernelReport]:
+        problem = spec_problem(kernel.spec, self.settings.default_image)
+        if problem:
+            return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=problem)]
+        name = self._name(kernel.id)
+        runtime = dict(kernel.runtime or {})
+        try:
+            state = await self._existing(name)
+            if state is None:
+                port = await asyncio.to_thread(_free_port)
+                config = container_config(
+                    kernel,
+                    session_id=session_id,
+                    image=str(runtime.get("image") or image_of(kernel.spec, None)),
+                    labels={
+                        self.engine.label: kernel.id,
+                        f"{self.settings.label_prefix}.session": session_id,
+                    },
+                    env={},
+                    network=self.settings.network,
+                    port=port,
+                )
+                container_id = await self._create(name, config)
+                runtime["port"] = port
+            else:
+                log.info("kernel %s: adopting container %s", kernel.id, state.id[:12])
+                container_id = state.id
+                runtime.update(_port_of(state))
+            runtime["container_id"] = container_id
+            if state is None or not state.started:
+                await self._start(container_id)
+        except EngineError as error:
+            message = f"failed to start: {error}"
+            return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=message)]
+        tracked = self._track(kernel.id, container_id, runtime)
+        return [self._running(tracked)]
+
+    async def _existing(self, name: str) -> ContainerState | None:
+        try:
+            return await self.engine.inspect(name)
+        except EngineError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    # -- watching --------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self.settings.poll_interval)
+            try:
+                await self._poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("container backend: polling failed; will retry")
+
+    async def _poll_once(self) -> None:
+        assert self.reporter is not None
+        if self._unsent:
+            reports, self._unsent = self._unsent, []
+            await self._deliver(reports)
+        if not self._tracked:
+            return
+        states = {s.kernel_id: s for s in await self.engine.ours()}
+        tracked = [t for t in self._tracked.values() if not t.finishing]
+        statuses = await self.reporter.kernel_statuses([t.kernel_id for t in tracked])
+        for item in tracked:
+            summary = states.get(item.kernel_id)
+            if summary is None or summary.id != item.container_id:
+                item.missing += 1
+                if item.missing >= _MISSING_POLLS:
+                    self._spawn_task(self._finish(item, gone=True))
+                continue
+            item.missing = 0
+            status = statuses.get(item.kernel_id)
+            if summary.state in {"exited", "dead", "stopped"}:
+                self._spawn_task(self._finish(item))
+            elif (status is None or status not in _WANTS_CONTAINER) and item.confirmed:
+                # Ended in the database, or sent back to PENDING: it no longer
+                # owns the container.
+                log.warning("kernel %s is %s: stopping its container", item.kernel_id, status)
+                item.destroying = True
+                self._spawn_task(self._stop_container(item))
+
+    async def _finish(self, item: _Tracked, *, gone: bool = False) -> None:
+        """Keep an ended container's logs, report its end, then remove it."""
+        if item.finishing:
+            await item.done.wait()
+            return
+        item.finishing = True
+        try:
+            state = None if gone else await self.engine.inspect(item.container_id)
+        except EngineError as error:
+            if error.status != 404:
+                item.finishing = False
+                raise
+            state = None
+        for task in item.followers:
+            task.cancel()
+        await asyncio.gather(*item.followers, return_exceptions=True)
+        if state is not None:
+            await self._keep_logs(item.kernel_id, item.container_id)
+            end = ended(item.kernel_id, state, destroying=item.destroying, runtime=item.runtime)
+        else:
+            end = lost(item.kernel_id, self._name(item.kernel_id), destroying=item.destroying)
+        reports = [end] if item.confirmed else [self._running(item), end]
+        if await self._deliver(reports) is None:
+            # Not committed: removal waits for the retried report (a restart
+            # would read the end again from the container, which is still there).
+            item.finishing = False
+            return
+        if self._tracked.get(item.kernel_id) is item:
+            del self._tracked[item.kernel_id]
+        await self._remove(item.container_id)
+        item.done.set()
+
+    # -- destroy ----------------------------------------------------------------------
+
+    async def destroy(self, session: SessionWithKernels) -> None:
+        """SIGTERM each live kernel's container, SIGKILL after ``kill_grace``; report the ends.
+
+        Returns once every container ended and how it ended is committed, so the
+        handler's transition never hides an exit code.
+        """
+        victims: list[_Tracked] = []
+        for kernel in session.kernels:
+            if kernel.status in TERMINAL_KERNEL_STATUSES:
+                continue
+            pull = self._pulls.get(kernel.id)
+            if pull is not None:
+                pull.cancel()
+            tracked = self._tracked.get(kernel.id)
+            if tracked is None:
+                tracked = await self._adopt_for_destroy(kernel)
+            if tracked is not None:
+                tracked.destroying = True
+                victims.append(tracked)
+        await asyncio.gather(*(self._stop_container(v) for v in victims))
+        if any(not v.done.is_set() for v in victims):
+            raise BackendError("could not record how the containers ended; will retry")
+
+    async def _adopt_for_destroy(self, kernel: KernelInfo) -> _Tracked | None:
+        try:
+            state = await self._existing(self._name(kernel.id))
+        except EngineError as error:
+            raise BackendError(str(error)) from None
+        if state is None or state.labels.get(self.engine.label) != kernel.id:
+            return None
+        tracked = self._track(kernel.id, state.id, dict(kernel.runtime or {}))
+        tracked.confirmed = kernel.status not in RUNNING_EXPECTED
+        return tracked
+
+    async def _stop_container(self, item: _Tracked) -> None:
+        """SIGTERM, SIGKILL after the grace, then its end (once, whoever asks)."""
+        if item.finishing:
+            await item.done.wait()
+            return
+        await self._signal(item.container_id, "SIGTERM")
+        if not await self._wait_ended(item, self.kill_grace):
+            log.warning(
+                "container %s outlived SIGTERM for %gs: SIGKILL", item.container_id[:12],
+                self.kill_grace,
+            )  # fmt: skip
+            await self._signal(item.container_id, "SIGKILL")
+            await self._wait_ended(item, _KILL_MARGIN)
+        await self._finish(item)
+
+    async def _wait_ended(self, item: _Tracked, seconds: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + seconds
+        while True:
+            try:
+                state = await self.engine.inspect(item.container_id)
+            except EngineError as error:
+                if error.status == 404:
+                    return True
+                raise
+            if state.ended or not state.started:
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+
+
+def _port_of(state: ContainerState) -> dict[str, Any]:
+    """The ``$PORT`` an adopted container was given (its published port)."""
+    for key in state.ports:
+        number = key.split("/", 1)[0]
+        if number.isdigit():
+            return {"port": int(number)}
+    return {}
+
+
+def _free_port() -> int:
+    """A port nothing listens on now, for a kernel's ``$PORT``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _open_log(path: Path) -> Any:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8")  # closed by the follower
+
+
+def _append(handle: Any, chunk: str) -> None:
+    handle.write(chunk)
+    handle.flush()
+
+
+def _write_whole(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)

@@ -1,0 +1,70 @@
+"""What a promotion rule has already checked, so that its next probe reads only what changed.
+
+A promotion's candidates appear only through recorded changes: an entity's
+move writes a history row, a child's move a ``status_changes`` row naming
+its parent (:func:`drover.storage.statements.promote.recent_promotion_probe`).
+Once a check of a rule (a probe, or a promotion's own write) found nothing,
+the next probe needs to look only at the rows recorded after that check's
+**watermarks**: the largest ids of the two tables when it began. An empty
+tick then costs what changed since the last one, not what waits in the
+rule's statuses (a backlog of 100,000 PENDING sessions, say).
+
+On SQLite one transaction writes at a time, so every row up to the largest
+visible id is committed: the watermarks are exact. On PostgreSQL a
+transaction may commit after another that took larger ids; a probe there
+starts after the watermarks taken at least :data:`PG_LAG` seconds earlier,
+so only a transaction running longer than that between writing its rows
+and committing could be missed. Whatever a probe could miss (such a
+transaction, a change written outside the engine) is found by the full
+check every rule makes at least once per :data:`SWEEP_INTERVAL`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+__all__ = ["PG_LAG", "SWEEP_INTERVAL", "Watermarks", "Window"]
+
+#: Largest ``status_changes`` id, largest ``scheduling_history`` id.
+Watermarks = tuple[int, int]
+
+#: Seconds between a rule's full checks, whatever its probes found (the daemon's safety cycle).
+SWEEP_INTERVAL = 30.0
+#: Seconds a PostgreSQL watermark ages before a probe may start after it.
+PG_LAG = 2.0
+
+
+class Window:
+    """The watermarks one promotion rule's probe may start after (one per rule, per process)."""
+
+    def __init__(self, postgres: bool) -> None:
+        self.postgres = postgres
+        self._swept_at: float | None = None
+        # (monotonic time a check began, its watermarks), oldest first, for the lag.
+        self._marks: deque[tuple[float, Watermarks]] = deque()
+        self._after: Watermarks | None = None
+
+    def start(self) -> Watermarks | None:
+        """Where the next probe may start; ``None``: it must check every candidate."""
+        if self._swept_at is None or time.monotonic() - self._swept_at >= SWEEP_INTERVAL:
+            return None
+        return self._after
+
+    def checked(self, began: float, marks: Watermarks, *, full: bool, found: bool) -> None:
+        """Record a check that began at ``began`` (monotonic) with the tables at ``marks``.
+
+        A check that found candidates moves nothing forward: the next check
+        is the promotion's write, which looks at everything.
+        """
+        if full:
+            self._swept_at = began
+        if found:
+            return
+        self._marks.append((began, marks))
+        # The newest watermarks old enough for the lag (all of them on SQLite).
+        ripe = began - (PG_LAG if self.postgres else 0.0)
+        while len(self._marks) > 1 and self._marks[1][0] <= ripe:
+            self._marks.popleft()
+        if self._marks[0][0] <= ripe:
+            self._after = self._marks[0][1]

@@ -1,0 +1,421 @@
+"""The container backend against a real Podman (scripts/podman-up.sh), on both databases.
+
+Each test uses a label prefix of its own and removes its leftover containers.
+Podman missing is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from container_helpers import (  # noqa: F401  (fixtures)
+    IMAGE,
+    Podman,
+    container_flags,
+    label_prefix_fixture,
+    podman_fixture,
+)
+from daemon_helpers import LIFECYCLE, ends_on_word, running_daemon, wait_for
+
+from drover import KernelStatus, SessionStatus
+from drover.kinds.deployments import deployments, routes
+
+S = SessionStatus
+K = KernelStatus
+
+
+async def _status(app, sid, *statuses):
+    s = await app.repository.get_session(sid)
+    return s if s.status in statuses else None
+
+
+def _moves(rows):
+    return [(r.handler, r.from_status, r.to_status) for r in rows if r.from_status != r.to_status]
+
+
+async def test_a_container_kernel_succeeds_with_its_logs_kept_and_its_container_removed(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """exit 0: TERMINATED with code 0, stdout/stderr in the kernel's log files, the
+    CPU quota (cpu = 0.5) visible inside, and no container left once it ended."""
+    flags = container_flags(podman, label_prefix)
+    async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
+        command = ends_on_word(
+            Path("/host/go"),
+            before="cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us; echo to-stderr >&2; "
+            "echo $DROVER_KERNEL_ID",
+        )
+        tmp_path.joinpath("host").mkdir()
+        kernel = {
+            "image": IMAGE,
+            "command": command,
+            "cpu": 0.5,
+            "mem": 64,
+            "mounts": [{"source": str(tmp_path / "host"), "target": "/host", "read_only": True}],
+        }
+        (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
+        s = await wait_for(lambda: _status(app, sid, S.RUNNING), timeout=60, what="RUNNING")
+        (k,) = s.kernels
+        assert k.runtime["backend"] == "container"
+        assert k.runtime["container"] == f"{label_prefix}-{k.id}"
+        assert [c["Id"] for c in podman.containers(label_prefix)] == [k.runtime["container_id"]]
+        (tmp_path / "host" / "go").touch()
+        s = await wait_for(lambda: _status(app, sid, S.TERMINATED), timeout=60, what="TERMINATED")
+        assert (s.result, s.status_info) == ("SUCCESS", "KERNEL_EXITED")
+        (k,) = s.kernels
+        assert (k.status, k.exit_code) == (K.TERMINATED, 0)
+        assert Path(k.runtime["stdout"]).read_text() == f"50000\n{k.id}\n"
+        assert Path(k.runtime["stderr"]).read_text() == "to-stderr\n"
+        assert _moves(await app.repository.history(sid)) == LIFECYCLE
+        await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
+
+
+async def _none_left(podman: Podman, prefix: str) -> bool:
+    return podman.containers(prefix) == []
+
+
+async def test_exit_3_and_out_of_memory_end_in_error_with_the_code_and_reason(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """A container exiting 3 is ERROR with code 3; one over its 16 MiB memory limit
+    is killed by the engine: ERROR, code 137, "out of memory" in status_info."""
+    flags = container_flags(podman, label_prefix)
+    async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
+        failing = {"command": ["sh", "-c", "sleep 1; echo failing >&2; exit 3"], "mem": 64}
+        # A shell variable growing past the limit: the OOM killer ends it.
+        hog = "sleep 1; x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived"
+        oom = {"command": ["sh", "-c", hog], "mem": 16}
+        sids = await app.repository.create_sessions([{"kernels": [failing]}, {"kernels": [oom]}])
+        ended = [
+            await wait_for(lambda sid=sid: _status(app, sid, S.TERMINATED), timeout=60, what="end")
+            for sid in sids
+        ]
+        (k3,), (k_oom,) = (s.kernels for s in ended)
+        assert (k3.status, k3.exit_code, k3.status_info) == (K.ERROR, 3, "exited with code 3")
+        assert Path(k3.runtime["stderr"]).read_text() == "failing\n"
+        assert (k_oom.status, k_oom.exit_code) == (K.ERROR, 137)
+        assert k_oom.status_info.startswith("out of memory: killed at its memory limit of 16 MiB")
+        assert Path(k_oom.runtime["stdout"]).read_text() == ""
+        assert [s.result for s in ended] == ["FAILURE", "FAILURE"]
+        await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
+
+
+async def test_a_pull_of_an_image_that_does_not_exist_ends_in_error_with_the_reason(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """The kernel goes PULLING (with the image in status_info), then ERROR with the
+    engine's reason; `drover why` shows it. pull_policy never: ERROR at once."""
+    flags = container_flags(podman, label_prefix)
+    async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
+        image = "127.0.0.1:9/drover/no-such-image:1"
+        (sid,) = await app.repository.create_sessions(
+            [{"kernels": [{"image": image, "command": ["true"]}]}]
+        )
+        s = await wait_for(lambda: _status(app, sid, S.TERMINATED, S.ERROR), timeout=60, what="end")
+        (k,) = s.kernels
+        assert k.status == K.ERROR
+        assert k.status_info.startswith(f"image pull failed: pull {image}: ")
+        assert "connection refused" in k.status_info
+        rows = [
+            (r.from_status, r.to_status, r.message)
+            for r in await app.repository.kernel_history(kernel_id=k.id)
+        ]
+        assert (K.PREPARING, K.PULLING, f"pulling image {image}") in rows
+        assert podman.containers(label_prefix) == []
+
+
+# -- through the CLI, with the daemon as its own process --------------------------------
+
+
+def _write_config(path: Path, database, data_dir: Path, podman: Podman, prefix: str) -> None:
+    path.write_text(
+        f'database_url = "{database.url}"\n'
+        f'database_schema = "{database.schema or ""}"\n'
+        f'data_dir = "{data_dir}"\n'
+        "heartbeat_interval = 0.5\n"
+        "safety_interval = 2.0\n"
+        "claim_ttl = 3.0\n"
+        'log_format = "json"\n'
+        "[backend]\n"
+        'name = "container"\n'
+        "kill_grace = 2\n"
+        'agents = [{id = "test-agent", cpu = 4, mem = 4096}]\n'
+        "[backend.settings]\n"
+        f'url = "{podman.url}"\n'
+        f'label_prefix = "{prefix}"\n'
+        "poll_interval = 0.2\n"
+        f'default_image = "{IMAGE}"\n'
+    )
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("DROVER_")}
+
+
+async def _daemon(config: Path, log: Path) -> asyncio.subprocess.Process:
+    with open(log, "ab") as handle:  # the child keeps its own copy of the descriptor
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "drover", "--config", str(config), "run",
+            stdout=handle, stderr=handle, env=_env(),
+        )  # fmt: skip
+
+
+async def _drover(config: Path, *argv: str, code: int = 0) -> str:
+    """Run ``drover --config CONFIG ARGV…``; return its stdout (fail on another exit code)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "drover", "--config", str(config), *argv,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=_env(),
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == code, f"drover {argv}: exit {proc.returncode}: {err.decode()}"
+    return out.decode()
+
+
+async def _stop(*procs: asyncio.subprocess.Process | None) -> None:
+    for proc in procs:
+        if proc is not None and proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), timeout=30)
+
+
+async def _show(config: Path, sid: str) -> dict:
+    return json.loads(await _drover(config, "show", sid, "--json"))
+
+
+def _started_events(podman: Podman, name: str) -> list[str]:
+    out = podman.cli(
+        "events", "--stream=false", "--since", "10m", "--filter", f"container={name}",
+        "--filter", "event=start", "--format", "{{.Name}}",
+    )  # fmt: skip
+    return [line for line in out.splitlines() if line.strip()]
+
+
+async def test_terminate_from_the_cli_kills_a_container_that_ignores_sigterm_after_the_grace(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """`drover terminate`: SIGTERM, ignored by the kernel's trap; SIGKILL after
+    kill_grace (2 s); the kernel TERMINATED with code 137; `drover logs` shows its output."""
+    config, log = tmp_path / "drover.toml", tmp_path / "daemon.log"
+    _write_config(config, database, tmp_path / "data", podman, label_prefix)
+    daemon = await _daemon(config, log)
+    try:
+        stubborn = "trap 'echo got TERM' TERM; echo up; while true; do sleep 0.1; done"
+        sid = (
+            await _drover(config, "submit", "--image", IMAGE, "--cpu", "0.5", "--mem", "32",
+                          "--", "sh", "-c", stubborn)
+        ).strip()  # fmt: skip
+
+        async def running():
+            shown = await _show(config, sid)
+            return shown if shown["status"] == "RUNNING" else None
+
+        await wait_for(running, timeout=60, what="RUNNING")
+        await wait_for(
+            lambda: _says(config, sid, "up\n"), timeout=20, what="`drover logs` of a running one"
+        )
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await _drover(config, "terminate", sid)
+
+        async def ended():
+            shown = await _show(config, sid)
+            return shown if shown["status"] == "TERMINATED" else None
+
+        shown = await wait_for(ended, timeout=60, what="TERMINATED")
+        assert loop.time() - began >= 2.0
+        (k,) = shown["kernels"]
+        assert (k["status"], k["exit_code"]) == ("TERMINATED", 137)
+        assert k["status_info"] == "destroyed; exited with code 137 (killed by SIGKILL)"
+        assert await _drover(config, "logs", sid) == "up\ngot TERM\n"
+        assert _started_events(podman, f"{label_prefix}-{k['id']}") == [f"{label_prefix}-{k['id']}"]
+        await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
+    finally:
+        await _stop(daemon)
+
+
+async def _says(config: Path, sid: str, text: str) -> bool:
+    return await _drover(config, "logs", sid) == text
+
+
+async def test_after_kill_9_of_the_daemon_containers_are_adopted_never_started_twice(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """kill -9 with three containers running; one ends while no daemon runs. The
+    restarted daemon adopts the two live ones and judges the ended one; every
+    container was started once, and printed once."""
+    config, log = tmp_path / "drover.toml", tmp_path / "daemon.log"
+    _write_config(config, database, tmp_path / "data", podman, label_prefix)
+    tmp_path.joinpath("host").mkdir()
+    mount = f"{tmp_path / 'host'}:/host"
+    first = await _daemon(config, log)
+    second = None
+    try:
+        session_file = tmp_path / "session.toml"
+
+        def kernel(word: str, code: int) -> str:
+            command = ends_on_word(Path(f"/host/{word}"), before="echo started",
+                                   then=f"exit {code}")  # fmt: skip
+            return (
+                "[[kernels]]\n"
+                f"command = {json.dumps(command)}\n"
+                f'image = "{IMAGE}"\n'
+                f'mounts = [{{source = "{mount.split(":")[0]}", target = "/host"}}]\n'
+            )
+
+        session_file.write_text(kernel("go", 0) + kernel("go", 0))
+        long_one = (await _drover(config, "submit", "--file", str(session_file))).strip()
+        session_file.write_text(kernel("quick", 4))
+        short_one = (await _drover(config, "submit", "--file", str(session_file))).strip()
+
+        async def both_running():
+            shown = [await _show(config, s) for s in (long_one, short_one)]
+            return shown if all(s["status"] == "RUNNING" for s in shown) else None
+
+        shown = await wait_for(both_running, timeout=90, what="both RUNNING")
+        kernels = [k for s in shown for k in s["kernels"]]
+        first.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(first.wait(), timeout=10) == -signal.SIGKILL
+        names = [f"{label_prefix}-{k['id']}" for k in kernels]
+        # While no daemon runs, the quick one exits 4.
+        (tmp_path / "host" / "quick").touch()
+
+        async def quick_exited():
+            found = {c["Names"][0]: c["State"] for c in podman.containers(label_prefix)}
+            return found.get(names[2]) == "exited"
+
+        await wait_for(quick_exited, timeout=30, what="the quick container to exit")
+        assert {c["Names"][0]: c["State"] for c in podman.containers(label_prefix)} == {
+            names[0]: "running",
+            names[1]: "running",
+            names[2]: "exited",
+        }
+        second = await _daemon(config, log)
+        await wait_for(lambda: _adopted(log), timeout=30, what="the restarted daemon")
+        (tmp_path / "host" / "go").touch()
+
+        async def over(sid):
+            s = await _show(config, sid)
+            return s if s["status"] == "TERMINATED" else None
+
+        long_shown = await wait_for(lambda: over(long_one), timeout=60, what="long TERMINATED")
+        short_shown = await wait_for(lambda: over(short_one), timeout=60, what="short TERMINATED")
+        assert long_shown["result"] == "SUCCESS"
+        assert [(k["status"], k["exit_code"]) for k in long_shown["kernels"]] == [
+            ("TERMINATED", 0),
+            ("TERMINATED", 0),
+        ]
+        (quick,) = short_shown["kernels"]
+        assert (quick["status"], quick["exit_code"]) == ("ERROR", 4)
+        for k, name in zip(kernels, names, strict=True):
+            assert _started_events(podman, name) == [name]
+            assert Path(k["stdout"]).read_text() == "started\n"
+        started = f"container backend started on {podman.url}: adopted=3 pulls restarted=0 lost=0"
+        assert await _adopted(log) == [started]
+        await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
+    finally:
+        await _stop(first, second)
+
+
+async def _adopted(log: Path) -> list[str]:
+    """The restarted daemon's start-up line (the first one adopted nothing)."""
+    messages = [json.loads(x)["message"] for x in log.read_text().splitlines() if x[:1] == "{"]
+    return [m for m in messages if "container backend started" in m and "adopted=0" not in m]
+
+
+# -- a deployment's replicas as containers ------------------------------------------------
+
+
+def test_a_service_of_httpd_containers_is_health_checked_replaced_scaled_and_destroyed(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """Two replicas of busybox httpd, each on its published $PORT: HEALTHY over HTTP;
+    one container killed, its replica replaced; scaled to 1; destroyed: no container left."""
+    config = tmp_path / "drover.toml"
+    _write_config(config, database, tmp_path / "data", podman, label_prefix)
+    handlers = (*deployments.HANDLERS, *(h.name() for h in routes.ROUTE_HANDLERS))
+    with config.open("a") as handle:
+        handle.write("".join(f"[handlers.{name}]\ninterval = 0.3\n" for name in handlers))
+    base = [sys.executable, "-m", "drover", "--config", str(config)]
+
+    def drover(*args: str):
+        done = subprocess.run([*base, *args], env=_env(), capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if "--json" in args else done.stdout
+
+    def until(check, what: str, timeout: float = 90.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = check()
+            if found:
+                return found
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return b"drover test image" in response.read()
+        except OSError:
+            return False
+
+    def running() -> list[str]:
+        return sorted(c["Names"][0] for c in podman.containers(label_prefix)
+                      if c["State"] == "running")  # fmt: skip
+
+    with (tmp_path / "daemon.log").open("w") as log:
+        daemon = subprocess.Popen([*base, "run"], env=_env(), stdout=log, stderr=log)
+    try:
+        drover("deploy", "web", "--replicas", "2", "--evict-after", "1", "--mem", "32",
+               "--", "sh", "-c", "exec httpd -f -p $PORT -h /www")  # fmt: skip
+
+        def healthy(count: int):
+            rows = drover("routes", "web", "--json")
+            good = [r for r in rows if r["status"] == "HEALTHY"]
+            return good if len(good) == count == len(rows) else None
+
+        first = until(lambda: healthy(2), "2 HEALTHY routes")
+        assert all(answers(r["url"]) for r in first)
+        assert len(running()) == 2
+        victim = first[0]
+        (kernel,) = drover("show", victim["session_id"], "--json")["kernels"]
+        podman.cli("kill", kernel["container"])
+
+        def replaced():
+            good = healthy(2)
+            return good if good and victim["id"] not in {r["id"] for r in good} else None
+
+        now = until(replaced, "the killed replica replaced")
+        assert all(answers(r["url"]) for r in now)
+        (victim_kernel,) = drover("show", victim["session_id"], "--json")["kernels"]
+        assert victim_kernel["status"] == "ERROR"
+        until(lambda: len(running()) == 2, "two containers running")
+
+        drover("scale", "web", "1")
+        (kept,) = until(lambda: healthy(1), "one route left")
+        assert answers(kept["url"])
+        until(lambda: len(running()) == 1, "one container running")
+
+        assert "READY -> DESTROYING" in drover("destroy", "web")
+
+        def destroyed() -> bool:
+            listed = drover("deployments", "--all", "--json")
+            return any(d["name"] == "web" and d["status"] == "DESTROYED" for d in listed)
+
+        until(destroyed, "the deployment DESTROYED")
+        until(lambda: podman.containers(label_prefix) == [], "no container left")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()

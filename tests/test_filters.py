@@ -1,0 +1,231 @@
+"""Candidate filters: compiled to SQL before the fetch's LIMIT, on both databases.
+
+Every filter is exercised through real ticks of a plugin kind defined only in
+the tests (:mod:`peers`), with ``batch_size`` small enough that a filter
+applied after the LIMIT would starve the entities that match.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from peers import Job, Scripted, Task, harness, skip
+
+from drover import (
+    AllOf,
+    AnyOf,
+    ChildCount,
+    DependenciesFailed,
+    DependenciesSucceeded,
+    Field,
+    HandlerOptions,
+    Parent,
+    StatusAge,
+)
+from drover.storage import _sql
+
+
+async def _picked(h: Any, name: str) -> list[str]:
+    return [c.entity_id for c in (await h.tick(name)).changes]
+
+
+# -- bug 5: the fetch's statement cache ---------------------------------------------------
+
+
+async def test_filter_values_that_change_every_tick_reuse_one_statement(make_harness):
+    """A handler whose filter values change every tick must not grow the statement cache."""
+
+    class Moving(Scripted):
+        handler = "moving"
+        wanted = 0
+
+        @property
+        def candidate_filters(self) -> tuple[Any, ...]:
+            return (Field("spec", ("n",), "eq", Moving.wanted),)
+
+    async with harness(make_harness, Moving(skip)) as h:
+        ids = [await h.create("job", spec={"n": n}) for n in range(12)]
+        assert await _picked(h, "moving") == [ids[0]]
+        before = _sql.cached_statements()
+        for n in range(1, 12):
+            Moving.wanted = n
+            # Each tick binds its own value: it finds the entity with that value.
+            assert await _picked(h, "moving") == [ids[n]]
+        assert _sql.cached_statements() == before
+
+
+async def test_the_cache_of_filtered_fetches_keeps_only_the_most_recent(make_harness, monkeypatch):
+    """Filters whose shape changes every tick (a path per tick) are bounded too."""
+    monkeypatch.setattr(_sql, "BOUNDED_STATEMENTS", 3)
+
+    class Shifting(Scripted):
+        handler = "shifting"
+        key = "k0"
+
+        @property
+        def candidate_filters(self) -> tuple[Any, ...]:
+            return (Field("spec", (Shifting.key,), "exists"),)
+
+    async with harness(make_harness, Shifting(skip)) as h:
+        ids = [await h.create("job", spec={f"k{n}": 1}) for n in range(8)]
+        await _picked(h, "shifting")
+        before = _sql.cached_statements()
+        for n in range(8):
+            Shifting.key = f"k{n}"
+            assert await _picked(h, "shifting") == [ids[n]]
+        assert _sql.cached_statements() <= before + 3
+
+
+# -- the filters -----------------------------------------------------------------------------
+
+
+def _one_at_a_time(name: str, statuses: set[str], *filters: Any, kind: str = "job") -> Scripted:
+    """A handler fetching one entity per tick: a filter applied after the LIMIT would starve."""
+    cls = type(
+        name.title().replace("-", ""),
+        (Scripted,),
+        {
+            "kind": kind,
+            "handler": name,
+            "statuses": frozenset(statuses),
+            "filters": filters,
+            "options": HandlerOptions(batch_size=1),
+        },
+    )
+    return cls(skip)  # type: ignore[no-any-return]
+
+
+async def test_field_in_matches_one_of_the_values(make_harness):
+    picker = _one_at_a_time("pick", {Job.QUEUED}, Field("spec", ("queue",), "in", ["gpu", 7]))
+    async with harness(make_harness, picker) as h:
+        await h.create("job", spec={"queue": "cpu"})
+        await h.create("job", spec={})
+        await h.create("job", spec={"queue": ["gpu"]})
+        gpu = await h.create("job", spec={"queue": "gpu"})
+        seven = await h.create("job", spec={"queue": 7})
+        assert await _picked(h, "pick") == [gpu]
+        await h.repository.update_spec(gpu, {"queue": "cpu"})
+        assert await _picked(h, "pick") == [seven]
+    with pytest.raises(ValueError, match="Field op 'in' takes a list of values"):
+        Field("spec", ("queue",), "in", "gpu")
+
+
+async def test_parent_statuses_and_all_of_inside_any_of(make_harness):
+    """Tasks that may run: their job RUNNING and the task ready, or their job CANCELLING."""
+    ready = AllOf(Parent({Job.RUNNING}), Field("spec", ("ready",), "eq", True))
+    picker = _one_at_a_time(
+        "pick-tasks", {Task.PENDING}, AnyOf(ready, Parent({Job.CANCELLING})), kind="task"
+    )
+    async with harness(make_harness, picker) as h:
+        await h.create("job", children=[{"spec": {"ready": True}}])
+        children = [{}, {"spec": {"ready": True}}]
+        running = await h.create("job", status=Job.RUNNING, children=children)
+        cancelling = await h.create("job", status=Job.CANCELLING, children=[{}])
+        _not_ready, ready_task = (await h.get(running)).children
+        (cancelled_task,) = (await h.get(cancelling)).children
+        assert await _picked(h, "pick-tasks") == [ready_task.id]
+        await h.repository.update_spec(ready_task.id, {"ready": False})
+        assert await _picked(h, "pick-tasks") == [cancelled_task.id]
+    with pytest.raises(ValueError, match="AllOf takes at least one filter"):
+        AllOf()
+
+
+async def test_status_age_from_data_that_a_handler_wrote(make_harness):
+    """A retry deadline kept in data: the entity is fetched once it has waited that long."""
+    picker = _one_at_a_time("retry", {Job.QUEUED}, StatusAge(data_key="retry_after"))
+    async with harness(make_harness, picker) as h:
+        await h.create("job")
+        await h.create("job", spec={"retry_after": 1})
+        later = await h.create("job")
+        sooner = await h.create("job")
+        await h.repository.apply(
+            "test",
+            [
+                _keep(later, {"retry_after": 30}),
+                _keep(sooner, {"retry_after": 10}),
+            ],
+            now=h.clock.time(),
+        )
+        assert await _picked(h, "retry") == []
+        h.clock.advance(11)
+        assert await _picked(h, "retry") == [sooner]
+        h.clock.advance(20)
+        # Both have waited long enough now; the older goes first.
+        assert await _picked(h, "retry") == [later]
+    with pytest.raises(ValueError, match="exactly one of seconds=, spec_key= and data_key="):
+        StatusAge(seconds=1, data_key="x")
+
+
+def _keep(entity_id: str, data: dict[str, Any]) -> Any:
+    from drover.model.plan import Change
+    from drover.model.status import SchedulingResult
+
+    return Change(entity_id, Job.QUEUED, SchedulingResult.SKIPPED, kind="job", data=data)
+
+
+async def test_child_count_against_a_number_in_the_spec(make_harness):
+    """Jobs that may start another task: fewer WORKING tasks than their own max_parallel."""
+    picker = _one_at_a_time(
+        "room",
+        {Job.RUNNING},
+        ChildCount("lt", statuses={Task.WORKING}, spec_key="max_parallel"),
+    )
+    async with harness(make_harness, picker) as h:
+        await h.create("job", status=Job.RUNNING, spec={"max_parallel": 1}, children=[
+            {"status": Task.WORKING}, {}
+        ])  # fmt: skip
+        await h.create("job", status=Job.RUNNING, spec={"max_parallel": "two"})
+        await h.create("job", status=Job.RUNNING)
+        room = await h.create("job", status=Job.RUNNING, spec={"max_parallel": 2}, children=[
+            {"status": Task.WORKING}, {"status": Task.DONE}, {}
+        ])  # fmt: skip
+        assert await _picked(h, "room") == [room]
+    with pytest.raises(ValueError, match="exactly one of value= and spec_key="):
+        ChildCount("lt", 2, spec_key="max_parallel")
+
+
+async def test_dependencies_failed_finds_dependents_of_a_failure(make_harness):
+    """A job whose dependency FAILED is fetched (to fail it); live or successful ones are not."""
+    picker = _one_at_a_time("doomed", {Job.QUEUED}, DependenciesFailed())
+    ready = _one_at_a_time("ready", {Job.QUEUED}, DependenciesSucceeded())
+    async with harness(make_harness, picker, ready) as h:
+        live = await h.create("job", status=Job.RUNNING)
+        done = await h.create("job", status=Job.RUNNING)
+        failed = await h.create("job", status=Job.RUNNING)
+        on_live = await h.create("job", links=[("depends_on", live)])
+        on_done = await h.create("job", links=[("depends_on", done)])
+        await h.create("job", links=[("blocks", failed)])
+        on_failed = await h.create("job", links=[("depends_on", failed), ("depends_on", done)])
+        await _end(h, done, Job.DONE)
+        await _end(h, failed, Job.FAILED)
+        assert (await h.get(failed)).result == "FAILURE"
+        assert await _picked(h, "doomed") == [on_failed]
+        # The other filter's view: only the dependent of a success is ready.
+        assert await _picked(h, "ready") == [on_done]
+        assert on_live not in await _picked(h, "ready")
+
+
+async def _end(h: Any, entity_id: str, status: str) -> None:
+    from drover.model.plan import Change
+    from drover.model.status import SchedulingResult
+
+    change = Change(entity_id, Job.RUNNING, SchedulingResult.SUCCESS, status, kind="job")
+    await h.repository.apply("test", [change], now=h.clock.time())
+
+
+async def test_a_handler_reads_its_targets_links(make_harness):
+    picker = Scripted(skip)
+    async with harness(make_harness, picker) as h:
+        first = await h.create("job", status=Job.RUNNING)
+        second = await h.create("job", status=Job.RUNNING)
+        job = await h.create("job", links=[("depends_on", second), ("depends_on", first)])
+        await h.repository.link(job, "blocks", first)
+        alone = await h.create("job")
+        await h.tick("scripted")
+        seen = {t.id: t for t in picker.seen[0]}
+        depends = tuple(("depends_on", t) for t in sorted([first, second]))
+        assert seen[job].links == (("blocks", first), *depends)
+        assert seen[job].linked("depends_on") == tuple(sorted([first, second]))
+        assert seen[alone].links == ()
+        assert (await h.get(job)).links == seen[job].links
