@@ -234,7 +234,12 @@ class App:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
         if self.coordinator is None:
             kinds = self.kinds
-            context = RuntimeContext(self.repository.queries, self.backend, self.clock)
+            context = RuntimeContext(
+                self.repository.queries,
+                self.backend,
+                self.clock,
+                settings={n: h.settings for n, h in self.config.handlers.items() if h.settings},
+            )
             handlers, self.registered = collect_handlers(self.plugin_manager, context, kinds)
             self.observers = collect_observers(self.plugin_manager)
             max_requeues = self.config.max_requeues

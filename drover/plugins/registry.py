@@ -10,7 +10,7 @@ implementation's frame on the stack, so that errors can name the plugin.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -72,6 +72,16 @@ class RuntimeContext:
     queries: Queries
     backend: AgentBackend
     clock: Clock
+    #: Each handler's own settings, ``[handlers.<name>.settings]``, by handler name.
+    settings: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+
+    def settings_for(self, handler: str) -> Mapping[str, Any]:
+        """The settings of ``[handlers.<handler>.settings]``; empty if none were given.
+
+        A plugin reads them when it registers its handler, and checks them
+        itself: raising there stops the daemon at start-up with the message.
+        """
+        return self.settings.get(handler, {})
 
 
 @attrs.frozen
