@@ -80,6 +80,10 @@ _CLAIMING_SQL = (
     "SELECT DISTINCT c.pid FROM entities e JOIN coordinators c ON c.id = e.claim_owner "
     "WHERE e.claim_expires > :now AND c.stopped_at IS NULL"
 )
+_HISTORY_TRAIL_SQL = (
+    "SELECT id, created_at, handler, result, from_status, to_status, error_code, message "
+    "FROM scheduling_history WHERE entity_id = :id ORDER BY id"
+)
 # What happened to a kernel (its status changes) and to its session (its history).
 _KERNEL_TRAIL_SQL = (
     "SELECT created_at, source, from_status, to_status, message FROM status_changes "
@@ -386,7 +390,10 @@ class Campaign:
             if detail.get(kid, [None] * 3)[:3]
             != ["ERROR", -getattr(signal, sig), f"killed by {sig}"]
         )
-        trails = await self._trails(mismatched + destroyed_as_error + outside_misjudged)
+        twice = sorted(k for k, n in spawned.items() if n > 1)
+        stale = sorted(sid for sid, status in sessions.items() if latest.get(sid) != status)
+        trails = await self._trails(mismatched + destroyed_as_error + outside_misjudged + twice)
+        trails.update(await self._session_trails(stale))
         checks = {
             "every session ended": settled
             and all(s in TERMINAL for s in sessions.values())
@@ -431,8 +438,28 @@ class Campaign:
                 for k in destroyed_as_error + outside_misjudged
             },
             "left": {k: detail.get(k) for k in left_kernels if k},
+            "twice": {k: detail.get(k) for k in twice},
+            "stale": {sid: [sessions[sid], latest.get(sid)] for sid in stale},
             "trails": trails,
         }
+
+    async def _session_trails(self, session_ids: list[str]) -> dict[str, list[str]]:
+        """Each session's history rows (time, handler, result, move, error code, message)."""
+        if not session_ids:
+            return {}
+        engine = create_engine(self.url, schema=self.schema or None)
+        trails: dict[str, list[str]] = {}
+        try:
+            async with engine.connect() as conn:
+                for sid in session_ids:
+                    rows = await conn.execute(sa.text(_HISTORY_TRAIL_SQL), {"id": sid})
+                    trails[sid] = [
+                        f"#{i} {at:.2f} {handler} {result} {src}->{dst} {code or ''} {msg or ''}"
+                        for i, at, handler, result, src, dst, code, msg in rows
+                    ]
+        finally:
+            await engine.dispose()
+        return trails
 
     async def _trails(self, kernel_ids: list[str]) -> dict[str, list[str]]:
         """For each kernel: its status changes, its session's history, the exit record and
@@ -563,9 +590,10 @@ async def main_async(args: argparse.Namespace) -> int:
                     "outside_misjudged"):  # fmt: skip
             print(f"{key:28} {result[key]}")
         print(f"{'sessions by status':28} {result['by_status']}")
-        for key in ("mismatched", "misjudged", "left"):
+        for key in ("mismatched", "misjudged", "twice", "stale", "left"):
             for kernel_id, row in result[key].items():
-                print(f"  {key}: kernel {kernel_id}: {row}")
+                what = "session" if key == "stale" else "kernel"
+                print(f"  {key}: {what} {kernel_id}: {row}")
                 for line in result["trails"].get(kernel_id, []) if key != "left" else []:
                     print(f"    {line}")
         for name, ok in result["checks"].items():

@@ -9,9 +9,15 @@
    a separate connection at ``--rate`` per second (default 100) for
    ``--seconds`` (default 10); prints the median and p99 time from
    submission to RUNNING. Target: p99 under 1 s.
+3. **Memory.** ``drover run``'s daemon with the simulated instant backend runs
+   ``--rss-sessions`` sessions (default 100,000) in waves of 10,000, each wave
+   driven to TERMINATED before the next; prints the process's resident set
+   size after each wave. Target: after the first three waves (warm-up: SQLite's
+   page caches fill as the database grows), RSS stays within 10% of the size
+   after the third. Python's own memory blocks are printed too: they stay flat.
 
 Run as ``.venv/bin/python bench/daemon.py [--sessions N] [--rate R] [--seconds S]
-[--quick]``. The last line of stdout is the summary as JSON.
+[--rss-sessions N] [--quick]``. The last line of stdout is the summary as JSON.
 """
 
 from __future__ import annotations
@@ -170,6 +176,66 @@ async def latency(rate: float, seconds: float) -> dict[str, Any]:
     }
 
 
+#: Sessions per wave of the memory measurement; the first two waves are the warm-up.
+RSS_WAVE = 10_000
+RSS_WARMUP_WAVES = 3
+RSS_TARGET = 0.10
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now (Linux ``/proc``; else the peak so far)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+async def memory(sessions: int) -> dict[str, Any]:
+    """RSS of the daemon's process after each wave of sessions (simulated instant kernels)."""
+    waves = max(RSS_WARMUP_WAVES + 1, -(-sessions // RSS_WAVE))
+    with tempfile.TemporaryDirectory(prefix="drover-bench-") as tmp:
+        flags = {**_flags(Path(tmp), "simulated"), "backend.run_for": 0.0}
+        app = App(load_config(None, environ={}, flags=flags), claims=True)
+        ready: asyncio.Future[Daemon] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(app.run_daemon(install_signals=False, on_ready=ready.set_result))
+        daemon = await asyncio.wait_for(asyncio.shield(ready), timeout=60)
+        after: list[int] = []
+        blocks: list[int] = []
+        started = time.perf_counter()
+        for wave in range(waves):
+            await app.repository.create_sessions([{"kernels": [{"cpu": 1}]}] * RSS_WAVE)
+            total = (wave + 1) * RSS_WAVE
+            deadline = time.perf_counter() + 600
+            while (await app.repository.count_by_status()).get(SessionStatus.TERMINATED, 0) < total:
+                if time.perf_counter() > deadline:
+                    raise SystemExit(f"wave {wave + 1} not finished after 600 s")
+                await asyncio.sleep(0.2)
+            after.append(rss_bytes())
+            blocks.append(sys.getallocatedblocks())
+            print(
+                f"  after {total:,} sessions: RSS {after[-1] / 2**20:.1f} MiB, "
+                f"{blocks[-1]:,} Python memory blocks",
+                file=sys.stderr,
+                flush=True,
+            )
+        wall = time.perf_counter() - started
+        await _stop(app, daemon, task)
+    reference = after[RSS_WARMUP_WAVES - 1]
+    growth = max(after[RSS_WARMUP_WAVES:]) / reference - 1
+    return {
+        "sessions": waves * RSS_WAVE,
+        "rss_mib_after_each_wave": [round(b / 2**20, 1) for b in after],
+        "python_blocks_after_each_wave": blocks,
+        "growth_after_warmup": round(growth, 4),
+        "target_growth": RSS_TARGET,
+        "meets_target": growth <= RSS_TARGET,
+        "sessions_per_s": round(waves * RSS_WAVE / wall, 1),
+    }
+
+
 async def _submit_only(workdir: Path, rate: float, total: int) -> None:
     """The client process of the latency benchmark: submit at ``rate`` per second."""
     client = App(load_config(None, environ={}, flags=_flags(workdir, "simulated")))
@@ -187,7 +253,7 @@ async def _submit_only(workdir: Path, rate: float, total: int) -> None:
 
 
 def main() -> None:
-    """Run both measurements and print a summary."""
+    """Run the measurements (or ``--only`` one) and print a summary."""
     if len(sys.argv) == 5 and sys.argv[1] == "--submit-only":
         asyncio.run(_submit_only(Path(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])))
         return
@@ -195,21 +261,36 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--quick", action="store_true", help="200 sessions, 3 s of submissions")
+    parser.add_argument("--rss-sessions", type=int, default=100_000)
+    parser.add_argument(
+        "--only", choices=["local", "latency", "memory"], help="run one of the measurements"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="200 sessions, 3 s of submissions, 40,000 for RSS"
+    )
     args = parser.parse_args()
     if args.quick:
-        args.sessions, args.seconds = 200, 3.0
-    print(f"== local processes: {args.sessions} sessions of `true` x2 kernels")
-    local = asyncio.run(local_processes(args.sessions))
-    for key, value in local.items():
-        print(f"  {key:28} {value}")
-    print(
-        f"== latency: simulated instant kernels, {args.rate:g} submissions/s for {args.seconds:g}s"
-    )
-    lat = asyncio.run(latency(args.rate, args.seconds))
-    for key, value in lat.items():
-        print(f"  {key:28} {value}")
-    print(json.dumps({"local_processes": local, "latency": lat}))
+        args.sessions, args.seconds, args.rss_sessions = 200, 3.0, 40_000
+    summary: dict[str, Any] = {}
+    if args.only in (None, "memory"):
+        print(f"== memory: {args.rss_sessions:,} sessions in waves of {RSS_WAVE:,}, simulated")
+        summary["memory"] = asyncio.run(memory(args.rss_sessions))
+        for key, value in summary["memory"].items():
+            print(f"  {key:28} {value}")
+    if args.only in (None, "local"):
+        print(f"== local processes: {args.sessions} sessions of `true` x2 kernels")
+        summary["local_processes"] = asyncio.run(local_processes(args.sessions))
+        for key, value in summary["local_processes"].items():
+            print(f"  {key:28} {value}")
+    if args.only in (None, "latency"):
+        print(
+            f"== latency: simulated instant kernels, {args.rate:g} submissions/s "
+            f"for {args.seconds:g}s"
+        )
+        summary["latency"] = asyncio.run(latency(args.rate, args.seconds))
+        for key, value in summary["latency"].items():
+            print(f"  {key:28} {value}")
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

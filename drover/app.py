@@ -238,6 +238,7 @@ class App:
                 self.repository.queries,
                 self.backend,
                 self.clock,
+                reporter=self.repository,
                 settings={n: h.settings for n, h in self.config.handlers.items() if h.settings},
             )
             handlers, self.registered = collect_handlers(self.plugin_manager, context, kinds)
@@ -261,13 +262,18 @@ class App:
 
         The one creation check (:func:`~drover.model.creation.check_new_entities`),
         then against what this drover runs: options only for loaded handlers,
-        children only asking for resource slots some agent offers (asked of
-        the backend without starting it). One bad entity raises
+        children only asking for resource slots some agent offers, and no more
+        than some agent holds even when idle (asked of the backend without
+        starting it). One bad entity raises
         InvalidSpecError and nothing is written.
         """
         checked = check_new_entities(news, self.kinds)
         slots = await self.backend.offered_slots()
-        check_against_deployment(checked, self.kinds, handlers=self.handlers, slots=slots)
+        # Known once the slots are (a backend that learns its agents reads them there).
+        capacities = {a.id: a.capacity for a in self.backend.agents()} if slots else None
+        check_against_deployment(
+            checked, self.kinds, handlers=self.handlers, slots=slots, capacities=capacities
+        )
         return await self.repository.create_entities(checked)
 
     async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:

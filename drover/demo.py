@@ -5,8 +5,10 @@
    ``--backend container`` containers on the Podman of ``make podman-up``;
    an SQLite file);
 2. submits real sessions with ``drover submit``: one that succeeds, one that
-   exits non-zero, one that asks for more cpu than exists (it stays PENDING
-   with its reason), and one that is terminated while running;
+   exits non-zero, and one that is terminated while running (its result is
+   CANCELLED); one that asks for more cpu than any agent has is refused at
+   submit, with the reason; on the local backend, one that asks for the whole
+   agent waits PENDING, with its reason, until the terminated one frees it;
 3. waits until they settle;
 4. prints each session with ``drover show``;
 5. deploys a service of two replicas of Python's ``http.server`` (busybox
@@ -84,6 +86,23 @@ def _drover(config: Path, *args: str, show: bool = False, note: str = "") -> str
     return done.stdout
 
 
+def _refused(config: Path, *args: str) -> str:
+    """Run a ``drover`` command that must be refused; return its one-line error."""
+    done = subprocess.run(_argv(config, *args), capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        raise click.ClickException(f"drover {' '.join(args)} was accepted; it should not be")
+    return done.stderr.strip()
+
+
+def _wait_for_reason(config: Path, name: str, timeout: float = 60.0) -> None:
+    """Wait until the scheduler has said why session ``name`` waits."""
+    deadline = time.monotonic() + timeout
+    while "insufficient resources" not in _drover(config, "why", name):
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"timed out waiting for the reason {name} waits")
+        time.sleep(0.3)
+
+
 def _say(text: str) -> None:
     click.secho(text, bold=True)
 
@@ -134,7 +153,6 @@ def run_demo(
         submissions = {
             "succeeds": ["--", "sh", "-c", "echo hello from drover; sleep 1"],
             "exits-non-zero": ["--", "sh", "-c", "echo about to fail >&2; exit 3"],
-            "too-large": ["--cpu", "64", "--", "true"],
             "stopped-by-user": ["--", "sleep", "300"],
         }
         ids: dict[str, str] = {}
@@ -143,12 +161,21 @@ def run_demo(
             click.echo(ids[name])
         victim = ids["stopped-by-user"]
         _wait(config, lambda s: s[victim]["status"] == "RUNNING", "stopped-by-user to run")
-        click.echo(_drover(config, "terminate", victim, show=True).strip())
+        too_large = ("submit", "--name", "too-large", "--cpu", "64", "--", "true")
+        _show(config, *too_large, note="no agent has 64 cpus")
+        click.echo(_refused(config, *too_large))
+        if backend == "local":
+            # The whole agent (4 cpus) while stopped-by-user holds one: it waits for room.
+            ids["waits-for-room"] = _drover(
+                config, "submit", "--name", "waits-for-room", "--cpu", "4", "--", "true", show=True
+            ).strip()
+            click.echo(ids["waits-for-room"])
+            _wait_for_reason(config, "waits-for-room")
+            click.echo(_drover(config, "why", "waits-for-room", show=True).rstrip())
+        click.echo(_drover(config, "terminate", "stopped-by-user", show=True).strip())
         finals = _wait(
             config,
-            lambda s: all(
-                s[sid]["status"] in _SETTLED or name == "too-large" for name, sid in ids.items()
-            ),
+            lambda s: all(s[sid]["status"] in _SETTLED for sid in ids.values()),
             "the sessions to settle",
         )
         for name, sid in ids.items():
@@ -345,13 +372,12 @@ def paste_commands(finals: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     printed with the demo's ``--config``, so it reads the demo's database.
     """
     ok, failed = finals["succeeds"]["id"], finals["exits-non-zero"]["id"]
-    pending = finals["too-large"]["id"]
     return [
         (("sessions",), "every session"),
         (("show", ok), "kernels, pids, exit codes, history"),
         (("logs", ok), "what the kernel printed"),
         (("logs", failed, "--stderr"), "what the failing kernel said"),
-        (("why", pending), "why it is still PENDING"),
+        (("why", failed), "how it ended, in words"),
         (("history", failed), "every outcome of one session"),
         (("serve",), "the dashboard on http://127.0.0.1:8080/ (Ctrl-C stops it)"),
         (("run",), "the daemon again (Ctrl-C stops it)"),

@@ -360,7 +360,7 @@ def test_file_kernels_get_the_same_defaults_as_flags(cli, harness, tmp_path):
     """A --file kernel without cpu or mem asks for what `--` kernels ask by default."""
     by_flags = cli("submit", "--", "true").output.strip()
     by_file = cli("submit", "--file", _session_file(tmp_path, _KERNEL)).output.strip()
-    own = cli("submit", "--file", _session_file(tmp_path, _KERNEL + "cpu = 3\n")).output.strip()
+    own = cli("submit", "--file", _session_file(tmp_path, _KERNEL + "cpu = 0.5\n")).output.strip()
     flags, file, mine = (
         harness(lambda h, sid=sid: h.session(sid)) for sid in (by_flags, by_file, own)
     )
@@ -373,7 +373,7 @@ def test_file_kernels_get_the_same_defaults_as_flags(cli, harness, tmp_path):
             "mem": 256.0,
         }
     )
-    assert mine.kernels[0].spec == {"command": ["true"], "cpu": 3, "mem": 256.0}
+    assert mine.kernels[0].spec == {"command": ["true"], "cpu": 0.5, "mem": 256.0}
 
 
 # -- configuration, database and plugins: one line, never a traceback -------------------------

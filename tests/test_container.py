@@ -154,6 +154,12 @@ def _write_config(path: Path, database, data_dir: Path, podman: Podman, prefix: 
         "poll_interval = 0.2\n"
         f'default_image = "{IMAGE}"\n'
     )
+    # The daemon upgrades the database when it starts, but the test's first
+    # command may come before that: upgrade first, as an operator would.
+    subprocess.run(
+        [sys.executable, "-m", "drover", "--config", str(path), "db", "upgrade"],
+        env=_env(), check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
 
 
 def _env() -> dict[str, str]:

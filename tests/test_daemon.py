@@ -82,7 +82,7 @@ async def test_terminating_a_long_sleep_stops_the_process(database, tmp_path: Pa
         assert process_alive(pid)
         await app.repository.request_termination([sid])
         s = await wait_for(lambda: _status(app, sid, S.TERMINATED), what="TERMINATED")
-        assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+        assert (s.status_info, s.result) == ("USER_REQUESTED", "CANCELLED")
         await wait_for(lambda: _gone(pid), what=f"pid {pid} to exit")
         assert s.kernels[0].status == K.TERMINATED
 

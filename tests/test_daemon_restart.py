@@ -290,7 +290,7 @@ async def test_a_kernel_that_ended_before_its_running_report_keeps_its_exit_code
             (K.TERMINATED, 3, "destroyed; exited with code 3"),
             (K.TERMINATED, 0, "destroyed; exited with code 0"),
         ]
-        assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+        assert (s.status_info, s.result) == ("USER_REQUESTED", "CANCELLED")
         for rows in history:  # it ran: RUNNING (never committed by the first daemon) first
             assert rows[-2:] == [
                 ("backend", K.PREPARED, K.RUNNING),

@@ -33,13 +33,17 @@ def test_demo_sessions_settle_as_documented(database, tmp_path, capsys):
     assert summary == {
         "succeeds": ("TERMINATED", "SUCCESS", "KERNEL_EXITED"),
         "exits-non-zero": ("TERMINATED", "FAILURE", "ABNORMAL_TERMINATION"),
-        "too-large": ("PENDING", None, None),
-        "stopped-by-user": ("TERMINATED", "FAILURE", "USER_REQUESTED"),
+        "stopped-by-user": ("TERMINATED", "CANCELLED", "USER_REQUESTED"),
+        "waits-for-room": ("TERMINATED", "SUCCESS", "KERNEL_EXITED"),
     }
     out = capsys.readouterr().out
     _check_pasteable(out, tmp_path / "demo", finals)
     assert "daemon exited with code 0" in out
-    assert "insufficient resources: kernel 1/1 needs cpu=64" in out
+    assert (
+        "Error: kernel 1 needs cpu=64 mem=256: no agent is that large even when idle "
+        "(the largest, demo-agent, has cpu=4 mem=4096)"
+    ) in out
+    assert "insufficient resources: kernel 1/1 needs cpu=4 mem=256, the largest free agent" in out
     assert (
         "hello from drover"
         in (tmp_path / "demo" / "data")

@@ -16,7 +16,6 @@ import pytest
 
 from drover import SchedulingResult
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
-from drover.model.budgets import BudgetUse
 from drover.model.status import SessionStatus
 
 E, R = EndpointLifecycle, RouteStatus
@@ -154,27 +153,88 @@ async def test_check_replica_deployment_scales_when_replicas_change(make_harness
         assert await status(h, dep) == E.SCALING
 
 
-async def test_reconcile_deployment_failure_is_scaling_and_spends_a_replacement(make_harness):
+async def test_reconcile_deployment_replaces_at_once_then_backs_off_degraded(make_harness):
+    """Issue 22: a crash loop backs off (10 s, 20 s…), DEGRADED while it waits, never gives up."""
     async with make_harness() as h:
-        dep = await h.create(
-            "deployment", status=E.SCALING, spec=spec(1, budgets={"replacements": 1}), name="web"
-        )
+        dep = await h.create("deployment", status=E.SCALING, spec=spec(1), name="web")
         await h.tick("scaling-deployment")
         assert (await h.tick("reconcile-deployment")).changes == ()  # routes match: maintain
-        (route,) = (await h.get(dep)).children
-        await h.repository.request_termination([route.id])  # the route is lost
+
+        async def lose_the_route() -> None:
+            live = [c for c in (await h.get(dep)).children if c.status != R.TERMINATING]
+            await h.repository.request_termination([live[-1].id])
+
+        await lose_the_route()
+        await h.tick("reconcile-deployment")  # the first round: at once
+        found = await h.get(dep)
+        assert found.status == E.SCALING
+        assert found.data["restarts"] == 1
+        await h.tick("scaling-deployment")  # a replacement route
+        assert (await h.get(dep)).data["replaced"] == 1
+        for rounds, delay in ((1, 10), (2, 20), (3, 40)):
+            await lose_the_route()
+            await h.tick("reconcile-deployment")
+            found = await h.get(dep)
+            assert (found.status, found.status_info) == (E.DEGRADED, "CRASH_LOOP_BACK_OFF")
+            assert f"crash-loop back-off: round {rounds + 1} in {delay}s" in (
+                (await h.history(dep))[-1].message or ""
+            )
+            h.clock.advance(delay - 1)
+            await h.tick("reconcile-deployment")
+            assert await status(h, dep) == E.DEGRADED  # still waiting
+            h.clock.advance(2)
+            await h.tick("reconcile-deployment")
+            assert await status(h, dep) == E.SCALING
+            await h.tick("scaling-deployment")
+            found = await h.get(dep)
+            assert (found.status, found.data["replaced"]) == (E.READY, rounds + 1)
+        assert not found.budgets  # no lifetime budget any more
+
+
+async def test_the_replacement_limit_counts_replicas_not_rounds(make_harness):
+    """Issue 24 §4: with 2 replicas and max_replacements 3, 3 replicas are replaced, then the
+    deployment is DEGRADED (REPLACEMENTS_SPENT), not READY."""
+    async with make_harness() as h:
+        dep = await h.create(
+            "deployment",
+            status=E.SCALING,
+            spec=spec(2, max_replacements=3, backoff_initial=1),
+            name="web",
+        )
+        await h.tick("scaling-deployment")
+        for _ in range(3):
+            live = [c.id for c in (await h.get(dep)).children if c.status != R.TERMINATING]
+            await h.repository.request_termination(live)  # both replicas lost
+            h.clock.advance(600)
+            await h.tick("reconcile-deployment")
+            await h.tick("scaling-deployment")
+        found = await h.get(dep)
+        assert found.data["replaced"] == 3  # 2, then 1 more: the limit
+        assert [c.status for c in found.children].count(R.PROVISIONING) == 1
         await h.tick("reconcile-deployment")
         found = await h.get(dep)
-        assert (found.status, found.budgets) == (E.SCALING, {"replacements": BudgetUse(1, 1)})
-        await h.tick("scaling-deployment")  # a replacement route
-        (_, new) = (await h.get(dep)).children
-        await h.repository.request_termination([new.id])  # lost again: the budget is spent
+        assert (found.status, found.status_info) == (E.DEGRADED, "REPLACEMENTS_SPENT")
+        last = (await h.history(dep))[-1].message or ""
+        assert "3 replaced, the limit (max_replacements=3) is reached" in last
+
+
+async def test_the_back_off_resets_once_every_replica_was_healthy_for_the_cap(
+    make_harness, replica
+):
+    async with make_harness() as h:
+        dep, (route,) = await routed(h, replica)
+        await h.tick("health-check-route")
+        await h.repository.request_termination([route])
+        await h.tick("reconcile-deployment")
+        assert (await h.get(dep)).data["restarts"] == 1
+        await h.run_until_settled()
+        await h.tick("health-check-route")
+        assert [c.status for c in (await h.get(dep)).children][-1] == R.HEALTHY
+        h.clock.advance(301)
         report = await h.tick("reconcile-deployment")
-        assert report.changes[0].result == SchedulingResult.GIVE_UP
-        assert await status(h, dep) == E.READY  # no endless replacing
-        assert "spent budget 'replacements' 2 times (limit=1)" in (
-            (await h.history(dep))[-1].message or ""
-        )
+        assert report.counts == {SchedulingResult.SUCCESS: 1}
+        found = await h.get(dep)
+        assert (found.status, found.data["restarts"]) == (E.READY, 0)
 
 
 async def test_destroying_deployment_waits_for_routes_then_is_destroyed(make_harness):
@@ -261,6 +321,41 @@ async def test_health_check_silence_is_a_failure_then_stale(make_harness, replic
         assert report.counts == {"stale": 1}
         assert await status(h, route) == R.DEGRADED
         assert (await h.history(route))[-1].result == "stale"
+        # Stale again: a new start budget, counted from then, not from the RUNNING long ago.
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.DEGRADED
+        h.clock.advance(61)
+        await h.tick("health-check-route")
+        assert await status(h, route) == R.UNHEALTHY
+        assert "after it became DEGRADED (start_timeout=60s)" in (
+            (await h.history(route))[-1].message or ""
+        )
+
+
+async def test_the_start_timeout_counts_from_the_replicas_running_session(make_harness):
+    """Issue 22: time spent PENDING for capacity does not spend the start budget."""
+    async with make_harness() as h:
+        kernel = with_port(_closed_port())
+        dep = await h.create(
+            "deployment", status=E.SCALING, spec=spec(1, kernel=kernel), name="web"
+        )
+        await h.tick("scaling-deployment")
+        await h.tick("provisioning-route")
+        (route,) = (await h.get(dep)).children
+        for _ in range(3):  # the replica's session waits, unscheduled, for 3 minutes
+            h.clock.advance(60)
+            await h.tick("health-check-route")
+        assert await status(h, route.id) == R.DEGRADED
+        await run_replicas(h, dep)  # now RUNNING
+        h.clock.advance(59)
+        await h.tick("health-check-route")
+        assert await status(h, route.id) == R.DEGRADED
+        h.clock.advance(2)
+        await h.tick("health-check-route")
+        assert await status(h, route.id) == R.UNHEALTHY
+        assert "after its session became RUNNING (start_timeout=60s)" in (
+            (await h.history(route.id))[-1].message or ""
+        )
 
 
 async def test_a_degraded_route_that_never_answers_expires_to_unhealthy(make_harness):
@@ -368,27 +463,27 @@ async def test_a_replica_that_never_answers_is_evicted_within_its_budget_and_rep
         ended = {c.id: c.status for c in found.children}
         assert ended[first.id] == R.TERMINATED
         assert [s for i, s in ended.items() if i != first.id] == [R.DEGRADED]  # its replacement
-        assert found.budgets == {"replacements": BudgetUse(1, 10)}
+        assert found.data["replaced"] == 1
         session = await h.session(first.data["session_id"])
         assert session.status == SessionStatus.TERMINATED
 
 
-async def test_a_replica_that_exits_at_once_is_not_replaced_forever(make_harness):
+async def test_a_replica_that_exits_at_once_is_replaced_with_a_growing_back_off(make_harness):
     async with make_harness() as h:
         kernel = {**KERNEL, "sim": {"run_for": 0}}
-        dep = await h.create(
-            "deployment", spec=spec(1, kernel=kernel, budgets={"replacements": 2}), name="web"
-        )
+        dep = await h.create("deployment", spec=spec(1, kernel=kernel), name="web")
         await h.run_until_settled(max_rounds=200)
         found = await h.get(dep)
-        # The first route and two replacements, all ended; then the deployment gave up.
-        assert [c.status for c in found.children] == [R.TERMINATED] * 3
-        assert found.status == E.READY
-        # 2 allowed, the 3rd gave up; no more
-        assert found.budgets == {"replacements": BudgetUse(3, 2)}
-        last = (await h.history(dep))[-1]
-        assert last.result == SchedulingResult.GIVE_UP
-        assert "budget 'replacements' is spent (limit=2)" in (last.message or "")
+        # The first route and one replacement at once; the next round waits 10 s.
+        assert [c.status for c in found.children] == [R.TERMINATED] * 2
+        assert (found.status, found.status_info) == (E.DEGRADED, "CRASH_LOOP_BACK_OFF")
+        assert found.data["replaced"] == 1
+        for delay, replaced in ((10, 2), (20, 3), (40, 4)):
+            h.clock.advance(delay + 1)
+            await h.run_until_settled(max_rounds=200)
+            found = await h.get(dep)
+            assert found.data["replaced"] == replaced  # never gives up
+            assert found.status == E.DEGRADED
 
 
 # -- health checks: what counts, the client, one route's failure ---------------------------
@@ -436,9 +531,17 @@ async def test_health_checks_ignore_proxy_variables_and_share_one_client(
 
 
 async def test_a_route_whose_url_cannot_be_requested_fails_alone(make_harness, replica):
-    """Issue 24 §4: one bad route must not stall the others' checks (no handler error)."""
+    """Issue 24 §4: one bad deployment must not stall another's health checks (no handler
+    error, no back-off of the handler)."""
     async with make_harness() as h:
-        _, (bad, good) = await routed(h, replica, replicas=2)
+        _, (good,) = await routed(h, replica)
+        other = await h.create(
+            "deployment", spec=spec(1, kernel=with_port(replica.port)), name="bad"
+        )
+        await h.tick("check-pending-deployment")
+        await h.tick("scaling-deployment")
+        await run_replicas(h, other)
+        (bad,) = [c.id for c in (await h.get(other)).children]
         # Stored before deploy checked paths: the route's spec is not the deployment's.
         await h.repository.update_spec(bad, {"health_path": "/a\r\nb"})
         report = await h.tick("health-check-route")
@@ -456,3 +559,37 @@ async def test_a_deployment_with_a_bad_health_path_is_refused(make_harness, path
         with pytest.raises(InvalidSpecError, match="health path"):
             await h.create("deployment", spec=spec(1, health_path=path), name="web")
         assert await h.repository.list_entities("deployment") == []
+
+
+# -- deploying again: a rolling replacement --------------------------------------------------
+
+
+async def test_a_new_revision_rolls_out_one_replica_at_a_time(make_harness, replica):
+    async with make_harness() as h:
+        dep, old = await routed(h, replica, replicas=3)
+        await h.tick("health-check-route")
+        new_kernel = {**with_port(replica.port), "env": {"VERSION": "2"}}
+        await h.repository.update_spec(dep, {"kernel": new_kernel, "revision": 1})
+        assert (await h.tick("rollout-deployment")).count(SchedulingResult.SUCCESS) == 1
+        for _ in range(40):
+            found = await h.get(dep)
+            live = [c for c in found.children if c.status not in (R.TERMINATING, R.TERMINATED)]
+            assert len(live) == 3
+            # At most one replica unavailable at any time.
+            assert sum(1 for c in live if c.status == R.HEALTHY) >= 2
+            if all(c.spec.get("revision") == 1 and c.status == R.HEALTHY for c in live):
+                break
+            for handler in (
+                "provisioning-route", "schedule-sessions", "prepare-sessions",
+                "promote-to-prepared", "start-sessions", "promote-to-running",
+                "health-check-route", "terminating-route", "terminate-sessions",
+                "promote-to-terminated", "reconcile-deployment", "rollout-deployment",
+            ):  # fmt: skip
+                await h.tick(handler)
+        else:
+            pytest.fail("the rollout did not finish")
+        assert found.status == E.READY
+        assert found.data.get("replaced", 0) == 0  # a rollout is not a replacement
+        for route in old:
+            assert await status(h, route) in (R.TERMINATING, R.TERMINATED)
+        assert {c.spec["kernel"]["env"]["VERSION"] for c in live} == {"2"}

@@ -9,6 +9,7 @@ killed from outside still ends ERROR.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import sys
@@ -72,7 +73,7 @@ async def test_a_fence_holds_while_its_claim_does_and_fails_once_lapsed_or_taken
         sid = await h.create_session()
         repo = h.repository
         now = h.clock.time()
-        mine = Claim("coordinator-a", "token-a", now + 10)
+        mine = Claim("coordinator-a", "token-a", now + 10, ttl=10)
         (target,) = await repo.fetch_lifecycle_targets(
             "scripted", "session", {S.PENDING}, (), 10, now=now, claim=mine
         )
@@ -81,26 +82,32 @@ async def test_a_fence_holds_while_its_claim_does_and_fails_once_lapsed_or_taken
         await fence.check()
         fence.check_clock()
 
-        h.clock.advance(11)  # the claim lapses
+        h.clock.advance(11)  # the claim lapses: no side effect on the clock's word alone
         if pg:
             with pytest.raises(FencedError, match=r"coordinator-a .* expired"):
                 fence.check_clock()
-            with pytest.raises(FencedError):
-                await fence.check()
-        else:
-            await fence.check()
+        # Nobody took it over: the database check renews it (a slow call keeps its claim).
+        await fence.check()
+        fence.check_clock()
+        assert fence.expires == (h.clock.time() + 10 if pg else math.inf)
 
-        theirs = Claim("coordinator-b", "token-b", h.clock.time() + 10)
+        h.clock.advance(11)
+
+        theirs = Claim("coordinator-b", "token-b", h.clock.time() + 10, ttl=10)
         (taken,) = await repo.fetch_lifecycle_targets(
             "scripted", "session", {S.PENDING}, (), 10, now=h.clock.time(), claim=theirs
         )
         assert taken.claim == (theirs if pg else None)
-        # A clock that still believes in A's claim (a skewed host): the token decides.
-        skewed = Fence(sid, Claim("coordinator-a", "token-a", h.clock.time() + 100), repo)
+        # B took it over: A's fence fails, even for a clock that still believes in A's
+        # claim (a skewed host); the token decides. B's holds.
+        skewed = Fence(sid, Claim("coordinator-a", "token-a", h.clock.time() + 100, 10), repo)
         if pg:
+            with pytest.raises(FencedError, match="taken over"):
+                await fence.check()
             with pytest.raises(FencedError, match="taken over"):
                 await skewed.check()
         else:
+            await fence.check()
             await skewed.check()
         await Fence.of(taken, repo).check()
 
@@ -401,7 +408,50 @@ async def test_a_kernel_destroyed_by_a_coordinator_that_died_in_its_grace_ends_t
         await app.close()
 
 
+@pg_only
+async def test_a_watcher_on_another_coordinator_does_not_win_against_a_destroy(
+    pg: Database, tmp_path: Path
+):
+    """PostgreSQL only (two live coordinators). A starts and watches the kernel; B, which
+    starts nothing and whose own monitor is slow, destroys it. A's watcher sees the death
+    by SIGTERM first: it honours B's intent, and the kernel ends TERMINATED
+    `destroyed; killed by SIGTERM`, not ERROR."""
+    data = tmp_path / "data"
+    common = {"backend.agents": BIG_AGENT, "backend.kill_grace": 2.0, "claim_ttl": 20.0}
+    watcher = {**common, "handlers.terminate-sessions.enabled": False}
+    destroyer = {**common, "handlers.start-sessions.enabled": False}
+    async with (
+        running_daemon(pg, data, **watcher) as (a_app, _a),
+        running_daemon(pg, data, **destroyer) as (b_app, _b),
+    ):
+        b_backend: Any = b_app.backend
+        b_backend.poll_interval = 30.0  # B sees ends late: A's watcher reports first
+        repo = a_app.repository
+        (sid,) = await repo.create_sessions([{"kernels": [{"command": ["sleep", "60"]}]}])
+        await wait_for(lambda: _status(repo, sid, S.RUNNING), timeout=60, what="RUNNING")
+        await repo.request_termination([sid])
+        s = await wait_for(lambda: _status(repo, sid, S.TERMINATED), timeout=60, what="ended")
+    (k,) = s.kernels
+    assert (k.status, k.exit_code, k.status_info) == (
+        K.TERMINATED,
+        -15,
+        "destroyed; killed by SIGTERM",
+    )
+    changes = [(r.source, r.from_status, r.to_status) for r in await _kernel_changes(pg, k.id)]
+    assert ("backend", K.RUNNING, K.TERMINATING) in changes, changes
+
+
 # -- helpers ------------------------------------------------------------------------------
+
+
+async def _kernel_changes(database: Database, kernel_id: str) -> list[Any]:
+    """A kernel's status changes, read after the daemons stopped."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False,
+        database_url=database.url,
+        database_schema=database.schema,
+    ) as h:
+        return await h.kernel_history(kernel_id)
 
 
 async def _async(value: Any) -> Any:

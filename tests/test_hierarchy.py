@@ -6,7 +6,7 @@ SQLite and PostgreSQL, through real ticks and termination requests.
 
 from __future__ import annotations
 
-from tree import Attempt, Job, RunJobs, Task, harness, ids, plugin, sound_handlers, tree
+from tree import Attempt, Job, RunJobs, RunTasks, Task, harness, ids, plugin, sound_handlers, tree
 
 from drover import HandlerResult
 
@@ -26,6 +26,9 @@ async def test_a_job_ended_by_its_handler_ends_its_tasks_and_their_attempts(make
         # Another job's tree is untouched.
         assert (await h.get(other_tasks[0])).status == Task.RUNNING
         assert (await h.get(other_attempts[0])).status == Attempt.RUNNING
+        # The transition's children_info reaches the whole tree it ends.
+        assert {(await h.get(x)).status_info for x in tasks + attempts} == {"JOB_FAILED"}
+        assert (await h.get(other_attempts[0])).status_info is None
         # Each grandchild's change is recorded, with the job's handler as its source.
         (change,) = await h.kernel_history(attempts[0])
         assert (change.source, change.from_status, change.to_status) == (
@@ -70,3 +73,65 @@ def test_plugins_check_counts_child_statuses_reached_through_the_parent(monkeypa
     assert report["warnings"] == []
     assert report["errors"] == []
     assert done.exit_code == 0
+
+
+async def test_children_created_with_their_parent_have_a_created_row(make_harness):
+    """Bug 6: a child created together with its parent had no history at all."""
+    async with harness(make_harness) as h:
+        job = await h.create("job", children=[{}, {"status": Task.RUNNING, "priority": 5}])
+        first, second = (await h.get(job)).children
+        rows = [
+            (r.handler, r.result, r.from_status, r.to_status) for r in await h.history(second.id)
+        ]
+        assert rows == [("api", "CREATED", Task.RUNNING, Task.RUNNING)]
+        assert (await h.history(first.id))[0].message == f"created by api with its job {job}"
+        # NewEntity children may carry a priority (they compete in their own kind's queue).
+        assert (first.priority, second.priority) == (0, 5)
+
+
+async def test_a_child_moved_by_its_parents_transition_has_the_move_in_its_own_history(
+    make_harness,
+):
+    """Bug 6: the move showed only among the parent's child changes."""
+    run = RunJobs(lambda ts: HandlerResult(outcomes=dict.fromkeys(ids(ts), "stop-tasks")))
+    tasks_run = RunTasks(lambda ts: HandlerResult(successes=ids(ts)))
+    async with harness(make_harness, run, tasks_run) as h:
+        _, tasks, attempts = await tree(h)
+        h.clock.advance(1)
+        await h.tick("run-jobs")
+        rows = [
+            (r.handler, r.result, r.from_status, r.to_status) for r in await h.history(tasks[0])
+        ]
+        assert rows == [
+            ("api", "CREATED", Task.RUNNING, Task.RUNNING),
+            ("run-jobs", "MOVED", Task.RUNNING, Task.STOPPING),
+        ]
+        assert (await h.get(tasks[0])).status_info == "STOP_ASKED"
+        # A move by a handler of the child's own kind is one row, not two.
+        h.clock.advance(1)
+        await h.tick("run-tasks")
+        rows = [(r.handler, r.result, r.to_status) for r in await h.history(tasks[0])]
+        assert rows[2:] == [("run-tasks", "SUCCESS", Task.DONE)]
+        # The attempts ended with their task: that is in their history too.
+        last = (await h.history(attempts[0]))[-1]
+        assert (last.handler, last.result, last.to_status) == (
+            "run-tasks",
+            "MOVED",
+            Attempt.FAILED,
+        )
+
+
+async def test_pruning_reaches_the_history_of_grandchildren_of_ended_entities(make_harness):
+    """Children's own rows (their creation, their moves) go with their ended top entity."""
+    async with harness(make_harness) as h:
+        ended, tasks, attempts = await tree(h)
+        live, _, live_attempts = await tree(h)
+        await h.repository.request_termination([ended])
+        h.clock.advance(100)
+        counts = await h.repository.prune_history(older_than=h.clock.time())
+        assert counts["scheduling_history"] == 1 + 2 + 2 + 1  # job, tasks, attempts, request
+        assert counts["status_changes"] == 2 + 2  # the tasks' and the attempts' ends
+        assert await h.history(attempts[0]) == []
+        assert await h.history(tasks[0]) == []
+        assert len(await h.history(live_attempts[0])) == 1
+        assert len(await h.history(live)) == 1

@@ -92,8 +92,9 @@ def test_history_text_json_and_csv(world):
     ]  # fmt: skip
     skipped = json.loads(cli("history", "--result", "SKIPPED", "--json").output)
     assert {r["session_id"] for r in skipped} == {ids["stuck"]}
-    by_api = json.loads(cli("history", "--handler", "api", "--json").output)
-    # every session's CREATED row, and the one termination request (newest first)
+    by_api = json.loads(cli("history", "--handler", "api", "--kind", "session", "--json").output)
+    # every session's CREATED row, and the one termination request (newest first); the
+    # kernels created with them have their own CREATED rows (kind kernel)
     assert [(r["session_id"], r["result"]) for r in by_api] == [
         (ids["preparing"], "CREATED"),
         (ids["expired"], "CREATED"),
@@ -174,7 +175,7 @@ def test_why_for_running_and_terminal_sessions(world):
     done = cli("why", ids["done"]).output.splitlines()
     assert "is TERMINATED" in done[0]
     assert done[1].startswith("it ended by ")
-    assert done[2] == "result FAILURE; status_info USER_REQUESTED (a termination was requested)"
+    assert done[2] == "result CANCELLED; status_info USER_REQUESTED (a termination was requested)"
 
 
 @pytest.mark.parametrize("status", list(SessionStatus))
@@ -249,11 +250,13 @@ def test_prune_keeps_what_it_must(world, database):
     }
     dry = json.loads(cli("history", "prune", "--older-than", "0s", "--dry-run", "--json").output)
     assert dry["dry_run"] is True
-    assert dry["deleted"]["scheduling_history"] == before["done"]
+    # The ended session's rows, and its kernels' own (their CREATED rows).
+    kernels = len(json.loads(cli("show", ids["done"], "--json").output)["kernels"])
+    assert dry["deleted"]["scheduling_history"] == before["done"] + kernels
     after_dry = {k: len(json.loads(cli("history", v, "--json").output)) for k, v in ids.items()}
     assert after_dry == before
     result = cli("history", "prune", "--older-than", "0s")
-    assert f"deleted {before['done']} row(s) of scheduling_history" in result.output
+    assert f"deleted {before['done'] + kernels} row(s) of scheduling_history" in result.output
     after = {k: len(json.loads(cli("history", v, "--json").output)) for k, v in ids.items()}
     assert after == {**before, "done": 0}
     recent = cli("history", "prune", "--older-than", "30d")

@@ -233,7 +233,7 @@ async def test_a_kernel_that_ended_before_its_end_was_reported_keeps_its_exit_co
             3,
             "destroyed; exited with code 3",
         )
-        assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+        assert (s.status_info, s.result) == ("USER_REQUESTED", "CANCELLED")
         rows = await app.repository.kernel_history(kernel_id=k.id)
         assert [(r.source, r.from_status, r.to_status) for r in rows][-1] == (
             "backend",

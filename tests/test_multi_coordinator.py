@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from conftest import PG_URL, SKIP_PG, Database, pg_schema
 from daemon_helpers import process_alive, running_daemon, wait_for
 from scripted import Scripted
@@ -297,7 +298,7 @@ async def test_a_kernel_whose_watcher_died_keeps_its_exit_code_when_another_dest
         3,
         "destroyed; exited with code 3",
     )
-    assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+    assert (s.status_info, s.result) == ("USER_REQUESTED", "CANCELLED")
 
 
 # -- SQLite: one coordinator, enforced ------------------------------------------------------
@@ -389,3 +390,41 @@ async def test_a_second_drover_run_on_one_sqlite_file_is_refused_then_takes_over
         if first.returncode is None:
             first.kill()
             await first.wait()
+
+
+@pg_only
+async def test_a_claimed_tick_drops_its_claims_in_the_writes_that_move_the_sessions(pg: Database):
+    """The compare-and-set of a claimed tick clears the claim in the same row write: only
+    the targets it did not write (skipped ones) take a release UPDATE; none are left."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        sids = [await h.create_session() for _ in range(3)]
+        handler = Scripted()
+        handler.script = lambda targets: HandlerResult(
+            successes=[t.id for t in targets if t.id != sids[0]], skipped=[sids[0]]
+        )
+        coordinator = _coordinator(h, handler, "coordinator-a")
+        releases: list[str] = []
+
+        def seen(conn, cursor, statement, parameters, context, executemany) -> None:
+            # The release (not the claim): it sets only the claim, where the token is ours.
+            release = statement.startswith("UPDATE entities SET claim_owner=")
+            if release and "entities.claim_token = " in statement:
+                releases.append(statement)
+
+        engine = h.repository.engine.sync_engine
+        sa.event.listen(engine, "before_cursor_execute", seen)
+        try:
+            report = await coordinator.tick("scripted")
+            assert (report.count(R.SUCCESS), report.count(R.SKIPPED)) == (2, 1)
+            assert len(releases) == 1, "one release, for the skipped session"
+            assert await h.repository.claims_by_owner() == {}
+            handler.script = lambda targets: HandlerResult(successes=[t.id for t in targets])
+            report = await coordinator.tick("scripted")
+            assert report.count(R.SUCCESS) == 1
+            assert len(releases) == 1, "every target written: no release UPDATE"
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", seen)
+        assert await h.repository.claims_by_owner() == {}
+        assert [(await h.session(s)).status for s in sids] == [S.SCHEDULED] * 3

@@ -167,7 +167,9 @@ def test_an_unknown_backend_names_the_registered_ones(tmp_path):
     """A typo in backend.name is one clear error."""
     flags = {"database_url": f"sqlite+aiosqlite:///{tmp_path}/x.db", "backend.name": "lcoal"}
     app = App(load_config(None, environ={}, flags=flags))
-    with pytest.raises(UnknownBackendError, match=r"no such backend; registered: \['local', "):
+    with pytest.raises(
+        UnknownBackendError, match=r"no such backend; registered: \['container', 'local', "
+    ):
         _ = app.backend
     asyncio.run(app.close())
 
@@ -350,7 +352,7 @@ def test_plugins_lists_builtins_only_with_all(tmp_path, monkeypatch):
     assert schedule["handlers"] == [
         {"name": "schedule-sessions", "kind": "lifecycle", "targets": ["PENDING"]}
     ]
-    assert rows["drover.backends"]["backends"] == ["local", "simulated", "slurm"]
+    assert rows["drover.backends"]["backends"] == ["container", "local", "simulated", "slurm"]
     text = _cli("plugins", env=env).output
     assert "no plugins installed" in text
 

@@ -46,6 +46,7 @@ DEPLOYMENT_HANDLERS = {
     "scaling-deployment",
     "check-replica-deployment",
     "reconcile-deployment",
+    "rollout-deployment",
     "destroying-deployment",
 }
 ROUTE_HANDLERS = {
@@ -59,7 +60,8 @@ ROUTE_HANDLERS = {
 
 async def test_builtins_are_nine_plugins_registered_through_the_hook():
     """The session lifecycle is nine plugins (the proposal's eight + detect-start-failure);
-    deployments and routes are one plugin each, with the seed's five handlers each."""
+    deployments and routes are one plugin each, with the seed's five handlers each (and
+    the deployments' rollout-deployment, drover's own)."""
     async with CoordinatorHarness() as h:
         assert set(h.handlers) == BUILTIN | DEPLOYMENT_HANDLERS | ROUTE_HANDLERS
         owners = {e.name: e.plugin for e in h.registered}

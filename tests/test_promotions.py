@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -187,6 +188,8 @@ async def test_an_empty_promotion_probe_reads_what_changed_and_a_sweep_reads_the
     """After an empty check, a rule's probe reads only the entities touched since (recorded
     changes); what changed unrecorded is found by the next full check (every SWEEP_INTERVAL)."""
     monkeypatch.setattr(watermarks, "PG_LAG", 0.0)
+    # The probe after the watermarks is chosen by cost; here always, where it is allowed.
+    monkeypatch.setattr(watermarks, "RECENT_BIAS", 0.0)
     async with make_harness(backend=SimulatedBackend(run_for=None)) as h:
         waiting = [await h.create_session() for _ in range(3)]
         assert (await h.tick("detect-start-failure")).changes == ()  # the first check is full
@@ -214,22 +217,38 @@ def test_a_postgresql_watermark_is_used_only_once_it_has_aged(monkeypatch):
     """On PostgreSQL a transaction may commit after one that took larger ids: a probe starts
     after watermarks at least PG_LAG seconds old, and a check that found work moves nothing."""
     monkeypatch.setattr(watermarks.time, "monotonic", lambda: 100.0)
+    monkeypatch.setattr(watermarks, "RECENT_BIAS", 0.0)
+    now = (50, 50)
     window = watermarks.Window(postgres=True)
-    assert window.start() is None
+    assert window.start(now) is None
     window.checked(99.0, (10, 20), full=True, found=False)
-    assert window.start() is None  # swept, but no watermark is old enough yet
+    assert window.start(now) is None  # swept, but no watermark is old enough yet
     window.checked(99.5, (11, 21), full=False, found=False)
     window.checked(101.0, (12, 22), full=False, found=False)
-    assert window.start() == (10, 20)
+    assert window.start(now) == (10, 20)
     window.checked(101.6, (13, 23), full=False, found=False)
-    assert window.start() == (11, 21)
+    assert window.start(now) == (11, 21)
     window.checked(103.0, (14, 24), full=False, found=True)
-    assert window.start() == (11, 21)
+    assert window.start(now) == (11, 21)
     sqlite_window = watermarks.Window(postgres=False)
     sqlite_window.checked(99.0, (5, 6), full=True, found=False)
-    assert sqlite_window.start() == (5, 6)
+    assert sqlite_window.start(now) == (5, 6)
     monkeypatch.setattr(watermarks.time, "monotonic", lambda: 99.0 + watermarks.SWEEP_INTERVAL)
-    assert sqlite_window.start() is None  # time for a full check
+    assert sqlite_window.start(now) is None  # time for a full check
+
+
+def test_the_cheaper_probe_is_chosen_by_what_each_took():
+    """Many rows since the watermarks and a cheap full probe (a steady stream, few waiting):
+    the full probe; few rows and a costly full probe (a quiet backlog): the recent one."""
+    window = watermarks.Window(postgres=False)
+    window.checked(time.monotonic(), (100, 100), full=True, found=False)
+    window.timed((100, 100), None, 0.001)  # the full probe took 1 ms
+    window.timed((1100, 1100), (100, 100), 0.002)  # 2,000 rows took 2 ms: 1 µs a row
+    assert window.start((10_100, 10_100)) is None  # 20,000 rows: ~20 ms > 1 ms
+    assert window.start((200, 200)) == (100, 100)  # 200 rows: ~0.2 ms < 1 ms
+    window.timed((100, 100), None, 0.1)  # now the full probe takes 100 ms (a backlog)
+    assert window.start((10_100, 10_100)) == (100, 100)
+    assert window.start((150_100, 150_100)) is None
 
 
 async def test_the_recent_probe_does_not_grow_with_the_waiting_sessions(tmp_path):

@@ -58,11 +58,27 @@ async def test_a_session_larger_than_any_agent_says_so(make_harness):
         created, row = await h.history(sid)
         assert (created.handler, created.result, created.to_status) == ("api", "CREATED", S.PENDING)
         assert row.message == (
-            "insufficient resources: kernel 2/2 needs cpu=8 mem=512, the largest free agent a1 "
-            "has cpu=3 mem=7680 (no agent is that large even when idle)"
+            "insufficient resources: the session needs cpu=9 mem=1024 for its 2 kernels; "
+            "free now: cpu=4 mem=8192 in all, the largest free agent a1 has cpu=4 mem=8192; "
+            "kernel 2/2 (cpu=8 mem=512) is the first that does not fit "
+            "(no agent is that large even when idle)"
         )
         # the partial placement of kernel 1 was not kept
         assert [k.agent_id for k in (await h.session(sid)).kernels] == [None, None]
+
+
+async def test_a_multi_kernel_sessions_reason_compares_it_with_what_is_free(make_harness):
+    """Issue 22: 3 kernels of half a core on a free core: the reason counts nothing for the
+    session's own kernels (it used to say "largest free agent has cpu=0")."""
+    async with make_harness(backend=backend(("a1", 1, 4096))) as h:
+        sid = await h.create_session(kernels=[{"cpu": 0.5, "mem": 64}] * 3)
+        await h.tick("schedule-sessions")
+        row = (await h.history(sid))[-1]
+        assert row.message == (
+            "insufficient resources: the session needs cpu=1.5 mem=192 for its 3 kernels; "
+            "free now: cpu=1 mem=4096 in all, the largest free agent a1 has cpu=1 mem=4096; "
+            "kernel 3/3 (cpu=0.5 mem=64) is the first that does not fit"
+        )
 
 
 async def test_priority_order_and_backfilling(make_harness):

@@ -141,7 +141,7 @@ async def test_terminating_a_running_job_cancels_it(database, tmp_path: Path, jo
         assert await live_job_ids(name) == [str(s.kernels[0].runtime["slurm_job_id"])]
         await app.repository.request_termination([sid])
         s = await wait_for(lambda: _status(app, sid, S.TERMINATED), timeout=30, what="TERMINATED")
-        assert (s.status_info, s.result) == ("USER_REQUESTED", "FAILURE")
+        assert (s.status_info, s.result) == ("USER_REQUESTED", "CANCELLED")
         (k,) = s.kernels
         assert k.status == K.TERMINATED
         assert k.status_info.startswith(f"destroyed: slurm job {k.runtime['slurm_job_id']} ")
@@ -576,7 +576,7 @@ def test_the_job_script_quotes_env_runs_setup_and_execs_the_command():
         "export A='x y$z'",
         "export DROVER_SESSION_ID=s1",
         "export DROVER_KERNEL_ID=k1",
-        "cd '/w d' || exit 126",
+        "mkdir -p -- '/w d'; cd '/w d' || exit 126",
         "/bin/sh -c 'make it' || { code=$?; "
         'echo "drover: setup failed with exit code $code" >&2; exit $code; }',
         "exec echo 'it'\"'\"'s'",

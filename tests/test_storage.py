@@ -304,7 +304,7 @@ async def test_termination_requests(make_harness):
             (S.TERMINATED, S.TERMINATED, False),
         ]
         p = await h.session(pending)
-        assert (p.status, p.status_info, p.result) == (S.CANCELLED, "USER_REQUESTED", "FAILURE")
+        assert (p.status, p.status_info, p.result) == (S.CANCELLED, "USER_REQUESTED", "CANCELLED")
         assert [k.status for k in p.kernels] == [K.CANCELLED]
         r = await h.session(running)
         assert (r.status, r.status_info) == (S.TERMINATING, "USER_REQUESTED")
@@ -425,3 +425,30 @@ async def test_a_backend_report_records_its_status_changes_in_one_statement(make
             assert [(r.source, r.from_status, r.to_status, r.message) for r in rows] == [
                 ("backend", K.RUNNING, want, f"m{i}" if i else None)
             ]
+
+
+def test_hot_reads_on_sqlites_cursor_match_sqlalchemy_and_keep_a_bounded_cache(monkeypatch):
+    """driver_rows gives the rows SQLAlchemy gives (constants, expanded lists, parameters),
+    inside a transaction, and keeps at most DRIVER_STATEMENTS statements rendered."""
+    from drover.storage import _sql
+
+    monkeypatch.setattr(_sql, "DRIVER_STATEMENTS", 2)
+    engine = sa.create_engine("sqlite://")
+    t = sa.table("t", sa.column("a"), sa.column("b"))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (a INTEGER, b TEXT)")
+        conn.exec_driver_sql("INSERT INTO t VALUES (1, 'x'), (2, 'y'), (3, 'z')")
+    queries = [
+        sa.select(t.c.a, t.c.b)
+        .where(t.c.b.in_(["x", "z"]), t.c.a >= sa.bindparam("low"))
+        .order_by(t.c.a)
+        .limit(limit)
+        for limit in range(1, 6)
+    ]
+    with engine.connect() as conn:
+        for query in queries * 2:
+            rows = _sql.driver_rows(conn, query, {"low": 1})
+            assert conn.in_transaction()
+            assert [tuple(r) for r in rows] == [tuple(r) for r in conn.execute(query, {"low": 1})]
+        assert len(_sql._DRIVER_SQL) <= 2
+    engine.dispose()

@@ -158,11 +158,14 @@ def test_api_session_history_stats_and_graph(harness, make_client):
 
         history = client.get("/api/history").json()
         assert [r["id"] for r in history] == sorted((r["id"] for r in history), reverse=True)
-        assert {r["session_id"] for r in history} == set(ids.values())
+        # The sessions' rows, and their kernels' CREATED rows.
+        assert {r["session_id"] for r in history if r["kind"] == "session"} == set(ids.values())
+        assert {r["result"] for r in history if r["kind"] == "kernel"} == {"CREATED"}
         skipped = client.get("/api/history", params={"result": "skipped"}).json()
         assert [(r["session_id"], r["attempts"]) for r in skipped] == [(beta, 3)]
         api_rows = client.get("/api/history", params={"handler": "api"}).json()
         # newest first: gamma's termination, then every session's CREATED row
+        api_rows = [r for r in api_rows if r["kind"] == "session"]
         assert [(r["session_id"], r["result"], r["to_status"]) for r in api_rows] == [
             (ids["gamma"], "SUCCESS", "CANCELLED"),
             (ids["gamma"], "CREATED", "PENDING"),

@@ -444,3 +444,73 @@ def test_failed_sessions_and_kernel_logs_in_the_browser(tmp_path, page: Page, mo
         expect(tail).to_contain_text("epoch 2999 loss 0.000")
         assert "epoch 0 loss" not in tail.inner_text()
         _shot(page, "session-logs")
+
+
+async def _stopped_and_failed(url: str) -> dict[str, str]:
+    """ok (SUCCESS), bad (FAILURE) and stopped (terminated by the user: CANCELLED)."""
+    async with CoordinatorHarness(database_url=url) as h:
+        ok = await h.create_session(name="went-well", kernels=[{"cpu": 1, "sim": {"run_for": 0}}])
+        bad = await h.create_session(
+            name="went-wrong", kernels=[{"cpu": 1, "sim": {"run_for": 0, "exit_code": 3}}]
+        )
+        stopped = await h.create_session(name="stopped", kernels=[{"cpu": 1}])
+        await h.run_until_settled()
+        await h.request_termination(stopped)
+        await h.run_until_settled()
+        return {"ok": ok, "bad": bad, "stopped": stopped}
+
+
+def test_a_stop_somebody_asked_for_is_not_painted_as_a_failure(tmp_path, page: Page, monkeypatch):
+    """Issue 22: the user-terminated session is CANCELLED, not red; the failed badge counts
+    the one real failure, which ended TERMINATED."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    ids = _run(_stopped_and_failed, url)
+    with Served(url) as s:
+        page.goto(s.base + "/")
+
+        def row(name: str) -> Any:
+            return page.locator(f'tr[data-session-id="{ids[name]}"]')
+
+        def background(name: str) -> str:
+            return str(
+                row(name).locator("td").first.evaluate("e => getComputedStyle(e).backgroundColor")
+            )
+
+        expect(row("stopped").locator("td.result")).to_have_text("CANCELLED")
+        expect(row("bad").locator("td.result")).to_have_text("FAILURE")
+        assert background("stopped") == background("ok")
+        assert background("bad") != background("ok")
+        expect(row("stopped").locator(".failure-mark")).to_have_count(0)
+        expect(page.locator('[data-count-result="FAILURE"] .n')).to_have_text("1")
+        expect(page.locator('[data-count-status="ERROR"] .n')).to_have_text("0")
+        _shot(page, "overview-cancelled")
+
+
+async def _crash_looping(url: str) -> str:
+    """A deployment of 1 replica that exits at once: replaced once, then backing off."""
+    crashes = {"command": ["true"], "cpu": 1, "mem": 64, "sim": {"run_for": 0}}
+    async with CoordinatorHarness(database_url=url) as h:
+        dep = await h.create("deployment", spec={"replicas": 1, "kernel": crashes}, name="web")
+        await h.run_until_settled(max_rounds=200)
+        return str(dep)
+
+
+def test_a_crash_looping_deployment_is_shown_degraded(tmp_path, page: Page, monkeypatch):
+    """Issue 22: 0 healthy of 1 wanted, backing off: a DEGRADED (yellow) badge and why, not
+    a blue READY."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    dep = _run(_crash_looping, url)
+    with Served(url) as s:
+        page.goto(s.base + "/deployments")
+        row = page.locator(f'tr[data-deployment-id="{dep}"]')
+        badge = row.locator(".badge")
+        expect(badge).to_have_text("DEGRADED")
+        colour = badge.evaluate("e => getComputedStyle(e).backgroundColor")
+        assert colour == "rgb(202, 138, 4)"  # the palette's yellow, not READY's blue
+        expect(row.locator("td.why")).to_contain_text("CRASH_LOOP_BACK_OFF until")
+        expect(row.locator("td.replaced")).to_have_text("1")
+        page.goto(s.base + "/deployments/web")
+        expect(page.locator("dd.degraded")).to_contain_text("next replacement at")
+        _shot(page, "deployment-degraded")

@@ -115,8 +115,8 @@ class RunJobs(Scripted):
     statuses = frozenset({Job.RUNNING})
     transitions = StatusTransitions(
         success=Transition(Job.DONE),
-        give_up=Transition(Job.FAILED),
-        outcomes={"stop-tasks": Transition(children=Task.STOPPING)},
+        give_up=Transition(Job.FAILED, children_info="JOB_FAILED"),
+        outcomes={"stop-tasks": Transition(children=Task.STOPPING, children_info="STOP_ASKED")},
     )
 
 
@@ -193,3 +193,39 @@ class StartTasks(Scripted):
 def sound_handlers() -> list[Scripted]:
     """A handler set for the three kinds that ``drover plugins check --strict`` accepts."""
     return [StartJobs(), RunJobs(), StartTasks(), RunTasks(), RunAttempts()]
+
+
+def tree_cli(database: Any, monkeypatch: Any, tmp_path: Any, *handlers: object) -> Any:
+    """``drover`` with the tree kinds on this test's database, and a job with one task."""
+    import asyncio
+
+    from click.testing import CliRunner
+
+    import drover.app
+    from drover.cli.main import main
+    from drover.testing import CoordinatorHarness
+
+    the_plugin = plugin(*handlers)
+    real = drover.app.make_plugin_manager
+    monkeypatch.setattr(
+        drover.app, "make_plugin_manager", lambda **kw: real(**kw, plugins=[the_plugin])
+    )
+
+    async def setup() -> tuple[str, str]:
+        async with CoordinatorHarness(
+            plugins=[the_plugin],
+            include_builtin_handlers=False,
+            database_url=database.url,
+            database_schema=database.schema,
+        ) as h:
+            job = await h.create("job", status=Job.RUNNING)
+            return job, await h.create("task", status=Task.RUNNING, parent=job)
+
+    job, task = asyncio.run(setup())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
+    monkeypatch.setenv("DROVER_LOAD_PLUGINS", "")
+    if database.schema:
+        monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
+    runner = CliRunner()
+    return job, task, lambda *args: runner.invoke(main, list(args), catch_exceptions=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -42,6 +42,23 @@ class KernelReporter(Protocol):
         """Apply reports with compare-and-set; return which applied."""
         ...
 
+    async def report(
+        self,
+        entity_id: str,
+        status: str,
+        *,
+        expected: Iterable[str] | None = None,
+        status_info: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        message: str | None = None,
+        source: str = "report",
+    ) -> bool:
+        """Push news about an entity of any kind (compare-and-set); return whether it applied.
+
+        ``report_kernel_statuses`` is this, for kernels, with source ``backend``.
+        """
+        ...
+
     async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
         """Every kernel currently in one of ``statuses`` (to adopt them at start-up)."""
         ...
@@ -50,8 +67,11 @@ class KernelReporter(Protocol):
         """The current status of each kernel (unknown ids left out)."""
         ...
 
-    async def claim_held(self, claim: Claim, entity_id: str) -> bool:
-        """Whether a tick's ``claim`` still holds ``entity_id`` (:mod:`drover.backends.fence`)."""
+    async def hold_claim(self, claim: Claim, entity_id: str) -> float | None:
+        """Renew ``claim`` on ``entity_id`` if it still holds it: its new expiry, else ``None``.
+
+        See :mod:`drover.backends.fence`.
+        """
         ...
 
 

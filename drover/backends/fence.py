@@ -12,13 +12,17 @@ tick's claim **right before each side effect**:
   (``session.claim``; ``None`` on SQLite, which has one coordinator);
 * ``fence = Fence.of(session, reporter)`` makes the check;
 * ``await fence.check()`` asks the database whether the claim still holds the
-  entity (its token is on the row, and it has not expired by this process's
-  clock): call it before each step of side effects (a batch of spawns, the
-  signals of a destroy, an ``scancel``), and again after any wait;
+  entity (its token is still on the row: nobody took it over, it was not
+  released) and, if so, renews it for ``claim_ttl`` from now, as a lease is
+  renewed: a call still at work keeps its claim however long it takes. Call
+  it before each step of side effects (a kernel's preparation, a batch of
+  spawns, the signals of a destroy, an ``sbatch`` or ``scancel``), and again
+  after any wait;
 * ``fence.check_clock()`` is the cheap half, for worker threads: no I/O,
-  only whether the claim expired. Call it right before each syscall that
-  touches a process (``kill``, ``spawn``, removing a record), so a pause
-  anywhere before it is caught when the process resumes.
+  only whether the claim expired since its last renewal. Call it right
+  before each syscall that touches a process (``kill``, ``spawn``, removing
+  a record). A coordinator paused past its claim could not renew it: when it
+  resumes, the next check fails, whichever comes first.
 
 Both raise :class:`FencedError` (a :class:`~drover.backends.base.BackendError`):
 the backend stops at once, having done nothing more; the built-in handlers
@@ -34,9 +38,8 @@ Claims compare clocks across hosts: keep them in NTP sync, well within
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
-
-import attrs
 
 from drover.backends.base import BackendError, KernelReporter
 from drover.model.values import Claim
@@ -59,16 +62,26 @@ class _Claimed(Protocol):
     def claim(self) -> Claim | None: ...
 
 
-@attrs.frozen
 class Fence:
     """The claim one backend call acts under, checked before each of its side effects.
 
-    ``claim`` ``None`` (SQLite, no claims, or no tick at all) always passes.
+    ``claim`` ``None`` (SQLite, no claims, or no tick at all) always passes. Each
+    :meth:`check` that finds the claim still held renews it (a call still at work
+    keeps its claim however long it takes, as a lease is renewed); a coordinator
+    paused past it cannot renew, and finds it expired when it resumes.
     """
 
-    entity_id: str
-    claim: Claim | None = None
-    reporter: KernelReporter | None = None
+    def __init__(
+        self,
+        entity_id: str,
+        claim: Claim | None = None,
+        reporter: KernelReporter | None = None,
+    ) -> None:
+        self.entity_id = entity_id
+        self.claim = claim
+        self.reporter = reporter
+        #: Until when the claim holds, as last renewed.
+        self.expires = claim.expires if claim is not None else math.inf
 
     @classmethod
     def of(cls, target: _Claimed, reporter: KernelReporter | None) -> Fence:
@@ -89,14 +102,15 @@ class Fence:
         """
         if self.claim is None or self.reporter is None:
             return
-        if self.reporter.clock.time() >= self.claim.expires:
+        if self.reporter.clock.time() >= self.expires:
             raise self._error("expired")
 
     async def check(self) -> None:
-        """Raise :class:`FencedError` unless the database says the claim still holds."""
+        """Raise :class:`FencedError` unless the database says the claim still holds (it was
+        not taken over or released); if it holds, renew it for the claim's ``ttl``."""
         if self.claim is None or self.reporter is None:
             return
-        self.check_clock()
-        if not await self.reporter.claim_held(self.claim, self.entity_id):
-            raise self._error("expired, or was taken over")
-        self.check_clock()
+        renewed = await self.reporter.hold_claim(self.claim, self.entity_id)
+        if renewed is None:
+            raise self._error("lapsed and was taken over, or was released")
+        self.expires = renewed

@@ -95,11 +95,16 @@ def show(
 
 @click.command()
 @click.argument("session_ids", nargs=-1, required=True)
+@click.option("--reason", help="Why, added to each history row's message.")
 @json_option
 @database_option
 @click.pass_context
 def terminate(
-    ctx: click.Context, session_ids: tuple[str, ...], as_json: bool, database_url: str | None
+    ctx: click.Context,
+    session_ids: tuple[str, ...],
+    reason: str | None,
+    as_json: bool,
+    database_url: str | None,
 ) -> None:
     """Ask for sessions (or entities of any kind) to end, each by its kind's rule:
     PENDING sessions are cancelled, live ones terminated; a plugin's kind goes
@@ -107,13 +112,13 @@ def terminate(
 
     SESSION_IDS may be unique prefixes. Nothing is changed if any id is unknown.
 
-    Example: drover terminate 01a2f3 01a2f4
+    Example: drover terminate 01a2f3 01a2f4 --reason "bad input data"
     """
     from drover.serialization import termination_json
 
     async def work(app: App) -> list[Any]:
         ids = [await app.repository.resolve_entity_id(s) for s in session_ids]
-        return await app.repository.request_termination(ids)
+        return await app.repository.request_termination(ids, reason=reason)
 
     try:
         outcomes = with_app(ctx, work, database_url=database_url)

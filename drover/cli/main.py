@@ -12,6 +12,7 @@ from drover.cli.entity import show, terminate
 from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
+from drover.cli.report import report
 from drover.cli.run import run
 from drover.cli.serve import serve
 from drover.cli.status import config, status
@@ -62,6 +63,7 @@ for command in (
     run,
     show,
     terminate,
+    report,
     status,
     config,
     db,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from importlib import metadata
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -65,13 +68,45 @@ def _describe(app: App) -> list[dict[str, Any]]:
     return rows
 
 
-def _load(ctx: click.Context) -> App:
+def _load(ctx: click.Context, path: Path | None = None) -> App:
     from drover.app import App
+    from drover.plugins.manager import load_entry_points, make_plugin_manager
 
     state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
-    app = App(state.loaded())
+    config = state.loaded()
+    pm = None
+    if path is not None:
+        chosen = config.config.plugins
+        pm = make_plugin_manager(include_builtins=True, block=chosen.block)
+        load_entry_points(pm, chosen.load, chosen.block)
+        pm.register(_import_path(path), name=f"path:{path}")
+    app = App(config, plugin_manager=pm)
     app.load_handlers()
     return app
+
+
+def _import_path(path: Path) -> ModuleType:
+    """The plugin module (a ``.py`` file, or a package directory) at ``path``, imported."""
+    init = path / "__init__.py" if path.is_dir() else path
+    if not init.is_file() or init.suffix != ".py":
+        raise PluginPathError(f"{path}: not a Python file or a package directory")
+    name = f"drover_checked_{path.stem.replace('-', '_')}"
+    locations = [str(path)] if path.is_dir() else None
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=locations)
+    if spec is None or spec.loader is None:
+        raise PluginPathError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its own relative imports find it
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[name]
+        raise PluginPathError(f"cannot import {path}: {type(error).__name__}: {error}") from None
+    return module
+
+
+class PluginPathError(DroverError):
+    """The plugin module given to ``drover plugins check PATH`` cannot be imported."""
 
 
 @click.group(invoke_without_command=True)
@@ -117,19 +152,25 @@ def plugins(ctx: click.Context, show_all: bool, as_json: bool) -> None:
 
 
 @plugins.command("check")
+@click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
 @json_option
 @click.pass_context
-def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
+def check(ctx: click.Context, path: Path | None, strict: bool, as_json: bool) -> None:
     """Load every plugin and validate the handler set and the state machine of every kind.
+
+    PATH (optional) is a plugin module not yet installed, a .py file or a
+    package directory with its hook implementations: it is checked together
+    with the installed plugins, as if it were one of them.
 
     Errors (the daemon refuses to start): duplicate handler or kind names,
     statuses that are not members of the handler's kind, a promotion into its
-    own target, an empty target set, invalid options. Warnings, per kind: a
+    own target, an empty target set, invalid options, a transition or
+    promotion out of a terminal status (reopen does that). Warnings, per kind: a
     status no handler targets, a status with no way to a terminal one, a
     status nothing can reach.
 
-    Example: drover plugins check --strict
+    Example: drover plugins check --strict ./my_plugin.py
     """
     from drover.plugins.graph import check_graph
 
@@ -137,7 +178,7 @@ def check(ctx: click.Context, strict: bool, as_json: bool) -> None:
     warnings: list[dict[str, str]] = []
     count = 0
     try:
-        app = _load(ctx)
+        app = _load(ctx, path)
         _ = app.backend
         assert app.coordinator is not None
         count = len(app.coordinator.handlers)

@@ -212,6 +212,7 @@ def classify(
                 creates.get(sid, none),
                 tuple(ends[sid]) if sid in ends else (),
                 results.get(sid),
+                transition.children_info if transition is not None else None,
             )
         )
     return changes

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from drover.model.filters import CandidateFilter
-from drover.model.plan import ApplyOutcome, Change, Claim
+from drover.model.plan import ApplyOutcome, Change, Claim, Move
 from drover.model.promotion import PromotionRule
 from drover.model.values import CoordinatorInfo, Target
 
@@ -73,8 +73,12 @@ class CoordinatorStore(Protocol):
         inject_failure: Callable[[str], None] | None = None,
         claim: Claim | None = None,
         claimed: Sequence[str] = (),
+        moves: Sequence[Move] = (),
     ) -> ApplyOutcome:
         """Write one tick's changes in one transaction, with compare-and-set on statuses.
+
+        ``moves`` are the handler's targeted moves of other entities, each with
+        its own compare-and-set, in the same transaction.
 
         With ``claim`` the compare-and-set also checks its token (fencing):
         changes of entities whose claim lapsed are reported ``fenced``, not

@@ -21,7 +21,7 @@ from drover.model.errors import InvalidSpecError, UnknownHandlerError
 from drover.model.ids import new_id
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
-from drover.model.plan import AppliedChange, ApplyOutcome, Claim
+from drover.model.plan import AppliedChange, ApplyOutcome, Claim, Move
 from drover.model.promotion import PromotionRule
 from drover.model.rules import DEFAULT_MAX_REQUEUES, SETTABLE_RESULTS
 from drover.model.status import SchedulingResult
@@ -199,7 +199,7 @@ class Coordinator:
         kind = self.kinds[handler.kind]
         started = self.clock.time()
         claim = (
-            Claim(self.claim_owner, new_id(), started + self.claim_ttl)
+            Claim(self.claim_owner, new_id(), started + self.claim_ttl, self.claim_ttl)
             if self.claim_owner is not None
             else None
         )
@@ -233,6 +233,7 @@ class Coordinator:
                 kind=kind,
                 budget_limit_for=self.budget_limit_for,
             )
+            moves = [Move(eid, expected, to) for eid, (expected, to) in result.moves.items()]
             outcome = await self.store.apply(
                 name,
                 changes,
@@ -240,6 +241,7 @@ class Coordinator:
                 inject_failure=self.inject_apply_failure,
                 claim=claim,
                 claimed=claimed,
+                moves=moves,
             )
         except BaseException:
             # The tick is lost (the apply failed, or shutdown cancelled it): give the
@@ -384,6 +386,7 @@ def _extension_problem(
         or result.create
         or result.terminate
         or result.results
+        or result.moves
     ):
         return None
     declared = transitions.outcomes if transitions is not None else {}
@@ -415,6 +418,9 @@ def _extension_problem(
     for entity_id in result.terminate:
         if entity_id not in mentioned:
             return f"terminations asked for {entity_id}, which is not a target with an outcome"
+    for entity_id in result.moves:
+        if entity_id in known:
+            return f"move of {entity_id}, a target: report its outcome instead"
     for entity_id, value in result.results.items():
         if entity_id not in mentioned:
             return f"result set for {entity_id}, which is not a target with an outcome"

@@ -269,6 +269,24 @@ def status_info_meaning(
     return _BUILTIN_MEANINGS.get(status_info)
 
 
+def _how_it_ended(status: str, rows: list[HistoryRecord]) -> str | None:
+    """``it ended by <handler> (<result>: <message>) from <status>``, from the row that ended it.
+
+    Any kind's: a child ended with its parent has that row too (``MOVED``, by the
+    parent's handler), as has an entity a report ended.
+    """
+    into = [r for r in rows if r.to_status == status]
+    # The move into it; an entity created ended has only its creation.
+    ending = next((r for r in reversed(into) if r.from_status != status), None) or next(
+        iter(into), None
+    )
+    if ending is None:
+        return None
+    how = f"it ended by {ending.handler} ({ending.result}"
+    how += f": {ending.message})" if ending.message else ")"
+    return how + f" from {ending.from_status}"
+
+
 def _terminal(
     session: SessionWithKernels,
     rows: list[HistoryRecord],
@@ -276,15 +294,10 @@ def _terminal(
     lines: list[str],
     handlers: Mapping[str, Handler],
 ) -> Diagnosis:
-    ending = next((r for r in reversed(rows) if r.to_status == session.status), None)
-    if ending is not None:
-        how = f"it ended by {ending.handler} ({ending.result}"
-        how += f": {ending.message})" if ending.message else ")"
-        how += f" from {ending.from_status}"
+    how = _how_it_ended(str(session.status), rows)
+    if how is not None:
         lines.append(how)
-    meaning = status_info_meaning(
-        session.status_info, handlers, ending.handler if ending is not None else None
-    )
+    meaning = status_info_meaning(session.status_info, handlers)
     lines.append(
         f"result {session.result or '-'}; status_info {session.status_info or '-'}"
         + (f" ({meaning})" if meaning else "")
@@ -349,7 +362,12 @@ def diagnose_entity(
         lines.append(f"children: {summary}")
     owners: list[dict[str, Any]] = []
     if terminal:
-        lines.append(f"it has ended (result {entity.result or '-'}); nothing will move it")
+        how = _how_it_ended(status, rows)
+        if how is not None:
+            lines.append(how)
+        lines.append(
+            f"it has ended (result {entity.result or '-'}); nothing will move it but a reopen"
+        )
     else:
         for name, handler in sorted(handlers.items()):
             if handler.kind != kind.name or status not in {

@@ -30,17 +30,19 @@ from drover.model.values import NewEntity
 __all__ = [
     "CHILD_KEYS",
     "OPTION_KEYS",
+    "amounts_text",
     "check_against_deployment",
     "check_new_entities",
     "check_spec_patch",
     "default_name",
+    "fits_some_agent",
     "slot_amounts",
 ]
 
 #: Handler options an entity may override in ``spec["options"][handler]``.
 OPTION_KEYS = frozenset({"max_retries", "timeout"})
 #: Keys of a child mapping in :attr:`NewEntity.children`.
-CHILD_KEYS = frozenset({"kind", "status", "spec", "name", "agent_id"})
+CHILD_KEYS = frozenset({"kind", "status", "spec", "name", "agent_id", "priority"})
 
 
 def default_name(kind: str, entity_id: str) -> str:
@@ -51,6 +53,19 @@ def default_name(kind: str, entity_id: str) -> str:
 def slot_amounts(spec: Mapping[str, Any]) -> dict[str, float | int]:
     """The resource slots a spec asks for: every top-level number."""
     return {key: value for key, value in spec.items() if is_number(value)}
+
+
+def amounts_text(amounts: Mapping[str, float], slots: Iterable[str]) -> str:
+    """``cpu=2 mem=256``: the amounts of ``slots``, in that order (0 when missing)."""
+    return " ".join(f"{slot}={float(amounts.get(slot, 0.0)):g}" for slot in slots)
+
+
+def fits_some_agent(need: Mapping[str, float], capacities: Iterable[Mapping[str, float]]) -> bool:
+    """Whether some agent, idle, could hold ``need`` (every slot at once, on one agent)."""
+    return any(
+        all(float(capacity.get(slot, 0.0)) >= amount for slot, amount in need.items())
+        for capacity in capacities
+    )
 
 
 def _check_options(options: Any) -> None:
@@ -143,13 +158,16 @@ def _child(
         # Children start with their parent when their kind has its status.
         status = parent_status if parent_status in child.status_names else child.first_status
     status = _status(child, status, where, seeding=seeding)
-    out = {
+    out: dict[str, Any] = {
         "status": status,
         "spec": _checked_spec(raw.get("spec") or {}, child, where),
         "name": check_name(raw.get("name")),
     }
     if raw.get("agent_id") is not None:
         out["agent_id"] = str(raw["agent_id"])
+    if raw.get("priority") is not None:
+        # A child competes in its own kind's queue (fetch order: priority first).
+        out["priority"] = check_priority(raw["priority"])
     return out
 
 
@@ -206,13 +224,16 @@ def check_against_deployment(
     *,
     handlers: Collection[str],
     slots: Collection[str] | None,
+    capacities: Mapping[str, Mapping[str, float]] | None = None,
 ) -> None:
     """Refuse what no part of this deployment could act on.
 
-    ``handlers`` are the loaded handler names and ``slots`` every resource
-    slot some agent offers (``None``: not known, not checked): options for a
-    handler that is not loaded would be silently ignored, and a child asking
-    for a slot no agent has would wait forever.
+    ``handlers`` are the loaded handler names, ``slots`` every resource
+    slot some agent offers (``None``: not known, not checked) and
+    ``capacities`` each agent's capacity by agent id (``None`` or empty: not
+    known, not checked): options for a handler that is not loaded would be
+    silently ignored, and a child asking for a slot no agent has, or for more
+    than any agent holds even when idle, would wait forever.
     """
     for new in news:
         options = new.spec.get("options") or {}
@@ -234,3 +255,19 @@ def check_against_deployment(
                     f"{', '.join(repr(s) for s in strange)}; the known slots are "
                     f"{', '.join(sorted(known))}"
                 )
+            if capacities:
+                _check_fits(child.name, index, raw.get("spec") or {}, capacities)
+
+
+def _check_fits(
+    what: str, index: int, spec: Mapping[str, Any], capacities: Mapping[str, Mapping[str, float]]
+) -> None:
+    need = {slot: float(v) for slot, v in slot_amounts(spec).items()}
+    if fits_some_agent(need, capacities.values()):
+        return
+    slots = sorted(need)
+    largest = max(sorted(capacities), key=lambda a: (float(capacities[a].get("cpu", 0.0)), a))
+    raise InvalidSpecError(
+        f"{what} {index} needs {amounts_text(need, slots)}: no agent is that large even "
+        f"when idle (the largest, {largest}, has {amounts_text(capacities[largest], slots)})"
+    )

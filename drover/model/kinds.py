@@ -15,8 +15,11 @@ of a kind: its rules below are derived from this declaration.
 * **Result**: an entity that ends gets ``result`` SUCCESS iff its status is in
   :attr:`EntityKind.success` and none of its children ended outside the child
   kind's ``success`` (nor, when the child kind has ``exit_codes``, with an
-  exit code other than 0); FAILURE otherwise. ``result_from`` says which
-  children count: all of them (``"children"``), only the latest child of
+  exit code other than 0); else CANCELLED if somebody asked it to end while
+  it was live (a termination request: ``drover terminate``, or a handler's
+  ``HandlerResult.terminate``, recorded in its ``data`` under
+  :data:`STOP_REQUESTED`), a stop that is not a failure; FAILURE otherwise.
+  ``result_from`` says which children count: all of them (``"children"``), only the latest child of
   each slot (``"latest-child"``: each retry is a new child, so earlier ones
   are superseded), or none (``"status"``). A live entity has no result.
 
@@ -40,11 +43,18 @@ from drover.model.values import Entity, Transition
 
 __all__ = [
     "RESULT_FROM",
+    "STOP_REQUESTED",
     "Budget",
     "EntityKind",
     "Kinds",
     "TerminationRule",
 ]
+
+
+#: The ``data`` key a termination request writes (who asked: ``api`` or a handler's
+#: name) on the entity it moves; an entity that ends without success after it gets
+#: the result CANCELLED instead of FAILURE.
+STOP_REQUESTED = "stop_requested_by"
 
 
 def _frozen_str(values: Iterable[str]) -> frozenset[str]:
@@ -94,7 +104,9 @@ class TerminationRule:
     ``from_statuses`` of ``None`` means every live status except ``to``.
     ``children`` (optional) is what its children become at once.
     ``if_childless`` (optional) replaces ``to`` for an entity with no children:
-    nothing would ever finish its cleanup.
+    nothing would ever finish its cleanup. ``status_info`` (optional) is the
+    entity's ``status_info`` instead of who asked (``USER_REQUESTED``,
+    ``REQUESTED_BY_<HANDLER>``).
     """
 
     to: str
@@ -102,6 +114,7 @@ class TerminationRule:
     children: str | None = None
     if_childless: str | None = None
     message: str = "termination requested"
+    status_info: str | None = None
 
 
 @attrs.frozen

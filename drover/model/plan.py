@@ -13,11 +13,15 @@ from drover.model.values import Claim, NewEntity, StatusInfoRule
 
 __all__ = [
     "FENCED",
+    "INVALID_MOVE",
+    "MOVED",
+    "REPORT_SOURCE",
     "STALE_STATUS",
     "AppliedChange",
     "ApplyOutcome",
     "Change",
     "Claim",
+    "Move",
     "TryCount",
 ]
 
@@ -70,11 +74,32 @@ class Change:
     terminates: tuple[str, ...] = ()
     #: The result the handler set (``HandlerResult.results``), if the entity ends up terminal.
     sets_result: str | None = None
+    #: ``status_info`` of the children (and descendants) this change moves.
+    children_info: str | None = None
 
     @property
     def changes_status(self) -> bool:
         """Whether this change moves the entity to another status."""
         return self.to_status is not None and self.to_status != self.from_status
+
+
+#: ``result`` (and history) of a targeted move (:class:`Move`).
+MOVED = "MOVED"
+#: ``source`` of the reports pushed through the API (``drover report``, ``/api/report``).
+REPORT_SOURCE = "report"
+#: Error code of a targeted move the apply refused (a status its kind lacks, or leaving
+#: a terminal status): reported, never written.
+INVALID_MOVE = "invalid-move"
+
+
+@attrs.frozen
+class Move:
+    """A handler's targeted move: ``entity_id`` (any kind, not a target of the tick)
+    goes from ``expected`` to ``to``, if it is still in ``expected`` (compare-and-set)."""
+
+    entity_id: str
+    expected: str
+    to: str
 
 
 @attrs.frozen

@@ -23,7 +23,10 @@ class PromotionRule:
     ``match`` is ALL, ANY or NOT_ANY of the entity's children (a session's
     kernels) being in ``kernel_statuses`` (an entity with no children never
     matches). ``kind`` (default ``session``) says which entities.
-    ``status_info`` optionally sets the promoted sessions' ``status_info``.
+    ``status_info`` optionally sets the promoted sessions' ``status_info``;
+    ``copy_child_info`` copies it from the matching child instead (the one in
+    ``kernel_statuses`` that changed last and has one: a task FAILED with
+    ``OOM_KILLED`` gives its job ``OOM_KILLED``), falling back to ``status_info``.
     Kernels are never changed by a promotion. Register a rule like a handler::
 
         register(PromotionRule("promote-to-ready", {READY_ISH}, {RUNNING}, ALL, RUNNING))
@@ -38,3 +41,4 @@ class PromotionRule:
     #: Only ``batch_size`` applies to promotions.
     options: HandlerOptions = attrs.field(factory=lambda: HandlerOptions(max_retries=None))
     kind: str = "session"
+    copy_child_info: bool = False

@@ -24,6 +24,7 @@ __all__ = [
     "KernelInfo",
     "KernelReport",
     "NewEntity",
+    "Report",
     "SessionWithKernels",
     "StatusInfoRule",
     "StatusTransitions",
@@ -114,11 +115,13 @@ class Transition:
     """Target statuses for one outcome, for any kind.
 
     ``to`` is the entity's new status and ``children`` its children's;
-    ``None`` on a side keeps that side's status.
+    ``None`` on a side keeps that side's status. ``children_info`` is the
+    ``status_info`` of every child (and descendant) the transition moves or ends.
     """
 
     to: str | None = None
     children: str | None = None
+    children_info: str | None = None
 
 
 @attrs.frozen(init=False)
@@ -221,6 +224,15 @@ def _patches(value: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(k): v for k, v in value.items()}
 
 
+def _moves(value: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    moves: dict[str, tuple[str, str]] = {}
+    for key, pair in value.items():
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"moves[{key!r}] must be (expected_status, new_status), got {pair!r}")
+        moves[str(key)] = (str(pair[0]), str(pair[1]))
+    return moves
+
+
 def _terminations(value: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
     return {str(k): [str(i) for i in v] for k, v in value.items()}
 
@@ -262,6 +274,9 @@ class HandlerResult:
     create: list[NewEntity] = attrs.field(factory=list, converter=_new_entities)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_patches)
     terminate: dict[str, list[str]] = attrs.field(factory=dict, converter=_terminations)
+    #: ``entity_id -> (expected_status, new_status)``: entities other than the targets
+    #: (any kind) to move in the tick's transaction, each with compare-and-set.
+    moves: dict[str, tuple[str, str]] = attrs.field(factory=dict, converter=_moves)
     #: ``entity_id -> "SUCCESS" | "FAILURE"``: the target's result, when this tick
     #: leaves it in a terminal status (instead of the kind's ``result_from`` rule).
     results: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
@@ -334,12 +349,15 @@ class Claim:
 
     ``owner`` is the coordinator's id, ``token`` is new for every tick (the
     fencing token the apply's compare-and-set checks) and ``expires`` is when
-    other coordinators may take the entities over (epoch seconds).
+    other coordinators may take the entities over (epoch seconds). ``ttl``:
+    how long the claim lasts from a renewal (a backend renews the claim on a
+    session it is still working on; ``None``: never renewed).
     """
 
     owner: str
     token: str
     expires: float
+    ttl: float | None = None
 
 
 @attrs.frozen
@@ -493,6 +511,33 @@ class KernelReport:
     exit_code: int | None = None
     message: str | None = None
     #: Replaces the kernel's ``runtime`` bookkeeping when given.
+    runtime: dict[str, Any] | None = None
+
+
+def _maybe_statuses(value: Iterable[str] | None) -> frozenset[str] | None:
+    return None if value is None else frozenset(str(v) for v in value)
+
+
+@attrs.frozen
+class Report:
+    """An outside event's news about one entity of any kind (a worker's heartbeat, a
+    webhook, an agent, a backend's kernel report).
+
+    It moves the entity to ``status`` only if it is not ended and (when
+    ``expected`` is given) is in one of ``expected``: compare-and-set. A report
+    of the status the entity already has changes nothing but ``data``.
+    ``status_info`` replaces the entity's when given; ``data`` is a merge-patch
+    of its handler-owned data (RFC 7396). ``exit_code`` and ``runtime`` are a
+    backend's bookkeeping (kernels).
+    """
+
+    entity_id: str
+    status: str
+    expected: frozenset[str] | None = attrs.field(default=None, converter=_maybe_statuses)
+    status_info: str | None = None
+    data: dict[str, Any] | None = None
+    message: str | None = None
+    exit_code: int | None = None
     runtime: dict[str, Any] | None = None
 
 

@@ -31,7 +31,7 @@ from drover.model.promotion import PromotionRule
 from drover.plugins.validation import validate_promotion_handler
 
 if TYPE_CHECKING:
-    from drover.backends.base import AgentBackend
+    from drover.backends.base import AgentBackend, KernelReporter
     from drover.config import Config
     from drover.model.clock import Clock
     from drover.storage.queries import Queries
@@ -72,6 +72,10 @@ class RuntimeContext:
     queries: Queries
     backend: AgentBackend
     clock: Clock
+    #: Pushed reports (``reporter.report(entity_id, status, expected=…)``) for a plugin's
+    #: outside events: a webhook or heartbeat listener it runs. Never from ``execute``:
+    #: a handler changes the world only through its result.
+    reporter: KernelReporter | None = None
     #: Each handler's own settings, ``[handlers.<name>.settings]``, by handler name.
     settings: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 

@@ -189,6 +189,12 @@ def _validate_rule(rule: PromotionRule, plugin: str, kinds: Kinds) -> str:
         raise InvalidHandlerError(
             f"{where}: to_status {rule.to_status} is one of its own from_statuses"
         )
+    ended = sorted(str(s) for s in rule.from_statuses if s in kind.terminal)
+    if ended:
+        raise InvalidHandlerError(
+            f"{where}: it would move {kind.name}s out of the terminal status {ended[0]}; "
+            "a promotion cannot leave a terminal status (Repository.reopen does)"
+        )
     validate_options(rule.options, where=f"{where}: options")
     return rule.name
 

@@ -42,6 +42,7 @@ from drover.model.plan import (
     ApplyOutcome,
     Change,
     Claim,
+    Move,
     TryCount,
 )
 from drover.model.promotion import PromotionRule
@@ -53,6 +54,7 @@ from drover.storage.ending import termination_changes
 from drover.storage.entities import insert_new_entities, merge_patch
 from drover.storage.fetch import release_claims
 from drover.storage.journal import history_row, write_history
+from drover.storage.moves import move_changes
 from drover.storage.notify import notify
 from drover.storage.statements.apply import (
     MERGE_HISTORY,
@@ -70,6 +72,7 @@ from drover.storage.statements.apply import (
     record_own_moves,
     reset_tries,
     set_entity_data,
+    set_moved_results,
     set_result,
     spend_budget,
 )
@@ -130,6 +133,8 @@ class Apply:
         # start-up) and its statements stay exactly as they were.
         self.claim = claim if postgres else None
         self._claimed = claimed
+        # Claimed ids whose claim a fenced write already dropped.
+        self._released: set[str] = set()
         self.now = now
         self.postgres = postgres
         self.kinds = kinds
@@ -142,6 +147,8 @@ class Apply:
         self._creates: list[NewEntity] = []
         # Entities the applied changes asked to end (HandlerResult.terminate).
         self._ends: list[str] = []
+        # Entities moved by HandlerResult.moves: the tick never claimed them.
+        self._unclaimed: set[str] = set()
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return ids_value(ids, self.postgres)
@@ -151,10 +158,19 @@ class Apply:
         key = self.source if name is None else name
         return {"handler": key} if self.postgres else {"path": f'$."{key}"'}
 
-    def run(self, changes: Sequence[Change]) -> ApplyOutcome:
-        """Apply ``changes``; return what was written (stale ones as SKIPPED)."""
+    def run(self, changes: Sequence[Change], moves: Sequence[Move] = ()) -> ApplyOutcome:
+        """Apply ``changes`` and the handler's targeted ``moves``; return what was written
+        (stale ones as SKIPPED)."""
         groups: dict[tuple[Any, ...], list[Change]] = defaultdict(list)
         kinds = self.kinds
+        refused: list[AppliedChange] = []
+        if moves:
+            moved, refused = move_changes(
+                self.conn, moves, self.source, kinds=kinds, postgres=self.postgres
+            )
+            changes = [*changes, *moved]
+            # Not the tick's targets: no claim of ours to check (compare-and-set only).
+            self._unclaimed.update(c.entity_id for c in moved)
         for change in changes:
             key = (
                 change.kind,
@@ -168,11 +184,13 @@ class Apply:
                 change.status_info,
                 change.requeue and change.changes_status,
                 change.budget,
+                change.children_info,
             )
             groups[key].append(change)
         applied: list[AppliedChange] = []
         for group in groups.values():
             applied.extend(self._apply_group(group))
+        applied.extend(refused)
         if self._creates:
             insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
         if self._ends:
@@ -183,7 +201,10 @@ class Apply:
         self._write_history()
         self.inject("after-history")
         if self.claim is not None:
-            release_claims(self.conn, self.claim.token, self._claimed)
+            # The fenced writes released what they wrote; the rest is released here.
+            done = self._released
+            rest = [i for i in self._claimed if i not in done] if done else self._claimed
+            release_claims(self.conn, self.claim.token, rest)
         self.announce(applied)
         return ApplyOutcome(changes=tuple(applied), kernel_changes=self.kernel_changes)
 
@@ -201,7 +222,7 @@ class Apply:
         Maps each to its row (current status, claim owner). The others lost to a
         status change (``stale-status``).
         """
-        if self.claim is None:
+        if self.claim is None or ids[0] in self._unclaimed:
             return {}
         missing = [i for i in ids if i not in live]
         if not missing:
@@ -301,7 +322,7 @@ class Apply:
             self._place_kernels(placements)
             placements = []
         if to_children is not None:
-            self._move_kernels(kind, live_ids, to_children, placements)
+            self._move_kernels(kind, live_ids, to_children, placements, first.children_info)
             self.inject("after-kernels")
         if first.changes_status and kind.parent is not None:
             # A child moved by a handler of its own kind: its parent's view records it.
@@ -322,6 +343,10 @@ class Apply:
                     statement(("spend-budget", pg), lambda: spend_budget(pg)),
                     {"ids": self._ids(live_ids), **self._handler_param(first.budget)},
                 )
+        # Data first: the result reads it (a termination request's record).
+        patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
+        if patches:
+            self._patch_data(patches)
         if first.changes_status and to_status in kind.terminal:
             child = self.kinds.child_of(kind.name)
             self.conn.execute(
@@ -336,13 +361,22 @@ class Apply:
             ]
             if chosen:
                 self.conn.execute(SET_CHOSEN_RESULT, chosen)
-        patches = {c.entity_id: c.data for c in group if c.data and c.entity_id in live}
-        if patches:
-            self._patch_data(patches)
         for change in group:
             if change.entity_id in live:
                 self._creates.extend(change.creates)
                 self._ends.extend(change.terminates)
+
+    def ended(self, kind: EntityKind, ids: list[str], status: str) -> None:
+        """What follows ``ids`` of ``kind`` ending in ``status`` outside a tick (a report):
+        their live children end, down the tree, and their result is set."""
+        child = self.kinds.child_of(kind.name)
+        if child is not None:
+            self._move_kernels(kind, ids, child.end_status_for(status))
+        pg = self.postgres
+        self.conn.execute(
+            statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
+            {"ids": self._ids(ids)},
+        )
 
     def _patch_data(self, patches: dict[str, Any]) -> None:
         """Merge-patch the entities' ``data`` (read and written in this transaction)."""
@@ -393,8 +427,8 @@ class Apply:
             "from_status": str(first.from_status),
             "of_kind": kind.name,
         }
-        fenced = self.claim is not None
-        if self.claim is not None:
+        fenced = self.claim is not None and first.entity_id not in self._unclaimed
+        if fenced and self.claim is not None:
             params["b_claim_token"] = self.claim.token
         stmt: sa.Executable
         if first.changes_status:
@@ -414,7 +448,11 @@ class Apply:
             params.update(self._handler_param())
         else:
             stmt = statement(("lock-entities", pg, fenced), lambda: lock_entities(pg, fenced))
-        return [r[0] for r in self.conn.execute(stmt, params)]
+            return [r[0] for r in self.conn.execute(stmt, params)]
+        live = [r[0] for r in self.conn.execute(stmt, params)]
+        if fenced:
+            self._released.update(live)
+        return live
 
     def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
         """Set the agents of PENDING kernels: one statement per agent."""
@@ -432,6 +470,7 @@ class Apply:
         entity_ids: list[str],
         target: str,
         placements: Sequence[tuple[str, str]] = (),
+        info: str | None = None,
     ) -> None:
         """Record and move the entities' eligible children (SQLite: placing them as they move).
 
@@ -442,8 +481,10 @@ class Apply:
         child = self.kinds.child_of(kind.name)
         if child is None:
             return
+        noted = info is not None
         record, *move = statement(
-            ("move-kernels", pg, child, target), lambda: move_kernels(pg, child, target)
+            ("move-kernels", pg, child, target, noted),
+            lambda: move_kernels(pg, child, target, info=noted),
         )
         params = {
             "ids": self._ids(entity_ids),
@@ -451,6 +492,8 @@ class Apply:
             "now": self.now,
             "source": self.source,
         }
+        if noted:
+            params["children_info"] = info
         recorded = max(self.conn.execute(record, params).rowcount, 0)
         moved = 0
         if placements:
@@ -471,6 +514,7 @@ class Apply:
         self.kernel_changes += recorded
         if recorded and target in child.terminal:
             self._end_descendants(child, target, params, (target,))
+            self._set_moved_results(child, params, (), target)
 
     def _end_descendants(
         self, kind: EntityKind, status: str, params: dict[str, Any], path: tuple[str, ...]
@@ -485,9 +529,10 @@ class Apply:
             return
         pg = self.postgres
         end = child.end_status_for(status)
+        noted = "children_info" in params
         statements = statement(
-            ("move-descendants", pg, child, end, path),
-            lambda: move_kernels(pg, child, end, path),
+            ("move-descendants", pg, child, end, path, noted),
+            lambda: move_kernels(pg, child, end, path, info=noted),
         )
         values = {**params, "to_status": str(end)}
         recorded = max(self.conn.execute(statements[0], values).rowcount, 0)
@@ -496,16 +541,32 @@ class Apply:
         self.kernel_changes += recorded
         if recorded:
             self._end_descendants(child, end, params, (*path, end))
+            self._set_moved_results(child, params, path, end)
 
-    def end(self, ids: Sequence[str], *, strict: bool = True) -> list[TerminationOutcome]:
+    def _set_moved_results(
+        self, kind: EntityKind, params: dict[str, Any], path: tuple[str, ...], status: str
+    ) -> None:
+        """Results of the children (at ``path``) a transition just ended in ``status``."""
+        pg = self.postgres
+        child = self.kinds.child_of(kind.name)
+        query = statement(
+            ("moved-results", pg, kind, child, path),
+            lambda: set_moved_results(pg, kind, child, path),
+        )
+        self.conn.execute(query, {"ids": params["ids"], "to_status": str(status)})
+
+    def end(
+        self, ids: Sequence[str], *, strict: bool = True, reason: str | None = None
+    ) -> list[TerminationOutcome]:
         """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.
 
         See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
         refusal of unknown ids and of kinds that end only with their parent).
         """
         changes, outcomes = termination_changes(
-            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict
-        )
+            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict,
+            reason=reason,
+        )  # fmt: skip
         if changes:
             self.run(changes)
         return outcomes
@@ -585,31 +646,36 @@ async def promote(
     # Most promotion ticks find nothing: unless the last one found work
     # (``probe_first=False``), a read probe first keeps them from taking the
     # write lock (SQLite has one writer) for nothing.
-    after = window.start() if window is not None and probe_first else None
-    if after is None:
-        probe = statement(("promote-probe", rule), lambda: promotion_probe(rule))
-        params: dict[str, Any] = {}
-    else:
-        child = db.kinds.child_of(rule.kind)
-        child_kind = child.name if child is not None else None
-        probe = statement(
-            ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
-        )
-        params = {"changes_after": after[0], "history_after": after[1]}
+    full = statement(("promote-probe", rule), lambda: promotion_probe(rule))
+    child = db.kinds.child_of(rule.kind)
+    child_kind = child.name if child is not None else None
+    recent = statement(
+        ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
+    )
 
     def marks(conn: sa.Connection) -> Watermarks:
         row = conn.execute(WATERMARKS).one()
         return int(row[0]), int(row[1])
 
-    def any_candidate(conn: sa.Connection) -> tuple[bool, Watermarks | None]:
-        began = marks(conn) if window is not None else None
-        return (conn.execute(probe, params)).first() is not None, began
+    def any_candidate(conn: sa.Connection) -> tuple[bool, Watermarks | None, bool]:
+        if window is None:
+            return conn.execute(full).first() is not None, None, True
+        seen = marks(conn)
+        after = window.start(seen)
+        started = time.perf_counter()
+        if after is None:
+            found = conn.execute(full).first() is not None
+        else:
+            params = {"changes_after": after[0], "history_after": after[1]}
+            found = conn.execute(recent, params).first() is not None
+        window.timed(seen, after, time.perf_counter() - started)
+        return found, seen, after is None
 
     if probe_first:
         began = time.monotonic()
-        found, seen = await db.read(any_candidate)
+        found, seen, swept = await db.read(any_candidate)
         if window is not None and seen is not None:
-            window.checked(began, seen, full=after is None, found=found)
+            window.checked(began, seen, full=swept, found=found)
         if not found:
             return ApplyOutcome(changes=())
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from drover.model.errors import InvalidSpecError, UnknownEntityError
-from drover.model.kinds import Kinds
+from drover.model.kinds import STOP_REQUESTED, Kinds
 from drover.model.plan import Change
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule, TerminationOutcome
@@ -32,6 +32,7 @@ def termination_changes(
     kinds: Kinds,
     postgres: bool,
     strict: bool = True,
+    reason: str | None = None,
 ) -> tuple[list[Change], list[TerminationOutcome]]:
     """The changes that end ``ids`` (any kind) by their kinds' termination rules, and what
     each request does (read in the caller's write transaction; the caller applies them).
@@ -39,7 +40,8 @@ def termination_changes(
     ``strict`` (the API): an unknown id raises UnknownEntityError and a
     kind that ends only with its parent InvalidSpecError, before anything
     is written. Otherwise (a handler's ``terminate``) such ids are left
-    alone: the entity may have ended and gone meanwhile.
+    alone: the entity may have ended and gone meanwhile. ``reason`` (``drover
+    terminate --reason``) is added to each history row's message.
     """
     wanted = list(dict.fromkeys(ids))
     found: dict[str, tuple[str, str]] = {}
@@ -84,9 +86,11 @@ def termination_changes(
                 result=SchedulingResult.SUCCESS,
                 to_status=rule.to,
                 to_children=rule.children,
-                message=rule.message,
-                status_info=info,
+                message=f"{rule.message}: {reason}" if reason else rule.message,
+                status_info=StatusInfoRule(default=rule.status_info) if rule.status_info else info,
                 kind=kind_name,
+                # Recorded for the result: a stop somebody asked for is CANCELLED.
+                data={STOP_REQUESTED: source},
             )
         )
         to = kinds.status(kind_name, rule.to)

@@ -121,23 +121,6 @@ def insert_new_entities(
                 spec=new.spec,
             )
         )
-        child = kinds.child_of(kind.name)
-        for spec in new.children:
-            assert child is not None
-            child_rows.append(
-                _row(
-                    id=new_id(),
-                    kind=child.name,
-                    parent_id=new.id,
-                    name=spec.get("name"),
-                    status=spec.get("status") or child.first_status,
-                    status_changed_at=now,
-                    priority=0,
-                    created_at=now,
-                    spec=spec.get("spec") or {},
-                    agent_id=spec.get("agent_id"),
-                )
-            )
         by = f" for {new.creator}" if new.creator else ""
         history.append(
             history_row(
@@ -145,6 +128,30 @@ def insert_new_entities(
                 f"created by {source}{by}", now,
             )
         )  # fmt: skip
+        child = kinds.child_of(kind.name)
+        for spec in new.children:
+            assert child is not None
+            child_id, child_status = new_id(), spec.get("status") or child.first_status
+            child_rows.append(
+                _row(
+                    id=child_id,
+                    kind=child.name,
+                    parent_id=new.id,
+                    name=spec.get("name"),
+                    status=child_status,
+                    status_changed_at=now,
+                    priority=spec.get("priority", 0),
+                    created_at=now,
+                    spec=spec.get("spec") or {},
+                    agent_id=spec.get("agent_id"),
+                )
+            )
+            history.append(
+                history_row(
+                    child_id, child.name, source, CREATED, child_status, child_status, None,
+                    f"created by {source} with its {kind.name} {new.id}", now,
+                )
+            )  # fmt: skip
         links.extend({"source_id": new.id, "name": r, "target_id": t} for r, t in new.links)
     if rows:
         # Parents first: the children's foreign key is checked row by row.

@@ -18,7 +18,7 @@ from drover.model.kinds import Kinds
 from drover.model.plan import Claim
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import bounded_statement, ids_value, statement
+from drover.storage._sql import bounded_statement, driver_rows, ids_value, statement
 from drover.storage.fairness import OLDEST_SEEN, mark
 from drover.storage.rows import (
     entities_with_children,
@@ -27,6 +27,7 @@ from drover.storage.rows import (
 from drover.storage.sessions import read_kernels_of
 from drover.storage.statements.fetch import (
     CLAIM_TOKEN,
+    RENEW_CLAIM,
     children_of,
     claim_rows,
     links_of,
@@ -36,8 +37,8 @@ from drover.storage.statements.fetch import (
 from drover.storage.statements.filters import filter_shape
 
 __all__ = [
-    "claim_held",
     "fetch_lifecycle_targets",
+    "hold_claim",
     "read_children_of",
     "read_links_of",
     "release_claims",
@@ -74,16 +75,26 @@ def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
         )
 
 
-async def claim_held(db: Database, claim: Claim, entity_id: str) -> bool:
-    """Whether ``claim`` still holds ``entity_id``: unexpired by this process's clock, and
-    not taken over or released (the row still carries its token). Always true on SQLite,
-    where nothing is claimed (one coordinator, enforced at start-up)."""
+async def hold_claim(db: Database, claim: Claim, entity_id: str) -> float | None:
+    """If ``claim`` still holds ``entity_id`` (its row carries the claim's token: nobody
+    took it over, it was not released), renew it for ``claim.ttl`` from now and return
+    its new expiry; else ``None``.
+
+    A claim without a ``ttl`` is only checked (its expiry returned). On SQLite nothing
+    is claimed (one coordinator, enforced at start-up): the claim always holds.
+    """
     if not db.postgres:
-        return True
-    if db.clock.time() >= claim.expires:
-        return False
-    token = await db.read(lambda conn: conn.execute(CLAIM_TOKEN, {"b_id": entity_id}).scalar())
-    return bool(token == claim.token)
+        return claim.expires
+    if claim.ttl is None:
+
+        def token_of(conn: sa.Connection) -> Any:
+            return conn.execute(CLAIM_TOKEN, {"b_id": entity_id}).scalar()
+
+        return claim.expires if await db.read(token_of) == claim.token else None
+    until = db.clock.time() + claim.ttl
+    params = {"b_id": entity_id, "b_claim_token": claim.token, "b_until": until}
+    renewed = await db.write(lambda conn: conn.execute(RENEW_CLAIM, params).first())
+    return until if renewed is not None else None
 
 
 def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
@@ -92,7 +103,7 @@ def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
         return []
     postgres = conn.dialect.name == "postgresql"
     query = statement(("children-of", postgres), lambda: children_of(postgres))
-    return conn.execute(query, {"ids": ids_value(ids, postgres)}).all()
+    return driver_rows(conn, query, {"ids": ids_value(ids, postgres)})
 
 
 def read_links_of(conn: sa.Connection, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
@@ -159,7 +170,7 @@ async def fetch_lifecycle_targets(
         params["claim_now"] = now
 
     def work(conn: sa.Connection) -> list[Any]:
-        rows = (conn.execute(query, params)).all()
+        rows = driver_rows(conn, query, params)
         if not rows:
             return []
         if claiming:

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord, KernelHistoryRecord
 from drover.storage._db import Database
-from drover.storage.rows import history_from_row, kernel_history_from_row
+from drover.storage.rows import history_from_row, kernel_history_from_row, moved_from_change
 from drover.storage.statements.history import (
     change_rows,
     change_search,
@@ -18,6 +18,7 @@ from drover.storage.statements.history import (
     delete_rows,
     history_rows,
     history_search,
+    own_changes,
     prune_targets,
     row_ids,
 )
@@ -52,8 +53,28 @@ async def history(
     limit: int | None = None,
     kind: str | None = None,
 ) -> list[HistoryRecord]:
-    """Scheduling history rows, oldest first (of one entity, or of all of ``kind``, or all)."""
-    return await _history_rows(db, history_rows(kind, session_id, limit))
+    """Scheduling history rows, oldest first (of one entity, or of all of ``kind``, or all).
+
+    One entity's history also has a row (result ``MOVED``, the mover as handler)
+    for each status change recorded only in ``status_changes``: a child moved
+    by its parent's transition (the parent's handler), ended with its parent
+    (down the tree), or moved by a report. The apply writes such a move once,
+    so moving a session's kernels costs no extra row.
+    """
+    if session_id is None:
+        return await _history_rows(db, history_rows(kind, session_id, limit))
+    own_query, moves_query = history_rows(kind, session_id, None), own_changes(session_id)
+
+    def work(conn: sa.Connection) -> list[HistoryRecord]:
+        own = [history_from_row(r, db.kinds) for r in conn.execute(own_query)]
+        moves = [moved_from_change(r, db.kinds) for r in conn.execute(moves_query)]
+        if kind is not None:
+            moves = [m for m in moves if m.kind == kind]
+        # Stable: at one instant the entity's own row (its creation) comes first.
+        merged = sorted(own + moves, key=lambda r: r.created_at)
+        return merged if limit is None else merged[:limit]
+
+    return await db.read(work)
 
 
 async def kernel_history(

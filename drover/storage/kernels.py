@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.errors import UnknownKernelError
-from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.model.values import KernelInfo, KernelReport
+from drover.model.errors import UnknownEntityError, UnknownKernelError
+from drover.model.status import KernelStatus
+from drover.model.values import KernelInfo, KernelReport, Report
 from drover.storage._db import Database
-from drover.storage._sql import chunked, ids_value, statement
+from drover.storage._sql import chunked, statement
+from drover.storage.reports import write_reports
 from drover.storage.rows import Times, kernel_from_row
 from drover.storage.statements.kernels import (
     ASSIGN_AGENT,
-    CHANGE_ARRAYS,
-    INSERT_STATUS_CHANGES,
     KERNEL_BY_ID,
     KERNEL_KIND,
     KERNEL_STATUSES,
     KERNELS_IN,
-    SET_RUNTIME,
-    apply_reports,
-    current_kernels,
-    insert_status_changes,
     usage_per_agent,
 )
 
@@ -46,99 +39,36 @@ BACKEND_SOURCE = "backend"
 async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) -> list[bool]:
     """Apply backend reports in one transaction; return, per report, whether it applied.
 
-    Each report is compare-and-set: it applies only if the kernel is not
-    terminal and (when ``expected`` is given) is in an expected status. Each
-    applied report records a status change with source ``backend``. Raises
-    UnknownKernelError, writing nothing, for an unknown kernel id.
+    A kernel report is one case of a pushed report (:mod:`drover.storage.reports`),
+    with source ``backend``: compare-and-set (not terminal, and in ``expected``
+    when given), a recorded status change, ``message`` as the kernel's
+    ``status_info``. Raises UnknownKernelError, writing nothing, for an unknown
+    kernel id.
     """
     if not reports:
         return []
     now = db.clock.time()
+    pushed = [
+        Report(
+            r.kernel_id,
+            r.status.value,
+            expected=None if r.expected is None else {s.value for s in r.expected},
+            status_info=r.message,
+            message=r.message,
+            exit_code=r.exit_code,
+            runtime=r.runtime,
+        )
+        for r in reports
+    ]
 
     def work(conn: sa.Connection) -> list[bool]:
-        ids = list({r.kernel_id for r in reports})
-        query = statement(("kernels-current", db.postgres), lambda: current_kernels(db.postgres))
-        current: dict[str, tuple[str, str]] = {
-            kid: (sid, status)
-            for kid, sid, status in conn.execute(query, {"ids": ids_value(ids, db.postgres)})
-        }
-        applied: list[bool] = []
-        # kernel id -> [status before the call, to, exit_code, info, clear agent, runtime]
-        finals: dict[str, list[Any]] = {}
-        changes: list[dict[str, Any]] = []
-        for report in reports:
-            if report.kernel_id not in current:
-                raise UnknownKernelError(report.kernel_id)
-            sid, status = current[report.kernel_id]
-            ok = (
-                status not in TERMINAL_KERNEL_STATUSES
-                and status != report.status
-                and (report.expected is None or status in report.expected)
-            )
-            applied.append(ok)
-            if not ok:
-                continue
-            current[report.kernel_id] = (sid, report.status.value)
-            final = finals.setdefault(report.kernel_id, [status, None, None, None, False, None])
-            final[1] = report.status.value
-            if report.exit_code is not None:
-                final[2] = report.exit_code
-            if report.message is not None:
-                final[3] = report.message
-            if report.status == KernelStatus.PENDING:
-                final[4] = True
-            if report.runtime is not None:
-                final[5] = report.runtime
-            changes.append(
-                {
-                    "entity_id": report.kernel_id,
-                    "kind": KERNEL_KIND,
-                    "parent_id": sid,
-                    "source": BACKEND_SOURCE,
-                    "from_status": status,
-                    "to_status": report.status.value,
-                    "message": report.message,
-                    "created_at": now,
-                }
-            )
-        if not finals:
-            return applied
-        # Each kernel is written once, in its final state; kernels alike are
-        # written together (a backend reports many kernels the same way).
-        groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
-        runtimes: list[dict[str, Any]] = []
-        for kid, (before, to, code, info, clear, runtime) in finals.items():
-            groups[(before, to, code, info, clear)].append(kid)
-            if runtime is not None:
-                runtimes.append({"kid": kid, "rt": runtime})
-        update = statement(("apply-reports", db.postgres), lambda: apply_reports(db.postgres))
-        for (before, to, code, info, clear), kids in groups.items():
-            conn.execute(
-                update,
-                {
-                    "ids": ids_value(kids, db.postgres),
-                    "from_status": before,
-                    "to_status": to,
-                    "now": now,
-                    "exit_code": code,
-                    "info": info,
-                    "clear_agent": clear,
-                },
-            )
-        if runtimes:
-            conn.execute(SET_RUNTIME, runtimes)
-        if db.postgres:
-            batch = statement(("insert-status-changes",), insert_status_changes)
-            params: dict[str, Any] = {
-                f"{name}s": [c[name] for c in changes] for name in CHANGE_ARRAYS
-            }
-            conn.execute(
-                batch, {**params, "kind": KERNEL_KIND, "source": BACKEND_SOURCE, "created_at": now}
-            )
-        else:
-            # pysqlite's executemany runs one prepared statement over every row.
-            conn.execute(INSERT_STATUS_CHANGES, changes)
-        return applied
+        try:
+            return write_reports(
+                conn, pushed, BACKEND_SOURCE, now,
+                kinds=db.kinds, postgres=db.postgres, of_kind=KERNEL_KIND,
+            )  # fmt: skip
+        except UnknownEntityError as error:
+            raise UnknownKernelError(error.entity_id) from None
 
     return await db.write(work)
 

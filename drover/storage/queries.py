@@ -126,10 +126,6 @@ class Queries:
         """Sessions (with kernels) matching the dashboard's filters."""
         return await _sessions.filtered_sessions(self._db, f)
 
-    async def session_results(self) -> list[str]:
-        """Every result some session has (for the dashboard's result filter)."""
-        return await _sessions.session_results(self._db)
-
     async def latest_messages(self, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
         """``id -> (result, message)`` of each entity's latest scheduling history row."""
         return await _sessions.latest_messages(self._db, ids)
@@ -137,6 +133,10 @@ class Queries:
     async def count_by_status(self) -> dict[SessionStatus, int]:
         """The number of sessions in each status (statuses with none are omitted)."""
         return await _sessions.count_by_status(self._db)
+
+    async def count_by_result(self) -> dict[str, int]:
+        """The number of ended sessions per result: SUCCESS, CANCELLED, FAILURE."""
+        return await _sessions.count_by_result(self._db)
 
     async def latest_entity_id(self) -> str | None:
         """The newest id of anything created (ids are time-ordered)."""

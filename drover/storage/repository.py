@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.model.clock import Clock
+from drover.model.creation import check_spec_patch
 from drover.model.filters import CandidateFilter
 from drover.model.kinds import Kinds
-from drover.model.plan import ApplyOutcome, Change, Claim
+from drover.model.plan import REPORT_SOURCE, ApplyOutcome, Change, Claim, Move
 from drover.model.promotion import PromotionRule
 from drover.model.spec import new_session
 from drover.model.status import KernelStatus, SessionStatus
@@ -28,6 +29,7 @@ from drover.model.values import (
     Entity,
     KernelReport,
     NewEntity,
+    Report,
     Target,
     TerminationOutcome,
 )
@@ -38,6 +40,7 @@ from drover.storage import history as _history
 from drover.storage import kernels as _kernels
 from drover.storage import notify as _notify
 from drover.storage import reopen as _reopen
+from drover.storage import reports as _reports
 from drover.storage import termination as _termination
 from drover.storage import ticks as _ticks
 from drover.storage.apply import Apply, promote
@@ -103,10 +106,11 @@ class Repository(Queries):
         return await _entities.create_entities(self._db, news, seeding=True)
 
     async def request_termination(
-        self, session_ids: Sequence[str], *, source: str = "api"
+        self, session_ids: Sequence[str], *, source: str = "api", reason: str | None = None
     ) -> list[TerminationOutcome]:
-        """Ask for entities to end, each by its kind's termination rule (history: ``source``)."""
-        return await _termination.request_termination(self._db, session_ids, source)
+        """Ask for entities to end, each by its kind's termination rule (history: ``source``,
+        with ``reason`` in the message)."""
+        return await _termination.request_termination(self._db, session_ids, source, reason)
 
     async def reopen(
         self, entity_id: str, status: str, *, source: str = "api", message: str | None = None
@@ -194,9 +198,11 @@ class Repository(Queries):
             return
         await self._db.write(lambda conn: _fetch.release_claims(conn, claim.token, ids))
 
-    async def claim_held(self, claim: Claim, entity_id: str) -> bool:
-        """Whether a tick's ``claim`` still holds ``entity_id`` (a backend's fence check)."""
-        return await _fetch.claim_held(self._db, claim, entity_id)
+    async def hold_claim(self, claim: Claim, entity_id: str) -> float | None:
+        """Renew a tick's ``claim`` on ``entity_id`` if it still holds it; return its new
+        expiry, or ``None`` if it lapsed and was taken over or released (a backend's fence
+        check, :mod:`drover.backends.fence`)."""
+        return await _fetch.hold_claim(self._db, claim, entity_id)
 
     async def subscribe(self, on_news: Callable[[dict[str, Any]], None]) -> Subscription | None:
         """Listen for other processes' news (PostgreSQL ``LISTEN``); ``None`` on SQLite."""
@@ -238,8 +244,10 @@ class Repository(Queries):
         inject_failure: Callable[[str], None] | None = None,
         claim: Claim | None = None,
         claimed: Sequence[str] = (),
+        moves: Sequence[Move] = (),
     ) -> ApplyOutcome:
-        """Apply one tick's changes in ONE transaction, with compare-and-set on statuses.
+        """Apply one tick's changes (and its handler's targeted ``moves``) in ONE
+        transaction, with compare-and-set on statuses.
 
         With ``claim`` (PostgreSQL) the compare-and-set also checks the claim's
         token: a change whose claim lapsed or was taken over is not written but
@@ -247,7 +255,7 @@ class Repository(Queries):
         ``inject_failure`` is a test hook called between the steps of the apply
         (by name) to prove atomicity.
         """
-        if not changes:
+        if not changes and not moves:
             if claim is not None:
                 await self.release_claims(claim, claimed)
             return ApplyOutcome(changes=())
@@ -261,8 +269,56 @@ class Repository(Queries):
                 inject_failure=inject_failure,
                 claim=claim,
                 claimed=claimed,
-            ).run(changes)
+            ).run(changes, moves)
         )
+
+    async def report(
+        self,
+        entity_id: str,
+        status: str,
+        *,
+        expected: Iterable[str] | None = None,
+        status_info: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        message: str | None = None,
+        source: str = REPORT_SOURCE,
+    ) -> bool:
+        """Push an outside event's news about one entity of any kind; return whether it applied.
+
+        Compare-and-set: it moves the entity to ``status`` only if it has not
+        ended and (with ``expected``) is in one of those statuses; ``data``
+        merge-patches its data (a report of its current status with ``data``
+        only patches it). Recorded as a status change by ``source``; an entity
+        it ends gets its result and ends its children. Raises
+        UnknownEntityError or InvalidSpecError (an unknown status), writing
+        nothing. See :mod:`drover.storage.reports`.
+        """
+        report = Report(
+            entity_id,
+            str(status),
+            expected=None if expected is None else frozenset(str(s) for s in expected),
+            status_info=status_info,
+            data=None if data is None else check_spec_patch(data),
+            message=message,
+        )
+        (ok,) = await self.report_many([report], source=source)
+        return ok
+
+    async def report_many(
+        self, reports: Sequence[Report], *, source: str = REPORT_SOURCE
+    ) -> list[bool]:
+        """Push many reports in one transaction (see :meth:`report`); per report, whether
+        it applied."""
+        now = self._db.clock.time()
+        db = self._db
+
+        def work(conn: Any) -> list[bool]:
+            return _reports.write_reports(
+                conn, reports, source, now, kinds=db.kinds, postgres=db.postgres
+            )
+
+        applied: list[bool] = await db.write(work)
+        return applied
 
     async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
         """Apply backend reports in one transaction; return, per report, whether it applied."""

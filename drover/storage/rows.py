@@ -33,6 +33,7 @@ from drover.storage.schema import entities
 __all__ = [
     "ENTITY_COLUMNS",
     "KERNEL_COLUMNS",
+    "MOVED",
     "Times",
     "coordinator_from_row",
     "entities_with_children",
@@ -40,6 +41,7 @@ __all__ = [
     "history_from_row",
     "kernel_from_row",
     "kernel_history_from_row",
+    "moved_from_change",
     "sessions_with_kernels",
 ]
 
@@ -304,6 +306,31 @@ def history_from_row(row: Any, kinds: Kinds) -> HistoryRecord:
         attempts=row.attempts,
         created_at=datetime.fromtimestamp(row.created_at, UTC),
         updated_at=datetime.fromtimestamp(row.updated_at, UTC),
+        kind=row.kind,
+    )
+
+
+#: ``result`` of the history rows read from ``status_changes`` (see :func:`moved_from_change`).
+MOVED = "MOVED"
+
+
+def moved_from_change(row: Any, kinds: Kinds) -> HistoryRecord:
+    """A :class:`HistoryRecord` (result ``MOVED``, by ``source``) from a ``status_changes``
+    row: how an entity's own history shows a move recorded among its parent's children."""
+    statuses = kinds.members(row.kind)
+    at = datetime.fromtimestamp(row.created_at, UTC)
+    return HistoryRecord(
+        id=row.id,
+        session_id=row.entity_id,
+        handler=row.source,
+        result=MOVED,
+        from_status=statuses.get(row.from_status, row.from_status),
+        to_status=statuses.get(row.to_status, row.to_status),
+        error_code=None,
+        message=row.message,
+        attempts=1,
+        created_at=at,
+        updated_at=at,
         kind=row.kind,
     )
 

@@ -12,17 +12,17 @@ from drover.model.errors import InvalidSpecError, UnknownEntityError, UnknownSes
 from drover.model.status import SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import driver_rows, ids_value, statement
 from drover.storage.rows import sessions_with_kernels
 from drover.storage.statements.sessions import (
     FETCH_ORDER,
     LATEST_ENTITY_ID,
     PREFIX_MATCHES,
     SESSION_BY_ID,
+    SESSION_COUNTS_BY_RESULT,
     SESSION_COUNTS_BY_STATUS,
     SESSION_KIND,
     SESSION_ORDERS,
-    SESSION_RESULTS,
     ids_by_name,
     ids_by_prefix,
     kernels_of,
@@ -35,6 +35,7 @@ __all__ = [
     "FETCH_ORDER",
     "SESSION_ORDERS",
     "SessionFilter",
+    "count_by_result",
     "count_by_status",
     "filtered_sessions",
     "get_session",
@@ -56,8 +57,7 @@ def read_kernels_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:
         return []
     postgres = conn.dialect.name == "postgresql"
     query: sa.Select[Any] = statement(("kernels-of", postgres), lambda: kernels_of(postgres))
-    rows: Sequence[Any] = (conn.execute(query, {"ids": ids_value(ids, postgres)})).all()
-    return rows
+    return driver_rows(conn, query, {"ids": ids_value(ids, postgres)})
 
 
 def _sessions(
@@ -192,11 +192,6 @@ async def filtered_sessions(db: Database, f: SessionFilter) -> list[SessionWithK
     return await db.read(lambda conn: _sessions(conn, query))
 
 
-async def session_results(db: Database) -> list[str]:
-    """Every result some session has, sorted."""
-    return await db.read(lambda conn: [r[0] for r in conn.execute(SESSION_RESULTS)])
-
-
 async def latest_messages(db: Database, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
     """``id -> (result, message)`` of each entity's latest history row (those that have one)."""
     if not ids:
@@ -218,6 +213,15 @@ async def count_by_status(db: Database) -> dict[SessionStatus, int]:
         return {
             SessionStatus(status): count for status, count in conn.execute(SESSION_COUNTS_BY_STATUS)
         }
+
+    return await db.read(work)
+
+
+async def count_by_result(db: Database) -> dict[str, int]:
+    """The number of ended sessions per result (results with none are omitted)."""
+
+    def work(conn: sa.Connection) -> dict[str, int]:
+        return {str(result): int(n) for result, n in conn.execute(SESSION_COUNTS_BY_RESULT)}
 
     return await db.read(work)
 

@@ -16,6 +16,7 @@ from drover.storage.statements.sessions import SESSION_KIND
 from drover.storage.statements.ticks import (
     BUCKETS,
     COUNTS_PER_HANDLER,
+    ENTITIES_PER_RESULT,
     ENTITIES_PER_STATUS,
     ERRORS_PER_HANDLER,
     INSERT_TICKS,
@@ -124,6 +125,8 @@ class MetricsSnapshot:
     errors: dict[str, int] = attrs.field(factory=dict)
     #: (kind, status) -> entities of every registered kind, every status (zeros included)
     entities: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    #: (kind, result) -> ended entities (SUCCESS, CANCELLED, FAILURE)
+    results_by_kind: dict[tuple[str, str], int] = attrs.field(factory=dict)
 
 
 async def metrics_snapshot(db: Database) -> MetricsSnapshot:
@@ -149,7 +152,9 @@ async def metrics_snapshot(db: Database) -> MetricsSnapshot:
             for kind in db.kinds.values()
             for status in kind.status_names
         }
+        ended = {(str(k), str(r)): int(n) for k, r, n in conn.execute(ENTITIES_PER_RESULT)}
         return MetricsSnapshot(
+            results_by_kind=ended,
             ticks=ticks,
             results=dict(results),
             durations=durations,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-__all__ = ["PG_LAG", "SWEEP_INTERVAL", "Watermarks", "Window"]
+__all__ = ["PG_LAG", "RECENT_BIAS", "SWEEP_INTERVAL", "Watermarks", "Window"]
 
 #: Largest ``status_changes`` id, largest ``scheduling_history`` id.
 Watermarks = tuple[int, int]
@@ -33,6 +33,9 @@ Watermarks = tuple[int, int]
 SWEEP_INTERVAL = 30.0
 #: Seconds a PostgreSQL watermark ages before a probe may start after it.
 PG_LAG = 2.0
+#: Weight of a recent probe's expected cost against the last full probe's (0: always
+#: the recent probe where it is allowed).
+RECENT_BIAS = 1.0
 
 
 class Window:
@@ -44,12 +47,34 @@ class Window:
         # (monotonic time a check began, its watermarks), oldest first, for the lag.
         self._marks: deque[tuple[float, Watermarks]] = deque()
         self._after: Watermarks | None = None
+        # What the last full probe took, and an average of a recent probe's seconds per row.
+        self._full_seconds = 0.0
+        self._row_seconds = 1e-6
 
-    def start(self) -> Watermarks | None:
-        """Where the next probe may start; ``None``: it must check every candidate."""
+    def start(self, now: Watermarks) -> Watermarks | None:
+        """Where a probe made with the tables at ``now`` may start; ``None``: it must check
+        every candidate.
+
+        A probe after the watermarks reads the rows recorded since; it is chosen
+        only when those rows are expected to cost less than the last full probe
+        took (under a steady stream of changes, few entities wait and the full
+        probe is the cheaper one).
+        """
         if self._swept_at is None or time.monotonic() - self._swept_at >= SWEEP_INTERVAL:
             return None
-        return self._after
+        after = self._after
+        if after is None:
+            return None
+        rows = now[0] - after[0] + now[1] - after[1]
+        return after if rows * self._row_seconds * RECENT_BIAS <= self._full_seconds else None
+
+    def timed(self, now: Watermarks, after: Watermarks | None, seconds: float) -> None:
+        """Record what a probe took: a full one (``after`` ``None``), or one after ``after``."""
+        if after is None:
+            self._full_seconds = seconds
+            return
+        rows = max(now[0] - after[0] + now[1] - after[1], 1)
+        self._row_seconds = (self._row_seconds + seconds / rows) / 2
 
     def checked(self, began: float, marks: Watermarks, *, full: bool, found: bool) -> None:
         """Record a check that began at ``began`` (monotonic) with the tables at ``marks``.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -206,7 +207,12 @@ class CoordinatorHarness:
             self._dispatcher.publish(events_of(report, self.clock.time()))
             await self._dispatcher.drain()
 
-    async def run_until_settled(self, *, max_rounds: int = 100) -> int:
+    async def run_until_settled(
+        self,
+        *,
+        max_rounds: int = 100,
+        until: Callable[[CoordinatorHarness], bool | Awaitable[bool]] | None = None,
+    ) -> int:
         """Tick every handler in turn until a whole round writes nothing new; return the rounds.
 
         "Nothing new" is judged from what was written, not from what the ticks
@@ -215,15 +221,37 @@ class CoordinatorHarness:
         inside ``execute`` and retry loops that keep the same status are
         seen; a repeated SKIPPED (merged into its row) is not news. Raises
         RuntimeError if things still change after ``max_rounds``.
+
+        ``until(harness)`` (a function or coroutine function) stops as soon as
+        it holds after a round, for lifecycles that never settle (heartbeats,
+        polling); it is checked before the first round too. If things settle
+        and it does not hold, RuntimeError says so.
         """
+
+        async def holds() -> bool:
+            if until is None:
+                return False
+            value = until(self)
+            if inspect.isawaitable(value):
+                value = await value
+            return bool(value)
+
+        if await holds():
+            return 0
         before = await self.repository.state_fingerprint()
         for rounds in range(1, max_rounds + 1):
             delivered = await self.deliver()
             for name in self.handlers:
                 report = await self.coordinator.tick(name)
                 await self._observe(report)
+            if await holds():
+                return rounds
             after = await self.repository.state_fingerprint()
             if delivered == 0 and after == before:
+                if until is not None:
+                    raise RuntimeError(
+                        f"settled after {rounds} round(s), but until={until!r} never held"
+                    )
                 return rounds
             before = after
         raise RuntimeError(f"entities still changing after {max_rounds} rounds")

@@ -28,7 +28,7 @@ from drover.app import App
 from drover.model.errors import InvalidHandlerError
 from drover.plugins.manager import collect_web
 from drover.plugins.registry import Registered, WebRoute
-from drover.web import api, pages
+from drover.web import api, pages, report
 from drover.web.dashboard import Dashboard, http_error
 from drover.web.security import security_middleware
 
@@ -55,6 +55,7 @@ def _routes() -> list[BaseRoute]:
         Route("/api/sessions/{session_id}/why", api.session_why),
         Route("/api/sessions/{session_id}/timeline", api.session_timeline),
         Route("/api/history", api.history),
+        Route("/api/report", report.report, methods=["POST"]),
         Route("/api/stats", api.stats),
         Route("/api/graph", api.graph),
         Route("/metrics", api.metrics),

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
 from drover.app import App
+from drover.backends.base import KernelReporter
 from drover.coordinator.tick import Coordinator
 from drover.model.errors import DroverError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
@@ -78,6 +79,9 @@ class Dashboard:
         #: Seconds between a daemon's heartbeats (``/healthz`` allows three).
         self.heartbeat_interval = app.config.heartbeat_interval
         self.auth_token = auth_token or None
+        #: Pushed reports (``POST /api/report``), the dashboard's one write: only behind
+        #: the token gate, so ``None`` without a token.
+        self.reporter: KernelReporter | None = app.repository if self.auth_token else None
         self.refresh_seconds = refresh_seconds
         #: ``(label, path)`` of the plugins' links in the top navigation, in order.
         self.nav: list[tuple[str, str]] = list(nav)

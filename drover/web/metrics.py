@@ -85,6 +85,15 @@ class _SnapshotCollector(Collector):
         for (kind, status), n in sorted(snap.entities.items()):
             entities.add_metric([kind, status], n)
         yield entities
+        ended = GaugeMetricFamily(
+            "drover_entity_results",
+            "Ended entities of every kind by result: SUCCESS, CANCELLED (a stop somebody "
+            "asked for) or FAILURE.",
+            labels=["kind", "result"],
+        )
+        for (kind, result), n in sorted(snap.results_by_kind.items()):
+            ended.add_metric([kind, result], n)
+        yield ended
 
 
 def render_metrics(snap: MetricsSnapshot) -> bytes:

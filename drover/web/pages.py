@@ -64,6 +64,7 @@ async def overview(request: Request) -> Response:
         f = attrs.evolve(f, linked_to=linked.id)
     found = await repo.filtered_sessions(f)
     counts = await repo.count_by_status()
+    results = await repo.count_by_result()
     # Why each PENDING session waits: its latest history row (the scheduler's reason).
     waiting = [s.id for s in found if s.status == SessionStatus.PENDING]
     reasons = {
@@ -92,10 +93,11 @@ async def overview(request: Request) -> Response:
             "sessions": found,
             "counts": {s.value: counts.get(s, 0) for s in SessionStatus},
             "total": sum(counts.values()),
+            "failed": results.get("FAILURE", 0),
             "filters": params,
             "selected": {s.value for s in f.statuses},
             "handler_names": handler_names,
-            "results": sorted({"SUCCESS", "FAILURE", *await repo.session_results()}),
+            "result_choices": sorted({"SUCCESS", "FAILURE", *results}),
             "reasons": reasons,
             "linked": linked,
             "limit": f.limit,

@@ -5,6 +5,7 @@ Private to the local backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -20,8 +21,17 @@ def log_paths(workdir: Path) -> dict[str, str]:
 
 
 def cwd_of(spec: Mapping[str, Any], workdir: Path) -> Path:
+    """The kernel's working directory (``cwd``, relative to ``workdir``), created if missing.
+
+    Created before the setup runs, so a setup and its command both run in it
+    (as Docker's ``WORKDIR``); if it cannot be created, the supervisor's
+    ``chdir`` says why.
+    """
     cwd = spec.get("cwd")
-    return workdir / cwd if isinstance(cwd, str) and cwd else workdir
+    path = workdir / cwd if isinstance(cwd, str) and cwd else workdir
+    with contextlib.suppress(OSError, ValueError):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def env_of(session_id: str, kernel: KernelInfo) -> dict[str, str]:

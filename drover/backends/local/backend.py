@@ -527,7 +527,7 @@ class LocalBackend(AgentBackend):
         workdir = self._workdir(kernel)
         runtime = {"workdir": str(workdir), **log_paths(workdir)}
         setup = kernel.spec.get("setup")
-        fence.check_clock()
+        await fence.check()
         earlier = self._kernels.pop(kernel.id, None)
         if earlier is not None:
             # An earlier attempt's command (killed by the reset below): a new
@@ -550,8 +550,9 @@ class LocalBackend(AgentBackend):
         except Exception as error:  # its end is reported with retries anyway
             log.warning("kernel %s: PULLING not reported: %s", kernel.id, error)
         argv = ["/bin/sh", "-c", setup] if isinstance(setup, str) else [str(a) for a in setup]
+        cwd = await asyncio.to_thread(cwd_of, kernel.spec, workdir)
         command = Command(
-            kernel.id, "setup", workdir, argv, cwd_of(kernel.spec, workdir),
+            kernel.id, "setup", workdir, argv, cwd,
             env_of(session_id, kernel), workdir / "setup.stdout.log", workdir / "setup.stderr.log",
         )  # fmt: skip
         (attempt,) = await self._start([command], fence)
@@ -605,7 +606,8 @@ class LocalBackend(AgentBackend):
             workdir = self._workdir(kernel)
             logs = log_paths(workdir)
             argv = [str(a) for a in kernel.spec["command"]]
-            cwd, env = cwd_of(kernel.spec, workdir), env_of(session.id, kernel)
+            cwd = await asyncio.to_thread(cwd_of, kernel.spec, workdir)
+            env = env_of(session.id, kernel)
             env["PORT"] = str(await asyncio.to_thread(kernel_port, workdir))
             out, err = Path(logs["stdout"]), Path(logs["stderr"])
             commands.append(Command(kernel.id, "kernel", workdir, argv, cwd, env, out, err))

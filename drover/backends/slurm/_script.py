@@ -83,7 +83,8 @@ def job_script(spec: Mapping[str, Any], *, cwd: str, session_id: str, kernel_id:
         if not _ENV_NAME.match(name):
             raise SpecProblem(f"invalid kernel spec: {name!r} is not an environment variable name")
         lines.append(f"export {name}={shlex.quote(value)}")
-    lines.append(f"cd {shlex.quote(cwd)} || exit 126")
+    # The working directory is created first: the setup and the command both run in it.
+    lines.append(f"mkdir -p -- {shlex.quote(cwd)}; cd {shlex.quote(cwd)} || exit 126")
     setup = spec.get("setup")
     if setup:
         if isinstance(setup, str):

@@ -7,6 +7,10 @@ commands do: the plugin ``drover.kinds.deployments``
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -60,7 +64,8 @@ def _positive(value: float | None, flag: str) -> float | None:
     type=float,
     default=60.0,
     show_default=True,
-    help="Seconds a replica may take to answer its first health check.",
+    help="Seconds a replica may take to answer its first health check, from when its "
+    "session is RUNNING.",
 )
 @click.option(
     "--evict-after",
@@ -83,7 +88,21 @@ def _positive(value: float | None, flag: str) -> float | None:
     "--max-replacements",
     type=click.IntRange(min=0),
     default=None,
-    help="Replacements of lost replicas allowed over the deployment's life [default: 10].",
+    help="Replicas that may be replaced over the deployment's life [default: no limit: "
+    "a crash loop backs off, 10 s doubling to 300 s].",
+)
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait until every wanted replica is HEALTHY and of this revision, with a progress "
+    "line (a daemon must be running).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Seconds --wait waits before it gives up (exit 1).",
 )
 @json_option
 @database_option
@@ -102,6 +121,8 @@ def deploy(
     stale_after: float,
     check_timeout: float,
     max_replacements: int | None,
+    wait: bool,
+    timeout: float,
     as_json: bool,
     database_url: str | None,
 ) -> None:
@@ -111,9 +132,13 @@ def deploy(
     http://127.0.0.1:$PORT<health-path> and replaces replicas that stop
     answering.
 
+    Deploying a live NAME again updates it in place: a new replica count
+    scales it; a new command, env or any replica setting rolls out a new
+    revision, one replica at a time (at most one unavailable).
+
     The command is run as given (no shell): use sh -c to expand $PORT.
 
-    Example: drover deploy web --replicas 2 -- sh -c 'exec python3 -m http.server $PORT'
+    Example: drover deploy web --replicas 2 --wait -- sh -c 'exec python3 -m http.server $PORT'
     """
     from drover.model.creation import check_new_entities
     from drover.model.spec import new_session
@@ -149,26 +174,124 @@ def deploy(
         "check_timeout": check_timeout,
         "stale_after": stale_after,
         "evict_after": evict_after,
-        "options": {"health-check-route": {"timeout": start_timeout}},
+        "start_timeout": start_timeout,
     }
-    if max_replacements is not None:
-        spec["budgets"] = {"replacements": max_replacements}
+    spec["max_replacements"] = max_replacements
 
-    async def work(app: App) -> str:
+    async def work(app: App) -> tuple[str, str]:
         _ = app.kinds
         for existing in await app.repository.find_by_name("deployment", name):
-            if existing.status != _E.DESTROYED:
-                raise DroverError(
-                    f"a deployment named {name!r} already exists ({existing.id}, "
-                    f"{existing.status}): scale it, or destroy it first"
-                )
-        return await app.repository.create_entity("deployment", spec=spec, name=name)
+            if existing.status in (_E.DESTROYING, _E.DESTROYED):
+                if existing.status == _E.DESTROYING:
+                    raise DroverError(
+                        f"deployment {name!r} ({existing.id}) is being destroyed; "
+                        "wait for it (drover destroy --wait) and deploy again"
+                    )
+                continue
+            return existing.id, await _update(app, existing, spec)
+        created = {k: v for k, v in spec.items() if v is not None}
+        return await app.repository.create_entity("deployment", spec=created, name=name), "created"
 
-    deployment_id = with_app(ctx, work, database_url=database_url)
+    deployment_id, what = with_app(ctx, work, database_url=database_url)
     if as_json:
-        emit_json({"id": deployment_id, "name": name, "replicas": replicas})
+        emit_json({"id": deployment_id, "name": name, "replicas": replicas, "change": what})
     else:
         click.echo(deployment_id)
+        if what != "created":
+            click.echo(f"{name}: {what}", err=True)
+    if wait:
+        _wait(ctx, database_url, name, timeout, _deployed)
+
+
+async def _update(app: App, existing: Entity, spec: dict[str, Any]) -> str:
+    """Change a live deployment's spec to ``spec``; say what that does."""
+    from drover.kinds.deployments.deployments import ROUTE_KEYS, revision
+
+    patch = {k: v for k, v in spec.items() if existing.spec.get(k) != v}
+    if not patch:
+        return f"unchanged (revision {revision(existing)})"
+    rolls = sorted(k for k in patch if k in ROUTE_KEYS)
+    if rolls:
+        patch["revision"] = revision(existing) + 1
+    await app.repository.update_spec(existing.id, patch)
+    if rolls:
+        return f"revision {patch['revision']} rolling out ({', '.join(rolls)} changed)"
+    return f"updated ({', '.join(sorted(patch))} changed)"
+
+
+def _deployed(deployment: Entity) -> tuple[bool, str]:
+    """``--wait`` of deploy: every wanted replica HEALTHY and of the current revision."""
+    from drover.kinds.deployments.deployments import desired_replicas, live_routes, revision
+
+    wanted = desired_replicas(deployment)
+    current = [r for r in live_routes(deployment) if revision(r) == revision(deployment)]
+    healthy = sum(1 for r in current if r.status == RouteStatus.HEALTHY)
+    done = (
+        deployment.status == _E.READY
+        and healthy == wanted
+        and len(live_routes(deployment)) == wanted
+    )
+    text = f"{deployment.status}: {healthy}/{wanted} healthy"
+    if deployment.status_info and deployment.status == _E.DEGRADED:
+        text += f" ({deployment.status_info})"
+    return done, text
+
+
+def _destroyed(deployment: Entity) -> tuple[bool, str]:
+    """``--wait`` of destroy: DESTROYED."""
+    left = sum(1 for r in deployment.children if r.status != RouteStatus.TERMINATED)
+    return deployment.status == _E.DESTROYED, f"{deployment.status}: {left} route(s) left"
+
+
+def _wait(
+    ctx: click.Context,
+    database_url: str | None,
+    ref: str,
+    timeout: float,
+    judge: Callable[[Entity], tuple[bool, str]],
+) -> None:
+    """Poll the deployment until ``judge`` says done, with a progress line on stderr."""
+
+    async def work(app: App) -> tuple[bool, str]:
+        deployment = await find_deployment(app, ref)
+        progress = _Progress(ref)
+        deadline = time.monotonic() + timeout
+        while True:
+            deployment = await app.repository.get_entity(deployment.id)
+            done, text = judge(deployment)
+            progress.show(text)
+            if done or time.monotonic() >= deadline:
+                progress.end()
+                return done, text
+            await asyncio.sleep(0.5)
+
+    done, text = with_app(ctx, work, database_url=database_url)
+    if not done:
+        raise click.ClickException(
+            f"{ref}: not done after {timeout:g}s ({text}); see drover why {ref}"
+        )
+
+
+class _Progress:
+    """One progress line on stderr: rewritten in place on a terminal, else a line per change."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.last = ""
+        self.tty = sys.stderr.isatty()
+
+    def show(self, text: str) -> None:
+        if text == self.last:
+            return
+        self.last = text
+        if self.tty:
+            click.echo(f"\r\033[K{self.name}: {text}", nl=False, err=True)
+        else:
+            click.echo(f"{self.name}: {text}", err=True)
+
+    def end(self) -> None:
+        if self.tty:
+            click.echo("", err=True)
 
 
 @click.command()
@@ -179,7 +302,8 @@ def deploy(
 def deployments(
     ctx: click.Context, show_all: bool, as_json: bool, database_url: str | None
 ) -> None:
-    """List deployments: status, desired and healthy replicas.
+    """List deployments: status, desired and healthy replicas, replicas replaced, and why a
+    DEGRADED one is (a crash-loop back-off and when it ends, or its replacement limit).
 
     Example: drover deployments --json
     """
@@ -195,13 +319,31 @@ def deployments(
         return
     rows = [deployment_json(d) for d in found]
     print_table(
-        ["name", "id", "status", "replicas", "healthy", "live routes"],
+        ["name", "id", "status", "replicas", "healthy", "live routes", "replaced", "why"],
         [
-            (r["name"], r["id"], r["status"], r["replicas"], r["healthy"], r["live_routes"])
+            (
+                r["name"],
+                r["id"],
+                r["status"],
+                r["replicas"],
+                r["healthy"],
+                r["live_routes"],
+                r["replaced"],
+                _why(r),
+            )
             for r in rows
         ],
         title="deployments",
     )
+
+
+def _why(row: dict[str, Any]) -> str:
+    """What a DEGRADED deployment waits for (its status_info, and when the back-off ends)."""
+    if not row["degraded"]:
+        return ""
+    if row["backoff_until"]:
+        return f"{row['status_info']} until {row['backoff_until']} ({row['restarts']} rounds)"
+    return str(row["status_info"] or "")
 
 
 @click.command()
@@ -227,12 +369,22 @@ def scale(ctx: click.Context, name: str, replicas: int, database_url: str | None
 
 @click.command()
 @click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait until it is DESTROYED, with a progress line.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="Seconds --wait waits before it gives up (exit 1).",
+)
 @database_option
 @click.pass_context
-def destroy(ctx: click.Context, name: str, database_url: str | None) -> None:
+def destroy(
+    ctx: click.Context, name: str, wait: bool, timeout: float, database_url: str | None
+) -> None:
     """Destroy deployment NAME: its routes and replica sessions end, then it is DESTROYED.
 
-    Example: drover destroy web
+    Example: drover destroy web --wait
     """
 
     async def work(app: App) -> Any:
@@ -245,6 +397,9 @@ def destroy(ctx: click.Context, name: str, database_url: str | None) -> None:
         click.echo(f"{name}: {outcome.from_status} -> {outcome.to_status}")
     else:
         click.echo(f"{name}: already {outcome.to_status}, nothing to do")
+    if wait:
+        # By id: once DESTROYED, the name may be taken by a new deployment.
+        _wait(ctx, database_url, outcome.session_id, timeout, _destroyed)
 
 
 @click.command()

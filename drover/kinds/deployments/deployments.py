@@ -4,21 +4,26 @@ A deployment keeps ``spec["replicas"]`` live routes (not TERMINATING or
 TERMINATED); each route runs one session, its replica (see
 :mod:`drover.kinds.deployments.routes`). The seed's table:
 
-=========================  ================  ===========  ===========
-handler                    current           SUCCESS      FAILURE
-=========================  ================  ===========  ===========
-check-pending-deployment   PENDING, CREATED  SCALING      (maintain)
-scaling-deployment         SCALING           READY        (maintain)
-check-replica-deployment   READY             SCALING      (maintain)
-reconcile-deployment       READY             (maintain)   SCALING
-destroying-deployment      DESTROYING        DESTROYED    DESTROYED
-=========================  ================  ===========  ===========
+=========================  ================  ===========  ===========  ==========
+handler                    current           SUCCESS      FAILURE      BACK-OFF
+=========================  ================  ===========  ===========  ==========
+check-pending-deployment   PENDING, CREATED  SCALING      (maintain)   -
+scaling-deployment         SCALING           READY        (maintain)   -
+check-replica-deployment   READY, DEGRADED   SCALING      (maintain)   -
+reconcile-deployment       READY, DEGRADED   (maintain)   SCALING      DEGRADED
+destroying-deployment      DESTROYING        DESTROYED    DESTROYED    -
+=========================  ================  ===========  ===========  ==========
 
-Routes are created by ``scaling-deployment`` in the apply of its tick
+(``back-off`` is a named outcome; DEGRADED is drover's addition to the seed's
+table.) Routes are created by ``scaling-deployment`` in the apply of its tick
 (``HandlerResult.create``); surplus routes after a scale-down are drained by
-``running-route``. Replacing lost routes spends the deployment's
-``replacements`` budget, so a replica that dies at once is not replaced
-forever.
+``running-route``. Lost routes are replaced as Kubernetes restarts a
+crashing container (CrashLoopBackOff): the first round at once, then after
+10 s, 20 s, 40 s… capped at 300 s, never giving up while the deployment
+wants replicas; the deployment is DEGRADED while it waits. The count of
+rounds resets once every replica has been HEALTHY for the cap. Every replica
+replaced counts in ``data["replaced"]``; an optional ``spec["max_replacements"]``
+stops replacing there (DEGRADED, REPLACEMENTS_SPENT).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from drover.coordinator.handlers import LifecycleHandler
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
+from drover.model.clock import Clock
 from drover.model.values import (
     Entity,
     HandlerOptions,
@@ -44,7 +50,9 @@ __all__ = [
     "CheckReplicaDeployment",
     "DestroyingDeployment",
     "ReconcileDeployment",
+    "RolloutDeployment",
     "ScalingDeployment",
+    "backoff_delay",
     "drover_register_handlers",
     "live_routes",
     "route_spec",
@@ -55,9 +63,11 @@ _E, _R = EndpointLifecycle, RouteStatus
 ENDING_ROUTES = frozenset({_R.TERMINATING, _R.TERMINATED})
 #: What a route copies from its deployment's spec when it is created.
 ROUTE_KEYS = (
+    "revision",
     "kernel",
     "health_path",
     "check_timeout",
+    "start_timeout",
     "stale_after",
     "evict_after",
     "options",
@@ -74,6 +84,42 @@ def desired_replicas(deployment: Entity) -> int:
     """``spec["replicas"]`` (0 when missing or not a whole number >= 0)."""
     value = deployment.spec.get("replicas", 0)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+#: Crash-loop back-off (Kubernetes' values): the first delay and the cap, in seconds.
+BACKOFF_INITIAL = 10.0
+BACKOFF_MAX = 300.0
+
+
+def _seconds(spec: Mapping[str, Any], key: str, default: float) -> float:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return default
+    return float(value)
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def backoff_delay(rounds: int, spec: Mapping[str, Any]) -> float:
+    """Seconds to wait before replacement round ``rounds + 1`` (0 for the first).
+
+    ``spec["backoff_initial"]`` (10 s) doubled per round in a row, capped at
+    ``spec["backoff_max"]`` (300 s), as Kubernetes' CrashLoopBackOff.
+    """
+    if rounds <= 0:
+        return 0.0
+    initial = _seconds(spec, "backoff_initial", BACKOFF_INITIAL)
+    cap = _seconds(spec, "backoff_max", BACKOFF_MAX)
+    return float(min(initial * 2 ** min(rounds - 1, 32), cap))
+
+
+def replacement_limit(deployment: Entity) -> int | None:
+    """``spec["max_replacements"]``: replicas that may be replaced in all (None: no limit)."""
+    value = deployment.spec.get("max_replacements")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def route_spec(deployment: Entity) -> dict[str, Any]:
@@ -142,9 +188,11 @@ class ScalingDeployment(_DeploymentHandler):
         messages: dict[str, str] = {}
         create: list[NewEntity] = []
         data: dict[str, dict[str, Any]] = {}
+        infos: dict[str, str] = {}
         for deployment in targets:
             live = len(live_routes(deployment))
             desired = desired_replicas(deployment)
+            known = deployment.data or {}
             if live > desired:
                 skipped.append(deployment.id)
                 messages[deployment.id] = (
@@ -153,22 +201,38 @@ class ScalingDeployment(_DeploymentHandler):
                 )
                 continue
             spec = route_spec(deployment)
-            for _ in range(desired - live):
+            missing = desired - live
+            patch: dict[str, Any] = {"scaled_to": desired}
+            # Back to the number it had scaled to: the new routes replace lost replicas.
+            if known.get("scaled_to") == desired and missing > 0:
+                replaced = _count(known, "replaced")
+                limit = replacement_limit(deployment)
+                if limit is not None:
+                    missing = min(missing, max(0, limit - replaced))
+                patch["replaced"] = replaced + missing
+            for _ in range(missing):
                 create.append(NewEntity("route", dict(spec), parent_id=deployment.id))
             successes.append(deployment.id)
             messages[deployment.id] = (
-                f"{desired} replica(s): {desired - live} route(s) created"
-                if desired > live
+                f"{desired} replica(s): {missing} route(s) created"
+                if missing > 0
                 else f"{desired} replica(s)"
             )
-            data[deployment.id] = {"scaled_to": desired}
+            data[deployment.id] = patch
+            infos[deployment.id] = "SCALED"  # whatever it waited for before is over
         return HandlerResult(
-            successes=successes, skipped=skipped, messages=messages, create=create, data=data
+            successes=successes,
+            skipped=skipped,
+            messages=messages,
+            create=create,
+            data=data,
+            status_infos=infos,
         )
 
 
 class CheckReplicaDeployment(_DeploymentHandler):
-    """READY deployments whose desired replicas changed (``drover scale``) scale again."""
+    """READY or DEGRADED deployments whose desired replicas changed (``drover scale``) scale
+    again."""
 
     @classmethod
     def name(cls) -> str:
@@ -177,8 +241,8 @@ class CheckReplicaDeployment(_DeploymentHandler):
 
     @property
     def target_statuses(self) -> frozenset[str]:
-        """READY."""
-        return frozenset({_E.READY})
+        """READY, DEGRADED."""
+        return frozenset({_E.READY, _E.DEGRADED})
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
@@ -199,12 +263,18 @@ class CheckReplicaDeployment(_DeploymentHandler):
 
 
 class ReconcileDeployment(_DeploymentHandler):
-    """READY deployments that lost routes (evicted, ended) scale again, within a budget.
+    """Deployments that lost routes (evicted, ended) replace them, with a crash-loop back-off.
 
-    Each such failure spends the deployment's ``replacements`` budget (limit:
-    the kind's 10, ``[budgets.deployment]``, or ``spec["budgets"]``); past it
-    the deployment gives up replacing and stays READY with fewer replicas.
+    READY with fewer live routes than it scaled to: the first round of
+    replacements at once (SCALING); a round that follows another without the
+    replicas having been HEALTHY for the cap waits :func:`backoff_delay`
+    first, DEGRADED (``status_info`` CRASH_LOOP_BACK_OFF). Past
+    ``spec["max_replacements"]`` replicas replaced: DEGRADED for good
+    (REPLACEMENTS_SPENT) until it is scaled, redeployed or destroyed.
     """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
 
     @classmethod
     def name(cls) -> str:
@@ -213,29 +283,185 @@ class ReconcileDeployment(_DeploymentHandler):
 
     @property
     def target_statuses(self) -> frozenset[str]:
+        """READY, DEGRADED."""
+        return frozenset({_E.READY, _E.DEGRADED})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """FAILURE: SCALING (replace now); ``back-off``: DEGRADED; ``recovered``: READY."""
+        return StatusTransitions(
+            need_retry=Transition(_E.SCALING),
+            outcomes={"back-off": Transition(_E.DEGRADED), "recovered": Transition(_E.READY)},
+        )
+
+    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
+        """Per deployment: replace now, wait (back-off), give up (limit), or reset the count."""
+        now = self.clock.time()
+        out = _Verdicts()
+        for deployment in targets:
+            scaled_to = (deployment.data or {}).get("scaled_to")
+            if scaled_to != desired_replicas(deployment):
+                continue  # a desired-state change: check-replica-deployment's
+            self._judge(deployment, scaled_to, now, out)
+        return out.result()
+
+    @staticmethod
+    def _judge(deployment: Entity, scaled_to: int, now: float, out: _Verdicts) -> None:
+        did, data, spec = deployment.id, deployment.data or {}, deployment.spec
+        live = live_routes(deployment)
+        missing = scaled_to - len(live)
+        rounds, replaced = _count(data, "restarts"), _count(data, "replaced")
+        cap = _seconds(spec, "backoff_max", BACKOFF_MAX)
+        if missing <= 0:
+            if deployment.status == _E.DEGRADED:
+                out.named(did, "recovered", f"{len(live)} live route(s), {scaled_to} wanted")
+            elif rounds and all(
+                r.status == RouteStatus.HEALTHY and now - r.status_changed_at.timestamp() >= cap
+                for r in live
+            ):
+                out.succeed(did, f"every replica HEALTHY for {cap:g}s: back-off reset", rounds=0)
+            return
+        lost = f"{missing} replica(s) lost ({len(live)} live, {scaled_to} wanted)"
+        limit = replacement_limit(deployment)
+        if limit is not None and replaced >= limit:
+            text = f"{lost}; {replaced} replaced, the limit (max_replacements={limit}) is reached"
+            if deployment.status == _E.DEGRADED:
+                out.skip(did, text)
+            else:
+                out.named(did, "back-off", text, info="REPLACEMENTS_SPENT")
+            return
+        delay = backoff_delay(rounds, spec)
+        due = data.get("backoff_until")
+        if deployment.status == _E.READY and delay > 0:
+            out.named(
+                did,
+                "back-off",
+                f"{lost}; crash-loop back-off: round {rounds + 1} in {delay:g}s",
+                info="CRASH_LOOP_BACK_OFF",
+                backoff_until=now + delay,
+            )
+        elif deployment.status == _E.DEGRADED and isinstance(due, int | float) and now < due:
+            out.skip(did, f"{lost}; crash-loop back-off: round {rounds + 1} in {due - now:.0f}s")
+        else:
+            out.fail(did, f"{lost}: replacing (round {rounds + 1})", rounds=rounds + 1)
+
+
+class _Verdicts:
+    """What :class:`ReconcileDeployment` says of each deployment, as one result."""
+
+    def __init__(self) -> None:
+        self.successes: list[str] = []
+        self.failures: list[str] = []
+        self.skipped: list[str] = []
+        self.outcomes: dict[str, str] = {}
+        self.messages: dict[str, str] = {}
+        self.infos: dict[str, str] = {}
+        self.data: dict[str, dict[str, Any]] = {}
+
+    def succeed(self, did: str, text: str, *, rounds: int) -> None:
+        self.successes.append(did)
+        self.messages[did] = text
+        self.data[did] = {"restarts": rounds, "backoff_until": None}
+
+    def fail(self, did: str, text: str, *, rounds: int) -> None:
+        self.failures.append(did)
+        self.messages[did] = text
+        self.data[did] = {"restarts": rounds, "backoff_until": None}
+
+    def skip(self, did: str, text: str) -> None:
+        self.skipped.append(did)
+        self.messages[did] = text
+
+    def named(
+        self, did: str, outcome: str, text: str, *, info: str | None = None,
+        backoff_until: float | None = None,
+    ) -> None:  # fmt: skip
+        self.outcomes[did] = outcome
+        self.messages[did] = text
+        if info is not None:
+            self.infos[did] = info
+        self.data[did] = {"backoff_until": backoff_until}
+
+    def result(self) -> HandlerResult:
+        return HandlerResult(
+            successes=self.successes,
+            failures=self.failures,
+            skipped=self.skipped,
+            outcomes=self.outcomes,
+            messages=self.messages,
+            status_infos=self.infos,
+            data=self.data,
+        )
+
+
+def revision(entity: Entity) -> int:
+    """``spec["revision"]``: 0 until ``drover deploy`` changed what replicas run."""
+    return _count(entity.spec, "revision")
+
+
+class RolloutDeployment(_DeploymentHandler):
+    """Replace the routes of an older revision one at a time (``drover deploy`` again).
+
+    A READY deployment at its replica count whose routes run an older
+    ``spec["revision"]``: once every route of the current revision is
+    HEALTHY, one old route (unhealthy ones first, then the oldest) is asked to
+    end and a new one is created in the same apply, so at most one replica
+    is unavailable at a time. Nothing counts as a replacement or a crash.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """``rollout-deployment``."""
+        return "rollout-deployment"
+
+    @property
+    def target_statuses(self) -> frozenset[str]:
         """READY."""
         return frozenset({_E.READY})
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
-        """FAILURE: SCALING; a spent budget keeps READY."""
-        return StatusTransitions(need_retry=Transition(_E.SCALING))
+        """No status change: the deployment stays READY while it rolls out."""
+        return StatusTransitions()
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
-        """A failure for each deployment whose live routes differ from what it scaled to."""
-        failures: list[str] = []
+        """One step per deployment: replace an old route, or wait for the new ones."""
+        successes: list[str] = []
+        skipped: list[str] = []
         messages: dict[str, str] = {}
-        budgets: dict[str, str] = {}
+        create: list[NewEntity] = []
+        terminate: dict[str, list[str]] = {}
         for deployment in targets:
+            current = revision(deployment)
+            live = live_routes(deployment)
+            old = [r for r in live if revision(r) != current]
             scaled_to = (deployment.data or {}).get("scaled_to")
-            if scaled_to != desired_replicas(deployment):
-                continue  # a desired-state change: check-replica-deployment's
-            live = len(live_routes(deployment))
-            if live != scaled_to:
-                failures.append(deployment.id)
-                budgets[deployment.id] = "replacements"
-                messages[deployment.id] = f"{live} live route(s), {scaled_to} wanted"
-        return HandlerResult(failures=failures, messages=messages, budgets=budgets)
+            if not old or scaled_to != desired_replicas(deployment) or len(live) != scaled_to:
+                continue  # nothing to roll out, or scaling / replacing comes first
+            starting = [r for r in live if revision(r) == current and r.status != _R.HEALTHY]
+            if starting:
+                skipped.append(deployment.id)
+                messages[deployment.id] = (
+                    f"rolling out revision {current}: waiting for {len(starting)} new "
+                    f"replica(s) to be HEALTHY; {len(old)} old left"
+                )
+                continue
+            old.sort(key=lambda r: (r.status == _R.HEALTHY, r.id))
+            victim = old[0]
+            successes.append(deployment.id)
+            create.append(NewEntity("route", route_spec(deployment), parent_id=deployment.id))
+            terminate[deployment.id] = [victim.id]
+            messages[deployment.id] = (
+                f"rolling out revision {current}: route {victim.id} replaced by a new one; "
+                f"{len(old) - 1} old left"
+            )
+        return HandlerResult(
+            successes=successes,
+            skipped=skipped,
+            messages=messages,
+            create=create,
+            terminate=terminate,
+        )
 
 
 class DestroyingDeployment(_DeploymentHandler):
@@ -279,6 +505,7 @@ HANDLERS: Mapping[str, type[_DeploymentHandler]] = {
         ScalingDeployment,
         CheckReplicaDeployment,
         ReconcileDeployment,
+        RolloutDeployment,
         DestroyingDeployment,
     )
 }
@@ -286,5 +513,6 @@ HANDLERS: Mapping[str, type[_DeploymentHandler]] = {
 
 @hookimpl
 def drover_register_handlers(register: HandlerRegistry) -> None:
-    """Register the five deployment handlers."""
-    register(*(cls() for cls in HANDLERS.values()))
+    """Register the six deployment handlers (``reconcile-deployment`` with the clock)."""
+    clock = register.context.clock
+    register(*(cls(clock) if cls is ReconcileDeployment else cls() for cls in HANDLERS.values()))

@@ -24,8 +24,10 @@ Kubernetes counts it (redirects are not followed); any other answer is a
 failure; a URL that cannot be requested fails that route alone; no answer
 at all is a failure, or ``stale`` once the route has had no answer for
 ``stale_after`` seconds. A DEGRADED route (starting) that does not answer
-yet is left to wait until the handler's timeout (its start budget,
-``spec["options"]["health-check-route"]["timeout"]``) expires it to UNHEALTHY.
+yet waits up to ``spec["start_timeout"]`` seconds (60) counted from when its
+replica's session became RUNNING (time spent PENDING for capacity, or
+preparing, does not count), or from when it became DEGRADED again if later
+(``stale``), then fails to UNHEALTHY.
 ``route-eviction`` takes routes UNHEALTHY for longer than ``evict_after``.
 """
 
@@ -80,6 +82,8 @@ DEFAULT_HEALTH_PATH = "/"
 DEFAULT_CHECK_TIMEOUT = 2.0
 #: Seconds without any answer before a HEALTHY/UNHEALTHY route is stale (DEGRADED).
 DEFAULT_STALE_AFTER = 30.0
+#: Seconds a starting replica may take to answer, from its session's RUNNING.
+DEFAULT_START_TIMEOUT = 60.0
 #: Answers that count as healthy: 200-399, as Kubernetes' HTTP probes count them.
 HEALTHY_CODES = range(200, 400)
 _TERMINAL_SESSIONS = frozenset(
@@ -213,11 +217,6 @@ class HealthCheckRoute(_RouteHandler):
             outcomes={"stale": Transition(_R.DEGRADED)},
         )
 
-    @classmethod
-    def default_options(cls) -> HandlerOptions:
-        """A 60 s start budget: a DEGRADED route silent that long becomes UNHEALTHY."""
-        return HandlerOptions(max_retries=None, timeout=60.0)
-
     def __init__(self, repository: Queries, clock: Clock) -> None:
         super().__init__(repository, clock)
         self._client: httpx2.AsyncClient | None = None
@@ -277,7 +276,7 @@ class HealthCheckRoute(_RouteHandler):
                 stale_after = _number(route.spec, "stale_after", DEFAULT_STALE_AFTER)
                 text = f"GET {url}: no answer ({type(error).__name__})"
                 if route.status == _R.DEGRADED:
-                    result[route.id] = ("skipped", f"{text}; waiting for the first answer")
+                    result[route.id] = self._starting(route, session, now, text)
                 elif since is not None and now - since > stale_after:
                     result[route.id] = ("stale", f"{text} for {now - since:.0f}s")
                 else:
@@ -305,6 +304,30 @@ class HealthCheckRoute(_RouteHandler):
             messages={rid: text for rid, (_v, text) in result.items()},
             data={rid: patch for rid, patch in data.items() if rid in result},
         )
+
+    @staticmethod
+    def _starting(
+        route: Entity, session: SessionWithKernels, now: float, text: str
+    ) -> tuple[str, str]:
+        """A DEGRADED route with no answer: wait, or fail once past its start timeout.
+
+        Counted from when its session became RUNNING, or from when the route
+        became DEGRADED again (``stale``) if that is later.
+        """
+        limit = _number(route.spec, "start_timeout", DEFAULT_START_TIMEOUT)
+        running = session.status_changed_at.timestamp()
+        degraded = route.status_changed_at.timestamp()
+        since, what = (
+            (running, "its session became RUNNING")
+            if running >= degraded
+            else (degraded, "it became DEGRADED")
+        )
+        if now - since > limit:
+            return (
+                "failure",
+                f"{text}; no answer {now - since:.0f}s after {what} (start_timeout={limit:g}s)",
+            )
+        return ("skipped", f"{text}; waiting for the first answer")
 
 
 class RunningRoute(_RouteHandler):

@@ -5,9 +5,10 @@ Built on :func:`drover.serialization.entity_json` and its timestamp format.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from drover.kinds.deployments.status import RouteStatus
+from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.model.values import Entity
 from drover.serialization import entity_json, iso
 
@@ -17,13 +18,28 @@ _ROUTE = RouteStatus
 
 
 def deployment_json(deployment: Entity) -> dict[str, Any]:
-    """A deployment with replica counts and its routes."""
+    """A deployment with replica counts, its replacements and back-off, and its routes.
+
+    ``degraded`` is true in status DEGRADED (fewer replicas than wanted, none
+    replaceable now: ``status_info`` says why); ``replaced`` counts the
+    replicas replaced so far, ``restarts`` the replacement rounds in a row
+    (the crash-loop back-off's count) and ``backoff_until`` when the next round
+    may start.
+    """
     data = entity_json(deployment)
     routes = deployment.children
+    own = deployment.data or {}
     data["replicas"] = deployment.spec.get("replicas")
     data["healthy"] = sum(1 for r in routes if r.status == _ROUTE.HEALTHY)
     data["live_routes"] = sum(
         1 for r in routes if r.status not in (_ROUTE.TERMINATING, _ROUTE.TERMINATED)
+    )
+    data["degraded"] = deployment.status == EndpointLifecycle.DEGRADED
+    data["replaced"] = own.get("replaced") or 0
+    data["restarts"] = own.get("restarts") or 0
+    until = own.get("backoff_until")
+    data["backoff_until"] = (
+        iso(datetime.fromtimestamp(until, UTC)) if isinstance(until, int | float) else None
     )
     return data
 

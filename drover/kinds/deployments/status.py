@@ -15,6 +15,10 @@ class EndpointLifecycle(StrEnum):
     CREATED = "CREATED"
     SCALING = "SCALING"
     READY = "READY"
+    #: Fewer live replicas than wanted, and none can be replaced now: a crash-loop
+    #: back-off is running (``status_info`` CRASH_LOOP_BACK_OFF), or the optional
+    #: replacement limit is reached (REPLACEMENTS_SPENT).
+    DEGRADED = "DEGRADED"
     DEPLOYING = "DEPLOYING"
     DESTROYING = "DESTROYING"
     DESTROYED = "DESTROYED"

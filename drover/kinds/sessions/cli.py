@@ -145,7 +145,17 @@ def _check_kernels(kernels: Any, where: str) -> None:
     show_default=True,
     help="Higher goes first (a 32-bit integer).",
 )
-@click.option("--setup", default=None, help="Shell command run while preparing each kernel.")
+@click.option(
+    "--setup",
+    default=None,
+    help="Shell command run while preparing each kernel, in its working directory.",
+)
+@click.option(
+    "--cwd",
+    default=None,
+    help="Working directory of each kernel, relative to the kernel's own directory; "
+    "created if missing, before the setup runs.",
+)
 @click.option(
     "--image",
     default=None,
@@ -186,6 +196,7 @@ def submit(
     priority: int,
     setup: str | None,
     image: str | None,
+    cwd: str | None,
     env_pairs: tuple[str, ...],
     option_items: tuple[str, ...],
     max_requeues: int | None,
@@ -206,6 +217,8 @@ def submit(
 
       drover submit --kernels 2 --env MODE=fast --option prepare-sessions.timeout=60 -- sleep 30
 
+      drover submit --cwd build --setup 'git clone https://example.org/app .' -- make test
+
       drover submit --file session.toml
 
       drover submit --image docker.io/library/busybox:latest --cpu 0.5 --mem 64 -- echo hi
@@ -219,6 +232,9 @@ def submit(
         if max_requeues is not None:
             request["spec"]["max_requeues"] = max_requeues
         _check_kernels(request["kernels"], file_path)
+        if cwd:
+            # The flag is the default of the file's kernels that do not name their own.
+            request["kernels"] = [{"cwd": cwd, **k} for k in request["kernels"]]
     else:
         if not command:
             raise click.UsageError("nothing to run: add -- COMMAND ARGS… (or --file)")
@@ -229,6 +245,8 @@ def submit(
             kernel["setup"] = setup
         if image:
             kernel["image"] = image
+        if cwd:
+            kernel["cwd"] = cwd
         env = _parse_env(env_pairs)
         if env:
             kernel["env"] = env

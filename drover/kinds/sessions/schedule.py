@@ -7,10 +7,12 @@ from typing import Protocol
 
 from drover.backends.base import AgentBackend
 from drover.coordinator.handlers import LifecycleHandler
+from drover.model.creation import amounts_text, fits_some_agent
 from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import (
     HandlerOptions,
     HandlerResult,
+    KernelInfo,
     SessionWithKernels,
     StatusTransitions,
     TransitionStatus,
@@ -34,8 +36,7 @@ class AgentUsage(Protocol):
         ...
 
 
-def _fmt(amounts: Mapping[str, float], slots: Sequence[str]) -> str:
-    return " ".join(f"{slot}={amounts.get(slot, 0.0):g}" for slot in slots)
+_fmt = amounts_text
 
 
 class ScheduleSessions(LifecycleHandler):
@@ -124,9 +125,13 @@ class ScheduleSessions(LifecycleHandler):
                     need = needs[id(kernel.spec)] = {s: _request(kernel.spec, s) for s in slots}
                 chosen = _most_free_fitting(order, free, taken, need, slots)
                 if chosen is None:
-                    asked = [s for s in slots if need[s] or s in ("cpu", "mem")]
-                    reserved = {a: _left(free[a], taken.get(a), slots) for a in order}
-                    problem = self._explain(index, len(pending), need, reserved, capacity, asked)
+                    if len(pending) == 1:
+                        asked = [s for s in slots if need[s] or s in ("cpu", "mem")]
+                        problem = self._explain(index, 1, need, free, capacity, asked)
+                    else:
+                        problem = self._explain_session(
+                            index, pending, needs, slots, free, capacity
+                        )
                     break
                 used_here = taken.get(chosen)
                 if used_here is None:
@@ -169,15 +174,41 @@ class ScheduleSessions(LifecycleHandler):
             f"insufficient resources: kernel {index}/{total} needs {wanted}, "
             f"the largest free agent {best} has {_fmt(free[best], slots)}"
         )
-        if not any(all(capacity[a][s] >= need[s] for s in slots) for a in capacity):
+        if not fits_some_agent({s: need[s] for s in slots}, capacity.values()):
             text += " (no agent is that large even when idle)"
         return text
 
-
-def _left(
-    free: Mapping[str, float], taken: Mapping[str, float] | None, slots: Sequence[str]
-) -> dict[str, float]:
-    return {s: free[s] - (taken[s] if taken else 0.0) for s in slots}
+    @staticmethod
+    def _explain_session(
+        index: int,
+        pending: Sequence[KernelInfo],
+        needs: Mapping[int, Mapping[str, float]],
+        slots: Sequence[str],
+        free: Mapping[str, Mapping[str, float]],
+        capacity: Mapping[str, Mapping[str, float]],
+    ) -> str:
+        """A session of several kernels that does not fit: what it needs in all against what
+        is free now (nothing counted for its own kernels), and the first kernel that fails."""
+        total = dict.fromkeys(slots, 0.0)
+        for kernel in pending:
+            for s in slots:
+                total[s] += _request(kernel.spec, s)
+        need = needs[id(pending[index - 1].spec)]
+        asked = [s for s in slots if total[s] or s in ("cpu", "mem")]
+        text = f"insufficient resources: the session needs {_fmt(total, asked)} for its "
+        text += f"{len(pending)} kernels; "
+        if not free:
+            return text + "there are no agents"
+        in_all = {s: sum(max(0.0, f[s]) for f in free.values()) for s in slots}
+        best = max(sorted(free), key=lambda a: (free[a].get("cpu", 0.0), a))
+        text += (
+            f"free now: {_fmt(in_all, asked)} in all, the largest free agent {best} has "
+            f"{_fmt(free[best], asked)}; kernel {index}/{len(pending)} "
+            f"({_fmt(need, asked)}) is the first that does not fit"
+        )
+        if not fits_some_agent({s: need[s] for s in slots}, capacity.values()):
+            text += " (no agent is that large even when idle)"
+        return text
 
 
 def _most_free_fitting(

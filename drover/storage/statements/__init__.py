@@ -51,6 +51,11 @@ The other storage modules' statements:
   histogram's buckets).
 - :mod:`~drover.storage.statements.coordinators`: coordinator rows
   (register, heartbeat, stop, take over dead ones, list) and their claims.
+- :mod:`~drover.storage.statements.reports`: pushed reports on entities of
+  any kind (their current state, moving them, a backend's runtime, the
+  status changes); a backend's kernel reports are pushed reports.
+- :mod:`~drover.storage.statements.reopen`: what a reopen reads (the entity
+  and its parent).
 - :mod:`~drover.storage.statements.ending`: what a termination request reads
   (the entities' states, locked on PostgreSQL, and which have children).
 - :mod:`~drover.storage.statements.notify`: PostgreSQL's ``pg_notify`` and

@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.kinds import EntityKind
+from drover.model.kinds import STOP_REQUESTED, EntityKind
 from drover.model.status import KernelStatus
 from drover.model.values import StatusInfoRule
 from drover.storage.schema import entities, scheduling_history, status_changes
@@ -52,6 +52,7 @@ __all__ = [
     "reset_tries",
     "result_expression",
     "set_entity_data",
+    "set_moved_results",
     "set_result",
     "spend_budget",
     "status_info_expression",
@@ -111,10 +112,16 @@ def lock_entities(postgres: bool, fenced: bool = False) -> sa.Select[Any]:
 
 
 def claim_state(postgres: bool) -> sa.Select[Any]:
-    """Status and claim token of the entities ``:ids`` (why a compare-and-set failed)."""
-    return sa.select(e.c.id, e.c.status, e.c.claim_token, e.c.claim_owner).where(
+    """Status and claim token of the entities ``:ids`` (why a compare-and-set failed).
+
+    Locked (``FOR SHARE``) on PostgreSQL: a ``fenced`` row names the entity's current
+    status, and no other transaction may change that status (and write its own,
+    earlier-numbered history row) before this one commits.
+    """
+    query = sa.select(e.c.id, e.c.status, e.c.claim_token, e.c.claim_owner).where(
         ids_param(e.c.id, "ids", postgres)
     )
+    return query.with_for_update(read=True) if postgres else query
 
 
 def without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) -> Any:
@@ -125,6 +132,10 @@ def without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) 
             expression = expression.op("-")(sa.literal(key))
         return expression
     return sa.func.json_remove(column, *[f'$."{key}"' for key in keys])
+
+
+#: A fenced write drops the tick's claim in the same row write (no release UPDATE after).
+_RELEASED: dict[str, Any] = {"claim_owner": None, "claim_token": None, "claim_expires": None}
 
 
 def move_entities(
@@ -153,6 +164,8 @@ def move_entities(
         values["requeues"] = e.c.requeues + 1
     if rule is not None:
         values["status_info"] = status_info_expression(rule)
+    if fenced:
+        values.update(_RELEASED)
     return sa.update(e).where(entity_guard(postgres, fenced)).values(**values).returning(e.c.id)
 
 
@@ -180,7 +193,8 @@ def count_try(postgres: bool, fenced: bool = False) -> sa.Update:
     """
     expression = incremented(e.c.tries, postgres)
     guard = entity_guard(postgres, fenced)
-    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
+    released = _RELEASED if fenced else {}
+    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
 
 
 def reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
@@ -191,7 +205,8 @@ def reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
     else:
         expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
     guard = entity_guard(postgres, fenced)
-    return sa.update(e).where(guard).values(tries=expression).returning(e.c.id)
+    released = _RELEASED if fenced else {}
+    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
 
 
 # -- what the entities that passed bring along ---------------------------------------------
@@ -277,13 +292,19 @@ def _under(postgres: bool, path: tuple[str, ...], column: Any) -> sa.ColumnEleme
 
 
 def move_kernels(
-    postgres: bool, child: EntityKind, target: str, path: tuple[str, ...] = ()
+    postgres: bool,
+    child: EntityKind,
+    target: str,
+    path: tuple[str, ...] = (),
+    *,
+    info: bool = False,
 ) -> list[sa.Executable]:
     """Statements recording and moving the eligible children of the entities ``:ids``.
 
     With ``path``, the descendants that far down instead (see
     :func:`descendant_of`): a transition that ends children ends
-    grandchildren too, each kind by its own rule.
+    grandchildren too, each kind by its own rule. ``info``: set their
+    ``status_info`` to ``:children_info``.
 
     The first statement records the status changes (its row count is the
     number of children moved); on SQLite a second one moves them. BEGIN
@@ -298,6 +319,8 @@ def move_kernels(
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
     }
+    if info:
+        values["status_info"] = sa.bindparam("children_info", type_=sa.Text)
     if child.resource_slots is not None and target == child.first_status:
         # Children placed on agents (kernels) that start over give the agent's capacity back.
         values["agent_id"] = None
@@ -326,17 +349,36 @@ def set_result(postgres: bool, kind: EntityKind, child: EntityKind | None) -> sa
 
     SUCCESS iff the entity ended in a success status of its kind and no child
     ended otherwise; for sessions: TERMINATED, and every kernel TERMINATED
-    with exit code 0.
+    with exit code 0. Else CANCELLED if a termination request reached it
+    (``data`` has :data:`~drover.model.kinds.STOP_REQUESTED`), FAILURE otherwise.
     """
     return (
         sa.update(e)
         .where(ids_param(e.c.id, "ids", postgres))
-        .values(result=result_expression(kind, child))
+        .values(result=result_expression(kind, child, postgres))
     )
 
 
-def result_expression(kind: EntityKind, child: EntityKind | None) -> sa.ColumnElement[Any]:
-    """SUCCESS or FAILURE of an ended entity of ``kind`` (correlated to its row).
+def set_moved_results(
+    postgres: bool, kind: EntityKind, child: EntityKind | None, path: tuple[str, ...]
+) -> sa.Update:
+    """``result`` of the entities of ``kind`` just ended in ``:to_status`` by their parent's
+    (or an ancestor's) transition: the children of ``:ids`` (see :func:`descendant_of`)."""
+    return (
+        sa.update(e)
+        .where(
+            descendant_of(postgres, path),
+            e.c.status == sa.bindparam("to_status"),
+            e.c.result.is_(None),
+        )
+        .values(result=result_expression(kind, child, postgres))
+    )
+
+
+def result_expression(
+    kind: EntityKind, child: EntityKind | None, postgres: bool
+) -> sa.ColumnElement[Any]:
+    """SUCCESS, CANCELLED or FAILURE of an ended entity of ``kind`` (correlated to its row).
 
     The children counted follow :attr:`EntityKind.result_from`: all, the latest
     of each slot (a later sibling of the same slot supersedes a child), or none.
@@ -367,13 +409,21 @@ def result_expression(kind: EntityKind, child: EntityKind | None) -> sa.ColumnEl
                 )
             )
         good = sa.and_(good, ~kernel_exists(*counted))
-    return sa.case((good, "SUCCESS"), else_="FAILURE")
+    requested = _data_has(STOP_REQUESTED, postgres)
+    return sa.case((good, "SUCCESS"), (requested, "CANCELLED"), else_="FAILURE")
 
 
 #: ``result = :result`` of the entity ``:eid`` (a handler's choice; executed with many rows).
 SET_CHOSEN_RESULT = (
     sa.update(e).where(e.c.id == sa.bindparam("eid")).values(result=sa.bindparam("result"))
 )
+
+
+def _data_has(key: str, postgres: bool) -> sa.ColumnElement[bool]:
+    """The entity's ``data`` has the top-level ``key`` (JSON null counts as absent)."""
+    if postgres:
+        return e.c.data.op("->")(sa.literal(key)).is_not(None)
+    return sa.func.json_extract(e.c.data, f'$."{key}"').is_not(None)
 
 
 def entity_data(postgres: bool) -> sa.Select[Any]:

@@ -21,7 +21,15 @@ from drover.storage.statements.filters import compile_filters
 from drover.storage.statements.ids import ids_param
 from drover.storage.statements.sessions import FETCH_ORDER
 
-__all__ = ["CLAIM_TOKEN", "children_of", "claim_rows", "links_of", "release_rows", "targets_query"]
+__all__ = [
+    "CLAIM_TOKEN",
+    "RENEW_CLAIM",
+    "children_of",
+    "claim_rows",
+    "links_of",
+    "release_rows",
+    "targets_query",
+]
 
 e = entities
 
@@ -102,6 +110,15 @@ def links_of(postgres: bool) -> sa.Select[Any]:
 
 #: The claim token the entity ``:b_id`` carries now (a backend's fence check).
 CLAIM_TOKEN = sa.select(e.c.claim_token).where(e.c.id == sa.bindparam("b_id"))
+
+#: Renew the claim ``:b_claim_token`` on ``:b_id`` until ``:b_until``, if the row still
+#: carries it (a backend's fence check on work in progress); returns the id if so.
+RENEW_CLAIM = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("b_id"), e.c.claim_token == sa.bindparam("b_claim_token"))
+    .values(claim_expires=sa.bindparam("b_until"))
+    .returning(e.c.id)
+)
 
 
 def children_of(postgres: bool) -> sa.Select[Any]:

@@ -26,6 +26,7 @@ __all__ = [
     "ended_entities",
     "history_rows",
     "history_search",
+    "own_changes",
     "prune_targets",
     "row_ids",
 ]
@@ -57,6 +58,20 @@ def change_rows(kernel_id: str | None, parent_id: str | None) -> sa.Select[Any]:
     if parent_id is not None:
         query = query.where(c.c.parent_id == parent_id)
     return query
+
+
+def own_changes(entity_id: str) -> sa.Select[Any]:
+    """The status changes of the entity ``entity_id``, oldest first, but those its own
+    ``scheduling_history`` already has (a child moved by a handler of its own kind is
+    recorded in both tables: in its parent's view of its children, and its own)."""
+    same = sa.exists().where(
+        h.c.entity_id == c.c.entity_id,
+        h.c.handler == c.c.source,
+        h.c.created_at == c.c.created_at,
+        h.c.from_status == c.c.from_status,
+        h.c.to_status == c.c.to_status,
+    )
+    return sa.select(c).where(c.c.entity_id == entity_id, ~same).order_by(c.c.id)
 
 
 def history_search(
@@ -126,20 +141,33 @@ def prune_targets(
     """Per table, the rows pruning deletes (a cutoff of ``None`` leaves its tables alone).
 
     History and status changes last updated (created) before ``older_than``
-    of entities whose top-level entity ended (:func:`ended_entities`), and
-    tick summaries started before ``ticks_older_than``.
+    of entities whose top-level entity ended (:func:`ended_entities`), down
+    to their grandchildren and further, and tick summaries started before
+    ``ticks_older_than``.
     """
     targets: dict[str, tuple[sa.Table, sa.ColumnElement[bool]]] = {}
     if older_than is not None:
-        ended = ended_entities(kinds)
-        targets["scheduling_history"] = (
-            h,
-            sa.and_(h.c.updated_at < older_than, h.c.entity_id.in_(ended)),
+        kinds = list(kinds)
+        by_name = {k.name: k for k in kinds}
+
+        def depth(kind: EntityKind) -> int:
+            return (
+                0
+                if kind.parent is None or kind.parent not in by_name
+                else 1 + depth(by_name[kind.parent])
+            )
+
+        # The ended top-level entities, then their children, grandchildren…
+        levels: list[sa.Select[Any]] = [ended_entities(kinds)]
+        for _ in range(max((depth(k) for k in kinds), default=0)):
+            levels.append(sa.select(e.c.id).where(e.c.parent_id.in_(levels[-1])))
+        own = sa.or_(*(h.c.entity_id.in_(level) for level in levels))
+        # A change is kept with its parent's (a child's) or its own (a report on a top entity).
+        changes = sa.or_(
+            c.c.entity_id.in_(levels[0]), *(c.c.parent_id.in_(level) for level in levels)
         )
-        targets["status_changes"] = (
-            c,
-            sa.and_(c.c.created_at < older_than, c.c.parent_id.in_(ended)),
-        )
+        targets["scheduling_history"] = (h, sa.and_(h.c.updated_at < older_than, own))
+        targets["status_changes"] = (c, sa.and_(c.c.created_at < older_than, changes))
     if ticks_older_than is not None:
         targets["handler_ticks"] = (handler_ticks, handler_ticks.c.started_at < ticks_older_than)
     return targets

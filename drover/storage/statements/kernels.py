@@ -1,8 +1,7 @@
 """The statements of :mod:`drover.storage.kernels`: backend reports, placements, agents' usage.
 
-A backend's reports read the kernels' current state (:func:`current_kernels`),
-move them (:func:`apply_reports`, :data:`SET_RUNTIME`) and record the changes
-(:data:`INSERT_STATUS_CHANGES`). :data:`ASSIGN_AGENT` places kernels,
+A backend's reports are pushed reports (:mod:`drover.storage.statements.reports`).
+:data:`ASSIGN_AGENT` places kernels,
 :func:`usage_per_agent` sums what agents hold, and :data:`KERNELS_IN`,
 :data:`KERNEL_STATUSES` and :data:`KERNEL_BY_ID` read kernels back.
 """
@@ -13,26 +12,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from drover.model.rules import HOLDING_KERNEL_STATUSES
 from drover.model.status import KernelStatus
 from drover.storage.rows import KERNEL_COLUMNS
-from drover.storage.schema import entities, status_changes
-from drover.storage.statements.ids import ids_param
+from drover.storage.schema import entities
 
 __all__ = [
     "ASSIGN_AGENT",
-    "CHANGE_ARRAYS",
-    "INSERT_STATUS_CHANGES",
     "KERNELS_IN",
     "KERNEL_BY_ID",
     "KERNEL_KIND",
     "KERNEL_STATUSES",
-    "SET_RUNTIME",
-    "apply_reports",
-    "current_kernels",
-    "insert_status_changes",
     "numeric_request",
     "usage_per_agent",
 ]
@@ -40,75 +31,6 @@ __all__ = [
 e = entities
 #: The kernel kind, in the spelling of backends (:class:`~drover.model.values.KernelInfo`).
 KERNEL_KIND = "kernel"
-
-
-def current_kernels(postgres: bool) -> sa.Select[Any]:
-    """The session and status of the kernels ``:ids`` (locked on PostgreSQL)."""
-    query = sa.select(e.c.id, e.c.parent_id, e.c.status).where(
-        ids_param(e.c.id, "ids", postgres), e.c.kind == KERNEL_KIND
-    )
-    return query.with_for_update() if postgres else query
-
-
-def apply_reports(postgres: bool) -> sa.Update:
-    """Move the kernels ``:ids`` from ``:from_status`` as their reports say.
-
-    To ``:to_status`` at ``:now``; ``:exit_code`` and ``:info`` (the
-    ``status_info``) when not null; the agent cleared when ``:clear_agent``.
-    """
-    return (
-        sa.update(e)
-        .where(ids_param(e.c.id, "ids", postgres), e.c.status == sa.bindparam("from_status"))
-        .values(
-            status=sa.bindparam("to_status"),
-            status_changed_at=sa.bindparam("now"),
-            exit_code=sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
-            status_info=sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
-            agent_id=sa.case(
-                (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
-            ),
-        )
-    )
-
-
-#: ``runtime = :rt`` of the kernel ``:kid`` (executed with many rows).
-SET_RUNTIME = (
-    sa.update(e)
-    .where(e.c.id == sa.bindparam("kid"))
-    .values(runtime=sa.bindparam("rt", type_=e.c.runtime.type))
-)
-
-#: Status changes recorded one by one (executed with many rows).
-INSERT_STATUS_CHANGES = sa.insert(status_changes)
-
-#: The columns of ``status_changes`` that :func:`insert_status_changes` takes as arrays.
-CHANGE_ARRAYS = ("entity_id", "parent_id", "from_status", "to_status", "message")
-
-
-def insert_status_changes() -> sa.Insert:
-    """Many kernels' status changes as ONE statement (PostgreSQL): ``INSERT … SELECT`` from
-    ``unnest`` of one array per column in :data:`CHANGE_ARRAYS` (bound as ``:<column>s``),
-    with ``:kind``, ``:source`` and ``:created_at`` the same for every row.
-
-    asyncpg runs an executemany as one execution per row: a backend's report
-    of a thousand kernels would be a thousand statements.
-    """
-    text_array = postgresql.ARRAY(sa.Text())
-    rows = (
-        sa.func.unnest(*(sa.bindparam(f"{name}s", type_=text_array) for name in CHANGE_ARRAYS))
-        .table_valued(*CHANGE_ARRAYS)
-        .render_derived()
-    )
-    constant = {
-        "kind": sa.bindparam("kind", type_=sa.String),
-        "source": sa.bindparam("source", type_=sa.String),
-        "created_at": sa.bindparam("created_at", type_=sa.Double),
-    }
-    columns = ("entity_id", "kind", "parent_id", "source", "from_status", "to_status", "message")
-    values = [constant[c] if c in constant else rows.c[c] for c in columns]
-    return sa.insert(status_changes).from_select(
-        [*columns, "created_at"], sa.select(*values, constant["created_at"])
-    )
 
 
 def numeric_request(slot: str, postgres: bool) -> sa.ColumnElement[Any]:

@@ -18,7 +18,7 @@ from drover.model.rules import MATCH_CONDITIONS
 from drover.storage.entities import CREATED
 from drover.storage.schema import entities, scheduling_history, status_changes
 from drover.storage.statements.apply import status_info_expression
-from drover.storage.statements.children import match_condition
+from drover.storage.statements.children import K, kernel_status_in, match_condition
 from drover.storage.statements.sessions import FETCH_ORDER
 
 __all__ = [
@@ -127,6 +127,22 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
     )
 
 
+def _matching_child_info(rule: PromotionRule) -> sa.ScalarSelect[Any]:
+    """The ``status_info`` of the entity's child in ``rule.kernel_statuses`` that changed
+    last and has one (correlated to the promoted row)."""
+    return (
+        sa.select(K.c.status_info)
+        .where(
+            K.c.parent_id == e.c.id,
+            kernel_status_in(rule.kernel_statuses),
+            K.c.status_info.is_not(None),
+        )
+        .order_by(K.c.status_changed_at.desc(), K.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def promote_entities(postgres: bool, rule: PromotionRule, from_status: str) -> sa.Update:
     """Move the entities in ``from_status`` that ``rule`` matches, up to ``:limit``, in fetch order.
 
@@ -147,9 +163,15 @@ def promote_entities(postgres: bool, rule: PromotionRule, from_status: str) -> s
         "status": sa.bindparam("to_status"),
         "status_changed_at": sa.bindparam("now"),
         "tries": None,
+        # A live entity has no result; one that ends gets it right after.
+        "result": None,
     }
     if rule.status_info is not None:
         values["status_info"] = status_info_expression(rule.status_info)
+    if rule.copy_child_info:
+        values["status_info"] = sa.func.coalesce(
+            _matching_child_info(rule), values.get("status_info", e.c.status_info)
+        )
     return (
         sa.update(e)
         .where(e.c.id.in_(chosen), e.c.status == str(from_status))

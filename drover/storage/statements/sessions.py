@@ -23,10 +23,10 @@ __all__ = [
     "LATEST_ENTITY_ID",
     "PREFIX_MATCHES",
     "SESSION_BY_ID",
+    "SESSION_COUNTS_BY_RESULT",
     "SESSION_COUNTS_BY_STATUS",
     "SESSION_KIND",
     "SESSION_ORDERS",
-    "SESSION_RESULTS",
     "ids_by_name",
     "ids_by_prefix",
     "kernels_of",
@@ -172,15 +172,6 @@ def sessions_filtered(
     return query.limit(limit)
 
 
-#: Every result some session has (``drover``'s SUCCESS and FAILURE, and whatever else).
-SESSION_RESULTS = (
-    sa.select(e.c.result)
-    .where(e.c.kind == SESSION_KIND, e.c.result.is_not(None))
-    .distinct()
-    .order_by(e.c.result)
-)
-
-
 def latest_messages(postgres: bool) -> sa.Select[Any]:
     """``(entity_id, result, message)`` of the latest history row of each entity of ``:ids``."""
     h = scheduling_history
@@ -195,6 +186,13 @@ def latest_messages(postgres: bool) -> sa.Select[Any]:
 #: ``(status, number of sessions)`` for every status that has sessions.
 SESSION_COUNTS_BY_STATUS = (
     sa.select(e.c.status, sa.func.count()).where(e.c.kind == SESSION_KIND).group_by(e.c.status)
+)
+
+#: Ended sessions per result (SUCCESS, CANCELLED, FAILURE).
+SESSION_COUNTS_BY_RESULT = (
+    sa.select(e.c.result, sa.func.count())
+    .where(e.c.kind == SESSION_KIND, e.c.result.is_not(None))
+    .group_by(e.c.result)
 )
 
 #: The newest entity id (ids are time-ordered): one primary-key index lookup.

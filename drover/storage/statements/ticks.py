@@ -5,7 +5,7 @@ Ticks are recorded with :data:`INSERT_TICKS` and read back by
 :data:`STATUS_COUNTS` and :data:`STATUS_AGE_AT` give ``drover stats`` its
 ages; one scrape of ``/metrics`` reads :data:`TICKS_PER_HANDLER` (with the
 duration histogram's :data:`BUCKETS`), :data:`COUNTS_PER_HANDLER` and
-:data:`ENTITIES_PER_STATUS`. Aggregation happens in SQL.
+:data:`ENTITIES_PER_STATUS`, :data:`ENTITIES_PER_RESULT`. Aggregation happens in SQL.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from drover.storage.schema import entities, handler_ticks
 __all__ = [
     "BUCKETS",
     "COUNTS_PER_HANDLER",
+    "ENTITIES_PER_RESULT",
     "ENTITIES_PER_STATUS",
     "ERRORS_PER_HANDLER",
     "INSERT_TICKS",
@@ -98,4 +99,10 @@ COUNTS_PER_HANDLER = sa.select(t.c.handler, _COUNTS_TEXT, sa.func.count()).group
 #: ``(kind, status, number of entities)`` for every kind and status that has entities.
 ENTITIES_PER_STATUS = sa.select(e.c.kind, e.c.status, sa.func.count()).group_by(
     e.c.kind, e.c.status
+)
+#: Ended entities per ``(kind, result)`` (SUCCESS, CANCELLED, FAILURE).
+ENTITIES_PER_RESULT = (
+    sa.select(e.c.kind, e.c.result, sa.func.count())
+    .where(e.c.result.is_not(None))
+    .group_by(e.c.kind, e.c.result)
 )

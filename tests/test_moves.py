@@ -1,0 +1,108 @@
+"""Targeted moves: ``HandlerResult(moves={id: (expected, new)})`` moves entities other
+than the tick's targets, in the tick's transaction, each with compare-and-set.
+
+Kinds from ``tests/tree.py`` (job -> task -> attempt), on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tree import Attempt, Job, RunJobs, Task, harness, ids, tree
+
+from drover import HandlerResult, SchedulingResult
+
+
+async def test_a_handler_preempts_a_task_it_did_not_fetch(make_harness):
+    """Iris: scheduling one job preempts another job's task; its attempt ends with it."""
+    victims: dict[str, tuple[str, str]] = {}
+    run = RunJobs(lambda ts: HandlerResult(skipped=ids(ts), moves=victims))
+    async with harness(make_harness, run) as h:
+        job = await h.create("job", status=Job.RUNNING)
+        _, tasks, attempts = await tree(h, job=Job.QUEUED)
+        victims[tasks[0]] = (Task.RUNNING, Task.CANCELLED)
+        h.clock.advance(1)
+        report = await h.tick("run-jobs")
+        moved = [c for c in report.changes if c.entity_id == tasks[0]]
+        assert [(c.result, c.from_status, c.to_status) for c in moved] == [
+            ("MOVED", Task.RUNNING, Task.CANCELLED)
+        ]
+        victim = await h.get(tasks[0])
+        assert (victim.status, victim.result) == (Task.CANCELLED, "FAILURE")
+        # Down the tree: its attempt ended too; the other task is untouched.
+        assert (await h.get(attempts[0])).status == Attempt.FAILED
+        assert (await h.get(tasks[1])).status == Task.RUNNING
+        last = (await h.history(tasks[0]))[-1]
+        assert (last.handler, last.result, last.to_status, last.message) == (
+            "run-jobs",
+            "MOVED",
+            Task.CANCELLED,
+            "moved by run-jobs",
+        )
+        assert (await h.history(job))[-1].result == SchedulingResult.SKIPPED
+
+
+async def test_a_move_that_lost_its_race_is_dropped_like_a_stale_transition(make_harness):
+    victims: dict[str, tuple[str, str]] = {}
+    run = RunJobs(lambda ts: HandlerResult(skipped=ids(ts), moves=victims))
+    async with harness(make_harness, run) as h:
+        await h.create("job", status=Job.RUNNING)
+        _, tasks, _ = await tree(h, job=Job.QUEUED)
+        # The handler believed the task PENDING; it is RUNNING.
+        victims[tasks[0]] = (Task.PENDING, Task.CANCELLED)
+        victims["no-such-entity"] = (Task.RUNNING, Task.CANCELLED)
+        report = await h.tick("run-jobs")
+        lost = {c.entity_id: c for c in report.changes if c.entity_id in victims}
+        assert {(c.result, c.error_code) for c in lost.values()} == {
+            (SchedulingResult.SKIPPED, "stale-status")
+        }
+        assert (await h.get(tasks[0])).status == Task.RUNNING
+        # No row: the entity's latest word stays the one that won.
+        assert [r.result for r in await h.history(tasks[0])] == ["CREATED"]
+
+
+async def test_moves_a_kind_cannot_make_are_refused_and_write_nothing(make_harness):
+    victims: dict[str, tuple[str, str]] = {}
+    run = RunJobs(lambda ts: HandlerResult(skipped=ids(ts), moves=victims))
+    async with harness(make_harness, run) as h:
+        await h.create("job", status=Job.RUNNING)
+        _, tasks, _ = await tree(h, job=Job.QUEUED)
+        ended = await h.create("task", status=Task.DONE, parent=await h.create("job"))
+        victims[tasks[0]] = (Task.RUNNING, "LOST")
+        victims[ended] = (Task.DONE, Task.RUNNING)
+        report = await h.tick("run-jobs")
+        refused = {c.entity_id: c for c in report.changes if c.entity_id in victims}
+        assert {c.error_code for c in refused.values()} == {"invalid-move"}
+        assert "has no status 'LOST'" in (refused[tasks[0]].message or "")
+        assert "is terminal (reopen" in (refused[ended].message or "")
+        assert (await h.get(tasks[0])).status == Task.RUNNING
+        assert (await h.get(ended)).status == Task.DONE
+
+
+async def test_a_move_of_a_target_makes_the_result_invalid(make_harness):
+    run = RunJobs(
+        lambda ts: HandlerResult(skipped=ids(ts), moves={ts[0].id: (Job.RUNNING, Job.DONE)})
+    )
+    async with harness(make_harness, run) as h:
+        job = await h.create("job", status=Job.RUNNING)
+        report = await h.tick("run-jobs")
+        assert "a target: report its outcome instead" in (report.error or "")
+        assert (await h.get(job)).status == Job.RUNNING
+
+
+async def test_moves_are_written_in_the_ticks_transaction(make_harness):
+    victims: dict[str, tuple[str, str]] = {}
+    run = RunJobs(lambda ts: HandlerResult(successes=ids(ts), moves=victims))
+    async with harness(make_harness, run) as h:
+        job = await h.create("job", status=Job.RUNNING)
+        _, tasks, _ = await tree(h, job=Job.QUEUED)
+        victims[tasks[0]] = (Task.RUNNING, Task.CANCELLED)
+
+        def fail(step: str) -> None:
+            if step == "before-history":
+                raise RuntimeError("injected")
+
+        h.coordinator.inject_apply_failure = fail
+        with pytest.raises(RuntimeError, match="injected"):
+            await h.tick("run-jobs")
+        assert (await h.get(job)).status == Job.RUNNING
+        assert (await h.get(tasks[0])).status == Task.RUNNING
