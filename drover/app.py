@@ -237,7 +237,11 @@ class App:
         if self.coordinator is None:
             kinds = self.kinds
             context = RuntimeContext(
-                self.repository.queries, self.backend, self.clock, reporter=self.repository
+                self.repository.queries,
+                self.backend,
+                self.clock,
+                reporter=self.repository,
+                settings={n: h.settings for n, h in self.config.handlers.items() if h.settings},
             )
             handlers, self.registered = collect_handlers(self.plugin_manager, context, kinds)
             self.observers = collect_observers(self.plugin_manager)

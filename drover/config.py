@@ -75,6 +75,9 @@ class HandlerConfig:
     order: str | None = None
     interval: float = 2.0
     enabled: bool = True
+    #: The handler's own settings (``[handlers.<name>.settings]``), read by its plugin
+    #: through ``RuntimeContext.settings_for(name)``; drover does not interpret them.
+    settings: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,14 +39,48 @@ __all__ = ["main", "run_demo"]
 _SETTLED = {"TERMINATED", "CANCELLED", "ERROR"}
 
 
-def _drover(config: Path, *args: str) -> str:
-    """Run one ``drover`` CLI command and return its stdout (raising on failure)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "drover", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def _executable() -> list[str]:
+    """The ``drover`` command of this Python environment, as a user would type it.
+
+    ``.venv/bin/drover`` (relative to the working directory when it is below
+    it), or ``python -m drover`` when the environment has no such script.
+    """
+    script = Path(sys.executable).with_name("drover")
+    if not script.exists():
+        return [sys.executable, "-m", "drover"]
+    absolute = Path(os.path.abspath(script))
+    try:
+        return [str(absolute.relative_to(Path.cwd()))]
+    except ValueError:
+        return [str(absolute)]
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it: shorter to paste."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _argv(config: Path, *args: str) -> list[str]:
+    """The full command line of a CLI call: the same for running and for printing."""
+    return [*_executable(), "--config", _shown_path(config), *args]
+
+
+def _show(config: Path, *args: str, note: str = "") -> None:
+    """Print a command as a user can paste it into a shell (quoted, with its --config)."""
+    _say(f"$ {shlex.join(_argv(config, *args))}" + (f"   # {note}" if note else ""))
+
+
+def _drover(config: Path, *args: str, show: bool = False, note: str = "") -> str:
+    """Run one ``drover`` CLI command and return its stdout (raising on failure).
+
+    With ``show`` the command is printed first, exactly as it is run.
+    """
+    if show:
+        _show(config, *args, note=note)
+    done = subprocess.run(_argv(config, *args), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise click.ClickException(f"drover {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
@@ -53,12 +88,7 @@ def _drover(config: Path, *args: str) -> str:
 
 def _refused(config: Path, *args: str) -> str:
     """Run a ``drover`` command that must be refused; return its one-line error."""
-    done = subprocess.run(
-        [sys.executable, "-m", "drover", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = subprocess.run(_argv(config, *args), capture_output=True, text=True, check=False)
     if done.returncode == 0:
         raise click.ClickException(f"drover {' '.join(args)} was accepted; it should not be")
     return done.stderr.strip()
@@ -115,13 +145,9 @@ def run_demo(
         + "".join(f"[handlers.{name}]\ninterval = 0.5\n" for name in _SERVICE_HANDLERS)
     )
     log_path = workdir / "daemon.log"
-    _say(f"$ drover --config {config} run   (in the background, logs in {log_path})")
+    _say(f"$ {shlex.join(_argv(config, 'run'))} > {shlex.quote(_shown_path(log_path))} 2>&1 &")
     with open(log_path, "wb") as log:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "drover", "--config", str(config), "run"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        daemon = subprocess.Popen(_argv(config, "run"), stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_for_daemon(config, daemon)
         submissions = {
@@ -131,35 +157,32 @@ def run_demo(
         }
         ids: dict[str, str] = {}
         for name, args in submissions.items():
-            _say(f"$ drover submit --name {name} {' '.join(args)}")
-            ids[name] = _drover(config, "submit", "--name", name, *args).strip()
+            ids[name] = _drover(config, "submit", "--name", name, *args, show=True).strip()
             click.echo(ids[name])
         victim = ids["stopped-by-user"]
         _wait(config, lambda s: s[victim]["status"] == "RUNNING", "stopped-by-user to run")
-        _say("$ drover submit --name too-large --cpu 64 -- true   # no agent has 64 cpus")
-        click.echo(_refused(config, "submit", "--name", "too-large", "--cpu", "64", "--", "true"))
+        too_large = ("submit", "--name", "too-large", "--cpu", "64", "--", "true")
+        _show(config, *too_large, note="no agent has 64 cpus")
+        click.echo(_refused(config, *too_large))
         if backend == "local":
             # The whole agent (4 cpus) while stopped-by-user holds one: it waits for room.
-            _say("$ drover submit --name waits-for-room --cpu 4 -- true")
             ids["waits-for-room"] = _drover(
-                config, "submit", "--name", "waits-for-room", "--cpu", "4", "--", "true"
+                config, "submit", "--name", "waits-for-room", "--cpu", "4", "--", "true", show=True
             ).strip()
             click.echo(ids["waits-for-room"])
             _wait_for_reason(config, "waits-for-room")
-            _say("$ drover why waits-for-room")
-            click.echo(_drover(config, "why", "waits-for-room").rstrip())
-        _say("$ drover terminate stopped-by-user")
-        click.echo(_drover(config, "terminate", "stopped-by-user").strip())
+            click.echo(_drover(config, "why", "waits-for-room", show=True).rstrip())
+        click.echo(_drover(config, "terminate", "stopped-by-user", show=True).strip())
         finals = _wait(
             config,
             lambda s: all(s[sid]["status"] in _SETTLED for sid in ids.values()),
             "the sessions to settle",
         )
         for name, sid in ids.items():
-            _say(f"\n$ drover show {sid}   # {name}")
-            click.echo(_drover(config, "show", sid).rstrip())
-        _say("\n$ drover status")
-        click.echo(_drover(config, "status").rstrip())
+            click.echo()
+            click.echo(_drover(config, "show", sid, show=True, note=name).rstrip())
+        click.echo()
+        click.echo(_drover(config, "status", show=True).rstrip())
         result: dict[str, Any] = {name: finals[sid] for name, sid in ids.items()}
         if backend in ("local", "container"):
             # Replicas get $PORT from these backends; the slurm backend gives none.
@@ -204,11 +227,11 @@ def _service_tour(config: Path, *, containers: bool = False) -> dict[str, Any]:
         if containers
         else "exec python3 -m http.server --bind 127.0.0.1 $PORT"
     )
-    _say(f"\n$ drover deploy web --replicas 2 --evict-after 1 -- sh -c '{server}'")
+    click.echo()
     click.echo(
         _drover(
             config, "deploy", "web", "--replicas", "2", "--evict-after", "1",
-            "--", "sh", "-c", server,
+            "--", "sh", "-c", server, show=True,
         ).strip()
     )  # fmt: skip
 
@@ -217,8 +240,7 @@ def _service_tour(config: Path, *, containers: bool = False) -> dict[str, Any]:
         return good if len(good) == 2 else []
 
     first = _until(healthy, "two HEALTHY replicas")
-    _say("$ drover routes web")
-    click.echo(_drover(config, "routes", "web").rstrip())
+    click.echo(_drover(config, "routes", "web", show=True).rstrip())
     victim = first[0]
     kernel = json.loads(_drover(config, "show", victim["session_id"], "--json"))["kernels"][0]
     if containers:
@@ -233,18 +255,17 @@ def _service_tour(config: Path, *, containers: bool = False) -> dict[str, Any]:
         return good if good and victim["id"] not in {r["id"] for r in good} else []
 
     _until(replaced, "the killed replica to be replaced")
-    _say("$ drover routes web --all   # the killed replica's route ended; a new one serves")
-    click.echo(_drover(config, "routes", "web", "--all").rstrip())
-    _say("\n$ drover destroy web")
-    click.echo(_drover(config, "destroy", "web").strip())
+    note = "the killed replica's route ended; a new one serves"
+    click.echo(_drover(config, "routes", "web", "--all", show=True, note=note).rstrip())
+    click.echo()
+    click.echo(_drover(config, "destroy", "web", show=True).strip())
 
     def destroyed() -> list[dict[str, Any]]:
         listed = json.loads(_drover(config, "deployments", "--all", "--json"))
         return [d for d in listed if d["name"] == "web" and d["status"] == "DESTROYED"]
 
     (final,) = _until(destroyed, "the service to be destroyed")
-    _say("$ drover deployments --all")
-    click.echo(_drover(config, "deployments", "--all").rstrip())
+    click.echo(_drover(config, "deployments", "--all", show=True).rstrip())
     return {
         "status": final["status"],
         "replaced": victim["id"],
@@ -339,6 +360,28 @@ def main(workdir: Path, backend: str) -> None:
         click.echo(
             f"  service web      {service['status']:11} routes={len(service['routes'])} ({ended})"
         )
+    _say(f"\nyour turn: paste these (the database stays in {_shown_path(workdir)}/)")
+    for args, note in paste_commands(finals):
+        _show(workdir / "drover.toml", *args, note=note)
+
+
+def paste_commands(finals: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """Commands to try on the demo's database after it ran: ``(arguments, what it shows)``.
+
+    ``finals`` is :func:`run_demo`'s answer (without ``service``). Each is
+    printed with the demo's ``--config``, so it reads the demo's database.
+    """
+    ok, failed = finals["succeeds"]["id"], finals["exits-non-zero"]["id"]
+    return [
+        (("sessions",), "every session"),
+        (("show", ok), "kernels, pids, exit codes, history"),
+        (("logs", ok), "what the kernel printed"),
+        (("logs", failed, "--stderr"), "what the failing kernel said"),
+        (("why", failed), "how it ended, in words"),
+        (("history", failed), "every outcome of one session"),
+        (("serve",), "the dashboard on http://127.0.0.1:8080/ (Ctrl-C stops it)"),
+        (("run",), "the daemon again (Ctrl-C stops it)"),
+    ]
 
 
 if __name__ == "__main__":

@@ -182,6 +182,7 @@ def coordinator_json(info: CoordinatorInfo) -> dict[str, Any]:
         "version": info.version,
         "started_at": iso(info.started_at),
         "heartbeat_at": iso(info.heartbeat_at),
+        "handlers": list(info.handlers) if info.handlers is not None else None,
     }
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import subprocess
+from pathlib import Path
 
-from drover.demo import run_demo
+from drover.demo import paste_commands, run_demo
 from drover.testing import CoordinatorHarness
 
 
@@ -33,6 +37,7 @@ def test_demo_sessions_settle_as_documented(database, tmp_path, capsys):
         "waits-for-room": ("TERMINATED", "SUCCESS", "KERNEL_EXITED"),
     }
     out = capsys.readouterr().out
+    _check_pasteable(out, tmp_path / "demo", finals)
     assert "daemon exited with code 0" in out
     assert (
         "Error: kernel 1 needs cpu=64 mem=256: no agent is that large even when idle "
@@ -49,3 +54,24 @@ def test_demo_sessions_settle_as_documented(database, tmp_path, capsys):
         )
         .read_text()
     )
+
+
+def _check_pasteable(out: str, workdir, finals) -> None:
+    """Every command the demo printed runs as printed: quoted, with the demo's --config."""
+    printed = [line[2:].split("   # ")[0] for line in out.splitlines() if line.startswith("$ ")]
+    drover_lines = [shlex.split(line) for line in printed if "--config" in line]
+    assert len(drover_lines) >= 10, printed
+    for argv in drover_lines:
+        assert os.access(argv[0], os.X_OK), argv  # a path to this environment's drover
+        assert argv[1] == "--config", argv
+        assert Path(argv[2]).resolve() == (workdir / "drover.toml").resolve(), argv
+    submit = next(a for a in drover_lines if "submit" in a and "succeeds" in a)
+    assert submit[-4:] == ["--", "sh", "-c", "echo hello from drover; sleep 1"]
+    # The commands offered at the end run as printed, on the demo's database.
+    config = str(workdir / "drover.toml")
+    for args, _note in paste_commands(finals):
+        if args[0] in ("run", "serve"):
+            continue  # they run until stopped
+        argv = [drover_lines[0][0], "--config", config, *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, (argv, done.stderr)

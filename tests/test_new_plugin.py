@@ -62,14 +62,14 @@ def test_the_scaffold_writes_a_package(tmp_path):
     assert "pytest.mark.drover(plugins=[drover_scaffold_probe], entrypoints=False)" in tests
     assert "$" not in module + tests, "an unsubstituted template variable"
     readme = (target / "README.md").read_text()
-    for needle in ("pip install -e", "pytest", "[handlers.scaffold-probe]", "block = ["):
+    for needle in ("pip install -e", "python -m pytest", "[handlers.scaffold-probe]", "block = ["):
         assert needle in readme
 
     # What was created, and what to run next.
     for path in FILES:
         assert path in result.output
     assert "pip install -e '.[test]'" in result.output
-    assert "\n  pytest\n" in result.output
+    assert "\n  python -m pytest\n" in result.output
 
 
 def test_the_generated_code_is_lint_clean(tmp_path):

@@ -85,3 +85,36 @@ async def test_the_daemon_deletes_old_tick_records_and_ended_kernels_files(datab
 
 async def _terminated(app, sid):
     return (await app.repository.get_session(sid)).status == S.TERMINATED
+
+
+def test_logs_of_a_kernel_whose_files_were_pruned_say_why(database, tmp_path, monkeypatch):
+    """`drover logs` of an ended kernel whose log is gone names the retention, not nothing."""
+    import asyncio
+
+    from drover.model.status import KernelStatus
+    from drover.model.values import KernelReport
+    from drover.testing import CoordinatorHarness
+
+    async def build() -> str:
+        async with CoordinatorHarness(
+            database_url=database.url, database_schema=database.schema
+        ) as h:
+            sid = await h.create_session(
+                status=S.RUNNING, kernels=[{"command": ["true"], "status": "RUNNING"}]
+            )
+            (kernel,) = (await h.session(sid)).kernels
+            gone = {"stdout": str(tmp_path / "gone" / "stdout.log")}
+            report = KernelReport(
+                kernel.id, KernelStatus.TERMINATED, (KernelStatus.RUNNING,), 0, None, gone
+            )
+            assert await h.repository.report_kernel_statuses([report]) == [True]
+            return sid
+
+    sid = asyncio.run(build())
+    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
+    monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema or "")
+    result = CliRunner().invoke(main, ["logs", sid])
+    assert result.exit_code == 1
+    assert "log " in result.output
+    assert "is gone (the daemon deletes an ended kernel's files after" in result.output
+    assert "history.kernel_files_retention" in result.output

@@ -140,4 +140,4 @@ def new_plugin(name: str, directory: Path) -> None:
     click.echo("\nNext, in the environment where drover is installed:")
     click.echo(f"  cd {shown}")
     click.echo("  pip install -e '.[test]'")
-    click.echo("  pytest")
+    click.echo("  python -m pytest")

@@ -29,10 +29,12 @@ __all__ = ["config", "status"]
 @database_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
-    """Show the live coordinators, failing handlers and the sessions in each status.
+    """Show the live coordinators, the handlers each runs, failing handlers and session counts.
 
     A coordinator is live if it has not stopped and its heartbeat is younger
-    than three heartbeat intervals. "claims" is how many entities each one
+    than three heartbeat intervals. Each records the handlers it loaded and
+    runs (after installing a plugin, its handler shows here once the daemon
+    was restarted). "claims" is how many entities each one
     holds claimed right now (PostgreSQL, several coordinators). A handler is
     failing if its execute() raised in the last 10 minutes (its targets are
     skipped and its ticks backed off until it stops failing).
@@ -83,6 +85,17 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
                 for c in alive
             ],
             title="live coordinators",
+        )
+        print_table(
+            ["coordinator", "handlers"],
+            [
+                (
+                    c.id,
+                    "(not recorded)" if c.handlers is None else " ".join(c.handlers) or "(none)",
+                )
+                for c in alive
+            ],
+            title="handlers each runs",
         )
     else:
         click.echo(

@@ -180,6 +180,7 @@ class Daemon:
                 heartbeat_at=now,
                 version=self.version,
                 stopped_at=None,
+                handlers=tuple(self.names),
             ),
             stale_after=3 * self.heartbeat_interval,
         )

@@ -8,7 +8,7 @@ register as it is or spell as a :class:`SessionPromotionHandler` subclass.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from drover.model.checks import is_kebab_case
@@ -56,6 +56,9 @@ class LifecycleHandler(ABC):
 
     #: The kind of entity this handler acts on.
     kind: ClassVar[str] = "session"
+    #: What each ``status_info`` this handler writes (``HandlerResult.status_infos``)
+    #: means, in words: ``drover why`` shows it beside the value.
+    status_info_meanings: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
     @abstractmethod

@@ -29,7 +29,13 @@ from drover.model.status import (
 from drover.model.values import Entity, HandlerOptions, HistoryRecord, SessionWithKernels
 from drover.storage.queries import Queries
 
-__all__ = ["Diagnosis", "describe_exit", "diagnose", "diagnose_entity"]
+__all__ = [
+    "Diagnosis",
+    "describe_exit",
+    "diagnose",
+    "diagnose_entity",
+    "status_info_meaning",
+]
 
 _TROUBLE = {SchedulingResult.NEED_RETRY, SchedulingResult.SKIPPED, SchedulingResult.EXPIRED,
             SchedulingResult.GIVE_UP}  # fmt: skip
@@ -146,7 +152,7 @@ def diagnose(
         f"for {duration(held)} (since {session.status_changed_at:%Y-%m-%d %H:%M:%S} UTC)"
     ]
     if session.status in TERMINAL_SESSION_STATUSES:
-        return _terminal(session, rows, held, lines)
+        return _terminal(session, rows, held, lines, handlers)
     owners: list[dict[str, Any]] = []
     waits: list[str] = []
     for name, handler in sorted(handlers.items()):
@@ -237,6 +243,32 @@ def diagnose(
     )
 
 
+#: What the built-in handlers' status_info values mean; a plugin's handler says
+#: what its own mean with ``LifecycleHandler.status_info_meanings``.
+_BUILTIN_MEANINGS = {
+    "USER_REQUESTED": "a termination was requested",
+    "KERNEL_EXITED": "its kernels exited by themselves",
+    "ABNORMAL_TERMINATION": "a kernel ended in ERROR",
+    "START_FAILED": "a kernel failed before it could run",
+}
+
+
+def status_info_meaning(
+    status_info: str | None, handlers: Mapping[str, Handler], by: str | None = None
+) -> str | None:
+    """What ``status_info`` means: the words of handler ``by`` (who wrote it), any loaded
+    handler's, or the built-in ones; ``None`` if nobody says."""
+    if not status_info:
+        return None
+    ordered = [handlers[by]] if by is not None and by in handlers else []
+    ordered += [h for name, h in sorted(handlers.items()) if name != by]
+    for handler in ordered:
+        meanings = getattr(handler, "status_info_meanings", None) or {}
+        if status_info in meanings:
+            return str(meanings[status_info])
+    return _BUILTIN_MEANINGS.get(status_info)
+
+
 def _how_it_ended(status: str, rows: list[HistoryRecord]) -> str | None:
     """``it ended by <handler> (<result>: <message>) from <status>``, from the row that ended it.
 
@@ -256,19 +288,19 @@ def _how_it_ended(status: str, rows: list[HistoryRecord]) -> str | None:
 
 
 def _terminal(
-    session: SessionWithKernels, rows: list[HistoryRecord], held: float, lines: list[str]
+    session: SessionWithKernels,
+    rows: list[HistoryRecord],
+    held: float,
+    lines: list[str],
+    handlers: Mapping[str, Handler],
 ) -> Diagnosis:
     how = _how_it_ended(str(session.status), rows)
     if how is not None:
         lines.append(how)
+    meaning = status_info_meaning(session.status_info, handlers)
     lines.append(
         f"result {session.result or '-'}; status_info {session.status_info or '-'}"
-        + {
-            "USER_REQUESTED": " (a termination was requested)",
-            "KERNEL_EXITED": " (its kernels exited by themselves)",
-            "ABNORMAL_TERMINATION": " (a kernel ended in ERROR)",
-            "START_FAILED": " (a kernel failed before it could run)",
-        }.get(session.status_info or "", "")
+        + (f" ({meaning})" if meaning else "")
     )
     problem = next((r for r in reversed(rows) if _is_trouble(r)), None)
     if problem is not None:
@@ -320,7 +352,8 @@ def diagnose_entity(
     terminal = status in kind.terminal
     lines = [f"{kind.name} {entity.id} is {status} (held for {duration(held)})"]
     if entity.status_info:
-        lines.append(f"status_info: {entity.status_info}")
+        meaning = status_info_meaning(entity.status_info, handlers)
+        lines.append(f"status_info: {entity.status_info}" + (f" ({meaning})" if meaning else ""))
     if entity.children:
         counts: dict[str, int] = {}
         for child in entity.children:

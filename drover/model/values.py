@@ -553,6 +553,9 @@ class CoordinatorInfo:
     heartbeat_at: datetime
     version: str
     stopped_at: datetime | None
+    #: The handlers this coordinator runs (loaded and enabled), by name; ``None``: not
+    #: recorded (a coordinator of a drover before they were).
+    handlers: tuple[str, ...] | None = None
 
 
 @attrs.frozen

@@ -10,7 +10,7 @@ implementation's frame on the stack, so that errors can name the plugin.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -76,6 +76,16 @@ class RuntimeContext:
     #: outside events: a webhook or heartbeat listener it runs. Never from ``execute``:
     #: a handler changes the world only through its result.
     reporter: KernelReporter | None = None
+    #: Each handler's own settings, ``[handlers.<name>.settings]``, by handler name.
+    settings: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+
+    def settings_for(self, handler: str) -> Mapping[str, Any]:
+        """The settings of ``[handlers.<handler>.settings]``; empty if none were given.
+
+        A plugin reads them when it registers its handler, and checks them
+        itself: raising there stops the daemon at start-up with the message.
+        """
+        return self.settings.get(handler, {})
 
 
 @attrs.frozen
@@ -110,12 +120,15 @@ class WebRoute:
 
     ``endpoint`` is a Starlette endpoint: ``async def endpoint(request) -> Response``.
     ``nav``, if set, is the label of a link to ``path`` in the dashboard's top navigation.
+    ``page_of``, if set, names the kind this page shows one entity of: its path's one
+    parameter takes the entity's id, and other pages link entities of that kind to it.
     """
 
     path: str
     endpoint: Callable[..., Any]
     name: str | None = None
     nav: str | None = None
+    page_of: str | None = None
 
 
 #: ``accept(plugin, *args, **kwargs)`` checks one call of ``register`` and returns its items.
@@ -195,12 +208,15 @@ class WebRegistry(Registry[WebRoute | Path]):
         *,
         name: str | None = None,
         nav: str | None = None,
+        page_of: str | None = None,
     ) -> None:
         """Serve ``endpoint`` (``async def endpoint(request) -> Response``) at ``path``.
 
         ``path`` is a Starlette path (``/things/{name}``); ``name`` names the
         route; ``nav`` adds a link labelled so to the top navigation (only for
-        a path without parameters).
+        a path without parameters); ``page_of`` says the page shows one entity
+        of that kind, its path's one parameter being the entity's id (then
+        other pages, a session's linked entities for one, link to it).
         """
         plugin = self._calling_plugin(sys._getframe(1))
         if not isinstance(path, str) or not path.startswith("/"):
@@ -212,7 +228,11 @@ class WebRegistry(Registry[WebRoute | Path]):
                 f"plugin {plugin!r}: route {path!r}: nav must be a non-empty label, "
                 "on a path without parameters"
             )
-        self._entries.append(Registered(WebRoute(path, endpoint, name, nav), plugin))
+        if page_of is not None and path.count("{") != 1:
+            raise TypeError(
+                f"plugin {plugin!r}: route {path!r}: page_of needs a path with one parameter"
+            )
+        self._entries.append(Registered(WebRoute(path, endpoint, name, nav, page_of), plugin))
 
     def templates(self, directory: str | Path) -> None:
         """Add a Jinja2 template directory, searched after drover's own.

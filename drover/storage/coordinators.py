@@ -113,6 +113,7 @@ async def register_coordinator(
         "heartbeat_at": now,
         "version": info.version,
         "stopped_at": None,
+        "handlers": list(info.handlers) if info.handlers is not None else None,
     }
     locking = _lock_path(db) is not None and db.coordinator_lock is None
     if locking:

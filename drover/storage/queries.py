@@ -126,6 +126,10 @@ class Queries:
         """Sessions (with kernels) matching the dashboard's filters."""
         return await _sessions.filtered_sessions(self._db, f)
 
+    async def latest_messages(self, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """``id -> (result, message)`` of each entity's latest scheduling history row."""
+        return await _sessions.latest_messages(self._db, ids)
+
     async def count_by_status(self) -> dict[SessionStatus, int]:
         """The number of sessions in each status (statuses with none are omitted)."""
         return await _sessions.count_by_status(self._db)

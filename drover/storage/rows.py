@@ -362,4 +362,5 @@ def coordinator_from_row(row: Any) -> CoordinatorInfo:
         stopped_at=(
             datetime.fromtimestamp(row.stopped_at, UTC) if row.stopped_at is not None else None
         ),
+        handlers=tuple(row.handlers) if row.handlers is not None else None,
     )

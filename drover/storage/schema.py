@@ -182,6 +182,8 @@ coordinators = sa.Table(
     sa.Column("heartbeat_at", sa.Double(), nullable=False),
     sa.Column("version", sa.String(64), nullable=False),
     sa.Column("stopped_at", sa.Double(), nullable=True),
+    # The names of the handlers the daemon runs (a JSON list; NULL: not recorded).
+    sa.Column("handlers", sa.JSON(), nullable=True),
     sa.Index(None, "heartbeat_at"),
 )
 

@@ -29,6 +29,7 @@ from drover.storage.statements.sessions import (
     sessions_filtered,
     sessions_in,
 )
+from drover.storage.statements.sessions import latest_messages as latest_messages_query
 
 __all__ = [
     "FETCH_ORDER",
@@ -169,6 +170,10 @@ class SessionFilter:
     limit: int = 100
     #: A key of :data:`SESSION_ORDERS`.
     sort: str = "newest"
+    #: Sessions with this result (``"-"``: no result yet).
+    result: str | None = None
+    #: Sessions with a relation to this entity id or to one of its children.
+    linked_to: str | None = None
 
 
 async def filtered_sessions(db: Database, f: SessionFilter) -> list[SessionWithKernels]:
@@ -181,8 +186,24 @@ async def filtered_sessions(db: Database, f: SessionFilter) -> list[SessionWithK
         until=f.until,
         limit=f.limit,
         sort=f.sort,
+        result=f.result,
+        linked_to=f.linked_to,
     )
     return await db.read(lambda conn: _sessions(conn, query))
+
+
+async def latest_messages(db: Database, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """``id -> (result, message)`` of each entity's latest history row (those that have one)."""
+    if not ids:
+        return {}
+
+    def work(conn: sa.Connection) -> dict[str, tuple[str, str | None]]:
+        postgres = conn.dialect.name == "postgresql"
+        query = statement(("latest-messages", postgres), lambda: latest_messages_query(postgres))
+        rows = conn.execute(query, {"ids": ids_value(ids, postgres)})
+        return {r.entity_id: (str(r.result), r.message) for r in rows}
+
+    return await db.read(work)
 
 
 async def count_by_status(db: Database) -> dict[SessionStatus, int]:

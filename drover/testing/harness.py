@@ -12,7 +12,7 @@ from typing import Any
 from drover.app import App
 from drover.backends.base import AgentBackend
 from drover.backends.simulated import SimulatedBackend
-from drover.config import Config
+from drover.config import Config, HandlerConfig
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator, TickReport
@@ -44,6 +44,8 @@ class CoordinatorHarness:
     ``database_schema`` selects a PostgreSQL schema (``search_path``).
     ``load_entrypoints`` also loads installed plugins (entry-point group ``drover``).
     ``max_requeues`` is the sessions' requeue budget (``None``: no limit).
+    ``handler_settings`` are handlers' own settings by handler name, what
+    ``[handlers.<name>.settings]`` gives the daemon (``RuntimeContext.settings_for``).
     """
 
     def __init__(
@@ -57,8 +59,10 @@ class CoordinatorHarness:
         database_schema: str | None = None,
         load_entrypoints: bool = False,
         max_requeues: int | None = 3,
+        handler_settings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self._plugins = list(plugins)
+        self._handler_settings = {k: dict(v) for k, v in (handler_settings or {}).items()}
         self._include_builtins = include_builtin_handlers
         self._handler_options = dict(handler_options or {})
         self._database_url = database_url
@@ -80,6 +84,10 @@ class CoordinatorHarness:
             database_url=url,
             database_schema=self._schema or "",
             max_requeues=-1 if self._max_requeues is None else self._max_requeues,
+            handlers={
+                name: HandlerConfig(settings=settings)
+                for name, settings in self._handler_settings.items()
+            },
         )
         try:
             pm = make_plugin_manager(

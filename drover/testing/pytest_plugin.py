@@ -22,14 +22,22 @@ from drover.testing.harness import CoordinatorHarness
 
 __all__ = ["drover_harness"]
 
-_MARKER_KEYS = {"plugins", "builtins", "entrypoints", "handler_options", "backend"}
+_MARKER_KEYS = {
+    "plugins",
+    "builtins",
+    "entrypoints",
+    "handler_options",
+    "handler_settings",
+    "backend",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the ``drover`` marker."""
     config.addinivalue_line(
         "markers",
-        "drover(plugins=[], builtins=True, entrypoints=True, handler_options={}, backend=None): "
+        "drover(plugins=[], builtins=True, entrypoints=True, handler_options={}, "
+        "handler_settings={}, backend=None): "
         "configure the drover_harness fixture",
     )
 
@@ -49,6 +57,7 @@ async def drover_harness(request: pytest.FixtureRequest) -> AsyncIterator[Coordi
         plugins=list(options.get("plugins", ())),
         include_builtin_handlers=options.get("builtins", True),
         handler_options=options.get("handler_options"),
+        handler_settings=options.get("handler_settings"),
         backend=options.get("backend"),
         load_entrypoints=options.get("entrypoints", True),
     ) as harness:

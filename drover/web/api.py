@@ -6,6 +6,8 @@ The JSON shapes are :mod:`drover.serialization`'s, the same as the CLI's
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -15,6 +17,7 @@ from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
+from drover.model.values import CoordinatorInfo
 from drover.serialization import (
     diagnosis_json,
     graph_json,
@@ -133,8 +136,20 @@ async def metrics(request: Request) -> Response:
     return Response(render_metrics(snapshot), media_type=CONTENT_TYPE_METRICS)
 
 
+def _handlers_line(alive: Sequence[CoordinatorInfo]) -> str:
+    """Which handlers the live coordinators run: after installing a plugin, is it running?"""
+    recorded = [c.handlers for c in alive if c.handlers is not None]
+    if not recorded:
+        return "handlers not recorded (a coordinator of an older drover)"
+    names = sorted(set().union(*recorded))
+    return f"{len(names)} handler(s) running: {', '.join(names)}"
+
+
 async def healthz(request: Request) -> Response:
-    """``/healthz``: 200 ``ok`` or ``degraded`` while a coordinator beats; else 503."""
+    """``/healthz``: 200 ``ok`` or ``degraded`` while a coordinator beats; else 503.
+
+    The line names the handlers the live coordinators run, as they recorded them.
+    """
     dashboard = dashboard_of(request)
     repo = dashboard.repo
     window = 3 * dashboard.heartbeat_interval
@@ -166,7 +181,7 @@ async def healthz(request: Request) -> Response:
     liveness = (
         f"the database answers; {len(alive)} live coordinator(s), "
         f"newest {newest.id} on {newest.host} (pid {newest.pid}), "
-        f"last heartbeat {age:.1f}s ago"
+        f"last heartbeat {age:.1f}s ago; {_handlers_line(alive)}"
     )
     failing = await recent_handler_errors(repo, now)
     if failing:

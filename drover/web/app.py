@@ -107,6 +107,7 @@ def create_app(
         refresh_seconds=refresh_seconds,
         template_dirs=plugins.template_dirs,
         nav=[(e.item.nav, e.item.path) for e in plugins.routes if e.item.nav],
+        entity_pages={e.item.page_of: e.item.path for e in plugins.routes if e.item.page_of},
     )
 
     @contextlib.asynccontextmanager

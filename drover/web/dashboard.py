@@ -60,7 +60,8 @@ class Dashboard:
     open; ``refresh_seconds`` is how often the pages reload their live parts.
     ``template_dirs`` are the plugins' template directories, searched after
     drover's own; ``nav`` the plugins' ``(label, path)`` links for the top
-    navigation (``drover_register_web``).
+    navigation (``drover_register_web``); ``entity_pages`` the path of the page
+    of one entity of a kind, by kind (``page_of``; sessions have drover's own).
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class Dashboard:
         refresh_seconds: float = 3.0,
         template_dirs: Sequence[Path] = (),
         nav: Sequence[tuple[str, str]] = (),
+        entity_pages: Mapping[str, str] | None = None,
     ) -> None:
         self._app = app
         self.repo: Queries = app.queries
@@ -83,6 +85,9 @@ class Dashboard:
         self.refresh_seconds = refresh_seconds
         #: ``(label, path)`` of the plugins' links in the top navigation, in order.
         self.nav: list[tuple[str, str]] = list(nav)
+        #: Kind -> path of the page showing one entity of it (``/deployments/{name}``).
+        self.entity_pages: dict[str, str] = {"session": "/sessions/{session_id}"}
+        self.entity_pages.update(entity_pages or {})
         self.templates = _templates(self, template_dirs)
         # The loaded handlers never change in a process: dot runs once per kind.
         self._svg: dict[str, str] = {}
@@ -91,6 +96,14 @@ class Dashboard:
     def kinds(self) -> Kinds:
         """The registered entity kinds (read on first use: plugins load then)."""
         return self._app.kinds
+
+    def entity_url(self, kind: str, entity_id: str) -> str | None:
+        """The page of one entity of ``kind`` (``None`` if no page shows that kind)."""
+        path = self.entity_pages.get(kind)
+        if path is None:
+            return None
+        head, _, rest = path.partition("{")
+        return head + entity_id + rest.partition("}")[2]
 
     def now(self) -> float:
         """The wall-clock time the pages measure ages and relative filters against."""
@@ -127,6 +140,7 @@ def _templates(dashboard: Dashboard, template_dirs: Sequence[Path]) -> Jinja2Tem
     env.globals["statuses"] = [s.value for s in SessionStatus]
     env.globals["status_colours"] = STATUS_COLOURS
     env.globals["iso"] = display_time
+    env.globals["at"] = _at
     env.globals["refresh_ms"] = int(dashboard.refresh_seconds * 1000)
     env.globals["terminal_statuses"] = {s.value for s in TERMINAL_SESSION_STATUSES}
     env.globals["url"] = _url
@@ -134,6 +148,11 @@ def _templates(dashboard: Dashboard, template_dirs: Sequence[Path]) -> Jinja2Tem
     env.globals["sort_orders"] = list(SESSION_ORDERS)
     env.globals["log_tail_kib"] = LOG_TAIL_BYTES // 1024
     return templates
+
+
+def _at(value: str | None) -> str:
+    """A timeline's ISO time as ``YYYY-MM-DD HH:MM:SS.mmm``: the date always shown."""
+    return "" if not value else f"{value[:10]} {value[11:23]}"
 
 
 def _url(path: str, params: Mapping[str, Any] | None = None, **more: Any) -> str:

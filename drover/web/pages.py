@@ -7,9 +7,12 @@ request's :class:`~drover.web.dashboard.Dashboard`.
 from __future__ import annotations
 
 import contextlib
+import shlex
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import attrs
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -20,8 +23,9 @@ from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult, SessionStatus
+from drover.model.values import Entity, HistoryRecord
 from drover.serialization import graph_json, session_json, stats_json
-from drover.web.dashboard import bad_request, dashboard_of, page, session_id_of
+from drover.web.dashboard import Dashboard, bad_request, dashboard_of, page, session_id_of
 from drover.web.logs import LOG_TAIL_BYTES, MAX_LOG_BYTES, kernel_logs
 from drover.web.palette import badge_css
 from drover.web.params import BadFilterError, session_filter, time_param
@@ -50,13 +54,23 @@ async def overview(request: Request) -> Response:
     """``/``: sessions by status, and the sessions the filters select."""
     dashboard = dashboard_of(request)
     now = dashboard.now()
+    repo = dashboard.repo
     try:
         f = session_filter(request.query_params, now)
+        linked = await _linked_entity(dashboard, f.linked_to)
     except BadFilterError as error:
         return bad_request(request, str(error), api=False)
-    found = await dashboard.repo.filtered_sessions(f)
-    counts = await dashboard.repo.count_by_status()
-    results = await dashboard.repo.count_by_result()
+    if linked is not None:
+        f = attrs.evolve(f, linked_to=linked.id)
+    found = await repo.filtered_sessions(f)
+    counts = await repo.count_by_status()
+    results = await repo.count_by_result()
+    # Why each PENDING session waits: its latest history row (the scheduler's reason).
+    waiting = [s.id for s in found if s.status == SessionStatus.PENDING]
+    reasons = {
+        sid: message or result
+        for sid, (result, message) in (await repo.latest_messages(waiting)).items()
+    }
     params = {
         "status": [s.value for s in f.statuses],
         "name": request.query_params.get("name", ""),
@@ -64,6 +78,8 @@ async def overview(request: Request) -> Response:
         "since": request.query_params.get("since", ""),
         "until": request.query_params.get("until", ""),
         "sort": f.sort,
+        "result": f.result or "",
+        "linked_to": request.query_params.get("linked_to", ""),
     }
     handler_names: list[str] = []
     # A configuration whose handlers do not load still has sessions to show.
@@ -81,11 +97,25 @@ async def overview(request: Request) -> Response:
             "filters": params,
             "selected": {s.value for s in f.statuses},
             "handler_names": handler_names,
+            "result_choices": sorted({"SUCCESS", "FAILURE", *results}),
+            "reasons": reasons,
+            "linked": linked,
             "limit": f.limit,
             "now": now,
             "ago": lambda v: _ago(v, now),
         },
     )
+
+
+async def _linked_entity(dashboard: Dashboard, ref: str | None) -> Entity | None:
+    """The entity ``linked_to`` names (an id, an id prefix or a name); BadFilterError if none."""
+    if not ref:
+        return None
+    repo = dashboard.repo
+    try:
+        return await repo.get_entity(await repo.resolve_entity_id(ref))
+    except DroverError as error:
+        raise BadFilterError(f"linked_to: {error}") from None
 
 
 async def session_page(request: Request) -> Response:
@@ -106,6 +136,7 @@ async def session_page(request: Request) -> Response:
     items = await timeline(repo, sid)
     kernel_index = {k["id"]: k["index"] for k in data["kernels"]}
     logs = [await kernel_logs(k.runtime, LOG_TAIL_BYTES) for k in session.kernels]
+    rows = await repo.history(sid)
     return page(
         request,
         "session.html",
@@ -118,10 +149,76 @@ async def session_page(request: Request) -> Response:
             "timeline": items,
             "kernel_index": kernel_index,
             "logs": logs,
+            "specs": [_kernel_facts(k.spec, k.runtime) for k in session.kernels],
+            "run_time": _run_time(rows, now),
+            "links": await _links(dashboard, sid),
             "now": now,
             "ago": lambda v: _ago(v, now),
         },
     )
+
+
+def _kernel_facts(spec: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a kernel was asked to run: command, resources, env names (never values), cwd."""
+    command = spec.get("command")
+    resources = {
+        key: value
+        for key, value in spec.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+    env = spec.get("env")
+    cwd = spec.get("cwd")
+    workdir = (runtime or {}).get("workdir")
+    where: Any = cwd or workdir
+    if isinstance(cwd, str) and cwd and workdir and not cwd.startswith("/"):
+        where = f"{workdir}/{cwd}"
+    return {
+        "command": shlex.join(str(c) for c in command) if isinstance(command, list) else command,
+        "resources": " ".join(f"{k}={v:g}" for k, v in resources.items()),
+        "env": sorted(env) if isinstance(env, dict) else [],
+        "cwd": where,
+    }
+
+
+def _run_time(rows: Sequence[HistoryRecord], now: float) -> str | None:
+    """How long the session was (or has been, if still) RUNNING; ``None`` if it never ran."""
+    started: float | None = None
+    for row in rows:
+        moved = row.from_status != row.to_status
+        if started is None and moved and row.to_status == SessionStatus.RUNNING:
+            started = row.created_at.timestamp()
+        elif started is not None and moved and row.from_status == SessionStatus.RUNNING:
+            return duration(row.created_at.timestamp() - started)
+    return None if started is None else duration(now - started) + " (still running)"
+
+
+async def _links(dashboard: Dashboard, entity_id: str) -> list[dict[str, Any]]:
+    """The entity's relations, each with the target and its ancestors and their pages.
+
+    A deployment's replica session links to its route (``replica-of``); the
+    route's parent is the deployment, whose page its kind's plugin registered.
+    """
+    repo = dashboard.repo
+    found: list[dict[str, Any]] = []
+    for relation, target_id in (await repo.get_entity(entity_id)).links:
+        chain: list[dict[str, Any]] = []
+        next_id: str | None = target_id
+        while next_id is not None and len(chain) < 5:
+            try:
+                target = await repo.get_entity(next_id)
+            except DroverError:
+                break
+            chain.append(
+                {
+                    "kind": target.kind,
+                    "id": target.id,
+                    "name": target.name or target.id,
+                    "url": dashboard.entity_url(target.kind, target.id),
+                }
+            )
+            next_id = target.parent_id
+        found.append({"relation": relation, "chain": chain})
+    return found
 
 
 async def handlers_page(request: Request) -> Response:

@@ -6,6 +6,8 @@ the endpoints answer it with a 400 (a page or ``{"error": …}``).
 
 from __future__ import annotations
 
+import re
+
 from starlette.datastructures import QueryParams
 
 from drover.inspection._format import parse_time
@@ -54,7 +56,8 @@ def sort_param(params: QueryParams) -> str:
 
 def session_filter(params: QueryParams, now: float) -> SessionFilter:
     """The filter ``status`` (repeated or comma-separated), ``name``, ``handler``, ``since``,
-    ``until``, ``limit`` and ``sort`` describe."""
+    ``until``, ``limit``, ``sort``, ``result`` (``-``: none yet) and ``linked_to`` (an
+    entity id or name, kept as given: the caller resolves it) describe."""
     statuses = []
     for raw in params.getlist("status"):
         for part in raw.split(","):
@@ -74,4 +77,13 @@ def session_filter(params: QueryParams, now: float) -> SessionFilter:
         until=time_param(params, "until", now),
         limit=limit_param(params),
         sort=sort_param(params),
+        result=_result_param(params),
+        linked_to=(params.get("linked_to") or "").strip() or None,
     )
+
+
+def _result_param(params: QueryParams) -> str | None:
+    raw = (params.get("result") or "").strip().upper()
+    if raw and raw != "-" and not re.fullmatch(r"[A-Z_]{1,32}", raw):
+        raise BadFilterError(f"result: {raw!r} is not a result like SUCCESS or FAILURE (or -)")
+    return raw or None

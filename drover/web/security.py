@@ -5,20 +5,21 @@ Three ASGI middlewares, outermost first:
 * :class:`SecurityHeaders` adds a Content-Security-Policy that allows only
   the dashboard's own scripts, styles and images, and ``nosniff``,
   ``no-referrer`` and ``DENY`` framing, to every response;
-* :class:`HostCheck` answers 400 to a request whose ``Host`` is not the bound
-  address or on the allow-list: a DNS-rebinding page (``evil.example``
+* :class:`HostCheck` (Starlette's ``TrustedHostMiddleware`` inside) answers
+  400 to a request whose ``Host`` is not the bound address or on the
+  allow-list: a DNS-rebinding page (``evil.example``
   resolving to 127.0.0.1) otherwise reads a tokenless loopback dashboard;
 * :class:`TokenGate` (with ``--auth-token``) lets through a request with
   ``Authorization: Bearer T`` or the session cookie the login form sets
   (HttpOnly, SameSite=Strict), so the token is typed once and never copied
-  into a link.
+  into a link. The cookie is an ``itsdangerous`` signed, timestamped value
+  (key: the token), valid for :data:`LOGIN_MAX_AGE`.
 
 :func:`security_middleware` lists them in that order for the application.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import html
 import ipaddress
@@ -26,14 +27,17 @@ from collections.abc import Iterable, Sequence
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs
 
+from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "CONTENT_SECURITY_POLICY",
     "COOKIE_NAME",
+    "LOGIN_MAX_AGE",
     "HostCheck",
     "SecurityHeaders",
     "TokenGate",
@@ -56,6 +60,8 @@ _HEADERS = [
 ]
 #: The cookie the login form sets.
 COOKIE_NAME = "drover_session"
+#: Seconds a login lasts (the cookie's Max-Age, and the age its signed timestamp may reach).
+LOGIN_MAX_AGE = 12 * 3600
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _WILDCARDS = ("", "0.0.0.0", "::")
 # A login form is a few dozen bytes; more is not one.
@@ -128,41 +134,56 @@ def allowed_hosts_for(bound: str, extra: Iterable[str] = ()) -> frozenset[str]:
 class HostCheck:
     """Refuses (400) a request whose ``Host`` names something this dashboard is not.
 
-    Bound to every address (``0.0.0.0``), any IP address is accepted as the
-    host too: DNS rebinding needs a name, and the machine's addresses are many.
+    Starlette's :class:`~starlette.middleware.trustedhost.TrustedHostMiddleware`
+    decides, on :func:`allowed_hosts_for`'s names. Around it, two things it
+    does not do: bound to every address (``0.0.0.0``), any IP address is
+    accepted as the host too (DNS rebinding needs a name, and the machine's
+    addresses are many); and a refusal says how to add a name
+    (``--allowed-host``) instead of Starlette's bare "Invalid host header".
     """
 
     def __init__(self, app: ASGIApp, bound: str, allowed: Iterable[str] = ()) -> None:
         self.app = app
         self.allowed = allowed_hosts_for(bound, allowed)
         self.any_ip = bound in _WILDCARDS
-
-    def accepts(self, header: str | None) -> bool:
-        """Whether a request with this ``Host`` header is for this dashboard."""
-        if not header:
-            return False
-        host = host_of(header)
-        return host in self.allowed or (self.any_ip and _is_ip(host))
+        # Starlette compares the host as written, IPv6 literals in brackets.
+        self._patterns = sorted(f"[{h}]" if ":" in h else h for h in self.allowed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("host")
-        if self.accepts(header):
+        if self.any_ip and header and _is_ip(host_of(header)):
             await self.app(scope, receive, send)
             return
-        response = PlainTextResponse(
-            f"400 Bad Request: this dashboard does not answer to the host {header!r}; "
-            "start it with --allowed-host NAME to add a name\n",
-            status_code=400,
-        )
-        await response(scope, receive, send)
+        reached = False
+
+        async def trusted(scope: Scope, receive: Receive, send: Send) -> None:
+            nonlocal reached
+            reached = True
+            await self.app(scope, receive, send)
+
+        refused = False
+
+        async def send_or_explain(message: Message) -> None:
+            nonlocal refused
+            if reached:
+                await send(message)
+            elif not refused:  # Starlette's refusal: ours says what to do
+                refused = True
+                await _host_refusal(header)(scope, receive, send)
+
+        check = TrustedHostMiddleware(trusted, allowed_hosts=self._patterns, www_redirect=False)
+        await check(scope, receive, send_or_explain)
 
 
-def _session_value(token: str) -> str:
-    """What the cookie holds: derived from the token, so the token itself is not stored."""
-    return hmac.new(token.encode(), b"drover dashboard session", hashlib.sha256).hexdigest()
+def _host_refusal(header: str | None) -> Response:
+    return PlainTextResponse(
+        f"400 Bad Request: this dashboard does not answer to the host {header!r}; "
+        "start it with --allowed-host NAME to add a name\n",
+        status_code=400,
+    )
 
 
 def _safe_next(value: str | None) -> str:
@@ -203,10 +224,12 @@ class TokenGate:
     either gets the form with the 401; anything else gets one line of text.
     """
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, max_age: int = LOGIN_MAX_AGE) -> None:
         self.app = app
         self.token = token.encode()
-        self.cookie_value = _session_value(token).encode()
+        self.max_age = max_age
+        # Signed with the token: a new token ends every login; the token itself is not stored.
+        self._cookies = URLSafeTimedSerializer(token, salt="drover dashboard login")
 
     def _authorized(self, headers: Headers) -> tuple[bool, str]:
         scheme, _, given = headers.get("authorization", "").partition(" ")
@@ -220,11 +243,15 @@ class TokenGate:
         except Exception:  # a malformed Cookie header is no login
             return False, "a token is required"
         morsel = cookie.get(COOKIE_NAME)
-        if morsel is not None:
-            if hmac.compare_digest(morsel.value.encode(), self.cookie_value):
-                return True, ""
-            return False, "the login has expired (the token changed): log in again"
-        return False, "a token is required"
+        if morsel is None:
+            return False, "a token is required"
+        try:
+            self._cookies.loads(morsel.value, max_age=self.max_age)
+        except SignatureExpired:
+            return False, "the login has expired: log in again"
+        except BadSignature:
+            return False, "the login is no longer valid (the token changed): log in again"
+        return True, ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -276,7 +303,8 @@ class TokenGate:
         response = RedirectResponse(next_path, status_code=303)
         response.set_cookie(
             COOKIE_NAME,
-            self.cookie_value.decode(),
+            self._cookies.dumps("dashboard"),
+            max_age=self.max_age,
             path="/",
             httponly=True,
             samesite="strict",

@@ -72,7 +72,10 @@ async def deployment_page(request: Request) -> Response:
         data["last_check"] = f"{checks[-1].result}: {checks[-1].message or ''}" if checks else None
         routes.append(data)
         rows.extend(own)
-    rows.sort(key=lambda r: (r.updated_at, r.id), reverse=True)
+    # Oldest first, as every timeline of the dashboard (the session page's too): the
+    # newest 200 rows, in the order they happened.
+    rows.sort(key=lambda r: (r.created_at, r.id))
+    rows = rows[-200:]
     return page(
         request,
         "deployment.html",
@@ -80,7 +83,7 @@ async def deployment_page(request: Request) -> Response:
             "title": f"Deployment {deployment.name}",
             "d": deployment_json(deployment),
             "routes": routes,
-            "timeline": [history_json(r) for r in rows[:200]],
+            "timeline": [history_json(r) for r in rows],
         },
     )
 
@@ -113,6 +116,6 @@ def register_web(register: WebRegistry) -> None:
     """Register the templates, the two pages (``Deployments`` in the navigation) and the API."""
     register.templates(TEMPLATES)
     register.route("/deployments", deployments_page, name="deployments", nav="Deployments")
-    register.route("/deployments/{name}", deployment_page, name="deployment")
+    register.route("/deployments/{name}", deployment_page, name="deployment", page_of="deployment")
     register.route("/api/deployments", deployments)
     register.route("/api/deployments/{name}/endpoints", deployment_endpoints)

@@ -9,6 +9,7 @@ Added to ``drover`` by the sessions package's ``drover_register_commands``
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -387,6 +388,14 @@ def logs(
             raise DroverError(
                 f"kernel {kernel_index} of {sid} has no {stream} log yet "
                 f"(status {kernel.status}; logs exist once the local backend prepared it)"
+            )
+        if kernel.status in TERMINAL_KERNEL_STATUSES and not await asyncio.to_thread(
+            os.path.exists, path
+        ):
+            raise DroverError(
+                f"kernel {kernel_index} of {sid} ended and its {stream} log {path} is gone "
+                "(the daemon deletes an ended kernel's files after "
+                "history.kernel_files_retention, 7d by default)"
             )
         offset = 0
         keep_following = follow

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.storage.rows import ENTITY_COLUMNS, KERNEL_COLUMNS
-from drover.storage.schema import entities, scheduling_history
+from drover.storage.schema import entities, relations, scheduling_history
 from drover.storage.statements.ids import ids_param
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "ids_by_name",
     "ids_by_prefix",
     "kernels_of",
+    "latest_messages",
     "name_matches",
     "sessions_filtered",
     "sessions_in",
@@ -120,8 +121,14 @@ def sessions_filtered(
     until: float | None,
     limit: int,
     sort: str,
+    result: str | None = None,
+    linked_to: str | None = None,
 ) -> sa.Select[Any]:
     """Sessions (:data:`~drover.storage.rows.ENTITY_COLUMNS`) matching every filter given.
+
+    ``result``: that result (``"-"``: none yet); ``linked_to``: sessions with a
+    relation to that entity or to one of its children (a deployment's replica
+    sessions link to its routes).
 
     ``statuses`` (empty: any), the ``name`` (:func:`name_matches`),
     the ``handler`` of the session's latest scheduling history row, created
@@ -154,7 +161,26 @@ def sessions_filtered(
         query = query.where(e.c.created_at >= since)
     if until is not None:
         query = query.where(e.c.created_at <= until)
+    if result == "-":
+        query = query.where(e.c.result.is_(None))
+    elif result:
+        query = query.where(e.c.result == result)
+    if linked_to:
+        near = sa.select(e.c.id).where(sa.or_(e.c.id == linked_to, e.c.parent_id == linked_to))
+        linked = sa.select(relations.c.source_id).where(relations.c.target_id.in_(near))
+        query = query.where(e.c.id.in_(linked))
     return query.limit(limit)
+
+
+def latest_messages(postgres: bool) -> sa.Select[Any]:
+    """``(entity_id, result, message)`` of the latest history row of each entity of ``:ids``."""
+    h = scheduling_history
+    latest = (
+        sa.select(sa.func.max(h.c.id))
+        .where(ids_param(h.c.entity_id, "ids", postgres))
+        .group_by(h.c.entity_id)
+    )
+    return sa.select(h.c.entity_id, h.c.result, h.c.message).where(h.c.id.in_(latest))
 
 
 #: ``(status, number of sessions)`` for every status that has sessions.

@@ -165,3 +165,54 @@ def test_the_entry_point_names_this_module() -> None:
     installed = {ep.name: ep for ep in dist.entry_points if ep.group == "drover"}
     assert {name: ep.value for name, ep in installed.items()} == declared
     assert installed["max-duration"].load() is drover_max_duration
+
+
+@pytest.mark.drover(
+    plugins=[drover_max_duration],
+    builtins=False,
+    entrypoints=False,
+    handler_settings={HANDLER: {"grace": 30}},
+)
+async def test_the_grace_setting_adds_to_every_limit(drover_harness: CoordinatorHarness) -> None:
+    """``[handlers.enforce-max-duration.settings] grace = 30``: stopped 30 s later."""
+    h = drover_harness
+    sid = await h.create_session(status=SessionStatus.RUNNING, spec={"max_duration": 60})
+    h.clock.advance(61)
+    await h.tick(HANDLER)
+    assert (await h.session(sid)).status == SessionStatus.RUNNING
+    h.clock.advance(30)  # 91 s: past 60 + 30
+    await h.tick(HANDLER)
+    assert (await h.session(sid)).status == SessionStatus.TERMINATING
+
+
+async def test_a_bad_grace_setting_stops_the_start_with_its_reason() -> None:
+    """The plugin checks its own settings when it registers: a bad one is one clear error."""
+    harness = CoordinatorHarness(
+        plugins=[drover_max_duration],
+        include_builtin_handlers=False,
+        handler_settings={HANDLER: {"grace": "soon"}},
+    )
+    with pytest.raises(ValueError, match="setting grace must be a number of seconds, not 'soon'"):
+        async with harness:
+            pass
+
+
+@pytest.mark.drover(
+    plugins=[drover_max_duration], entrypoints=False, backend=SimulatedBackend(run_for=None)
+)
+async def test_drover_why_explains_the_status_info_it_writes(
+    drover_harness: CoordinatorHarness,
+) -> None:
+    """``status_info_meanings``: `drover why` says what MAX_DURATION_EXCEEDED means."""
+    from drover.inspection.why import diagnose_session
+
+    h = drover_harness
+    sid = await h.create_session(kernels=[{"cpu": 1}], spec={"max_duration": 60})
+    await h.run_until_settled()
+    h.clock.advance(61)
+    await h.run_until_settled()
+    diagnosis = await diagnose_session(h.repository, h.coordinator, sid, h.clock.time())
+    assert (
+        "status_info MAX_DURATION_EXCEEDED (it ran longer than its spec's max_duration)"
+        in "\n".join(diagnosis.lines)
+    )

@@ -20,6 +20,7 @@ from typing import Any
 
 from drover import (
     AnyOf,
+    Clock,
     Field,
     HandlerOptions,
     HandlerRegistry,
@@ -33,15 +34,16 @@ from drover import (
     TransitionStatus,
     hookimpl,
 )
-from drover.model.clock import Clock
 
 __all__ = [
     "HANDLER_NAME",
     "INVALID_MAX_DURATION",
     "SPEC_KEY",
     "STATUS_INFO",
+    "STATUS_INFO_MEANINGS",
     "EnforceMaxDuration",
     "drover_register_handlers",
+    "grace_of",
     "max_duration_of",
 ]
 
@@ -53,6 +55,8 @@ SPEC_KEY = "max_duration"
 STATUS_INFO = "MAX_DURATION_EXCEEDED"
 #: Error code of the history row written for a session whose limit is not valid.
 INVALID_MAX_DURATION = "invalid-max-duration"
+#: What STATUS_INFO means, shown by ``drover why`` for a session this handler stopped.
+STATUS_INFO_MEANINGS = {STATUS_INFO: f"it ran longer than its spec's {SPEC_KEY}"}
 
 
 def max_duration_of(spec: Mapping[str, Any]) -> float | None:
@@ -72,6 +76,20 @@ def max_duration_of(spec: Mapping[str, Any]) -> float | None:
     return float(value)
 
 
+def grace_of(settings: Mapping[str, Any]) -> float:
+    """``[handlers.enforce-max-duration.settings] grace``: extra seconds past every limit.
+
+    0 when unset. Raises ``ValueError`` (which stops the daemon at start-up,
+    naming the problem) if it is not a finite number >= 0.
+    """
+    value = settings.get("grace", 0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{HANDLER_NAME} setting grace must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{HANDLER_NAME} setting grace must be >= 0, not {value!r}")
+    return float(value)
+
+
 def _micros(seconds: float) -> int:
     # Compare in whole microseconds, as the coordinator does for timeouts:
     # status_changed_at round-trips through a datetime, and float noise must
@@ -87,10 +105,14 @@ class EnforceMaxDuration(LifecycleHandler):
     cannot fail except on a bad spec value.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    #: ``drover why`` explains the status_info this handler writes with these words.
+    status_info_meanings = STATUS_INFO_MEANINGS
+
+    def __init__(self, clock: Clock, grace: float = 0.0) -> None:
         # The coordinator's clock, not time.time(): tests move it with
         # h.clock.advance(), and it is the clock status_changed_at was set by.
         self.clock = clock
+        self.grace = grace
 
     @classmethod
     def name(cls) -> str:
@@ -156,7 +178,7 @@ class EnforceMaxDuration(LifecycleHandler):
             if limit is None:
                 continue  # no limit: never ours to act on
             elapsed = now - _micros(session.status_changed_at.timestamp())
-            if elapsed <= _micros(limit):
+            if elapsed <= _micros(limit + self.grace):
                 continue  # within its limit: unmentioned, so no row and no write
             successes.append(session.id)
             # Two decimals: whole seconds would print "RUNNING for 3s, longer
@@ -178,5 +200,6 @@ class EnforceMaxDuration(LifecycleHandler):
 
 @hookimpl
 def drover_register_handlers(register: HandlerRegistry) -> None:
-    """Register ``enforce-max-duration`` with the coordinator's clock."""
-    register(EnforceMaxDuration(register.context.clock))
+    """Register ``enforce-max-duration`` with the coordinator's clock and its own settings."""
+    settings = register.context.settings_for(HANDLER_NAME)
+    register(EnforceMaxDuration(register.context.clock, grace=grace_of(settings)))
