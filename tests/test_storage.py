@@ -451,4 +451,8 @@ def test_hot_reads_on_sqlites_cursor_match_sqlalchemy_and_keep_a_bounded_cache(m
             assert conn.in_transaction()
             assert [tuple(r) for r in rows] == [tuple(r) for r in conn.execute(query, {"low": 1})]
         assert len(_sql._DRIVER_SQL) <= 2
+        # A list bound per execution expands differently each time: still right.
+        listed = sa.select(t.c.a).where(t.c.b.in_(sa.bindparam("bs", expanding=True)))
+        assert [r[0] for r in _sql.driver_rows(conn, listed, {"bs": ["x"]})] == [1]
+        assert sorted(r[0] for r in _sql.driver_rows(conn, listed, {"bs": ["y", "z"]})) == [2, 3]
     engine.dispose()

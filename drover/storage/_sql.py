@@ -89,7 +89,9 @@ def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[list[T]]:
 #: Statements whose SQL :func:`driver_rows` keeps rendered (the least recently used goes).
 DRIVER_STATEMENTS = 256
 # id(query) -> (the query, its SQL, its parameters' names in order, their constant values).
-_DRIVER_SQL: OrderedDict[int, tuple[Any, str, tuple[str, ...], dict[str, Any]]] = OrderedDict()
+_DRIVER_SQL: OrderedDict[int, tuple[Any, str | None, tuple[str, ...], dict[str, Any]]] = (
+    OrderedDict()
+)
 _DRIVER_LOCK = threading.Lock()
 
 
@@ -98,9 +100,9 @@ def driver_rows(
 ) -> Sequence[Sequence[Any]]:
     """The rows of a hot read, as tuples, straight from the driver's cursor on SQLite.
 
-    ``query`` is a statement built once (:func:`statement`) whose parameters
-    are all plain values (ids as one parameter, no expanding lists but its
-    own constants): its SQL is rendered once, and every execution skips
+    ``query`` is a statement built once (:func:`statement`); when its
+    parameters are plain values (ids as one parameter, no list expanded per
+    execution, nothing SQLAlchemy converts) its SQL is rendered once, and every execution skips
     SQLAlchemy's per-execution and per-row work (a thousand sessions and four
     thousand kernels a tick). Columns come as the driver returns them, so
     the statement must need no result processing (JSON as text, see
@@ -117,12 +119,21 @@ def driver_rows(
             state = compiled.construct_expanded_state(dict(params))
             names = tuple(state.positiontup or ())
             constants = {n: v for n, v in state.parameters.items() if n not in params}
-            found = _DRIVER_SQL[id(query)] = (query, state.statement, names, constants)
+            # A list given per execution expands to different SQL each time, and a
+            # value SQLAlchemy would convert must be converted: those run through it.
+            processed = getattr(compiled, "_bind_processors", {})
+            plain = not any(
+                bind.expanding for name, bind in compiled.binds.items() if name in params
+            ) and not any(name in processed for name in names)
+            entry = (query, state.statement if plain else None, names, constants)
+            found = _DRIVER_SQL[id(query)] = entry
             while len(_DRIVER_SQL) > DRIVER_STATEMENTS:
                 _DRIVER_SQL.popitem(last=False)
         else:
             _DRIVER_SQL.move_to_end(id(query))
     _, sql, names, constants = found
+    if sql is None:
+        return conn.execute(query, dict(params)).all()
     if not conn.in_transaction():
         # As SQLAlchemy's first execute would: the begin event opens the transaction.
         conn.begin()
