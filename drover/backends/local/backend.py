@@ -88,6 +88,10 @@ _STDERR_TAIL = 2000
 _KILL_MARGIN = 5.0
 
 
+def _unchecked() -> None:
+    """A fence check that always passes (the batch was checked as a whole)."""
+
+
 class LocalBackend(AgentBackend):
     """Kernels as local processes; see the module docstring and docs/daemon.md."""
 
@@ -413,8 +417,7 @@ class LocalBackend(AgentBackend):
         A spawned attempt comes back as ``adopt`` with the supervisor's state
         (the command started), as ``ended`` (it could not start), or as
         ``failed`` (the supervisor never answered; it was killed). Raises
-        :class:`FencedError`, having spawned nothing more, once ``fence`` fails
-        (the spawns made before it are watched as usual).
+        :class:`FencedError`, having spawned nothing, if ``fence`` fails.
         """
         if not commands:
             return []
@@ -422,19 +425,14 @@ class LocalBackend(AgentBackend):
         attempts: list[Attempt] = []
 
         def attempt_each() -> None:
+            # One session's spawns go together: fenced before the first, never half
+            # done (a session left with some kernels spawned and none reported RUNNING
+            # would be sent back to PENDING, and its spawned kernels run again).
+            fence.check_clock()
             for command in commands:
-                attempts.append(self._attempt(command, fence.check_clock))
+                attempts.append(self._attempt(command, _unchecked))
 
-        try:
-            await asyncio.to_thread(attempt_each)
-        except FencedError:
-            # Supervisors spawned before the fence failed run on: their spawn records
-            # on disk are adopted by whichever coordinator owns the kernels now.
-            for attempt in attempts:
-                if attempt.kind == "spawned":
-                    os.close(attempt.handshake_fd)
-                    self._reap.add(attempt.pid)
-            raise
+        await asyncio.to_thread(attempt_each)
         answers = await asyncio.gather(
             *(
                 handshake(a.handshake_fd, self.start_timeout)
