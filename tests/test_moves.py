@@ -106,3 +106,19 @@ async def test_moves_are_written_in_the_ticks_transaction(make_harness):
             await h.tick("run-jobs")
         assert (await h.get(job)).status == Job.RUNNING
         assert (await h.get(tasks[0])).status == Task.RUNNING
+
+
+async def test_moves_apply_when_the_tick_claims_its_targets(make_harness):
+    """Several coordinators (PostgreSQL): a tick claims only its targets; the entities it
+    moves are not among them, and their compare-and-set alone guards them."""
+    victims: dict[str, tuple[str, str]] = {}
+    run = RunJobs(lambda ts: HandlerResult(successes=ids(ts), moves=victims))
+    async with harness(make_harness, run) as h:
+        h.coordinator.claim_owner = "coordinator-a"
+        job = await h.create("job", status=Job.RUNNING)
+        _, tasks, _ = await tree(h, job=Job.QUEUED)
+        victims[tasks[0]] = (Task.RUNNING, Task.CANCELLED)
+        report = await h.tick("run-jobs")
+        assert {c.entity_id: c.error_code for c in report.changes} == {job: None, tasks[0]: None}
+        assert (await h.get(job)).status == Job.DONE
+        assert (await h.get(tasks[0])).status == Task.CANCELLED

@@ -74,6 +74,14 @@ async def test_a_heartbeat_of_the_same_status_only_patches_data(make_harness):
         assert [r.result for r in await h.history(job)] == ["CREATED"]
 
 
+async def test_an_entity_without_children_a_report_ends_gets_its_result(make_harness):
+    async with harness(make_harness) as h:
+        _, _, (good, bad) = await tree(h)
+        assert await h.repository.report(good, Attempt.SUCCEEDED)
+        assert await h.repository.report(bad, Attempt.PREEMPTED)
+        assert [(await h.get(a)).result for a in (good, bad)] == ["SUCCESS", "FAILURE"]
+
+
 async def test_a_report_that_ends_an_entity_ends_its_tree(make_harness):
     async with harness(make_harness) as h:
         job, tasks, attempts = await tree(h)

@@ -126,16 +126,18 @@ def write_reports(
     runtimes: list[dict[str, Any]] = []
     patches: dict[str, Any] = {}
     for eid, (before, to, code, info, clear, runtime, data) in finals.items():
-        groups[(before, to, code, info, clear)].append(eid)
+        groups[(current[eid][0], before, to, code, info, clear)].append(eid)
         if runtime is not None:
             runtimes.append({"kid": eid, "rt": runtime})
         if data is not None:
             patches[eid] = data
-    for (before, to, code, info, clear), group in groups.items():
+    for (kind_name, before, to, code, info, clear), group in groups.items():
         moving = before != to
-        update = statement(
-            ("apply-reports", postgres, moving), partial(apply_reports, postgres, moving)
-        )
+        # An entity without children that ends gets its result in the same write.
+        kind = kinds[kind_name]
+        ends = kind if moving and to in kind.terminal and not kinds.child_of(kind_name) else None
+        build = partial(apply_reports, postgres, moving, ends)
+        update = statement(("apply-reports", postgres, moving, ends), build)
         params = {
             "ids": ids_value(group, postgres),
             "from_status": before,
@@ -184,7 +186,8 @@ def _ended(
     ended: dict[tuple[str, str], list[str]] = defaultdict(list)
     for eid, final in finals.items():
         kind_name = current[eid][0]
-        if final[1] != final[0] and final[1] in kinds[kind_name].terminal:
+        childless = kinds.child_of(kind_name) is None  # their result is already set
+        if not childless and final[1] != final[0] and final[1] in kinds[kind_name].terminal:
             ended[(kind_name, final[1])].append(eid)
     if ended:
         apply = Apply(conn, source, now, postgres=postgres, kinds=kinds)

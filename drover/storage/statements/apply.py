@@ -376,14 +376,20 @@ def set_moved_results(
 
 
 def result_expression(
-    kind: EntityKind, child: EntityKind | None, postgres: bool
+    kind: EntityKind,
+    child: EntityKind | None,
+    postgres: bool,
+    status: sa.ColumnElement[Any] | None = None,
 ) -> sa.ColumnElement[Any]:
     """SUCCESS, CANCELLED or FAILURE of an ended entity of ``kind`` (correlated to its row).
 
     The children counted follow :attr:`EntityKind.result_from`: all, the latest
     of each slot (a later sibling of the same slot supersedes a child), or none.
+    ``status`` is the entity's status (default its column; an UPDATE that sets
+    it passes the new value, since SET expressions read the old row).
     """
-    good: sa.ColumnElement[bool] = e.c.status.in_(sorted(kind.success_statuses))
+    status = e.c.status if status is None else status
+    good: sa.ColumnElement[bool] = status.in_(sorted(kind.success_statuses))
     if child is not None and kind.result_from != "status":
         failed = [~kernel_status_in(child.success_statuses)]
         if child.exit_codes:

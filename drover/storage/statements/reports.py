@@ -12,7 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from drover.model.kinds import EntityKind
 from drover.storage.schema import entities, status_changes
+from drover.storage.statements.apply import result_expression
 from drover.storage.statements.ids import ids_param
 
 __all__ = [
@@ -38,13 +40,15 @@ def reported_entities(postgres: bool, kind: str | None = None) -> sa.Select[Any]
     return query.with_for_update() if postgres else query
 
 
-def apply_reports(postgres: bool, moving: bool = True) -> sa.Update:
+def apply_reports(postgres: bool, moving: bool = True, ends: EntityKind | None = None) -> sa.Update:
     """Move the entities ``:ids`` from ``:from_status`` as their reports say.
 
     ``moving``: to ``:to_status`` at ``:now``, forgetting tries and result (a
     live entity has none; one that ends gets it right after); else the status
-    is kept. ``:exit_code`` and ``:info`` (the ``status_info``) when not null;
-    the agent cleared when ``:clear_agent``.
+    is kept. ``ends``: the entities, of that kind without children, end, and
+    their result is set in the same statement (a kernel's row is written once).
+    ``:exit_code`` and ``:info`` (the ``status_info``) when not null; the agent
+    cleared when ``:clear_agent``.
     """
     values: dict[str, Any] = {
         "exit_code": sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
@@ -58,7 +62,11 @@ def apply_reports(postgres: bool, moving: bool = True) -> sa.Update:
             status=sa.bindparam("to_status"),
             status_changed_at=sa.bindparam("now", type_=sa.Double),
             tries=None,
-            result=None,
+            result=None
+            if ends is None
+            else result_expression(
+                ends, None, postgres, sa.bindparam("to_status", type_=sa.String)
+            ),
         )
     return (
         sa.update(e)
