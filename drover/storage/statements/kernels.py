@@ -28,6 +28,7 @@ __all__ = [
     "KERNEL_KIND",
     "KERNEL_STATUSES",
     "SET_RUNTIME",
+    "SET_STATUS_INFO",
     "apply_reports",
     "current_kernels",
     "numeric_request",
@@ -73,6 +74,14 @@ SET_RUNTIME = (
     sa.update(e)
     .where(e.c.id == sa.bindparam("kid"))
     .values(runtime=sa.bindparam("rt", type_=e.c.runtime.type))
+)
+
+#: ``status_info = :info`` of the kernel ``:kid`` while it is still in ``:status`` (a
+#: backend's progress words; no status change, so no history row).
+SET_STATUS_INFO = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"), e.c.status == sa.bindparam("b_status"))
+    .values(status_info=sa.bindparam("info", type_=sa.Text))
 )
 
 #: Status changes recorded one by one (executed with many rows).
