@@ -58,6 +58,8 @@ class AgentConfig:
     cpu: float
     mem: float
     extra: dict[str, float] = attrs.field(factory=dict)
+    #: Slots declared as device ids (``gpu = ["0", "1"]``); each also counts in ``extra``.
+    devices: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
 
     def capacity(self) -> dict[str, float]:
         """Every slot this agent offers."""
@@ -100,6 +102,9 @@ class BackendConfig:
     agents: list[AgentConfig] = attrs.field(factory=list)
     #: local: seconds between SIGTERM and SIGKILL when destroying a kernel.
     kill_grace: float = 10.0
+    #: Per device slot, the variable that names a kernel's devices; unset slots:
+    #: ``CUDA_VISIBLE_DEVICES`` for ``gpu``, ``<SLOT>_VISIBLE_DEVICES`` otherwise.
+    device_variables: dict[str, str] = attrs.field(factory=dict)
     #: simulated: seconds from PULLING to PREPARED.
     pull_delay: float = 0.0
     #: simulated: seconds from CREATING to RUNNING.
@@ -214,12 +219,25 @@ def _converter() -> cattrs.Converter:
         if not isinstance(value, Mapping):
             raise ValueError(f"an agent must be a table, got {value!r}")
         known = {"id", "cpu", "mem"}
-        extra = {k: float(v) for k, v in value.items() if k not in known}
+        extra: dict[str, float] = {}
+        devices: dict[str, tuple[str, ...]] = {}
+        for k, v in value.items():
+            if k in known:
+                continue
+            if isinstance(v, list):
+                # A slot as device ids: its capacity is how many.
+                # Checked with the other values (_problems): distinct, non-empty.
+                ids = tuple(str(d) for d in v)
+                devices[k] = ids
+                extra[k] = float(len(ids))
+            else:
+                extra[k] = float(v)
         return AgentConfig(
             id=_string(value.get("id"), str),
             cpu=_number(float)(value.get("cpu"), float),
             mem=_number(float)(value.get("mem"), float),
             extra=extra,
+            devices=devices,
         )
 
     conv.register_structure_hook(AgentConfig, _agent)
@@ -418,6 +436,14 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
                 problems.append(
                     f"backend.agents: agent {agent.id!r} offers {slot} = {amount!r} "
                     f"({_origin('backend.agents', sources)}): must be a finite number >= 0"
+                )
+    for agent in config.backend.agents:
+        for slot, ids in agent.devices.items():
+            if len(set(ids)) != len(ids) or not all(ids):
+                problems.append(
+                    f"backend.agents: agent {agent.id!r} {slot} = {list(ids)!r} "
+                    f"({_origin('backend.agents', sources)}): device ids must be distinct "
+                    "and non-empty"
                 )
     if config.log_level.upper() not in LOG_LEVELS:
         problems.append(

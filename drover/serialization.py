@@ -74,6 +74,7 @@ def kernel_json(kernel: KernelInfo, index: int) -> dict[str, Any]:
         "exit_code": kernel.exit_code,
         "pid": runtime.get("pid"),
         "container": runtime.get("container"),
+        "devices": runtime.get("devices"),
         "stdout": runtime.get("stdout"),
         "stderr": runtime.get("stderr"),
         "status_changed_at": iso(kernel.status_changed_at),

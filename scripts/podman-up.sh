@@ -4,6 +4,9 @@
 #
 #   bash scripts/podman-up.sh [DIR]      (DIR: $DROVER_PODMAN_DIR, else /tmp/drover-podman)
 #
+# $DROVER_PODMAN_REGISTRY (host:port) names a plain-HTTP registry the service may
+# pull from (the tests serve one on 127.0.0.1); it is written to DIR/registries.conf.
+#
 # Idempotent: installs Debian's podman, runc and busybox-static when missing,
 # writes a project-owned containers.conf and storage.conf in DIR (never /etc),
 # starts `podman system service` on DIR/podman.sock unless it answers already,
@@ -67,11 +70,20 @@ driver = "overlay"
 runroot = "$DIR/run"
 graphroot = "$DIR/storage"
 EOF
+{
+    echo "# Written by drover's scripts/podman-up.sh (CONTAINERS_REGISTRIES_CONF points here)."
+    echo 'unqualified-search-registries = []'
+    if [ -n "${DROVER_PODMAN_REGISTRY:-}" ]; then
+        printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$DROVER_PODMAN_REGISTRY"
+    fi
+} >"$DIR/registries.conf"
 cat >"$DIR/env" <<EOF
 export CONTAINERS_CONF=$DIR/containers.conf
 export CONTAINERS_STORAGE_CONF=$DIR/storage.conf
+export CONTAINERS_REGISTRIES_CONF=$DIR/registries.conf
 EOF
 export CONTAINERS_CONF=$DIR/containers.conf CONTAINERS_STORAGE_CONF=$DIR/storage.conf
+export CONTAINERS_REGISTRIES_CONF=$DIR/registries.conf
 
 # -- the service ----------------------------------------------------------------------
 SOCK=$DIR/podman.sock

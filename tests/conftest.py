@@ -19,9 +19,13 @@ from typing import Any
 import asyncpg
 import attrs
 import pytest
+from container_helpers import label_prefix_fixture, podman_fixture
 from sqlalchemy.engine import make_url
 
 from drover.testing import CoordinatorHarness
+
+# The container backend's Podman: one service for the whole run, shared by every module.
+__all__ = ["label_prefix_fixture", "podman_fixture"]
 
 DEFAULT_PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 PG_URL = os.environ.get("DROVER_TEST_PG_URL") or DEFAULT_PG_URL

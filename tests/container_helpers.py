@@ -8,12 +8,18 @@ label prefix of its own and removes its leftover containers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
+import tarfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +32,18 @@ PODMAN_UP = ROOT / "scripts" / "podman-up.sh"
 IMAGE = "localhost/drover-test:latest"
 
 
+#: The test image as the test registry serves it (pulled slowly: a progress to see).
+REGISTRY_IMAGE = "drover/busybox:1"
+
+
 @attrs.frozen
 class Podman:
-    """A running ``podman system service``: its socket URL and the environment of its CLI."""
+    """A running ``podman system service``: its socket URL and the environment of its CLI;
+    ``registry``: host:port of the plain-HTTP test registry it may pull from."""
 
     url: str
     env: dict[str, str]
+    registry: str
 
     def cli(self, *argv: str) -> str:
         """Run the podman CLI on the same configuration and store; return its stdout."""
@@ -48,13 +60,87 @@ class Podman:
         return list(json.loads(out or "[]"))
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _registry(image_dir: Path, port: int) -> ThreadingHTTPServer:
+    """A read-only registry (Docker Registry HTTP API v2) serving ``REGISTRY_IMAGE`` from
+    a ``podman save --format docker-dir`` directory; each blob takes about 3 s to send."""
+    manifest = (image_dir / "manifest.json").read_bytes()
+    name, tag = REGISTRY_IMAGE.split(":")
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, body: bytes, kind: str, slow: bool = False) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+            if kind.endswith("manifest.v2+json"):
+                digest = "sha256:" + hashlib.sha256(body).hexdigest()
+                self.send_header("Docker-Content-Digest", digest)
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            step = max(len(body) // 30, 1) if slow else len(body) or 1
+            for start in range(0, len(body), step):
+                self.wfile.write(body[start : start + step])
+                if slow:
+                    time.sleep(0.1)
+
+        def do_GET(self) -> None:
+            if self.path == "/v2/":
+                self._send(b"{}", "application/json")
+            elif self.path == f"/v2/{name}/manifests/{tag}":
+                self._send(manifest, "application/vnd.docker.distribution.manifest.v2+json")
+            elif self.path.startswith(f"/v2/{name}/blobs/sha256:"):
+                blob = image_dir / self.path.rsplit(":", 1)[1]
+                if not blob.name.isalnum() or not blob.exists():
+                    self.send_error(404)
+                    return
+                body = blob.read_bytes()
+                self._send(body, "application/octet-stream", slow=len(body) > 100_000)
+            else:
+                self.send_error(404)
+
+        do_HEAD = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _registry_image(podman: Podman, where: Path) -> None:
+    """The test image plus one file, saved to ``where/image`` for the registry and removed
+    from the engine: its layer is one the engine does not have, so a pull downloads it."""
+    container = podman.cli("create", IMAGE, "true").strip()
+    rootfs = where / "rootfs.tar"
+    podman.cli("export", "-o", str(rootfs), container)
+    podman.cli("rm", container)
+    marker = where / "registry-image"
+    marker.write_text("served by the test registry\n")
+    with tarfile.open(rootfs, "a") as archive:
+        archive.add(marker, arcname="registry-image")
+    name = "localhost/drover-registry-image:1"
+    podman.cli("import", "--change", "ENV PATH=/bin", str(rootfs), name)
+    podman.cli("save", "--format", "docker-dir", "-o", str(where / "image"), name)
+    podman.cli("rmi", name)
+
+
 @pytest.fixture(name="podman", scope="session")
 def podman_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]:
-    """Podman's Docker-compatible API on a socket of this test run, with the test image."""
+    """Podman's Docker-compatible API on a socket of this test run, with the test image
+    and a test registry on 127.0.0.1 that serves it."""
     where = tmp_path_factory.mktemp("podman")
+    registry = f"127.0.0.1:{_free_port()}"
     done = subprocess.run(
         ["bash", str(PODMAN_UP), str(where)], capture_output=True, text=True, timeout=900,
-        check=False,
+        check=False, env={**os.environ, "DROVER_PODMAN_REGISTRY": registry},
     )  # fmt: skip
     if done.returncode != 0:
         pytest.fail(
@@ -66,11 +152,16 @@ def podman_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Podman]
         **os.environ,
         "CONTAINERS_CONF": str(where / "containers.conf"),
         "CONTAINERS_STORAGE_CONF": str(where / "storage.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(where / "registries.conf"),
     }
-    podman = Podman(done.stdout.strip().splitlines()[-1], env)
+    podman = Podman(done.stdout.strip().splitlines()[-1], env, registry)
+    _registry_image(podman, where)
+    server = _registry(where / "image", int(registry.rsplit(":", 1)[1]))
     try:
         yield podman
     finally:
+        server.shutdown()
+        server.server_close()
         subprocess.run(
             ["podman", "rm", "-af", "-t", "0"], capture_output=True, env=env, timeout=120,
             check=False,

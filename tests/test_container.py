@@ -16,12 +16,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from container_helpers import (  # noqa: F401  (fixtures)
+from container_helpers import (
     IMAGE,
+    REGISTRY_IMAGE,
     Podman,
     container_flags,
-    label_prefix_fixture,
-    podman_fixture,
 )
 from daemon_helpers import LIFECYCLE, ends_on_word, running_daemon, wait_for
 
@@ -124,12 +123,26 @@ async def test_a_pull_of_an_image_that_does_not_exist_ends_in_error_with_the_rea
         assert k.status == K.ERROR
         assert k.status_info.startswith(f"image pull failed: pull {image}: ")
         assert "connection refused" in k.status_info
+        # From PREPARING, or from SCHEDULED when the backend's report came first.
         rows = [
-            (r.from_status, r.to_status, r.message)
-            for r in await app.repository.kernel_history(kernel_id=k.id)
+            (r.to_status, r.message) for r in await app.repository.kernel_history(kernel_id=k.id)
         ]
-        assert (K.PREPARING, K.PULLING, f"pulling image {image}") in rows
+        assert (K.PULLING, f"pulling image {image}") in rows
         assert podman.containers(label_prefix) == []
+        why = await _cli_why(database, sid)
+        assert f"image pull failed: pull {image}: " in why, why
+
+
+async def _cli_why(database, sid: str) -> str:
+    """`drover why SID` on the test's database."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "drover", "--database", database.url, "why", sid,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**_env(), "DROVER_DATABASE_SCHEMA": database.schema or ""},
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
 
 
 # -- through the CLI, with the daemon as its own process --------------------------------
@@ -154,11 +167,10 @@ def _write_config(path: Path, database, data_dir: Path, podman: Podman, prefix: 
         "poll_interval = 0.2\n"
         f'default_image = "{IMAGE}"\n'
     )
-    # The daemon upgrades the database when it starts, but the test's first
-    # command may come before that: upgrade first, as an operator would.
+    # The CLI refuses an empty database: migrate before the daemon would.
     subprocess.run(
         [sys.executable, "-m", "drover", "--config", str(path), "db", "upgrade"],
-        env=_env(), check=True, capture_output=True, timeout=120,
+        env=_env(), check=True, capture_output=True, timeout=60,
     )  # fmt: skip
 
 
@@ -425,3 +437,35 @@ def test_a_service_of_httpd_containers_is_health_checked_replaced_scaled_and_des
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait()
+
+
+async def test_a_pull_from_a_registry_shows_its_progress_then_the_kernel_runs(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """pull_policy always, from the test registry (about 3 s a layer): the kernel is
+    PULLING with the engine's progress words in status_info, then PREPARED and runs."""
+    flags = container_flags(podman, label_prefix, pull_policy="always")
+    async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
+        image = f"{podman.registry}/{REGISTRY_IMAGE}"
+        kernel = {"image": image, "command": ["cat", "/registry-image"], "mem": 32}
+        (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
+
+        async def progress():
+            (k,) = (await app.repository.get_session(sid)).kernels
+            info = k.status_info or ""
+            return (
+                k if k.status == K.PULLING and info.startswith(f"pulling image {image}: ") else None
+            )
+
+        pulling = await wait_for(progress, timeout=60, what="a pull's progress in status_info")
+        assert pulling.status_info != f"pulling image {image}: "
+        s = await wait_for(lambda: _status(app, sid, S.TERMINATED), timeout=90, what="the end")
+        (k,) = s.kernels
+        assert (k.status, k.exit_code) == (K.TERMINATED, 0)
+        assert Path(k.runtime["stdout"]).read_text() == "served by the test registry\n"
+        moves = [
+            (r.from_status, r.to_status)
+            for r in await app.repository.kernel_history(kernel_id=k.id)
+        ]
+        assert K.PULLING in [to for _from, to in moves]
+        assert (K.PULLING, K.PREPARED) in moves

@@ -21,10 +21,16 @@ class BackendError(Exception):
 
 @attrs.frozen
 class AgentInfo:
-    """One agent and the resource capacity it offers (at least ``cpu`` and ``mem``)."""
+    """One agent and the resource capacity it offers (at least ``cpu`` and ``mem``).
+
+    ``devices``: the slots declared as device ids (``gpu = ["0", "1"]``), whose
+    capacity is how many; a kernel asking for such a slot is given specific ids
+    (:mod:`drover.backends.devices`).
+    """
 
     id: str
     capacity: Mapping[str, float]
+    devices: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
 
 
 class KernelReporter(Protocol):
@@ -57,6 +63,13 @@ class KernelReporter(Protocol):
 
         ``report_kernel_statuses`` is this, for kernels, with source ``backend``.
         """
+        ...
+
+    async def report_kernel_progress(
+        self, kernel_id: str, status: KernelStatus, message: str
+    ) -> bool:
+        """Set the kernel's ``status_info`` to ``message`` while it is in ``status`` (a pull's
+        progress); no status change, no history row. Returns whether it was in ``status``."""
         ...
 
     async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:

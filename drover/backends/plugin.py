@@ -17,13 +17,21 @@ __all__ = ["drover_register_backends"]
 def _agents(config: Config) -> list[AgentInfo]:
     from drover.config import default_agents
 
-    return [AgentInfo(a.id, a.capacity()) for a in (config.backend.agents or default_agents())]
+    return [
+        AgentInfo(a.id, a.capacity(), a.devices)
+        for a in (config.backend.agents or default_agents())
+    ]
 
 
 def _local(config: Config) -> AgentBackend:
     from drover.backends.local import LocalBackend
 
-    return LocalBackend(_agents(config), config.data_dir, kill_grace=config.backend.kill_grace)
+    return LocalBackend(
+        _agents(config),
+        config.data_dir,
+        kill_grace=config.backend.kill_grace,
+        device_variables=config.backend.device_variables,
+    )
 
 
 def _simulated(config: Config) -> AgentBackend:
@@ -68,7 +76,11 @@ def _container(config: Config) -> AgentBackend:
     except DroverError as error:
         raise ConfigError(str(error)) from None
     return ContainerBackend(
-        _agents(config), settings, config.data_dir, kill_grace=config.backend.kill_grace
+        _agents(config),
+        settings,
+        config.data_dir,
+        kill_grace=config.backend.kill_grace,
+        device_variables=config.backend.device_variables,
     )
 
 

@@ -73,8 +73,11 @@ def show(
     click.echo(f"tries        {tries}  (failures per handler in this status)")
     click.echo(f"requeues     {session.requeues}")
     data = session_json(session)
+    kernels = data["kernels"]
+    # A container's name and a kernel's devices, when some kernel has them.
+    extra = [key for key in ("container", "devices") if any(k[key] for k in kernels)]
     print_table(
-        ["#", "kernel", "status", "agent", "pid", "exit", "status_info", "stdout"],
+        ["#", "kernel", "status", "agent", "pid", "exit", "status_info", "stdout", *extra],
         [
             (
                 k["index"],
@@ -85,12 +88,18 @@ def show(
                 describe_exit(k["exit_code"]),
                 k["status_info"],
                 k["stdout"],
+                *(_devices_text(k[key]) if key == "devices" else k[key] for key in extra),
             )
-            for k in data["kernels"]
+            for k in kernels
         ],
         title="kernels",
     )
     _print_history(rows)
+
+
+def _devices_text(devices: dict[str, list[str]] | None) -> str:
+    """``gpu=0,1`` for a kernel's devices."""
+    return " ".join(f"{slot}={','.join(ids)}" for slot, ids in sorted((devices or {}).items()))
 
 
 @click.command()

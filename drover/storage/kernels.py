@@ -19,6 +19,7 @@ from drover.storage.statements.kernels import (
     KERNEL_KIND,
     KERNEL_STATUSES,
     KERNELS_IN,
+    SET_STATUS_INFO,
     usage_per_agent,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "get_kernel",
     "kernel_statuses",
     "kernels_in",
+    "report_kernel_progress",
     "report_kernel_statuses",
 ]
 
@@ -69,6 +71,24 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
             )  # fmt: skip
         except UnknownEntityError as error:
             raise UnknownKernelError(error.entity_id) from None
+
+    return await db.write(work)
+
+
+async def report_kernel_progress(
+    db: Database, kernel_id: str, status: KernelStatus, message: str
+) -> bool:
+    """Set a kernel's ``status_info`` to ``message`` if it is still in ``status``.
+
+    A backend's progress words (an image pull's): no status change, no history
+    row. Returns whether the kernel was in ``status``.
+    """
+
+    def work(conn: sa.Connection) -> bool:
+        result = conn.execute(
+            SET_STATUS_INFO, {"kid": kernel_id, "b_status": status.value, "info": message}
+        )
+        return bool(result.rowcount)
 
     return await db.write(work)
 

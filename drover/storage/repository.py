@@ -324,6 +324,12 @@ class Repository(Queries):
         """Apply backend reports in one transaction; return, per report, whether it applied."""
         return await _kernels.report_kernel_statuses(self._db, reports)
 
+    async def report_kernel_progress(
+        self, kernel_id: str, status: KernelStatus, message: str
+    ) -> bool:
+        """A backend's progress words for a kernel still in ``status`` (its ``status_info``)."""
+        return await _kernels.report_kernel_progress(self._db, kernel_id, status, message)
+
     async def report_kernel_status(
         self,
         kernel_id: str,

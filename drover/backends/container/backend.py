@@ -45,6 +45,7 @@ from drover.backends.container._reports import (
 )
 from drover.backends.container._settings import ContainerSettings
 from drover.backends.container._spec import container_config, image_of, spec_problem
+from drover.backends.devices import DeviceProblem, Devices, devices_of
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
@@ -59,6 +60,8 @@ _WANTS_CONTAINER = frozenset({_K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATI
 _MISSING_POLLS = 3
 #: Seconds destroy waits for a container to end after SIGKILL.
 _KILL_MARGIN = 10.0
+#: Seconds an ended container's log followers get to finish before they are cancelled.
+_FOLLOWERS_GRACE = 2.0
 #: Seconds between two progress words of a pull written to the kernel.
 _PROGRESS_EVERY = 1.0
 
@@ -90,8 +93,10 @@ class ContainerBackend(AgentBackend):
         data_dir: str | os.PathLike[str],
         *,
         kill_grace: float = 10.0,
+        device_variables: Mapping[str, str] | None = None,
     ) -> None:
         self._agents = list(agents)
+        self.devices = Devices(self._agents, device_variables or {})
         self.settings = settings
         self.data_dir = Path(data_dir).resolve()
         self.kill_grace = settings.kill_grace if settings.kill_grace is not None else kill_grace
@@ -246,6 +251,13 @@ class ContainerBackend(AgentBackend):
                 return
             last[0] = loop.time()
             log.info("kernel %s: pulling %s: %s", kernel_id, image, words)
+            assert self.reporter is not None
+            try:
+                await self.reporter.report_kernel_progress(
+                    kernel_id, _K.PULLING, f"pulling image {image}: {words}"
+                )
+            except Exception as error:  # progress is a courtesy; the pull goes on
+                log.warning("kernel %s: pull progress not recorded: %s", kernel_id, error)
 
         await self.engine.pull(image, progress)
 
@@ -311,12 +323,15 @@ class ContainerBackend(AgentBackend):
         try:
             report = await self._prepare_now(kernel)
         except asyncio.CancelledError:
+            self.devices.release(kernel.id)
             raise
         except Exception as error:
             log.exception("preparing kernel %s failed", kernel.id)
             message = f"prepare failed: {type(error).__name__}: {error}"
             report = KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
-        await self._deliver([report])
+        if await self._deliver([report]) is not None:
+            # Committed (or refused): the database says who holds which devices.
+            self.devices.release(kernel.id)
 
     async def _prepare_now(self, kernel: KernelInfo) -> KernelReport:
         problem = spec_problem(kernel.spec, self.settings.default_image)
@@ -343,6 +358,12 @@ class ContainerBackend(AgentBackend):
             "stdout": str(workdir / "stdout.log"),
             "stderr": str(workdir / "stderr.log"),
         }
+        if self.devices.wanted(kernel):
+            assert self.reporter is not None
+            try:
+                runtime["devices"] = await self.devices.assign(kernel, self.reporter)
+            except DeviceProblem as problem:
+                return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=str(problem))
         policy = self.settings.pull_policy
         present = policy != "always" and await self.engine.has_image(image)
         if present:
@@ -412,7 +433,7 @@ class ContainerBackend(AgentBackend):
                         self.engine.label: kernel.id,
                         f"{self.settings.label_prefix}.session": session_id,
                     },
-                    env={},
+                    env=self.devices.env(devices_of(runtime)),
                     network=self.settings.network,
                     port=port,
                 )
@@ -492,9 +513,7 @@ class ContainerBackend(AgentBackend):
                 item.finishing = False
                 raise
             state = None
-        for task in item.followers:
-            task.cancel()
-        await asyncio.gather(*item.followers, return_exceptions=True)
+        await _end_followers(item.followers)
         if state is not None:
             await self._keep_logs(item.kernel_id, item.container_id)
             end = ended(item.kernel_id, state, destroying=item.destroying, runtime=item.runtime)
@@ -576,6 +595,21 @@ class ContainerBackend(AgentBackend):
             if asyncio.get_running_loop().time() >= deadline:
                 return False
             await asyncio.sleep(0.1)
+
+
+async def _end_followers(followers: Sequence[asyncio.Task[None]]) -> None:
+    """Let log followers of an ended container finish on their own, cancel stragglers.
+
+    A follower ends when the engine closes its stream; one cancelled in the
+    middle of the stream leaves its connection to the garbage collector
+    (aiodocker does not release it), so cancelling is the last resort.
+    """
+    if not followers:
+        return
+    _done, pending = await asyncio.wait(followers, timeout=_FOLLOWERS_GRACE)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*followers, return_exceptions=True)
 
 
 def _port_of(state: ContainerState) -> dict[str, Any]:

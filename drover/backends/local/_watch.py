@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from drover.backends.devices import devices_of
 from drover.backends.local import _disk as disk
 from drover.backends.local._outcome import RUNNING_EXPECTED
 from drover.backends.local._proc import process_identity, session_members, signal_members
@@ -254,6 +255,9 @@ def lost_reason(spawn: disk.DiskSpawn | None) -> str:
 def runtime_of(workdir: Path, state: Mapping[str, Any], role: str) -> dict[str, Any]:
     """What the database keeps about a kernel's process (the ``runtime`` column)."""
     runtime: dict[str, Any] = {"workdir": str(workdir), **log_paths(workdir)}
+    devices = recorded_devices(workdir)
+    if devices:
+        runtime["devices"] = devices
     if role == "setup":
         return runtime
     for key in ("pid", "identity", "supervisor_pid", "supervisor_identity", "token"):
@@ -267,6 +271,28 @@ def runtime_of(workdir: Path, state: Mapping[str, Any], role: str) -> dict[str, 
 
 #: The file holding the kernel's ``$PORT`` (kept with the kernel, for adoption).
 PORT_FILE = "port"
+#: The file holding the kernel's devices of this attempt (``{"gpu": ["1"]}``).
+DEVICES_FILE = "devices.json"
+
+
+def recorded_devices(workdir: Path) -> dict[str, list[str]]:
+    """The devices this attempt of the kernel was given (``{}`` if none)."""
+    try:
+        found = json.loads((workdir / DEVICES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return devices_of({"devices": found})
+
+
+def record_devices(workdir: Path, devices: Mapping[str, list[str]]) -> None:
+    """(worker thread) Record the devices of this attempt; none: remove the record."""
+    path = workdir / DEVICES_FILE
+    if not devices:
+        path.unlink(missing_ok=True)
+        return
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(dict(devices)))
+    partial.replace(path)
 
 
 def recorded_port(workdir: Path) -> int | None:

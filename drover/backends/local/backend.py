@@ -44,6 +44,7 @@ from typing import Any
 import attrs
 
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.backends.devices import DeviceProblem, Devices
 from drover.backends.fence import Fence, FencedError
 from drover.backends.local import _disk as disk
 from drover.backends.local._outcome import (
@@ -66,6 +67,8 @@ from drover.backends.local._watch import (
     legacy_exit,
     lost_reason,
     read_end,
+    record_devices,
+    recorded_devices,
     reset_for_prepare,
     runtime_of,
     terminate,
@@ -105,8 +108,10 @@ class LocalBackend(AgentBackend):
         sweep_interval: float = 1.0,
         start_timeout: float = 30.0,
         report_backoff_max: float = 5.0,
+        device_variables: Mapping[str, str] | None = None,
     ) -> None:
         self._agents = list(agents)
+        self.devices = Devices(self._agents, device_variables or {})
         self.data_dir = Path(data_dir).resolve()
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
@@ -523,7 +528,16 @@ class LocalBackend(AgentBackend):
             )
             return
         workdir = self._workdir(kernel)
-        runtime = {"workdir": str(workdir), **log_paths(workdir)}
+        runtime: dict[str, Any] = {"workdir": str(workdir), **log_paths(workdir)}
+        devices: dict[str, list[str]] = {}
+        if self.devices.wanted(kernel):
+            assert self.reporter is not None
+            try:
+                devices = await self.devices.assign(kernel, self.reporter)
+            except DeviceProblem as problem:
+                self._setup_failed(kernel.id, str(problem))
+                return
+            runtime["devices"] = devices
         setup = kernel.spec.get("setup")
         await fence.check()
         earlier = self._kernels.pop(kernel.id, None)
@@ -534,6 +548,8 @@ class LocalBackend(AgentBackend):
             if earlier.own:
                 self._reap.add(earlier.supervisor_pid)
         live = await asyncio.to_thread(reset_for_prepare, workdir, fence.check_clock)
+        if live is None:
+            await asyncio.to_thread(record_devices, workdir, devices)
         if live is not None:
             self._setups[kernel.id] = self._watch_of(kernel.id, "setup", workdir, live)
             return
@@ -551,7 +567,8 @@ class LocalBackend(AgentBackend):
         cwd = await asyncio.to_thread(cwd_of, kernel.spec, workdir)
         command = Command(
             kernel.id, "setup", workdir, argv, cwd,
-            env_of(session_id, kernel), workdir / "setup.stdout.log", workdir / "setup.stderr.log",
+            {**env_of(session_id, kernel), **self.devices.env(devices)},
+            workdir / "setup.stdout.log", workdir / "setup.stderr.log",
         )  # fmt: skip
         (attempt,) = await self._start([command], fence)
         if attempt.kind == "adopt" and attempt.spawn is not None:
@@ -607,6 +624,8 @@ class LocalBackend(AgentBackend):
             cwd = await asyncio.to_thread(cwd_of, kernel.spec, workdir)
             env = env_of(session.id, kernel)
             env["PORT"] = str(await asyncio.to_thread(kernel_port, workdir))
+            devices = await asyncio.to_thread(recorded_devices, workdir)
+            env.update(self.devices.env(devices))
             out, err = Path(logs["stdout"]), Path(logs["stderr"])
             commands.append(Command(kernel.id, "kernel", workdir, argv, cwd, env, out, err))
         self._busy.update(c.kernel_id for c in commands)

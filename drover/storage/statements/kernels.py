@@ -24,6 +24,7 @@ __all__ = [
     "KERNEL_BY_ID",
     "KERNEL_KIND",
     "KERNEL_STATUSES",
+    "SET_STATUS_INFO",
     "numeric_request",
     "usage_per_agent",
 ]
@@ -31,6 +32,15 @@ __all__ = [
 e = entities
 #: The kernel kind, in the spelling of backends (:class:`~drover.model.values.KernelInfo`).
 KERNEL_KIND = "kernel"
+
+
+#: ``status_info = :info`` of the kernel ``:kid`` while it is still in ``:status`` (a
+#: backend's progress words; no status change, so no history row).
+SET_STATUS_INFO = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"), e.c.status == sa.bindparam("b_status"))
+    .values(status_info=sa.bindparam("info", type_=sa.Text))
+)
 
 
 def numeric_request(slot: str, postgres: bool) -> sa.ColumnElement[Any]:
