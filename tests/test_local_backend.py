@@ -293,8 +293,13 @@ async def test_a_nul_byte_in_the_command_is_refused_where_it_enters(database, tm
 
 @pytest.mark.parametrize("setting", ["env", "cwd"])
 async def test_other_unstartable_specs_are_kernel_failures(database, tmp_path: Path, setting):
-    """A working directory that does not exist, or a bad environment name: ERROR with why."""
-    extra: dict[str, object] = {"cwd": "no/such/dir"} if setting == "cwd" else {"env": {"A=B": "1"}}
+    """A working directory that cannot be created, or a bad environment name: ERROR with why.
+
+    (A missing working directory is created before the setup runs; one under
+    /proc cannot be.)"""
+    extra: dict[str, object] = (
+        {"cwd": "/proc/no/such/dir"} if setting == "cwd" else {"env": {"A=B": "1"}}
+    )
     async with running_daemon(database, tmp_path / "data") as (app, _daemon):
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel(["true"], **extra)]}])
         s = await wait_for(lambda: _in(app, sid, S.TERMINATED), what="TERMINATED")
