@@ -252,3 +252,32 @@ async def test_a_promotion_moves_at_most_its_batch_size(make_harness):
         jobs = [await h.create("job", children=[{"status": Task.DONE}]) for _ in range(3)]
         assert len((await h.tick("start-ready-jobs")).changes) == 2
         assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "QUEUED"]
+
+
+async def test_a_targeted_move_into_a_full_pool_is_refused_and_a_report_is_not(make_harness):
+    """Moves a handler makes go through the pool's gate; a pushed report is what happened
+    outside (it is never refused, and its entity counts as a holder)."""
+    picked: list[str] = []
+
+    def move_others(targets: Any) -> Any:
+        from drover import HandlerResult
+
+        return HandlerResult(
+            successes=[t.id for t in targets],
+            moves={other: (Job.QUEUED, Job.RUNNING) for other in picked},
+        )
+
+    class StartOne(StartJobs):
+        options = HandlerOptions(max_retries=None, batch_size=1)
+
+    async with _pooled(make_harness, StartOne(move_others)) as h:
+        holder = await h.create("job")
+        others = [await h.create("job", priority=-1) for _ in range(2)]
+        # A report puts one job in the pool: the other holder is counted, never refused.
+        assert await h.repository.report(others[0], Job.RUNNING, expected=[Job.QUEUED])
+        picked.append(others[1])
+        report = await h.tick("start-jobs")
+        by_id = {c.entity_id: c for c in report.changes}
+        assert by_id[holder].to_status == Job.RUNNING
+        assert by_id[others[1]].error_code == POOL_FULL
+        assert await _statuses(h, [holder, *others]) == ["RUNNING", "RUNNING", "QUEUED"]
