@@ -515,10 +515,6 @@ class KernelReport:
     runtime: dict[str, Any] | None = None
 
 
-def _maybe_statuses(value: Iterable[str] | None) -> frozenset[str] | None:
-    return None if value is None else frozenset(str(v) for v in value)
-
-
 @attrs.frozen
 class Report:
     """An outside event's news about one entity of any kind (a worker's heartbeat, a
@@ -534,7 +530,8 @@ class Report:
 
     entity_id: str
     status: str
-    expected: frozenset[str] | None = attrs.field(default=None, converter=_maybe_statuses)
+    #: A frozenset (no conversion: a backend reports thousands of these at once).
+    expected: frozenset[str] | None = None
     status_info: str | None = None
     data: dict[str, Any] | None = None
     message: str | None = None

@@ -50,15 +50,10 @@ async def report_kernel_statuses(db: Database, reports: Sequence[KernelReport]) 
     if not reports:
         return []
     now = db.clock.time()
+    # Kernel statuses are StrEnum members: strings already, no conversion needed.
     pushed = [
         Report(
-            r.kernel_id,
-            r.status.value,
-            expected=None if r.expected is None else {s.value for s in r.expected},
-            status_info=r.message,
-            message=r.message,
-            exit_code=r.exit_code,
-            runtime=r.runtime,
+            r.kernel_id, r.status, r.expected, r.message, None, r.message, r.exit_code, r.runtime
         )
         for r in reports
     ]
