@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import Any
 
@@ -70,8 +71,10 @@ async def history(
         moves = [moved_from_change(r, db.kinds) for r in conn.execute(moves_query)]
         if kind is not None:
             moves = [m for m in moves if m.kind == kind]
-        # Stable: at one instant the entity's own row (its creation) comes first.
-        merged = sorted(own + moves, key=lambda r: r.created_at)
+        # Each list keeps the order it was written in (rows of several writers
+        # can carry clocks that disagree); the merge interleaves them by time,
+        # the entity's own row first at one instant.
+        merged = list(heapq.merge(own, moves, key=lambda r: r.created_at))
         return merged if limit is None else merged[:limit]
 
     return await db.read(work)
