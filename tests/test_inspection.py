@@ -266,7 +266,7 @@ def test_prune_keeps_what_it_must(world, database):
 
 def test_prune_reports_progress_per_batch_and_reads_1h30m(world):
     """Each batch is a transaction with a progress line on stderr; 1h30m is a duration."""
-    ids, cli = world
+    _ids, cli = world
     dry = json.loads(cli("history", "prune", "--older-than", "1h30m", "--dry-run", "--json").output)
     assert dry["older_than_s"] == 5400
     everything = cli("history", "prune", "--older-than", "0s", "--dry-run", "--json").output
