@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.app import App
 from drover.cli._common import database_option, emit_json, json_option, with_app
 from drover.model.plan import REPORT_SOURCE
+
+if TYPE_CHECKING:
+    from drover.app import App
 
 __all__ = ["report"]
 
