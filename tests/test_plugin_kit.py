@@ -395,4 +395,4 @@ def test_the_example_plugin_is_listed_when_installed(tmp_path, monkeypatch):
     blocked = json.loads(
         _cli("plugins", "--json", env={"DROVER_DISABLE_PLUGINS": "max-duration"}).output
     )
-    assert blocked == []
+    assert "max-duration" not in [r["name"] for r in blocked]  # other packs stay
