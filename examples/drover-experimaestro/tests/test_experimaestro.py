@@ -32,6 +32,7 @@ from drover_experimaestro import (
     JobState,
     submit,
 )
+from drover_experimaestro.kinds import RETRIES
 from drover_experimaestro.launcher import Start, job_directory
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
@@ -393,3 +394,27 @@ def test_the_entry_point_names_the_plugin() -> None:
     dist = metadata.distribution(project["name"])  # `make venv` installs it
     (ep,) = [ep for ep in dist.entry_points if ep.group == "drover"]
     assert ep.load() is module.plugin
+
+
+async def test_the_demo_experiment_ends_as_the_readme_says(tmp_path: Path) -> None:
+    """`drover-xpm-demo` submits; the pack's handlers (as `drover run` loads them) carry it out."""
+    from drover_experimaestro.demo import _submit_experiment
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/xpm.db"
+    submitted = dict(await _submit_experiment(url))
+    plugin = ExperimaestroPlugin()
+    async with CoordinatorHarness(
+        plugins=[plugin], include_builtin_handlers=False, database_url=url
+    ) as h:
+        for _ in range(10):  # the longest chain: prepare, train (3 runs of 2 s), evaluate
+            h.clock.advance(3.5)
+            await h.run_until_settled()
+        ends = {label.split(" ")[0]: await _state(h, job) for label, job in submitted.items()}
+        assert ends["train"] == ("DONE", None, "SUCCESS")
+        assert ends["evaluate"] == ends["prepare"] == ends["sweep"] == ("DONE", None, "SUCCESS")
+        assert ends["broken"] == ("ERROR", FailureReason.MEMORY, "FAILURE")
+        assert ends["report"] == ("ERROR", FailureReason.DEPENDENCY, "FAILURE")
+        train = submitted["train (resumable: times out twice, then done)"]
+        assert str((await h.get(train)).budgets[RETRIES]) == "2/3"
+        sweeps = [j for label, j in submitted.items() if label.startswith("sweep")]
+        assert all([(await h.get(j)).status == JobState.DONE for j in sweeps])
