@@ -255,16 +255,15 @@ async def test_resubmitting_with_a_higher_max_retries_revives_an_exhausted_job(
         # A higher one: the job runs again, in its directory, and its dependent waits for it.
         assert await _submit(h, attrs.evolve(train, max_retries=3)) == job
         assert await _submit(h, evaluate) == dependent
-        assert (await _state(h, job))[::2] == ("WAITING", None)  # result cleared
+        assert await _state(h, job) == ("WAITING", None, None)  # result and reason cleared
         assert (await _state(h, dependent))[0] == "WAITING"
         for name in ("xpm-resolve", "xpm-fail-dependents"):
             await h.tick(name)
         assert (await _state(h, job))[0] == "READY"
         assert (await _state(h, dependent))[0] == "WAITING"
         await h.run_until_settled()
-        # (status_info still says why they ended before: reopen keeps it; README: workarounds)
-        assert (await _state(h, job))[::2] == ("DONE", "SUCCESS")
-        assert (await _state(h, dependent))[::2] == ("DONE", "SUCCESS")
+        assert await _state(h, job) == ("DONE", None, "SUCCESS")
+        assert await _state(h, dependent) == ("DONE", None, "SUCCESS")
         assert [s.run for s in _starts(h, job)] == [0, 1, 2, 3]
         assert len({s.directory for s in _starts(h, job)}) == 1
         assert "REOPENED" in [r.result for r in await h.history(job)]
