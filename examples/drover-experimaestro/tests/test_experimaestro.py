@@ -366,10 +366,11 @@ async def test_two_coordinators_on_postgresql_never_run_more_than_k_token_jobs()
 
 def test_plugins_check_strict_passes_and_graph_shows_the_kinds() -> None:
     """The installed pack: `drover plugins` lists it, `plugins check --strict` finds nothing,
-    `drover graph --kind` draws each kind."""
+    `drover graph --kind` draws each kind. Only this pack's entry point is loaded, so what
+    other installed packs do cannot hide or cause a warning."""
     from drover.cli.main import main
 
-    runner = CliRunner()
+    runner = CliRunner(env={"DROVER_LOAD_PLUGINS": "experimaestro"})
     listed = runner.invoke(main, ["plugins"])
     assert listed.exit_code == 0, listed.output
     assert "experimaestro" in listed.output
