@@ -47,9 +47,11 @@ $(RUN_STAMP): pyproject.toml
 # What the tests need on top: the dev extras (pytest, hypothesis, ruff, mypy,
 # playwright) and the example plugin (`make test` runs its tests, and the
 # end-to-end test in tests/ needs its entry point).
-$(STAMP): $(RUN_STAMP) examples/drover-max-duration/pyproject.toml
+$(STAMP): $(RUN_STAMP) examples/drover-max-duration/pyproject.toml \
+		examples/drover-experimaestro/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pip install --quiet -e ./examples/drover-max-duration
+	$(BIN)/python -m pip install --quiet -e ./examples/drover-max-duration \
+		-e ./examples/drover-experimaestro
 	touch $(STAMP)
 
 venv: $(STAMP)

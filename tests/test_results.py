@@ -199,3 +199,14 @@ async def test_a_handler_cannot_leave_a_terminal_status(make_harness):
 
 def test_kinds_are_what_the_tests_declare():
     assert JOB in KINDS
+
+
+async def test_reopen_clears_the_status_info_that_said_how_it_ended(make_harness):
+    """A reopened job kept its old status_info: revived and DONE, it still said OOM."""
+    async with harness(make_harness) as h:
+        job = await h.create("job", status=Job.RUNNING)
+        assert await h.repository.report(job, Job.FAILED, status_info="OOM")
+        assert ((await h.get(job)).status_info, (await h.get(job)).result) == ("OOM", "FAILURE")
+        await h.repository.reopen(job, Job.QUEUED)
+        found = await h.get(job)
+        assert (found.status, found.status_info, found.result) == (Job.QUEUED, None, None)

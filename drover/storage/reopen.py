@@ -2,10 +2,11 @@
 
 A handler's transitions never leave a terminal status (refused when it is
 registered) and reports never move a terminal entity; ``reopen`` does, on
-purpose: the entity goes to a live status of its kind and its ``result`` is
-cleared, so its dependents (``DependenciesSucceeded``) wait for it again. It
-is written as any change is, by the one apply: compare-and-set on the status
-read, a history row (result ``REOPENED``).
+purpose: the entity goes to a live status of its kind and its ``result`` and
+``status_info`` are cleared, so its dependents (``DependenciesSucceeded``) wait
+for it again and nothing says how it had ended. It is written as any change
+is, by the one apply: compare-and-set on the status read, a history row
+(result ``REOPENED``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from drover.storage._db import Database
 from drover.storage._sql import statement
 from drover.storage.apply import Apply
 from drover.storage.entities import API_SOURCE
-from drover.storage.statements.reopen import entity_and_parent
+from drover.storage.statements.reopen import clear_status_info, entity_and_parent
 
 __all__ = ["REOPENED", "reopen"]
 
@@ -34,7 +35,8 @@ async def reopen(
     source: str = API_SOURCE,
     message: str | None = None,
 ) -> None:
-    """Move the ended entity ``entity_id`` to the live ``status`` and clear its result.
+    """Move the ended entity ``entity_id`` to the live ``status``; clear its result and
+    status_info.
 
     Raises UnknownEntityError for an unknown id, and InvalidSpecError (writing
     nothing) when ``status`` is not a live status of its kind, when the entity
@@ -73,6 +75,10 @@ async def reopen(
             message=message or f"reopened by {source}",
             kind=kind.name,
         )
-        Apply(conn, source, now, postgres=pg, kinds=db.kinds).run([change])
+        outcome = Apply(conn, source, now, postgres=pg, kinds=db.kinds).run([change])
+        if not outcome.stale:
+            # The status_info said how it had ended (TIMEOUT, DEPENDENCY…), as the
+            # result did: a live entity carries neither until it ends again.
+            conn.execute(statement(("clear-status-info",), clear_status_info), {"b_id": entity_id})
 
     await db.write(work)

@@ -1,4 +1,4 @@
-"""The statements of :mod:`drover.storage.reopen`: what a reopen reads first."""
+"""The statements of :mod:`drover.storage.reopen`: what a reopen reads first, and clears."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from drover.storage.schema import entities
 
-__all__ = ["entity_and_parent"]
+__all__ = ["clear_status_info", "entity_and_parent"]
 
 e = entities
 
@@ -23,3 +23,8 @@ def entity_and_parent(postgres: bool) -> sa.Select[Any]:
         .where(e.c.id == sa.bindparam("b_id"))
     )
     return query.with_for_update(of=e) if postgres else query
+
+
+def clear_status_info() -> sa.Update:
+    """Clear the ``status_info`` of the entity ``:b_id``: it said how the entity had ended."""
+    return e.update().where(e.c.id == sa.bindparam("b_id")).values(status_info=None)
