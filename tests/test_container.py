@@ -111,26 +111,37 @@ async def test_a_pull_of_an_image_that_does_not_exist_ends_in_error_with_the_rea
     database, tmp_path: Path, podman: Podman, label_prefix: str
 ):
     """The kernel goes PULLING (with the image in status_info), then ERROR with the
-    engine's reason; `drover why` shows it. pull_policy never: ERROR at once."""
+    engine's reason, `drover why` shows it: a registry that is unreachable, and an
+    image the (reachable) test registry does not have."""
     flags = container_flags(podman, label_prefix)
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
-        image = "127.0.0.1:9/drover/no-such-image:1"
-        (sid,) = await app.repository.create_sessions(
-            [{"kernels": [{"image": image, "command": ["true"]}]}]
+        unreachable = "127.0.0.1:9/drover/no-such-image:1"
+        missing = f"{podman.registry}/drover/no-such-image:1"
+        sids = await app.repository.create_sessions(
+            [
+                {"kernels": [{"image": image, "command": ["true"]}]}
+                for image in (unreachable, missing)
+            ]
         )
-        s = await wait_for(lambda: _status(app, sid, S.TERMINATED, S.ERROR), timeout=60, what="end")
-        (k,) = s.kernels
-        assert k.status == K.ERROR
-        assert k.status_info.startswith(f"image pull failed: pull {image}: ")
-        assert "connection refused" in k.status_info
-        # From PREPARING, or from SCHEDULED when the backend's report came first.
-        rows = [
-            (r.to_status, r.message) for r in await app.repository.kernel_history(kernel_id=k.id)
-        ]
-        assert (K.PULLING, f"pulling image {image}") in rows
+        for sid, image, reason in zip(
+            sids, (unreachable, missing), ("connection refused", "manifest unknown"), strict=True
+        ):
+            s = await wait_for(
+                lambda sid=sid: _status(app, sid, S.TERMINATED, S.ERROR), timeout=60, what="end"
+            )
+            (k,) = s.kernels
+            assert k.status == K.ERROR
+            assert k.status_info.startswith(f"image pull failed: pull {image}: ")
+            assert reason in k.status_info.lower(), k.status_info
+            # From PREPARING, or from SCHEDULED when the backend's report came first.
+            rows = [
+                (r.to_status, r.message)
+                for r in await app.repository.kernel_history(kernel_id=k.id)
+            ]
+            assert (K.PULLING, f"pulling image {image}") in rows
+            why = await _cli_why(database, sid)
+            assert f"image pull failed: pull {image}: " in why, why
         assert podman.containers(label_prefix) == []
-        why = await _cli_why(database, sid)
-        assert f"image pull failed: pull {image}: " in why, why
 
 
 async def _cli_why(database, sid: str) -> str:
