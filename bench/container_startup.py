@@ -9,8 +9,8 @@ terminated (its command ends on SIGTERM) before the next. The medians and
 their difference are the overhead a container adds to a kernel's start.
 
 Run as ``.venv/bin/python bench/container_startup.py [--count 20] [--url URL]``
-(``--url``: the Engine API; default: start ``scripts/podman-up.sh`` in a
-temporary directory). The last line of stdout is the summary as JSON.
+(``--url``: the Engine API; default: the Podman of ``make podman-up``,
+started if it is not running). The last line of stdout is the summary as JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ from drover.config import load_config
 from drover.model.status import SessionStatus
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Where `make podman-up` runs Podman's service.
+PODMAN_DIR = "/tmp/drover-podman"
 #: The session handlers; each ticks every 20 ms in the benchmark.
 SESSION_HANDLERS = (
     "schedule-sessions", "prepare-sessions", "promote-to-prepared", "start-sessions",
@@ -102,14 +103,14 @@ async def _until(repo: Any, sid: str, status: SessionStatus, limit: float) -> No
         await asyncio.sleep(0.005)
 
 
-def _podman(where: Path) -> tuple[str, int]:
+def _podman(where: Path) -> str:
     done = subprocess.run(
         ["bash", str(ROOT / "scripts" / "podman-up.sh"), str(where)],
         capture_output=True,
         text=True,
         check=True,
     )
-    return done.stdout.strip().splitlines()[-1], int((where / "service.pid").read_text())
+    return done.stdout.strip().splitlines()[-1]
 
 
 def main() -> None:
@@ -118,19 +119,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20)
     parser.add_argument("--url", default=None, help="the Engine API (default: a new Podman)")
     args = parser.parse_args()
-    service: int | None = None
-    with tempfile.TemporaryDirectory(prefix="drover-bench-podman-") as where:
-        url = args.url
-        if url is None:
-            url, service = _podman(Path(where))
-        try:
-            results = {
-                backend: asyncio.run(_measure(backend, args.count, url))
-                for backend in ("local", "container")
-            }
-        finally:
-            if service is not None:
-                os.kill(service, signal.SIGTERM)
+    # The Podman of `make podman-up` (started if it is not running; left running).
+    url = args.url or _podman(Path(PODMAN_DIR))
+    results = {
+        backend: asyncio.run(_measure(backend, args.count, url))
+        for backend in ("local", "container")
+    }
     summary: dict[str, Any] = {"count": args.count}
     for backend, times in results.items():
         median = statistics.median(times)

@@ -33,11 +33,11 @@ die() { say "$*"; exit 1; }
 
 # -- packages ---------------------------------------------------------------------
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
-    || [ ! -x /bin/busybox ]; then
-    say "installing podman runc busybox-static"
+    || [ ! -x /bin/busybox ] || ! command -v curl >/dev/null; then
+    say "installing podman runc busybox-static curl"
     "${APT_GET[@]}" update -qq
-    "${APT_GET[@]}" install -y -qq --no-install-recommends podman runc busybox-static >/dev/null \
-        || die "could not install podman runc busybox-static"
+    "${APT_GET[@]}" install -y -qq --no-install-recommends podman runc busybox-static curl \
+        >/dev/null || die "could not install podman runc busybox-static curl"
 fi
 
 # -- configuration ------------------------------------------------------------------

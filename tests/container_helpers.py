@@ -93,6 +93,16 @@ def _registry(image_dir: Path, port: int) -> ThreadingHTTPServer:
                 if slow:
                     time.sleep(0.1)
 
+        def _unknown(self, code: str, what: str) -> None:
+            # A registry's own 404: JSON errors, as the Registry API v2 says.
+            body = json.dumps({"errors": [{"code": code, "message": f"{what} unknown"}]})
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body.encode())
+
         def do_GET(self) -> None:
             if self.path == "/v2/":
                 self._send(b"{}", "application/json")
@@ -101,12 +111,14 @@ def _registry(image_dir: Path, port: int) -> ThreadingHTTPServer:
             elif self.path.startswith(f"/v2/{name}/blobs/sha256:"):
                 blob = image_dir / self.path.rsplit(":", 1)[1]
                 if not blob.name.isalnum() or not blob.exists():
-                    self.send_error(404)
+                    self._unknown("BLOB_UNKNOWN", "blob")
                     return
                 body = blob.read_bytes()
                 self._send(body, "application/octet-stream", slow=len(body) > 100_000)
+            elif "/manifests/" in self.path:
+                self._unknown("MANIFEST_UNKNOWN", "manifest")
             else:
-                self.send_error(404)
+                self._unknown("NAME_UNKNOWN", "repository name")
 
         do_HEAD = do_GET
 

@@ -14,18 +14,29 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import attrs
+import pytest
+from conftest import PG_URL, Database, pg_schema
 from container_helpers import (
     IMAGE,
     REGISTRY_IMAGE,
     Podman,
     container_flags,
 )
-from daemon_helpers import LIFECYCLE, ends_on_word, running_daemon, wait_for
+from daemon_helpers import LIFECYCLE, daemon_flags, ends_on_word, running_daemon, wait_for
 
 from drover import KernelStatus, SessionStatus
+from drover.app import App
+from drover.backends.base import AgentInfo
+from drover.backends.container import ContainerBackend
+from drover.backends.container._settings import settings_from
+from drover.backends.fence import FencedError
+from drover.config import load_config
 from drover.kinds.deployments import deployments, routes
+from drover.model.values import Claim
 
 S = SessionStatus
 K = KernelStatus
@@ -111,26 +122,37 @@ async def test_a_pull_of_an_image_that_does_not_exist_ends_in_error_with_the_rea
     database, tmp_path: Path, podman: Podman, label_prefix: str
 ):
     """The kernel goes PULLING (with the image in status_info), then ERROR with the
-    engine's reason; `drover why` shows it. pull_policy never: ERROR at once."""
+    engine's reason, `drover why` shows it: a registry that is unreachable, and an
+    image the (reachable) test registry does not have."""
     flags = container_flags(podman, label_prefix)
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
-        image = "127.0.0.1:9/drover/no-such-image:1"
-        (sid,) = await app.repository.create_sessions(
-            [{"kernels": [{"image": image, "command": ["true"]}]}]
+        unreachable = "127.0.0.1:9/drover/no-such-image:1"
+        missing = f"{podman.registry}/drover/no-such-image:1"
+        sids = await app.repository.create_sessions(
+            [
+                {"kernels": [{"image": image, "command": ["true"]}]}
+                for image in (unreachable, missing)
+            ]
         )
-        s = await wait_for(lambda: _status(app, sid, S.TERMINATED, S.ERROR), timeout=60, what="end")
-        (k,) = s.kernels
-        assert k.status == K.ERROR
-        assert k.status_info.startswith(f"image pull failed: pull {image}: ")
-        assert "connection refused" in k.status_info
-        # From PREPARING, or from SCHEDULED when the backend's report came first.
-        rows = [
-            (r.to_status, r.message) for r in await app.repository.kernel_history(kernel_id=k.id)
-        ]
-        assert (K.PULLING, f"pulling image {image}") in rows
+        for sid, image, reason in zip(
+            sids, (unreachable, missing), ("connection refused", "manifest unknown"), strict=True
+        ):
+            s = await wait_for(
+                lambda sid=sid: _status(app, sid, S.TERMINATED, S.ERROR), timeout=60, what="end"
+            )
+            (k,) = s.kernels
+            assert k.status == K.ERROR
+            assert k.status_info.startswith(f"image pull failed: pull {image}: ")
+            assert reason in k.status_info.lower(), k.status_info
+            # From PREPARING, or from SCHEDULED when the backend's report came first.
+            rows = [
+                (r.to_status, r.message)
+                for r in await app.repository.kernel_history(kernel_id=k.id)
+            ]
+            assert (K.PULLING, f"pulling image {image}") in rows
+            why = await _cli_why(database, sid)
+            assert f"image pull failed: pull {image}: " in why, why
         assert podman.containers(label_prefix) == []
-        why = await _cli_why(database, sid)
-        assert f"image pull failed: pull {image}: " in why, why
 
 
 async def _cli_why(database, sid: str) -> str:
@@ -447,6 +469,8 @@ async def test_a_pull_from_a_registry_shows_its_progress_then_the_kernel_runs(
     flags = container_flags(podman, label_prefix, pull_policy="always")
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
         image = f"{podman.registry}/{REGISTRY_IMAGE}"
+        # Pulled by the other database's variant: its layer must be downloaded again.
+        podman.cli("rmi", "-f", image)
         kernel = {"image": image, "command": ["cat", "/registry-image"], "mem": 32}
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
 
@@ -469,3 +493,57 @@ async def test_a_pull_from_a_registry_shows_its_progress_then_the_kernel_runs(
         ]
         assert K.PULLING in [to for _from, to in moves]
         assert (K.PULLING, K.PREPARED) in moves
+
+
+# -- fencing: a call whose claim no longer holds does nothing ------------------------------
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[Database]:
+    """A fresh PostgreSQL schema (claims exist only on PostgreSQL)."""
+    async with pg_schema("fence") as schema:
+        yield Database("postgresql", PG_URL, schema)
+
+
+async def test_a_fenced_create_or_destroy_starts_and_signals_nothing(
+    pg: Database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """PostgreSQL only (SQLite runs one coordinator). A create whose tick's claim is not
+    on the session (lapsed, taken over) raises FencedError with no container created; a
+    fenced destroy leaves the running container alone; unfenced calls then work."""
+    flags = daemon_flags(pg, tmp_path / "data", **container_flags(podman, label_prefix))
+    app = App(load_config(None, environ={}, flags=flags))
+    await app.upgrade()
+    repo = app.repository
+    settings = settings_from(flags["backend.settings"])
+    backend = ContainerBackend(
+        [AgentInfo("test-agent", {"cpu": 4, "mem": 4096})], settings, tmp_path / "data",
+        kill_grace=1.0,
+    )  # fmt: skip
+    await backend.start(repo, lambda: None)
+    try:
+        (sid,) = await repo.create_sessions(
+            [{"kernels": [{"image": IMAGE, "command": ["sleep", "60"], "cpu": 0.5}]}]
+        )
+        (kernel,) = (await repo.get_session(sid)).kernels
+        assert await repo.report_kernel_status(kernel.id, K.PREPARED)
+        session = await repo.get_session(sid)
+        lost = Claim("coordinator-gone", "token-gone", repo.clock.time() + 10, ttl=10)
+        with pytest.raises(FencedError, match="fenced: the claim of coordinator coordinator-gone"):
+            await backend.create(attrs.evolve(session, claim=lost))
+        assert podman.containers(label_prefix) == []
+        await backend.create(session)
+        (container,) = podman.containers(label_prefix)
+        assert container["State"] == "running"
+        running = await repo.get_session(sid)
+        assert running.kernels[0].status == K.RUNNING
+        with pytest.raises(FencedError):
+            await backend.destroy(attrs.evolve(running, claim=lost))
+        assert [c["State"] for c in podman.containers(label_prefix)] == ["running"]
+        await backend.destroy(running)
+        (k,) = (await repo.get_session(sid)).kernels
+        assert (k.status, k.exit_code) == (K.TERMINATED, 137)
+        await wait_for(lambda: _none_left(podman, label_prefix), timeout=20, what="removal")
+    finally:
+        await backend.stop()
+        await app.close()

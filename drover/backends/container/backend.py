@@ -46,6 +46,7 @@ from drover.backends.container._reports import (
 from drover.backends.container._settings import ContainerSettings
 from drover.backends.container._spec import container_config, image_of, spec_problem
 from drover.backends.devices import DeviceProblem, Devices, devices_of
+from drover.backends.fence import Fence
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
@@ -261,17 +262,22 @@ class ContainerBackend(AgentBackend):
 
         await self.engine.pull(image, progress)
 
-    async def _create(self, name: str, config: Mapping[str, Any]) -> str:
+    async def _create(self, name: str, config: Mapping[str, Any], fence: Fence) -> str:
+        await fence.check()
         return await self.engine.create(name, config)
 
-    async def _start(self, container_id: str) -> None:
+    async def _start(self, container_id: str, fence: Fence) -> None:
+        await fence.check()
         await self.engine.start(container_id)
 
-    async def _signal(self, container_id: str, signal: str) -> None:
+    async def _signal(self, container_id: str, signal: str, fence: Fence) -> None:
+        await fence.check()
         await self.engine.signal(container_id, signal)
 
-    async def _remove(self, container_id: str) -> None:
-        if self.settings.remove:
+    async def _remove(self, container_id: str, fence: Fence | None = None) -> None:
+        if fence is not None:
+            await fence.check()
+        if self.settings.remove or fence is not None:
             try:
                 await self.engine.remove(container_id)
             except EngineError as error:
@@ -305,12 +311,33 @@ class ContainerBackend(AgentBackend):
     # -- prepare: the image ---------------------------------------------------------
 
     async def prepare(self, session: SessionWithKernels) -> None:
-        """Pull each SCHEDULED kernel's image in the background."""
-        for kernel in session.kernels:
-            if kernel.status == _K.SCHEDULED or (
-                kernel.status in (_K.PREPARING, _K.PULLING) and kernel.id not in self._pulls
-            ):
-                self._spawn_pull(session.id, kernel)
+        """Remove an earlier attempt's container, then pull each kernel's image in the
+        background. The removal is fenced by the tick's claim (:mod:`drover.backends.fence`):
+        a fenced call removes nothing and raises :class:`~drover.backends.fence.FencedError`."""
+        fence = Fence.of(session, self.reporter)
+        wanted = [
+            k
+            for k in session.kernels
+            if k.status == _K.SCHEDULED
+            or (k.status in (_K.PREPARING, _K.PULLING) and k.id not in self._pulls)
+        ]
+        for kernel in wanted:
+            if kernel.status == _K.SCHEDULED:
+                await self._clear_earlier(kernel, fence)
+        for kernel in wanted:
+            self._spawn_pull(session.id, kernel)
+
+    async def _clear_earlier(self, kernel: KernelInfo, fence: Fence) -> None:
+        """Remove the container of an earlier attempt (the kernel was sent back to PENDING)."""
+        old = self._tracked.pop(kernel.id, None)
+        if old is not None:
+            await _end_followers(old.followers, grace=0.0)
+        try:
+            earlier = await self.engine.inspect(self._name(kernel.id))
+        except EngineError:
+            return
+        log.warning("kernel %s: removing an earlier attempt's container", kernel.id)
+        await self._remove(earlier.id, fence)
 
     def _spawn_pull(self, session_id: str, kernel: KernelInfo) -> None:
         if kernel.id in self._pulls:
@@ -339,15 +366,6 @@ class ContainerBackend(AgentBackend):
             return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=problem)
         image = image_of(kernel.spec, self.settings.default_image)
         assert image is not None
-        # An earlier attempt's container (the kernel was sent back to PENDING) goes.
-        old = self._tracked.pop(kernel.id, None)
-        if old is not None:
-            for task in old.followers:
-                task.cancel()
-        with contextlib.suppress(EngineError):
-            earlier = await self.engine.inspect(self._name(kernel.id))
-            log.warning("kernel %s: removing an earlier attempt's container", kernel.id)
-            await self._remove(earlier.id)
         workdir = self._workdir(kernel.id)
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
         runtime: dict[str, Any] = {
@@ -390,14 +408,19 @@ class ContainerBackend(AgentBackend):
     # -- create: the container ---------------------------------------------------------
 
     async def create(self, session: SessionWithKernels) -> None:
-        """Create and start each prepared kernel's container (or adopt it); report RUNNING."""
+        """Create and start each prepared kernel's container (or adopt it); report RUNNING.
+
+        Each create and start is fenced by the tick's claim: a fenced call starts
+        nothing more and raises :class:`~drover.backends.fence.FencedError`.
+        """
+        fence = Fence.of(session, self.reporter)
         reports: list[KernelReport] = []
         for kernel in session.kernels:
             if kernel.status not in RUNNING_EXPECTED:
                 continue
             tracked = self._tracked.get(kernel.id)
             if tracked is None:
-                reports += await self._create_kernel(session.id, kernel)
+                reports += await self._create_kernel(session.id, kernel, fence)
             elif not tracked.confirmed:
                 reports.append(self._running(tracked))
         try:
@@ -415,7 +438,9 @@ class ContainerBackend(AgentBackend):
             tracked.kernel_id, _K.RUNNING, expected=RUNNING_EXPECTED, runtime=tracked.runtime
         )
 
-    async def _create_kernel(self, session_id: str, kernel: KernelInfo) -> list[KernelReport]:
+    async def _create_kernel(
+        self, session_id: str, kernel: KernelInfo, fence: Fence
+    ) -> list[KernelReport]:
         problem = spec_problem(kernel.spec, self.settings.default_image)
         if problem:
             return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=problem)]
@@ -437,7 +462,7 @@ class ContainerBackend(AgentBackend):
                     network=self.settings.network,
                     port=port,
                 )
-                container_id = await self._create(name, config)
+                container_id = await self._create(name, config, fence)
                 runtime["port"] = port
             else:
                 log.info("kernel %s: adopting container %s", kernel.id, state.id[:12])
@@ -445,7 +470,7 @@ class ContainerBackend(AgentBackend):
                 runtime.update(_port_of(state))
             runtime["container_id"] = container_id
             if state is None or not state.started:
-                await self._start(container_id)
+                await self._start(container_id, fence)
         except EngineError as error:
             message = f"failed to start: {error}"
             return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=message)]
@@ -498,7 +523,8 @@ class ContainerBackend(AgentBackend):
                 # owns the container.
                 log.warning("kernel %s is %s: stopping its container", item.kernel_id, status)
                 item.destroying = True
-                self._spawn_task(self._stop_container(item))
+                # The backend's own decision, outside any tick: no claim to check.
+                self._spawn_task(self._stop_container(item, Fence(item.kernel_id)))
 
     async def _finish(self, item: _Tracked, *, gone: bool = False) -> None:
         """Keep an ended container's logs, report its end, then remove it."""
@@ -536,8 +562,12 @@ class ContainerBackend(AgentBackend):
         """SIGTERM each live kernel's container, SIGKILL after ``kill_grace``; report the ends.
 
         Returns once every container ended and how it ended is committed, so the
-        handler's transition never hides an exit code.
+        handler's transition never hides an exit code. Every signal is fenced by the
+        tick's claim: a fenced call signals nothing more and raises
+        :class:`~drover.backends.fence.FencedError`.
         """
+        fence = Fence.of(session, self.reporter)
+        await fence.check()
         victims: list[_Tracked] = []
         for kernel in session.kernels:
             if kernel.status in TERMINAL_KERNEL_STATUSES:
@@ -551,7 +581,7 @@ class ContainerBackend(AgentBackend):
             if tracked is not None:
                 tracked.destroying = True
                 victims.append(tracked)
-        await asyncio.gather(*(self._stop_container(v) for v in victims))
+        await asyncio.gather(*(self._stop_container(v, fence) for v in victims))
         if any(not v.done.is_set() for v in victims):
             raise BackendError("could not record how the containers ended; will retry")
 
@@ -566,18 +596,18 @@ class ContainerBackend(AgentBackend):
         tracked.confirmed = kernel.status not in RUNNING_EXPECTED
         return tracked
 
-    async def _stop_container(self, item: _Tracked) -> None:
+    async def _stop_container(self, item: _Tracked, fence: Fence) -> None:
         """SIGTERM, SIGKILL after the grace, then its end (once, whoever asks)."""
         if item.finishing:
             await item.done.wait()
             return
-        await self._signal(item.container_id, "SIGTERM")
+        await self._signal(item.container_id, "SIGTERM", fence)
         if not await self._wait_ended(item, self.kill_grace):
             log.warning(
                 "container %s outlived SIGTERM for %gs: SIGKILL", item.container_id[:12],
                 self.kill_grace,
             )  # fmt: skip
-            await self._signal(item.container_id, "SIGKILL")
+            await self._signal(item.container_id, "SIGKILL", fence)
             await self._wait_ended(item, _KILL_MARGIN)
         await self._finish(item)
 
@@ -597,7 +627,9 @@ class ContainerBackend(AgentBackend):
             await asyncio.sleep(0.1)
 
 
-async def _end_followers(followers: Sequence[asyncio.Task[None]]) -> None:
+async def _end_followers(
+    followers: Sequence[asyncio.Task[None]], grace: float = _FOLLOWERS_GRACE
+) -> None:
     """Let log followers of an ended container finish on their own, cancel stragglers.
 
     A follower ends when the engine closes its stream; one cancelled in the
@@ -606,7 +638,9 @@ async def _end_followers(followers: Sequence[asyncio.Task[None]]) -> None:
     """
     if not followers:
         return
-    _done, pending = await asyncio.wait(followers, timeout=_FOLLOWERS_GRACE)
+    _done, pending = (
+        await asyncio.wait(followers, timeout=grace) if grace > 0 else (set(), set(followers))
+    )
     for task in pending:
         task.cancel()
     await asyncio.gather(*followers, return_exceptions=True)
