@@ -13,7 +13,8 @@ create entities, tick handlers and push reports (a worker's heartbeat).
   BACKOFF (``data["retry_after"]``) and charges its ``failure`` budget, whose
   own give-up ends it FAILED (the handler's give-up is WORKER_FAILED).
 * An attempt runs while it holds a worker (pool ``workers``); heartbeats
-  report it SUCCEEDED or FAILED. A high-priority task preempts the lowest
+  report it SUCCEEDED or FAILED (silent past ``spec["timeout"]``: FAILED, WORKER_LOST).
+  A high-priority task preempts the lowest
   running one by moves on entities it did not fetch.
 """
 
@@ -231,7 +232,8 @@ class RunTasks(_Handler):
         need_retry=Transition(Task.BACKOFF),
         give_up=Transition(Task.WORKER_FAILED),
     )
-    options = HandlerOptions(max_retries=3, batch_size=10)
+    # Failures charge the task's budget: no per-handler retry limit to defeat.
+    options = HandlerOptions(max_retries=None, batch_size=10)
 
     def decide(self, targets: Sequence[Entity]) -> HandlerResult:
         done, failed, waiting = [], [], []
@@ -317,6 +319,22 @@ class StartAttempts(_Handler):
         return HandlerResult(successes=[t.id for t in targets])
 
 
+class LoseSilentAttempts(_Handler):
+    """An attempt still RUNNING after ``spec["timeout"]`` seconds lost its worker (no
+    heartbeat said how it ended)."""
+
+    kind = "attempt"
+    handler = "lose-silent-attempts"
+    statuses = frozenset({Attempt.RUNNING})
+    transitions = StatusTransitions(success=Transition(Attempt.FAILED))
+    filters = (StatusAge(spec_key="timeout"),)
+    options = HandlerOptions(max_retries=3, batch_size=10)
+
+    def decide(self, targets: Sequence[Entity]) -> HandlerResult:
+        ids = [t.id for t in targets]
+        return HandlerResult(successes=ids, status_infos=dict.fromkeys(ids, "WORKER_LOST"))
+
+
 FINISH_JOBS = PromotionRule(
     "finish-jobs", {Job.RUNNING}, {Task.DONE}, KernelMatchType.ALL, Job.DONE, kind="job"
 )
@@ -341,6 +359,7 @@ def handlers(cluster: Cluster) -> list[Any]:
         ResumeTasks(),
         PreemptForTasks(cluster),
         StartAttempts(),
+        LoseSilentAttempts(),
         FINISH_JOBS,
         FAIL_JOBS,
     ]

@@ -224,6 +224,56 @@ async def test_a_worker_heartbeat_moves_an_attempt_and_a_stale_one_does_not(make
         assert await _statuses(h, [task, job]) == [Task.DONE, Job.DONE]
 
 
+async def test_a_silent_worker_loses_its_attempt_and_its_late_report_is_stale(make_harness):
+    async with _harness(make_harness, IrisPlugin()) as h:
+        job = await h.create("job", status=Job.RUNNING)
+        task = await h.create("task", status=Task.RUNNING, parent=job, spec={"queue": "cpu"})
+        spec = {"n": 1, "timeout": 60}
+        silent = await h.create("attempt", status=Attempt.RUNNING, parent=task, spec=spec)
+        h.clock.advance(30)
+        assert (await h.tick("lose-silent-attempts")).changes == ()
+        h.clock.advance(31)
+        await h.tick("lose-silent-attempts")
+        found = await h.get(silent)
+        assert (found.status, found.status_info, found.result) == (
+            Attempt.FAILED,
+            "WORKER_LOST",
+            "FAILURE",
+        )
+        # The worker comes back and says it succeeded: too late, nothing is written.
+        assert not await h.repository.report(
+            silent, Attempt.SUCCEEDED, expected=[Attempt.RUNNING], source="heartbeats"
+        )
+        assert (await h.get(silent)).status == Attempt.FAILED
+        assert [r.handler for r in await h.history(silent)] == ["api", "lose-silent-attempts"]
+        # Its task retries it (the failure budget's first charge).
+        await h.tick("run-tasks")
+        assert (await h.get(task)).status == Task.BACKOFF
+
+
+def test_plugins_check_strict_accepts_the_plugin(monkeypatch, tmp_path):
+    """Every status is reachable and has a way out, counting the budget's own give-up and
+    the statuses the job's transitions move tasks and attempts to."""
+    import json
+
+    from click.testing import CliRunner
+
+    import drover.app
+    from drover.cli.main import main
+
+    plugin = IrisPlugin()
+    real = drover.app.make_plugin_manager
+    monkeypatch.setattr(
+        drover.app, "make_plugin_manager", lambda **kw: real(**kw, plugins=[plugin])
+    )
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(
+        main, ["plugins", "check", "--strict", "--json"], env={"DROVER_LOAD_PLUGINS": ""}
+    )
+    report = json.loads(done.output)
+    assert (report["errors"], report["warnings"], done.exit_code) == ([], [], 0)
+
+
 # -- budgets and results ------------------------------------------------------------------------
 
 
