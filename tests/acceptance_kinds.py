@@ -31,6 +31,7 @@ from drover import (
     Budget,
     ChildCount,
     DependenciesFailed,
+    DependenciesSucceeded,
     Entity,
     EntityKind,
     Field,
@@ -160,13 +161,17 @@ class _Handler(LifecycleHandler):
 
 
 class StartJobs(_Handler):
-    """A gang starts together: a job with ``spec["gang"]`` PENDING tasks."""
+    """A gang starts together: a job with ``spec["gang"]`` PENDING tasks, once the jobs it
+    depends on have succeeded."""
 
     kind = "job"
     handler = "start-jobs"
     statuses = frozenset({Job.QUEUED})
     transitions = StatusTransitions(success=Transition(Job.RUNNING))
-    filters = (ChildCount("ge", statuses={Task.PENDING}, spec_key="gang"),)
+    filters = (
+        ChildCount("ge", statuses={Task.PENDING}, spec_key="gang"),
+        DependenciesSucceeded(),
+    )
 
     def decide(self, targets: Sequence[Entity]) -> HandlerResult:
         return HandlerResult(successes=[t.id for t in targets])

@@ -541,3 +541,77 @@ async def test_two_postgresql_coordinators_never_exceed_the_workers_pool(pg: Dat
         assert [c.error_code for c in report_b.changes] == [POOL_FULL, POOL_FULL]
         assert (await _statuses(h, attempts)).count(Attempt.RUNNING) == 2
         assert await _drain(h, [a, b], attempts) == 2
+
+
+# -- the whole lifecycle, run by the coordinator with workers reporting -------------------------
+
+
+class _Workers:
+    """The cluster's workers: each round, every RUNNING attempt reports how it ended (the
+    first ``spec["fail_attempts"]`` attempts of a task fail), and time passes."""
+
+    def __init__(self, jobs: list[str]) -> None:
+        self.jobs = jobs
+        self.most_running = 0
+
+    async def step(self, h: Any) -> bool:
+        running = []
+        ended = True
+        for job in self.jobs:
+            found = await h.get(job)
+            ended = ended and found.result is not None
+            for task in found.children:
+                for attempt in (await h.get(task.id)).children:
+                    if attempt.status == Attempt.RUNNING:
+                        running.append((attempt, task))
+        self.most_running = max(self.most_running, len(running))
+        for attempt, task in running:
+            fails = int(attempt.spec["n"]) <= int(task.spec.get("fail_attempts", 0))
+            status = Attempt.FAILED if fails else Attempt.SUCCEEDED
+            assert await h.repository.report(
+                attempt.id, status, expected=[Attempt.RUNNING], source="heartbeats"
+            )
+        # Past every back-off: a round that writes nothing ends run_until_settled.
+        h.clock.advance(31)
+        return ended
+
+
+async def test_the_whole_lifecycle_runs_to_its_end(make_harness):
+    """Gangs, dependencies, retries with back-off, a spent budget, a doomed dependent and
+    the workers pool, all driven by ticks and the workers' reports."""
+    async with _harness(make_harness, IrisPlugin()) as h:
+
+        def tasks(*fails: int) -> list[dict[str, Any]]:
+            return [{"spec": {"queue": "cpu", "fail_attempts": f}} for f in fails]
+
+        a = await h.create("job", spec={"gang": 3}, children=tasks(1, 0, 0))
+        c = await h.create("job", spec={"gang": 1}, children=tasks(2))
+        d = await h.create("job", spec={"gang": 2}, children=tasks(0, 1), links=[("depends_on", a)])
+        b = await h.create("job", spec={"gang": 1}, children=tasks(0), links=[("depends_on", c)])
+        workers = _Workers([a, b, c, d])
+        await h.run_until_settled(until=workers.step)
+        found = {j: await h.get(j) for j in (a, b, c, d)}
+        assert {j: (e.status, e.result) for j, e in found.items()} == {
+            a: (Job.DONE, "SUCCESS"),
+            b: (Job.FAILED, "FAILURE"),
+            c: (Job.FAILED, "FAILURE"),
+            d: (Job.DONE, "SUCCESS"),
+        }
+        # A's retried task succeeded on its second attempt.
+        retried = next(t for t in found[a].children if t.spec["fail_attempts"] == 1)
+        assert [(x.status, x.result) for x in (await h.get(retried.id)).children] == [
+            (Attempt.FAILED, "FAILURE"),
+            (Attempt.SUCCEEDED, "SUCCESS"),
+        ]
+        assert retried.result == "SUCCESS"
+        # C's task spent its budget; B never ran, its task failed with it.
+        (spent,) = found[c].children
+        assert (spent.status, spent.budgets) == (Task.FAILED, {"failure": BudgetUse(2, 1)})
+        (doomed,) = found[b].children
+        assert (doomed.status, doomed.status_info, doomed.children) == (
+            Task.FAILED,
+            "DEPENDENCY_FAILED",
+            (),
+        )
+        # Four tasks could run at once at times; two workers never ran more than two.
+        assert workers.most_running == 2
