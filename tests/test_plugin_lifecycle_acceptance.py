@@ -110,6 +110,39 @@ async def test_a_termination_request_ends_the_whole_tree_with_the_rules_info(mak
         )
 
 
+async def test_a_job_failed_by_a_promotion_ends_its_other_tasks_attempts(make_harness):
+    """The promotion (any task FAILED) ends the job; its running sibling and that one's
+    attempt end too, each with a row by the promotion, and the worker is free again."""
+    async with _harness(make_harness, IrisPlugin()) as h:
+        job = await h.create("job", status=Job.RUNNING)
+        await h.create("task", status=Task.FAILED, parent=job, spec={"queue": "cpu"})
+        sibling, attempt = await _task_with_attempt(h, job)
+        h.clock.advance(1)
+        await h.tick("fail-jobs")
+        assert await _statuses(h, [job, sibling, attempt]) == [
+            Job.FAILED,
+            Task.FAILED,
+            Attempt.FAILED,
+        ]
+        assert _rows(await h.history(sibling))[-1] == (
+            "fail-jobs",
+            "MOVED",
+            Task.RUNNING,
+            Task.FAILED,
+        )
+        assert _rows(await h.history(attempt))[-1] == (
+            "fail-jobs",
+            "MOVED",
+            Attempt.RUNNING,
+            Attempt.FAILED,
+        )
+        waiting = await _queued_attempts(h, 2)
+        report = await h.tick("start-attempts")
+        assert sorted(c.entity_id for c in report.changes if c.to_status == Attempt.RUNNING) == (
+            sorted(waiting)
+        )
+
+
 # -- targeted moves -----------------------------------------------------------------------------
 
 
