@@ -256,3 +256,45 @@ async def test_a_filter_naming_statuses_of_no_such_kind_is_refused_at_load(
             pass
     assert message in str(raised.value)
     assert "handler 'typo'" in str(raised.value)
+
+
+async def test_field_compares_json_values_of_the_same_type_alike_on_both_databases(
+    make_harness,
+):
+    """SQLite read JSON true as 1 (so `eq True` matched 1 and `in [1]` matched true), and the
+    two databases ordered values of different types differently (PostgreSQL's `lt 7` took
+    strings and null, SQLite's took booleans), and SQLite said a field holding null did not
+    exist: equality is JSON's, an ordering compares only a field of the value's type
+    (numbers with numbers, strings with strings), and a null field exists."""
+    values = [7, "7", True, 1, 1.0, 1.5, 0, False, None, "", "true", [7]]
+    cases = {
+        "eq-true": Field("spec", ("x",), "eq", True),
+        "eq-1": Field("spec", ("x",), "eq", 1),
+        "in-1": Field("spec", ("x",), "in", [1]),
+        "in-true-7": Field("spec", ("x",), "in", [True, "7"]),
+        "ne-1": Field("spec", ("x",), "ne", 1),
+        "lt-7": Field("spec", ("x",), "lt", 7),
+        "gt-5": Field("spec", ("x",), "gt", "5"),
+        "eq-null": Field("spec", ("x",), "eq", None),
+        "exists": Field("spec", ("x",), "exists"),
+    }
+    pickers = []
+    for name, f in cases.items():
+        picker = _one_at_a_time(name, {Job.QUEUED}, f)
+        type(picker).options = HandlerOptions(batch_size=50)
+        pickers.append(picker)
+    async with harness(make_harness, *pickers) as h:
+        label = {await h.create("job", spec={"x": v}): repr(v) for v in values}
+        label[await h.create("job", spec={})] = "missing"
+        found = {n: sorted(label[i] for i in await _picked(h, n)) for n in cases}
+    assert found == {
+        "eq-true": ["True"],
+        "eq-1": ["1", "1.0"],
+        "in-1": ["1", "1.0"],
+        "in-true-7": ["'7'", "True"],
+        "ne-1": sorted([*(repr(v) for v in values if v is True or v != 1), "missing"]),
+        "lt-7": ["0", "1", "1.0", "1.5"],
+        "gt-5": ["'7'", "'true'"],
+        "eq-null": ["None"],
+        "exists": sorted(repr(v) for v in values),
+    }

@@ -74,7 +74,10 @@ class Field:
     of :data:`FIELD_OPERATORS` (``exists``, ``missing`` and ``not_number``, set
     but not a JSON number, take no value; ``in`` takes a list or tuple and
     matches a field equal to one of its members). An entity without the
-    field matches only ``missing`` (and ``ne``). Example::
+    field matches only ``missing`` (and ``ne``). Values compare as JSON, alike
+    on both databases: equality is JSON's (``true`` is not ``1``), an ordering
+    compares only a field of the value's type, a field holding ``null`` exists.
+    Example::
 
         Field("spec", ("queue",), "in", ["gpu", "gpu-large"])
     """

@@ -162,32 +162,75 @@ def _sqlite_path(path: Sequence[str]) -> str:
     return "$" + "".join("." + json.dumps(key) for key in path)
 
 
+def _sqlite_type(json_type: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """SQLite's ``json_type`` named as PostgreSQL's ``jsonb_typeof`` names it.
+
+    SQLite reads JSON true as 1: the type keeps a boolean from equalling a number.
+    """
+    return sa.case(
+        (json_type.in_(["true", "false"]), "boolean"),
+        (json_type.in_(["integer", "real"]), "number"),
+        (json_type == "text", "string"),
+        else_=json_type,
+    )
+
+
 def _field(f: Field, postgres: bool, slots: Iterator[int]) -> sa.ColumnElement[bool]:
+    """A JSON field compared as JSON, alike on both databases: equality is JSON's (true is
+    not 1), an ordering compares only a field of the value's type, and a field holding
+    null exists."""
     column = e.c.spec if f.source == "spec" else e.c.data
-    extracted: sa.ColumnElement[Any]
     if postgres:
-        extracted = column.op("#>")(sa.literal(list(f.path), postgresql.ARRAY(sa.Text)))
-    else:
-        extracted = sa.func.json_extract(column, _sqlite_path(f.path))
+        return _field_postgres(f, column, slots)
+    path = _sqlite_path(f.path)
+    extracted = sa.func.json_extract(column, path)
+    kind = sa.func.json_type(column, path)  # NULL: no such field; 'null': a JSON null
+    if f.op == "exists":
+        return kind.is_not(None)
+    if f.op == "missing":
+        return kind.is_(None)
+    if f.op == "not_number":
+        return sa.and_(kind.is_not(None), kind.not_in(["integer", "real"]))
+    # The value is bound as JSON text: both databases read it as they read the field.
+    text = _slot(slots, sa.String)
+    field_type = _sqlite_type(kind)
+    if f.op == "in":
+        each = sa.func.json_each(text).table_valued("value", "type")
+        return sa.exists(
+            sa.select(sa.literal(1))
+            .select_from(each)
+            .where(
+                _sqlite_type(each.c.type) == field_type,
+                sa.or_(field_type == "null", each.c.value == extracted),
+            )
+        )
+    value_type = _sqlite_type(sa.func.json_type(text, "$"))
+    value = sa.func.json_extract(text, "$")
+    if f.op in ("eq", "ne"):
+        equal = sa.and_(field_type == value_type, sa.or_(field_type == "null", extracted == value))
+        return equal if f.op == "eq" else sa.or_(kind.is_(None), sa.not_(equal))
+    return sa.and_(field_type == value_type, _COMPARE[f.op](extracted, value))
+
+
+def _field_postgres(
+    f: Field, column: sa.Column[Any], slots: Iterator[int]
+) -> sa.ColumnElement[bool]:
+    extracted = column.op("#>")(sa.literal(list(f.path), postgresql.ARRAY(sa.Text)))
     if f.op == "exists":
         return extracted.is_not(None)
     if f.op == "missing":
         return extracted.is_(None)
     if f.op == "not_number":
-        if postgres:
-            return sa.func.jsonb_typeof(extracted) != "number"
-        kind = sa.func.json_type(column, _sqlite_path(f.path))
-        return sa.and_(kind.is_not(None), kind.not_in(["integer", "real"]))
-    # The value is bound as JSON text: both databases read it as they read the field.
-    text = _slot(slots, sa.String)
+        return sa.func.jsonb_typeof(extracted) != "number"
+    value = sa.cast(_slot(slots, sa.String), postgresql.JSONB)
     if f.op == "in":
-        if postgres:
-            members = sa.func.jsonb_array_elements(sa.cast(text, postgresql.JSONB))
-            return extracted.in_(sa.select(members.column_valued()))
-        each = sa.func.json_each(text).table_valued("value")
-        return extracted.in_(sa.select(each.c.value))
-    value: Any = sa.cast(text, postgresql.JSONB) if postgres else sa.func.json_extract(text, "$")
+        members = sa.func.jsonb_array_elements(value)
+        return extracted.in_(sa.select(members.column_valued()))
     compared: sa.ColumnElement[bool] = _COMPARE[f.op](extracted, value)
     if f.op == "ne":
         return sa.or_(extracted.is_(None), compared)
+    if f.op != "eq":
+        # jsonb orders values of different types (a string is "less" than any number).
+        same_type = sa.func.jsonb_typeof(extracted) == sa.func.jsonb_typeof(value)
+        return sa.and_(same_type, compared)
     return compared
