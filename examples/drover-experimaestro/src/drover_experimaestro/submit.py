@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from drover import Entity, Queries, Repository
+from drover import Entity
 
 from .kinds import (
     DEFAULT_MAX_RETRIES,
@@ -29,6 +29,11 @@ from .kinds import (
     JobState,
 )
 from .launcher import check_script
+
+if TYPE_CHECKING:
+    # Storage is imported when a job is submitted, not when drover loads the
+    # plugin: `drover --help` stays fast.
+    from drover import Queries, Repository
 
 
 @attrs.frozen
