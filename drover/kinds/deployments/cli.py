@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.cli._common import (
+    count_range,
+    database_option,
+    emit_json,
+    json_option,
+    print_table,
+    with_app,
+)
 from drover.kinds.deployments.checks import check_health_path
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
@@ -86,7 +93,7 @@ def _positive(value: float | None, flag: str) -> float | None:
 )
 @click.option(
     "--max-replacements",
-    type=click.IntRange(min=0),
+    type=count_range(0),
     default=None,
     help="Replicas that may be replaced over the deployment's life [default: no limit: "
     "a crash loop backs off, 10 s doubling to 300 s].",
@@ -143,6 +150,9 @@ def deploy(
     from drover.model.creation import check_new_entities
     from drover.model.spec import new_session
 
+    if not name.strip():
+        # Deployments are found by name: an empty one could never be scaled or destroyed.
+        raise click.BadParameter("a deployment needs a name", param_hint="NAME")
     for flag, seconds in (
         ("--start-timeout", start_timeout),
         ("--evict-after", evict_after),
