@@ -152,6 +152,13 @@ async def test_a_deployment_scales_up_a_bounded_number_of_routes_per_tick(make_h
             (EndpointLifecycle.READY, 5),
         ]
         assert {c.status for c in found.children} == {RouteStatus.PROVISIONING}
+        # Their replica sessions come the same way: 2, 2, 1 per provisioning tick.
+        sessions = []
+        for _ in range(3):
+            report = await h.tick("provisioning-route")
+            assert report.error is None, report.error
+            sessions.append(len(await h.repository.list_sessions()))
+        assert sessions == [2, 4, 5]
 
 
 async def test_a_handler_creating_more_than_a_tick_may_is_an_invalid_result(make_harness):
