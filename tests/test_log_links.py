@@ -16,6 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from daemon_helpers import running_daemon, wait_for
+from slurm_helpers import (  # noqa: F401  (fixtures)
+    job_prefix_fixture,
+    slurm_cluster_fixture,
+    slurm_settings,
+)
 from starlette.testclient import TestClient
 
 from drover.app import App
@@ -112,6 +117,33 @@ async def test_a_link_planted_by_the_setup_is_never_written_through(database, tm
     assert kernel.status == KernelStatus.ERROR
     assert "is a symbolic link" in (kernel.status_info or ""), kernel.status_info
     assert secret.read_text() == SECRET
+
+
+def test_a_slurm_job_that_links_its_log_elsewhere_is_refused(
+    database, tmp_path, secret, monkeypatch, job_prefix
+):
+    """The slurm backend: its logs (created before sbatch) are read the same way."""
+    swap = f"echo mine; rm stdout.log; ln -s {secret} stdout.log"
+
+    async def run() -> tuple[str, dict]:
+        flags = slurm_settings(job_prefix)
+        async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
+            kernel = _kernel(["sh", "-c", swap])
+            (sid,) = await app.repository.create_sessions([{"kernels": [kernel]}])
+            session = await wait_for(lambda: _ended(app, sid), timeout=60, what="TERMINATED")
+        (k,) = session.kernels
+        return sid, k.runtime
+
+    sid, runtime = asyncio.run(run())
+    assert runtime["backend"] == "slurm"
+    assert Path(runtime["stdout"]).is_symlink()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
+    monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema or "")
+    result = CliRunner().invoke(main, ["logs", sid], catch_exceptions=False)
+    assert result.exit_code == 1
+    assert "very-secret" not in result.output
+    assert f"{runtime['stdout']} is a symbolic link" in result.output
 
 
 def test_the_shared_helper_refuses_links_fifos_and_linked_directories(tmp_path, secret):
