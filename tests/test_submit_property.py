@@ -212,6 +212,23 @@ def _refusal(output: str) -> str:
     return errors[0]
 
 
+#: The query parameters the dashboard reads (drover.web.params and the pages).
+QUERY_KEYS = [
+    "limit",
+    "since",
+    "until",
+    "sort",
+    "status",
+    "bytes",
+    "kind",
+    "handler",
+    "result",
+    "kernel",
+    "name",
+    "session",
+]
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -466,6 +483,23 @@ def _scale_param() -> Any:
     return param
 
 
+#: The query parameters the dashboard reads (drover.web.params and the pages).
+QUERY_KEYS = [
+    "limit",
+    "since",
+    "until",
+    "sort",
+    "status",
+    "bytes",
+    "kind",
+    "handler",
+    "result",
+    "kernel",
+    "name",
+    "session",
+]
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -498,7 +532,9 @@ def test_no_dashboard_path_is_a_server_error(databases, tmp_path, monkeypatch, d
             # Lone surrogates: bytes that are not UTF-8, as a hostile client may send.
             encoded = quote(value.encode("utf-8", "surrogatepass"), safe="")
             path = path.replace("{" + param + "}", encoded or "x")
-        query = data.draw(st.dictionaries(HOSTILE_TEXT, HOSTILE_TEXT, max_size=2), label="query")
+        keys = st.one_of(st.sampled_from(QUERY_KEYS), HOSTILE_TEXT)
+        values = st.one_of(HOSTILE_TEXT, HUGE_INTS.map(str))
+        query = data.draw(st.dictionaries(keys, values, max_size=2), label="query")
         if query:
             path += "?" + "&".join(
                 f"{quote(k.encode('utf-8', 'surrogatepass'), safe='')}="
