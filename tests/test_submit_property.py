@@ -483,23 +483,6 @@ def _scale_param() -> Any:
     return param
 
 
-#: The query parameters the dashboard reads (drover.web.params and the pages).
-QUERY_KEYS = [
-    "limit",
-    "since",
-    "until",
-    "sort",
-    "status",
-    "bytes",
-    "kind",
-    "handler",
-    "result",
-    "kernel",
-    "name",
-    "session",
-]
-
-
 @settings(
     max_examples=60,
     deadline=None,
