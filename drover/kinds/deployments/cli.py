@@ -61,7 +61,13 @@ def _positive(value: float | None, flag: str) -> float | None:
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Replicas to keep running (at most limits.replicas, 1000 unless configured).",
+)
 @click.option("--health-path", default="/", show_default=True, help="Path each replica answers.")
 @click.option("--cpu", type=click.FloatRange(min=0), default=0.5, show_default=True)
 @click.option("--mem", type=click.FloatRange(min=0), default=128.0, show_default=True, help="MiB.")
@@ -363,6 +369,8 @@ def _why(row: dict[str, Any]) -> str:
 @click.pass_context
 def scale(ctx: click.Context, name: str, replicas: int, database_url: str | None) -> None:
     """Set the desired replicas of deployment NAME (recorded in its history as `api`).
+
+    REPLICAS is at most limits.replicas (1000 unless configured).
 
     Example: drover scale web 3
     """

@@ -130,7 +130,15 @@ def _check_kernels(kernels: Any, where: str) -> None:
 
 @click.command()
 @click.option("--name", default=None, help="A name to recognise the session by.")
-@click.option("--kernels", "count", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--kernels",
+    "count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Kernels of the session, each running the command (at most "
+    "limits.kernels_per_session, 1000 unless configured).",
+)
 @click.option(
     "--cpu",
     type=click.FloatRange(min=0),
