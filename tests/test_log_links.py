@@ -172,3 +172,26 @@ def test_the_shared_helper_refuses_links_fifos_and_linked_directories(tmp_path, 
     with pytest.raises(UnsafeLogError, match="k2 is a symbolic link or not a directory"):
         read_log(tmp_path / "kernels" / "k2" / "stdout.log")
     assert secret.read_text() == SECRET
+
+
+def test_the_container_backend_never_writes_its_logs_through_a_link(tmp_path, secret):
+    """The container backend copies a container's output to the kernel's log files: a link
+    planted where a log (or its partial copy) goes is refused, the linked file untouched."""
+    from drover.backends.container.backend import _open_log, _write_whole
+
+    kernel = tmp_path / "kernels" / "k1"
+    kernel.mkdir(parents=True)
+    _write_whole(kernel / "stdout.log", "whole\n")
+    assert (kernel / "stdout.log").read_text() == "whole\n"
+    handle = _open_log(kernel / "stderr.log")
+    handle.write("followed\n")
+    handle.close()
+    assert (kernel / "stderr.log").read_text() == "followed\n"
+    (kernel / "stdout.log.partial").symlink_to(secret)
+    with pytest.raises(UnsafeLogError, match="is a symbolic link"):
+        _write_whole(kernel / "stdout.log", "overwritten\n")
+    (kernel / "stderr.log").unlink()
+    (kernel / "stderr.log").symlink_to(secret)
+    with pytest.raises(UnsafeLogError, match="is a symbolic link"):
+        _open_log(kernel / "stderr.log")
+    assert secret.read_text() == SECRET
