@@ -14,10 +14,12 @@ import gc
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import pluggy
 
 from drover import __version__
@@ -51,6 +53,7 @@ from drover.storage.retry import run_transaction
 
 __all__ = [
     "GC_THRESHOLD",
+    "SHUTDOWN_MARGIN",
     "App",
     "SchemaNotReadyError",
     "UnknownBackendError",
@@ -77,6 +80,22 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLD)
+
+
+#: Seconds past ``shutdown_grace`` a signalled daemon gets before it is ended at once.
+SHUTDOWN_MARGIN = 5.0
+
+
+def _watchdog(seconds: float, code: int) -> None:
+    """End the process with ``code`` in ``seconds`` unless it has ended by then."""
+
+    def expire() -> None:
+        log.error("still running %.0fs after the signal: exiting at once", seconds)
+        os._exit(code)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
 
 
 class SchemaNotReadyError(DroverError):
@@ -175,10 +194,13 @@ class App:
         """The registered entity kinds: drover's own (``drover.kinds``) and plugins'."""
         if self._kinds is None:
             # Configured budget limits ride on the kinds: what a handler sees of a
-            # budget (Entity.budgets) and what the coordinator judges agree.
-            self._kinds = collect_kinds(self.plugin_manager).configured(
+            # budget (Entity.budgets) and what the coordinator judges agree; so do
+            # the configured bounds of their counts ([limits]).
+            limits = attrs.asdict(self.config.limits)
+            kinds = collect_kinds(self.plugin_manager).configured(
                 self.config.budgets, self.config.pools
             )
+            self._kinds = kinds.with_limits(limits)
         return self._kinds
 
     @property
@@ -236,12 +258,14 @@ class App:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
         if self.coordinator is None:
             kinds = self.kinds
+            per_tick = self.config.limits.creations_per_tick
             context = RuntimeContext(
                 self.repository.queries,
                 self.backend,
                 self.clock,
                 reporter=self.repository,
                 settings={n: h.settings for n, h in self.config.handlers.items() if h.settings},
+                creations_per_tick=per_tick,
             )
             handlers, self.registered = collect_handlers(self.plugin_manager, context, kinds)
             self.observers = collect_observers(self.plugin_manager)
@@ -256,6 +280,7 @@ class App:
                 budgets=self.config.budgets,
                 claim_owner=self.coordinator_id,
                 claim_ttl=self.config.claim_ttl,
+                max_creations=per_tick,
             )
         return self.coordinator
 
@@ -308,7 +333,9 @@ class App:
         """Run the coordinator daemon until SIGINT/SIGTERM (``drover run``); return the exit code.
 
         The first signal stops new ticks and lets in-flight ones finish within
-        ``shutdown_grace``; a second signal exits at once. ``on_ready`` receives
+        ``shutdown_grace``; a second signal exits at once, and so does a daemon
+        still running ``shutdown_grace`` + :data:`SHUTDOWN_MARGIN` seconds after
+        the first (whatever it is busy with). ``on_ready`` receives
         the :class:`Daemon` (to stop it without a signal, as tests do). ``http``
         is ``(host, port, auth_token)``: the web dashboard then runs in this
         event loop and stops with the daemon, answering ``host`` and
@@ -335,19 +362,24 @@ class App:
         loop = asyncio.get_running_loop()
         received: list[int] = []
 
-        def on_signal(signum: int) -> None:
+        def on_signal(signum: int, _frame: Any = None) -> None:
+            # A plain signal handler, not the loop's: Python runs it between two
+            # bytecodes of whatever the main thread is doing, even a handler that
+            # never gives the loop back; the watchdog then ends the process.
             received.append(signum)
             if len(received) == 1:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
-                daemon.stop()
+                loop.call_soon_threadsafe(daemon.stop)
+                _watchdog(config.shutdown_grace + SHUTDOWN_MARGIN, 128 + signum)
             else:
                 log.warning("second signal: exiting at once")
                 # Whatever is in flight is an open transaction: the database rolls it back.
                 os._exit(128 + signum)
 
+        previous: dict[int, Any] = {}
         if install_signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, on_signal, signum)
+                previous[signum] = signal.signal(signum, on_signal)
         web_task: asyncio.Task[None] | None = None
         web_server: Any = None
         if http is not None:
@@ -373,9 +405,8 @@ class App:
                 web_server.should_exit = True
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(web_task, timeout=config.shutdown_grace)
-            if install_signals:
-                for signum in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(signum)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
             await dispatcher.close(grace=config.shutdown_grace)
         return 0
 

@@ -20,6 +20,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
+from drover.model.checks import MAX_COUNT
 from drover.model.errors import DroverError
 
 __all__ = [
@@ -32,11 +33,13 @@ __all__ = [
     "ConfigError",
     "HandlerConfig",
     "HistoryConfig",
+    "LimitsConfig",
     "LoadedConfig",
     "PluginsConfig",
     "default_agents",
     "flatten_config",
     "load_config",
+    "parse_toml",
     "retention_seconds",
 ]
 
@@ -132,6 +135,25 @@ class HistoryConfig:
 
 
 @attrs.frozen
+class LimitsConfig:
+    """``[limits]``: the upper bound of every count one request can ask for.
+
+    Checked where the count enters (CLI flags, session files, the API, the
+    creation check), so that one command cannot make drover build millions of
+    rows; each is a whole number from 1 to :data:`~drover.model.checks.MAX_COUNT`.
+    """
+
+    #: Kernels one session may have (``drover submit --kernels``, a session file's
+    #: ``[[kernels]]``, the API).
+    kernels_per_session: int = 1000
+    #: Replicas one deployment may want (``drover deploy --replicas``, ``drover scale``).
+    replicas: int = 1000
+    #: Entities one handler tick may create (a deployment scaling up creates its
+    #: routes this many at a time; a handler asking for more is an invalid result).
+    creations_per_tick: int = 1000
+
+
+@attrs.frozen
 class Config:
     """The whole effective configuration."""
 
@@ -164,6 +186,7 @@ class Config:
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
     backend: BackendConfig = attrs.field(factory=BackendConfig)
     history: HistoryConfig = attrs.field(factory=HistoryConfig)
+    limits: LimitsConfig = attrs.field(factory=LimitsConfig)
 
 
 @attrs.frozen
@@ -177,6 +200,32 @@ class LoadedConfig:
     def source(self, key: str) -> str:
         """Where ``key`` (dotted) came from: ``default``, ``file …``, ``env …`` or ``flag …``."""
         return self.sources.get(key, "default")
+
+
+#: Deepest nesting of tables and arrays a TOML file may have (configuration, sessions).
+MAX_TOML_DEPTH = 32
+
+
+def parse_toml(text: str, where: str, error: type[Exception]) -> dict[str, Any]:
+    """``text`` parsed as TOML, or ``error`` with one line naming ``where`` and the problem.
+
+    Deep nesting is refused: ``tomllib`` parses it by recursion (a few thousand
+    ``[`` are a RecursionError) and so would everything that reads the result.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as problem:
+        raise error(f"{where}: not valid TOML: {problem}") from None
+    except RecursionError:
+        raise error(f"{where}: nested more than {MAX_TOML_DEPTH} levels deep") from None
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TOML_DEPTH:
+            raise error(f"{where}: nested more than {MAX_TOML_DEPTH} levels deep")
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return data
 
 
 # backend.name is checked against the registered backends when the app starts.
@@ -199,11 +248,30 @@ def _converter() -> cattrs.Converter:
         def structure(value: Any, _type: Any) -> Any:
             if isinstance(value, bool):
                 raise ValueError(f"expected a number, got {value!r}")
+            if kind is int:
+                return _whole(value)
             if isinstance(value, int | float | str):
                 return kind(value)
             raise ValueError(f"expected a number, got {value!r}")
 
         return structure
+
+    def _whole(value: Any) -> int:
+        # int(1e30) or int(2.5) would silently become some other number.
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise ValueError(f"expected a whole number, got {value!r}")
+
+    def _strings(value: Any, _type: Any) -> list[str]:
+        # cattrs would make ['a', 'b', 'c'] of the string 'abc'.
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"expected a list of strings, got {value!r}")
+        return [_string(item, str) for item in value]
 
     def _string(value: Any, _type: Any) -> str:
         if not isinstance(value, str):
@@ -214,6 +282,7 @@ def _converter() -> cattrs.Converter:
     conv.register_structure_hook(int, _number(int))
     conv.register_structure_hook(float, _number(float))
     conv.register_structure_hook(str, _string)
+    conv.register_structure_hook_func(lambda t: t == list[str], _strings)
 
     def _agent(value: Any, _type: Any) -> AgentConfig:
         if not isinstance(value, Mapping):
@@ -241,7 +310,8 @@ def _converter() -> cattrs.Converter:
         )
 
     conv.register_structure_hook(AgentConfig, _agent)
-    for cls in (HandlerConfig, PluginsConfig, BackendConfig, HistoryConfig, Config):
+    classes = (HandlerConfig, PluginsConfig, BackendConfig, HistoryConfig, LimitsConfig, Config)
+    for cls in classes:
         conv.register_structure_hook(
             cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)
         )
@@ -347,10 +417,7 @@ def load_config(
     flat: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if file is not None:
-        try:
-            data = tomllib.loads(file.read_text())
-        except tomllib.TOMLDecodeError as error:
-            raise ConfigError(f"{file}: not valid TOML: {error}") from None
+        data = parse_toml(file.read_text(), str(file), ConfigError)
         for key, value in _flatten(data).items():
             flat[key] = value
             sources[key] = f"file {file}"
@@ -423,14 +490,40 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
                 f"seconds {wanted}"
             )
 
+    def count(key: str, value: int | None, low: int, meaning: str = "") -> None:
+        if value is not None and not low <= value <= MAX_COUNT:
+            problems.append(
+                f"{key} = {value!r} ({_origin(key, sources)}): must be a whole number from "
+                f"{low} to {MAX_COUNT}{meaning}"
+            )
+
     check("safety_interval", config.safety_interval)
     check("heartbeat_interval", config.heartbeat_interval)
+    check("claim_ttl", config.claim_ttl)
+    count("max_requeues", config.max_requeues, -1, " (-1: no limit)")
+    for key, limit in sorted(attrs.asdict(config.limits).items()):
+        count(f"limits.{key}", limit, 1)
+    for kind, budgets in sorted(config.budgets.items()):
+        for name, limit in sorted(budgets.items()):
+            count(f"budgets.{kind}.{name}", limit, 0)
     check("shutdown_grace", config.shutdown_grace, zero_ok=True)
     check("history.prune_interval", config.history.prune_interval)
     check("backend.kill_grace", config.backend.kill_grace, zero_ok=True)
     for name, handler in sorted(config.handlers.items()):
         check(f"handlers.{name}.interval", handler.interval)
+        count(f"handlers.{name}.max_retries", handler.max_retries, -1, " (-1: no limit)")
+        count(f"handlers.{name}.batch_size", handler.batch_size, 1)
+        if handler.timeout is not None:
+            check(f"handlers.{name}.timeout", handler.timeout, zero_ok=True)
+    seen: set[str] = set()
     for agent in config.backend.agents:
+        if not agent.id or agent.id in seen:
+            what = "an empty id" if not agent.id else f"the id {agent.id!r} twice"
+            problems.append(
+                f"backend.agents ({_origin('backend.agents', sources)}): {what}; every agent "
+                "needs an id of its own"
+            )
+        seen.add(agent.id)
         for slot, amount in agent.capacity().items():
             if not math.isfinite(amount) or amount < 0:
                 problems.append(

@@ -34,7 +34,7 @@ S = SessionStatus
 BAD_SESSIONS = [
     ({"options": {"prepare-sessions": {"retries": 3}}}, {}, "has unknown option 'retries'"),
     ({"options": {"prepare-sessions": {"timeout": -1}}}, {}, "'timeout'] must be a finite number"),
-    ({"max_requeues": "x"}, {}, "spec['max_requeues'] must be a whole number >= 0"),
+    ({"max_requeues": "x"}, {}, "spec['max_requeues'] must be a whole number from 0 to"),
     ({}, {"status": "RUNNING"}, "kernel 1: 'status' is set by drover, not by a kernel spec"),
     ({}, {"agent_id": "sim-1"}, "kernel 1: 'agent_id' is set by drover"),
     ({"ratio": float("nan")}, {}, "session spec: nan is not a finite number"),

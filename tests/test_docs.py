@@ -17,6 +17,7 @@ from drover.config import (
     Config,
     HandlerConfig,
     HistoryConfig,
+    LimitsConfig,
     PluginsConfig,
     load_config,
 )
@@ -28,12 +29,13 @@ def test_every_configuration_key_is_documented():
     """Each field of the configuration classes has a row in docs/configuration.md."""
     text = (DOCS / "configuration.md").read_text()
     documented = set(re.findall(r"^\| `([a-z_.<>]+)` \|", text, re.MULTILINE))
-    tables = {"handlers", "plugins", "backend", "history", "budgets", "pools"}
+    tables = {"handlers", "plugins", "backend", "history", "budgets", "pools", "limits"}
     keys = {f.name for f in attrs.fields(Config) if f.name not in tables}
     keys |= {f"history.{f.name}" for f in attrs.fields(HistoryConfig)}
     keys |= {f"handlers.<name>.{f.name}" for f in attrs.fields(HandlerConfig)}
     keys |= {f"plugins.{f.name}" for f in attrs.fields(PluginsConfig)}
     keys |= {f"backend.{f.name}" for f in attrs.fields(BackendConfig)}
+    keys |= {f"limits.{f.name}" for f in attrs.fields(LimitsConfig)}
     keys |= {"budgets.<kind>.<budget>", "pools.<pool>"}
     assert keys - documented == set(), "undocumented configuration keys"
     assert documented - keys == set(), "documented keys that do not exist"

@@ -291,15 +291,25 @@ async def test_a_nul_byte_in_the_command_is_refused_where_it_enters(database, tm
         assert await app.repository.list_sessions() == []
 
 
-@pytest.mark.parametrize("setting", ["env", "cwd"])
+async def test_a_bad_environment_name_is_refused_where_it_enters(database, tmp_path: Path):
+    """An env name with '=' could only fail once started: refused at submission (issue 24)."""
+    from drover.model.errors import InvalidSpecError
+
+    async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        with pytest.raises(InvalidSpecError, match="env name 'A=B' must be non-empty text"):
+            await app.repository.create_sessions(
+                [{"kernels": [kernel(["true"], env={"A=B": "1"})]}]
+            )
+        assert await app.repository.list_sessions() == []
+
+
+@pytest.mark.parametrize("setting", ["cwd"])
 async def test_other_unstartable_specs_are_kernel_failures(database, tmp_path: Path, setting):
-    """A working directory that cannot be created, or a bad environment name: ERROR with why.
+    """A working directory that cannot be created: ERROR with why.
 
     (A missing working directory is created before the setup runs; one under
-    /proc cannot be.)"""
-    extra: dict[str, object] = (
-        {"cwd": "/proc/no/such/dir"} if setting == "cwd" else {"env": {"A=B": "1"}}
-    )
+    /proc cannot be. A bad environment name is refused at submission.)"""
+    extra: dict[str, object] = {"cwd": "/proc/no/such/dir"}
     async with running_daemon(database, tmp_path / "data") as (app, _daemon):
         (sid,) = await app.repository.create_sessions([{"kernels": [kernel(["true"], **extra)]}])
         s = await wait_for(lambda: _in(app, sid, S.TERMINATED), what="TERMINATED")

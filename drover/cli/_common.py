@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from drover.model.checks import MAX_COUNT
+
 if TYPE_CHECKING:
     from drover.app import App
     from drover.config import LoadedConfig
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CliState",
+    "count_range",
     "database_option",
     "emit_json",
     "json_option",
@@ -50,6 +53,11 @@ class CliState:
             except ConfigError as error:
                 raise click.ClickException(str(error)) from None
         return self._loaded
+
+
+def count_range(low: int) -> click.IntRange:
+    """A count flag's type: a whole number from ``low`` to MAX_COUNT (what the database holds)."""
+    return click.IntRange(low, MAX_COUNT)
 
 
 def database_option(func: F) -> F:

@@ -13,6 +13,7 @@ import click
 
 from drover.cli._common import (
     CliState,
+    count_range,
     database_option,
     emit_json,
     json_option,
@@ -99,7 +100,7 @@ def history() -> None:
 )
 @click.option("--since", default=None, help="1h, 30m, 2d… ago, or an ISO time.")
 @click.option("--until", default=None, help="1h, 30m, 2d… ago, or an ISO time.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=count_range(1), default=50, show_default=True)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new rows as they are written.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
 @json_option
@@ -409,7 +410,7 @@ def graph(ctx: click.Context, fmt: str, kind_name: str) -> None:
 @click.command()
 @click.argument("kind_name", metavar="KIND")
 @click.option("--status", "statuses", multiple=True, help="Only entities in this status.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--limit", type=count_range(1), default=100, show_default=True)
 @json_option
 @database_option
 @click.pass_context

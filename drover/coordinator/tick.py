@@ -106,8 +106,11 @@ class Coordinator:
         budgets: Mapping[str, Mapping[str, int]] | None = None,
         claim_owner: str | None = None,
         claim_ttl: float = 60.0,
+        max_creations: int | None = None,
     ) -> None:
         self.store = store
+        #: Entities one tick may create (limits.creations_per_tick; ``None``: any number).
+        self.max_creations = max_creations
         self.handlers = dict(handlers)
         # Configured budget limits travel with the kinds (storage reads them the same way).
         self.kinds = kinds.configured(budgets)
@@ -220,7 +223,7 @@ class Coordinator:
             transitions = type(handler).status_transitions()
             # No transaction is open here: the handler may do slow I/O.
             result, ignored, error = await _execute(
-                name, handler, targets, transitions, kind, self.kinds
+                name, handler, targets, transitions, kind, self.kinds, self.max_creations
             )
             now = self.clock.time()
             changes = classify(
@@ -315,6 +318,7 @@ async def _execute(
     transitions: StatusTransitions | None,
     kind: EntityKind | None,
     kinds: Kinds,
+    max_creations: int | None = None,
 ) -> tuple[HandlerResult, tuple[str, ...], str | None]:
     """Await the handler and normalise what it said. Never raises for the handler's faults.
 
@@ -356,6 +360,12 @@ async def _execute(
         result, _, error_text = _faulty(name, ids, INVALID_RESULT, text)
         return result, ignored, error_text
     problem = _extension_problem(result, known, transitions, kind)
+    if problem is None and max_creations is not None and len(result.create) > max_creations:
+        # One tick's apply is one transaction: its size is bounded like every count.
+        problem = (
+            f"it creates {len(result.create)} entities, more than one tick may "
+            f"(limits.creations_per_tick = {max_creations})"
+        )
     if problem is None and result.create:
         try:
             checked = check_new_entities(result.create, kinds)

@@ -16,6 +16,7 @@ from typing import Any
 from drover.model.errors import InvalidSpecError
 
 __all__ = [
+    "MAX_COUNT",
     "MAX_NAME_LENGTH",
     "PRIORITY_RANGE",
     "check_name",
@@ -30,6 +31,9 @@ __all__ = [
 
 #: The range of ``priority``: a 32-bit integer, as PostgreSQL stores it.
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+#: The largest count drover stores (retries, requeues, budgets, limits): a 32-bit
+#: integer, as PostgreSQL stores its counters.
+MAX_COUNT = 2**31 - 1
 #: Longest entity name, in characters (PostgreSQL's ``varchar(255)``).
 MAX_NAME_LENGTH = 255
 # Deeper JSON than this is refused before Python's recursion limit is near.
@@ -99,10 +103,14 @@ def json_copy(value: Any, what: str, depth: int = 0) -> Any:
     )
 
 
-def check_whole(value: Any, where: str) -> None:
-    """Refuse anything but a whole number >= 0 or ``None``."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise InvalidSpecError(f"{where} must be a whole number >= 0 or null, got {value!r}")
+def check_whole(value: Any, where: str, *, limit: int = MAX_COUNT) -> None:
+    """Refuse anything but a whole number from 0 to ``limit`` or ``None``."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit
+    ):
+        raise InvalidSpecError(
+            f"{where} must be a whole number from 0 to {limit} or null, got {value!r}"
+        )
 
 
 def check_name(raw: Any) -> str | None:

@@ -32,6 +32,7 @@ __all__ = [
     "OPTION_KEYS",
     "amounts_text",
     "check_against_deployment",
+    "check_limits",
     "check_new_entities",
     "check_spec_patch",
     "default_name",
@@ -102,6 +103,23 @@ def _check_budgets(budgets: Any, kind: EntityKind) -> None:
                 f"its budgets are {sorted(declared)}"
             )
         check_whole(limit, f"spec['budgets'][{name!r}]")
+
+
+def check_limits(kind: EntityKind, spec: Mapping[str, Any], children: int | None = None) -> None:
+    """Refuse a spec (and a number of ``children``) past the kind's limits (:class:`Limit`)."""
+    for limit in kind.limits:
+        if limit.spec_key is not None:
+            try:
+                check_whole(
+                    spec.get(limit.spec_key), f"spec[{limit.spec_key!r}]", limit=limit.bound
+                )
+            except InvalidSpecError as error:
+                raise InvalidSpecError(f"{error} (limits.{limit.name})") from None
+        elif children is not None and children > limit.bound:
+            raise InvalidSpecError(
+                f"a new {kind.name} may have at most {limit.bound} children, got {children} "
+                f"(limits.{limit.name})"
+            )
 
 
 def _checked_spec(spec: Any, kind: EntityKind, where: str) -> dict[str, Any]:
@@ -181,6 +199,8 @@ def _check_one(new: NewEntity, kinds: Kinds, *, seeding: bool) -> NewEntity:
         raise InvalidSpecError(f"kind {kind.name!r} is a child of {kind.parent!r}: give parent_id")
     if kind.parent is None and new.parent_id is not None:
         raise InvalidSpecError(f"kind {kind.name!r} has no parent kind; it takes no parent_id")
+    # First, before anything walks the children: a count past its bound is refused as it is.
+    check_limits(kind, new.spec if isinstance(new.spec, Mapping) else {}, len(new.children))
     spec = _checked_spec(new.spec, kind, kind.name)
     priority = check_priority(new.priority)
     name = check_name(new.name) or default_name(kind.name, new.id)

@@ -22,7 +22,8 @@ class UnknownEntityError(DroverError, LookupError):
     """No entity (of ``kind``, when given) has the given id or name."""
 
     def __init__(self, entity_id: str, kind: str | None = None, *, what: str = "id") -> None:
-        super().__init__(f"no {kind or 'entity'} with {what} {entity_id!r}")
+        shown = entity_id if len(entity_id) <= 80 else f"{entity_id[:40]}…({len(entity_id)} chars)"
+        super().__init__(f"no {kind or 'entity'} with {what} {shown!r}")
         self.entity_id = entity_id
         self.kind = kind
 

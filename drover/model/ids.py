@@ -7,7 +7,10 @@ import threading
 import time
 import uuid
 
-__all__ = ["new_id"]
+__all__ = ["ID_LENGTH", "new_id"]
+
+#: Characters in an id (a UUID's text form); no longer text can be an id or its prefix.
+ID_LENGTH = 36
 
 _lock = threading.Lock()
 _last_ms = 0

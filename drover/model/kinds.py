@@ -48,6 +48,7 @@ __all__ = [
     "Budget",
     "EntityKind",
     "Kinds",
+    "Limit",
     "TerminationRule",
 ]
 
@@ -80,6 +81,27 @@ def _rules(values: Iterable[TerminationRule]) -> tuple[TerminationRule, ...]:
 
 def _pools(values: Iterable[Pool]) -> tuple[Pool, ...]:
     return tuple(values)
+
+
+def _limits(values: Iterable[Limit]) -> tuple[Limit, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class Limit:
+    """An upper bound on a count one request can ask for, so no request eats the machine.
+
+    ``name`` is its configuration key (``[limits]``, :class:`drover.config.LimitsConfig`),
+    whose value replaces ``bound`` when a system is assembled
+    (:meth:`Kinds.with_limits`). ``spec_key`` is the whole-number spec key it
+    bounds (a deployment's ``replicas``); without one it bounds the number of
+    children a new entity is created with (a session's kernels). The creation
+    check and every spec update enforce it.
+    """
+
+    name: str
+    bound: int
+    spec_key: str | None = None
 
 
 @attrs.frozen
@@ -178,6 +200,8 @@ class EntityKind:
     #: With ``result_from="latest-child"``: the children's spec key naming their slot
     #: (a replica number, say); ``None``: all children are one slot.
     result_slot: str | None = None
+    #: Upper bounds of its counts (:class:`Limit`).
+    limits: tuple[Limit, ...] = attrs.field(default=(), converter=_limits)
     #: The class its entities are read into: :class:`~drover.model.values.Entity`, or
     #: a kind's own spelling with the same attributes (sessions: ``SessionWithKernels``).
     value_type: type[Any] = Entity
@@ -496,3 +520,18 @@ class Kinds(Mapping[str, EntityKind]):
     def child_of(self, name: str) -> EntityKind | None:
         """The kind whose entities are children of ``name``'s, if any."""
         return self._children.get(name)
+
+    def with_limits(self, bounds: Mapping[str, int]) -> Kinds:
+        """These kinds with the configured ``bounds`` (limit name -> bound) in their limits."""
+        kinds = [
+            attrs.evolve(
+                kind,
+                limits=[
+                    attrs.evolve(lim, bound=bounds.get(lim.name, lim.bound)) for lim in kind.limits
+                ],
+            )
+            if kind.limits
+            else kind
+            for kind in self._kinds.values()
+        ]
+        return Kinds(kinds, budgets=self._budgets, pools=self._pool_capacities)

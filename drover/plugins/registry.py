@@ -79,6 +79,10 @@ class RuntimeContext:
     #: Each handler's own settings, ``[handlers.<name>.settings]``, by handler name.
     settings: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 
+    #: Entities one tick may create (limits.creations_per_tick): a handler that
+    #: creates many (a deployment scaling up) creates at most this many per tick.
+    creations_per_tick: int = 1000
+
     def settings_for(self, handler: str) -> Mapping[str, Any]:
         """The settings of ``[handlers.<handler>.settings]``; empty if none were given.
 

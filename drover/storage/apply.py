@@ -638,15 +638,18 @@ class Apply:
                 ):
                     merges.append({"hid": prev.id, "now": self.now, "msg": row.message})
                 else:
-                    inserts.append(self._history_row(row))
+                    # Never dated before the entity's latest row: a stale coordinator's
+                    # (a paused one's, a skewed clock's) row comes after it in time too.
+                    latest_at = max(prev.created_at, prev.updated_at or 0) if prev else 0
+                    inserts.append(self._history_row(row, max(self.now, latest_at)))
         if merges:
             self.conn.execute(MERGE_HISTORY, merges)
         write_history(self.conn, inserts)
 
-    def _history_row(self, row: AppliedChange) -> dict[str, Any]:
+    def _history_row(self, row: AppliedChange, at: float | None = None) -> dict[str, Any]:
         return history_row(
             row.entity_id, row.kind, self.source, str(row.result), str(row.from_status),
-            str(row.to_status), row.error_code, row.message, self.now,
+            str(row.to_status), row.error_code, row.message, self.now if at is None else at,
         )  # fmt: skip
 
 

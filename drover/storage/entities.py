@@ -12,7 +12,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.creation import check_new_entities, check_spec_patch
+from drover.model.checks import MAX_NAME_LENGTH, text_problem
+from drover.model.creation import check_limits, check_new_entities, check_spec_patch
 from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.ids import new_id
 from drover.model.kinds import Kinds
@@ -258,7 +259,11 @@ async def update_spec(db: Database, entity_id: str, patch: Mapping[str, Any]) ->
         if row is None:
             raise UnknownEntityError(entity_id)
         kind, status, spec = row
-        conn.execute(SET_SPEC, {"b_id": entity_id, "b_spec": merge_patch(spec, patch)})
+        merged = merge_patch(spec, patch)
+        if kind in db.kinds:
+            # The limits hold for a changed spec as for a new one (drover scale).
+            check_limits(db.kinds[kind], merged)
+        conn.execute(SET_SPEC, {"b_id": entity_id, "b_spec": merged})
         message = f"spec changed: {', '.join(sorted(patch))}"
         result = "SUCCESS"
         entry = history_row(entity_id, kind, API_SOURCE, result, status, status, None, message, now)
@@ -308,6 +313,8 @@ async def state_fingerprint(db: Database) -> tuple[Any, ...]:
 
 async def find_by_name(db: Database, kind: str, name: str) -> list[Entity]:
     """Entities of ``kind`` named ``name``, live ones first, then newest first."""
+    if len(name) > MAX_NAME_LENGTH or text_problem(name):
+        return []  # no entity has such a name; PostgreSQL would refuse the NUL
     query = entities_named(kind, name, db.kinds[kind].terminal)
 
     return await db.read(lambda conn: _with_children(conn, query, db.kinds))

@@ -8,7 +8,9 @@ from typing import Any
 import attrs
 import sqlalchemy as sa
 
+from drover.model.checks import MAX_NAME_LENGTH, text_problem
 from drover.model.errors import InvalidSpecError, UnknownEntityError, UnknownSessionError
+from drover.model.ids import ID_LENGTH
 from drover.model.status import SessionStatus
 from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
@@ -93,8 +95,10 @@ async def resolve_session_id(db: Database, ref: str, kind: str | None = SESSION_
        session and the kernels created with it share their first characters: a
        prefix that matches one entity and only its own children means that entity.
     """
-    if not ref:
-        raise UnknownEntityError(ref, kind)
+    if not ref or len(ref) > max(ID_LENGTH, MAX_NAME_LENGTH) or text_problem(ref):
+        # Nothing longer than an id or a name names an entity; asking would only make
+        # the database build a huge pattern (SQLite: "LIKE or GLOB pattern too complex").
+        raise UnknownEntityError(ref, kind, what="id or name")
     by_prefix = ids_by_prefix(ref, kind)
     by_name = ids_by_name(ref, kind)
 

@@ -12,7 +12,7 @@ from typing import Any
 from drover.app import App
 from drover.backends.base import AgentBackend
 from drover.backends.simulated import SimulatedBackend
-from drover.config import Config, HandlerConfig
+from drover.config import Config, HandlerConfig, LimitsConfig
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator, TickReport
@@ -46,6 +46,7 @@ class CoordinatorHarness:
     ``max_requeues`` is the sessions' requeue budget (``None``: no limit).
     ``handler_settings`` are handlers' own settings by handler name, what
     ``[handlers.<name>.settings]`` gives the daemon (``RuntimeContext.settings_for``).
+    ``limits`` is the ``[limits]`` of the configuration.
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class CoordinatorHarness:
         load_entrypoints: bool = False,
         max_requeues: int | None = 3,
         handler_settings: Mapping[str, Mapping[str, Any]] | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self._plugins = list(plugins)
         self._handler_settings = {k: dict(v) for k, v in (handler_settings or {}).items()}
@@ -69,6 +71,7 @@ class CoordinatorHarness:
         self._schema = database_schema
         self._load_entrypoints = load_entrypoints
         self._max_requeues = max_requeues
+        self._limits = limits or LimitsConfig()
         self._tmpdir: str | None = None
         self._app: App | None = None
         self.clock = ManualClock()
@@ -88,6 +91,7 @@ class CoordinatorHarness:
                 name: HandlerConfig(settings=settings)
                 for name, settings in self._handler_settings.items()
             },
+            limits=self._limits,
         )
         try:
             pm = make_plugin_manager(

@@ -1,15 +1,17 @@
 """Kernel logs as the dashboard shows them: the end of each stdout/stderr file.
 
 A kernel's ``runtime`` names its log files; they are read in a worker thread,
-so a slow disk never stalls the event loop.
+so a slow disk never stalls the event loop, and never through a link
+(:mod:`drover.backends.logfiles`): a refused log has ``"refused"``, the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping
 from typing import Any
+
+from drover.backends.logfiles import UnsafeLogError, tail_log
 
 __all__ = ["LOG_TAIL_BYTES", "MAX_LOG_BYTES", "kernel_logs"]
 
@@ -20,14 +22,15 @@ MAX_LOG_BYTES = 1024 * 1024
 
 
 def _tail(path: str, size: int) -> tuple[str, int] | None:
-    """The last ``size`` bytes of ``path`` as text, and the file's whole size; None if absent."""
-    try:
-        with open(path, "rb") as handle:
-            total = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, total - size))
-            data = handle.read(size)
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
+    """The last ``size`` bytes of ``path`` as text, and the file's whole size; None if absent.
+
+    Opened without following links (:mod:`drover.backends.logfiles`): a kernel that
+    replaced its log with a link gets :class:`UnsafeLogError`, shown as such.
+    """
+    found = tail_log(path, size)
+    if found is None:
         return None
+    data, total = found
     text = data.decode("utf-8", "replace")
     if total > size:
         # The cut may fall inside a line (or a character): start at the next line.
@@ -42,7 +45,17 @@ async def kernel_logs(runtime: Mapping[str, Any] | None, size: int) -> dict[str,
         path = (runtime or {}).get(stream)
         if not isinstance(path, str):
             continue
-        found = await asyncio.to_thread(_tail, path, size)
+        try:
+            found = await asyncio.to_thread(_tail, path, size)
+        except UnsafeLogError as error:
+            out[stream] = {
+                "path": path,
+                "text": None,
+                "size": 0,
+                "cut": False,
+                "refused": str(error),
+            }
+            continue
         if found is None:
             out[stream] = {"path": path, "text": None, "size": 0, "cut": False}
         else:

@@ -304,6 +304,8 @@ async def kernel_log(request: Request) -> Response:
         return bad_request(request, "bytes: must be at least 1", api=False)
     stream = request.path_params["stream"]
     found = (await kernel_logs(session.kernels[index - 1].runtime, size)).get(stream)
+    if found is not None and found.get("refused"):
+        raise HTTPException(403, f"kernel {index} of {sid}: {found['refused']}")
     if found is None or found["text"] is None:
         raise HTTPException(404, f"kernel {index} of {sid} has no {stream} log")
     return PlainTextResponse(found["text"], headers={"X-Drover-Log-Size": str(found["size"])})

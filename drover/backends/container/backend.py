@@ -47,6 +47,7 @@ from drover.backends.container._settings import ContainerSettings
 from drover.backends.container._spec import container_config, image_of, spec_problem
 from drover.backends.devices import DeviceProblem, Devices, devices_of
 from drover.backends.fence import Fence
+from drover.backends.logfiles import create_log
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
@@ -292,7 +293,10 @@ class ContainerBackend(AgentBackend):
             except EngineError as error:
                 log.warning("kernel %s: %s not kept: %s", kernel_id, stream, error)
                 continue
-            await asyncio.to_thread(_write_whole, workdir / f"{stream}.log", text)
+            try:
+                await asyncio.to_thread(_write_whole, workdir / f"{stream}.log", text)
+            except OSError as error:  # UnsafeLogError too: a link where the log goes
+                log.warning("kernel %s: %s not kept: %s", kernel_id, stream, error)
 
     async def _follow(self, container_id: str, stream: str, path: Path) -> None:
         """Copy a running container's ``stream`` to ``path`` as it comes (``drover logs -f``)."""
@@ -663,8 +667,11 @@ def _free_port() -> int:
 
 
 def _open_log(path: Path) -> Any:
+    # Never through a link planted where the log goes (drover.backends.logfiles).
     path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "w", encoding="utf-8")  # closed by the follower
+    fd = create_log(path)
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "w", encoding="utf-8")  # closed by the follower
 
 
 def _append(handle: Any, chunk: str) -> None:
@@ -675,5 +682,9 @@ def _append(handle: Any, chunk: str) -> None:
 def _write_whole(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
+    # Never through a link (drover.backends.logfiles); the rename replaces a link itself.
+    fd = create_log(partial)
+    os.ftruncate(fd, 0)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
     partial.replace(path)

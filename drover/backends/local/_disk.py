@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 
 from drover.backends.local._proc import boot_id, process_identity, read_stat, signal_members
+from drover.backends.logfiles import UnsafeLogError, create_log, tail_log
 
 __all__ = [
     "SUPERVISOR",
@@ -239,10 +240,10 @@ def spawn_supervisor(
         _fsync_dir(base)
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         opened.append(write_end)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(stdout, flags, 0o644)
+        # Never through a link a setup may have planted where the log goes.
+        out = create_log(stdout)
         opened.append(out)
-        err = os.open(stderr, flags, 0o644)
+        err = create_log(stderr)
         opened.append(err)
         high = [_high(fd) for fd in (out, err, lock, write_end)]
         opened.extend(high)
@@ -274,16 +275,14 @@ def spawn_supervisor(
 
 
 def read_tail(path: Path, chars: int) -> str:
-    """The last ``chars`` characters of a text file ('' if unreadable)."""
+    """The last ``chars`` characters of a text file ('' if unreadable or a link)."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - chars * 4))
-            data = handle.read()
-    except OSError:
+        found = tail_log(path, chars * 4)
+    except (OSError, UnsafeLogError):
         return ""
-    return data.decode(errors="replace")[-chars:].strip()
+    if found is None:
+        return ""
+    return found[0].decode(errors="replace")[-chars:].strip()
 
 
 def unchanged_dirs(root: Path, since: float) -> set[str]:

@@ -26,7 +26,9 @@ SIGTERM to every process group of the session, SIGKILL after GRACE seconds.
 
 Every record carries TOKEN, so that files of an older spawn are never taken
 for this one's. Records are written whole (a temporary file renamed over the
-old one). Only builtin modules are used and ``json`` is not: starting the
+old one); the two written after the command starts go into temporary files
+whose room is taken before it starts, so a full disk cannot lose how it
+ended. Only builtin modules are used and ``json`` is not: starting the
 supervisor must cost as little as possible.
 """
 
@@ -41,6 +43,10 @@ _HANDSHAKE_FD = 4
 _stop = {"requested": False, "sent": False}
 _leader = {"pid": 0}
 _grace = {"seconds": 10.0}
+#: Bytes reserved for a record written after the command started (records are far shorter).
+_RESERVE = 4096
+#: Descriptors of reserved temporary files, by the record's path.
+_reserved: dict[str, int] = {}
 
 
 def _boot_id() -> str:
@@ -135,10 +141,59 @@ def _json(value: object) -> str:
 
 
 def _write(path: str, record: dict[str, object]) -> None:
+    data = (_json(record) + "\n").encode("utf-8")
     temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(_json(record) + "\n")
-    os.replace(temporary, path)
+    fd = _reserved.pop(path, -1)
+    if fd >= 0 and len(data) <= _RESERVE:
+        # Into blocks reserved before the command started: a disk that filled
+        # meanwhile cannot lose the record (JSON allows the trailing blanks).
+        try:
+            os.pwrite(fd, data.ljust(_RESERVE, b" "), 0)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        return
+    if fd >= 0:
+        os.close(fd)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError:
+        # No empty temporary file left behind (a full disk): the record is lost either way.
+        _unlink(temporary)
+        raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _reserve(path: str) -> None:
+    """Take the blocks of ``path``'s next record now, while the disk has room."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        _write_all(fd, b" " * _RESERVE)
+    except OSError:
+        os.close(fd)
+        _unlink(temporary)
+        return
+    _reserved[path] = fd
+
+
+def _unlink(path: str) -> None:
+    try:  # noqa: SIM105 (contextlib is not imported: starting must be cheap)
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _handshake(record: dict[str, object]) -> None:
@@ -188,6 +243,17 @@ def _failure(stage: str, error: OSError, subject: str) -> dict[str, object]:
 
 def main(argv: list[str]) -> int:
     """Supervise one command (see the module docstring); always exit 0 when done."""
+    try:
+        return _supervise(argv)
+    finally:
+        # Room reserved for a record that was never written (the command did not start).
+        for path, fd in list(_reserved.items()):
+            os.close(fd)
+            _unlink(f"{path}.{os.getpid()}.tmp")
+        _reserved.clear()
+
+
+def _supervise(argv: list[str]) -> int:
     prefix, token, cwd, grace = argv[1], argv[2], argv[3], float(argv[4])
     command = argv[5:]
     _grace["seconds"] = grace
@@ -213,6 +279,10 @@ def main(argv: list[str]) -> int:
     # Written before the command starts: a supervisor that left this file may
     # have started it, one that did not certainly did not.
     _write(prefix + ".state", record)
+    # The records written once the command runs get their room now: a command
+    # that fills the disk (or a disk filled meanwhile) must not cost its exit code.
+    _reserve(prefix + ".state")
+    _reserve(prefix + ".exit")
     if _stop["requested"]:
         ended: dict[str, object] = {"token": token, "cancelled": True}
         _write(prefix + ".exit", ended)

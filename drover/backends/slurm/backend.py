@@ -37,6 +37,7 @@ from typing import Any
 
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
 from drover.backends.fence import Fence
+from drover.backends.logfiles import create_log
 from drover.backends.slurm._client import SlurmClient, newest_named
 from drover.backends.slurm._reports import OWNING, ended, lost, progress, started
 from drover.backends.slurm._script import SpecProblem, job_script, resource_args
@@ -274,6 +275,14 @@ class SlurmBackend(AgentBackend):
                 "kernel %s: adopting slurm job %d submitted before a restart", kernel.id, job_id
             )
         else:
+            try:
+                # Regular files before the job starts (slurmstepd appends to what it finds);
+                # readers open them without following links (drover.backends.logfiles).
+                for stream in ("stdout", "stderr"):
+                    os.close(create_log(runtime[stream]))
+            except OSError as error:
+                await self._refuse(kernel, f"cannot create its log: {error}")
+                return
             argv = [
                 "--parsable",
                 f"--job-name={name}",

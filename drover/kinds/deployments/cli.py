@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.cli._common import (
+    count_range,
+    database_option,
+    emit_json,
+    json_option,
+    print_table,
+    with_app,
+)
 from drover.kinds.deployments.checks import check_health_path
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
@@ -54,7 +61,13 @@ def _positive(value: float | None, flag: str) -> float | None:
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Replicas to keep running (at most limits.replicas, 1000 unless configured).",
+)
 @click.option("--health-path", default="/", show_default=True, help="Path each replica answers.")
 @click.option("--cpu", type=click.FloatRange(min=0), default=0.5, show_default=True)
 @click.option("--mem", type=click.FloatRange(min=0), default=128.0, show_default=True, help="MiB.")
@@ -86,7 +99,7 @@ def _positive(value: float | None, flag: str) -> float | None:
 )
 @click.option(
     "--max-replacements",
-    type=click.IntRange(min=0),
+    type=count_range(0),
     default=None,
     help="Replicas that may be replaced over the deployment's life [default: no limit: "
     "a crash loop backs off, 10 s doubling to 300 s].",
@@ -143,6 +156,9 @@ def deploy(
     from drover.model.creation import check_new_entities
     from drover.model.spec import new_session
 
+    if not name.strip():
+        # Deployments are found by name: an empty one could never be scaled or destroyed.
+        raise click.BadParameter("a deployment needs a name", param_hint="NAME")
     for flag, seconds in (
         ("--start-timeout", start_timeout),
         ("--evict-after", evict_after),
@@ -353,6 +369,8 @@ def _why(row: dict[str, Any]) -> str:
 @click.pass_context
 def scale(ctx: click.Context, name: str, replicas: int, database_url: str | None) -> None:
     """Set the desired replicas of deployment NAME (recorded in its history as `api`).
+
+    REPLICAS is at most limits.replicas (1000 unless configured).
 
     Example: drover scale web 3
     """

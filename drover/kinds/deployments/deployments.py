@@ -164,7 +164,15 @@ class CheckPendingDeployment(_DeploymentHandler):
 
 
 class ScalingDeployment(_DeploymentHandler):
-    """Create the missing routes; READY once the live routes equal the desired replicas."""
+    """Create the missing routes; READY once the live routes equal the desired replicas.
+
+    At most ``creations_per_tick`` routes per tick (limits.creations_per_tick), for all
+    its targets together: a deployment that needs more stays SCALING and gets the
+    rest on the next ticks, so no row makes the daemon build an unbounded list.
+    """
+
+    def __init__(self, creations_per_tick: int = 1000) -> None:
+        self.creations_per_tick = creations_per_tick
 
     @classmethod
     def name(cls) -> str:
@@ -204,14 +212,27 @@ class ScalingDeployment(_DeploymentHandler):
             missing = desired - live
             patch: dict[str, Any] = {"scaled_to": desired}
             # Back to the number it had scaled to: the new routes replace lost replicas.
-            if known.get("scaled_to") == desired and missing > 0:
-                replaced = _count(known, "replaced")
+            replacing = known.get("scaled_to") == desired and missing > 0
+            replaced = _count(known, "replaced")
+            if replacing:
                 limit = replacement_limit(deployment)
                 if limit is not None:
                     missing = min(missing, max(0, limit - replaced))
-                patch["replaced"] = replaced + missing
-            for _ in range(missing):
+            # At most creations_per_tick routes per tick, for all the targets together.
+            room = min(missing, max(0, self.creations_per_tick - len(create)))
+            if replacing:
+                patch["replaced"] = replaced + room
+            for _ in range(room):
                 create.append(NewEntity("route", dict(spec), parent_id=deployment.id))
+            if room < missing:
+                skipped.append(deployment.id)
+                messages[deployment.id] = (
+                    f"{room} route(s) created, {missing - room} more on the next ticks "
+                    f"(at most {self.creations_per_tick} per tick: limits.creations_per_tick)"
+                )
+                if replacing:
+                    data[deployment.id] = {"replaced": patch["replaced"]}
+                continue
             successes.append(deployment.id)
             messages[deployment.id] = (
                 f"{desired} replica(s): {missing} route(s) created"
@@ -513,6 +534,16 @@ HANDLERS: Mapping[str, type[_DeploymentHandler]] = {
 
 @hookimpl
 def drover_register_handlers(register: HandlerRegistry) -> None:
-    """Register the six deployment handlers (``reconcile-deployment`` with the clock)."""
-    clock = register.context.clock
-    register(*(cls(clock) if cls is ReconcileDeployment else cls() for cls in HANDLERS.values()))
+    """Register the six deployment handlers (``reconcile-deployment`` with the clock,
+    ``scaling-deployment`` with limits.creations_per_tick)."""
+    context = register.context
+    register(
+        *(
+            cls(context.clock)
+            if cls is ReconcileDeployment
+            else cls(context.creations_per_tick)
+            if cls is ScalingDeployment
+            else cls()
+            for cls in HANDLERS.values()
+        )
+    )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from drover.kinds.deployments.checks import check_deployment_spec
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
-from drover.model.kinds import EntityKind, TerminationRule
+from drover.model.kinds import EntityKind, Limit, TerminationRule
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import KindRegistry, WebRegistry
 
@@ -41,6 +41,8 @@ DEPLOYMENT = EntityKind(
     EndpointLifecycle,
     terminal={_E.DESTROYED},
     success={_E.DESTROYED},
+    # limits.replicas: spec["replicas"] (drover deploy --replicas, drover scale).
+    limits=(Limit("replicas", 1000, spec_key="replicas"),),
     dormant={_E.CREATED, _E.DEPLOYING},
     ends_on_request=True,
     check_spec=check_deployment_spec,

@@ -137,7 +137,15 @@ class _RouteHandler(LifecycleHandler):
 
 
 class ProvisioningRoute(_RouteHandler):
-    """Create the route's replica session (in the apply), then wait in DEGRADED."""
+    """Create the route's replica session (in the apply), then wait in DEGRADED.
+
+    At most ``creations_per_tick`` sessions per tick (limits.creations_per_tick); the
+    other routes stay PROVISIONING (skipped) for the next tick.
+    """
+
+    def __init__(self, repository: Queries, clock: Clock, creations_per_tick: int = 1000) -> None:
+        super().__init__(repository, clock)
+        self.creations_per_tick = creations_per_tick
 
     @classmethod
     def name(cls) -> str:
@@ -165,7 +173,15 @@ class ProvisioningRoute(_RouteHandler):
         messages: dict[str, str] = {}
         create: list[NewEntity] = []
         data: dict[str, dict[str, Any]] = {}
+        skipped: list[str] = []
         for route in targets:
+            if len(create) >= self.creations_per_tick:
+                skipped.append(route.id)
+                messages[route.id] = (
+                    f"waiting: at most {self.creations_per_tick} replica sessions are created "
+                    "per tick (limits.creations_per_tick)"
+                )
+                continue
             kernel = route.spec.get("kernel")
             spec: dict[str, Any] = {"route_id": route.id}
             for key in ("options", "max_requeues"):
@@ -188,7 +204,12 @@ class ProvisioningRoute(_RouteHandler):
             successes.append(route.id)
             messages[route.id] = f"replica session {session.id} created"
         return HandlerResult(
-            successes=successes, failures=failures, messages=messages, create=create, data=data
+            successes=successes,
+            failures=failures,
+            skipped=skipped,
+            messages=messages,
+            create=create,
+            data=data,
         )
 
 
@@ -487,4 +508,11 @@ ROUTE_HANDLERS = (
 def drover_register_handlers(register: HandlerRegistry) -> None:
     """Register the five route handlers with the repository and the clock."""
     context = register.context
-    register(*(cls(context.queries, context.clock) for cls in ROUTE_HANDLERS))
+    register(
+        *(
+            cls(context.queries, context.clock, context.creations_per_tick)
+            if cls is ProvisioningRoute
+            else cls(context.queries, context.clock)
+            for cls in ROUTE_HANDLERS
+        )
+    )

@@ -11,13 +11,21 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.backends.logfiles import read_log
+from drover.cli._common import (
+    CliState,
+    count_range,
+    database_option,
+    emit_json,
+    json_option,
+    print_table,
+    with_app,
+)
 from drover.kinds.sessions.kinds import KERNEL_DEFAULTS, with_kernel_defaults
 from drover.model.checks import PRIORITY_RANGE
 from drover.model.errors import DroverError
@@ -67,6 +75,8 @@ def _parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def _request_from_file(path: str) -> dict[str, Any]:
+    from drover.config import parse_toml
+
     try:
         raw = Path(path).read_bytes()
     except OSError as error:
@@ -78,10 +88,7 @@ def _request_from_file(path: str) -> dict[str, Any]:
             f"{path}: not a UTF-8 text file (byte 0x{raw[error.start]:02x} at offset "
             f"{error.start}); a session file is TOML"
         ) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise click.ClickException(f"{path}: not valid TOML: {error}") from None
+    data = parse_toml(text, path, click.ClickException)
     unknown = set(data) - {"name", "priority", "kernels", "options", "spec"}
     if unknown:
         raise click.ClickException(
@@ -123,7 +130,15 @@ def _check_kernels(kernels: Any, where: str) -> None:
 
 @click.command()
 @click.option("--name", default=None, help="A name to recognise the session by.")
-@click.option("--kernels", "count", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--kernels",
+    "count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Kernels of the session, each running the command (at most "
+    "limits.kernels_per_session, 1000 unless configured).",
+)
 @click.option(
     "--cpu",
     type=click.FloatRange(min=0),
@@ -171,7 +186,7 @@ def _check_kernels(kernels: Any, where: str) -> None:
 )
 @click.option(
     "--max-requeues",
-    type=click.IntRange(min=0),
+    type=count_range(0),
     default=None,
     help="Times this session may be sent back to PENDING before it ends in ERROR "
     "[default: the configuration's max_requeues, 3].",
@@ -238,6 +253,13 @@ def submit(
     else:
         if not command:
             raise click.UsageError("nothing to run: add -- COMMAND ARGS… (or --file)")
+        # Before the kernels are built: a count past the bound must not fill the memory.
+        bound = ctx.find_object(CliState).loaded().config.limits.kernels_per_session  # type: ignore[union-attr]
+        if count > bound:
+            raise click.BadParameter(
+                f"{count} kernels: a session may have at most {bound} (limits.kernels_per_session)",
+                param_hint="--kernels",
+            )
         kernel: dict[str, Any] = with_kernel_defaults(
             {"command": list(command), "cpu": cpu, "mem": mem}
         )
@@ -290,7 +312,7 @@ def submit(
     help="Only sessions whose name matches: shell-style with * and ? (whole name), "
     "else a substring; case-insensitive.",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--limit", type=count_range(1), default=100, show_default=True)
 @click.option(
     "--sort",
     type=click.Choice(["newest", "oldest", "priority"]),
@@ -352,7 +374,7 @@ def sessions(
 @click.option(
     "--kernel",
     "kernel_index",
-    type=click.IntRange(min=1),
+    type=count_range(1),
     default=1,
     show_default=True,
     help="Which kernel (1-based, as in `drover show`).",
@@ -418,12 +440,8 @@ def logs(
 
 
 def _read_from(path: str, offset: int) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            return handle.read()
-    except FileNotFoundError:
-        return b""
+    # Never through a link: a kernel may have replaced its log (UnsafeLogError, one line).
+    return read_log(path, offset)
 
 
 #: What the sessions package adds to ``drover``.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from drover.model.checks import is_finite, is_number
 from drover.model.errors import InvalidSpecError
-from drover.model.kinds import EntityKind, Kinds, TerminationRule
+from drover.model.kinds import EntityKind, Kinds, Limit, TerminationRule
 from drover.model.status import (
     TERMINAL_KERNEL_STATUSES,
     TERMINAL_SESSION_STATUSES,
@@ -95,6 +95,8 @@ def check_kernel_spec(spec: Mapping[str, Any], where: str) -> None:
             f"{where}: {', '.join(repr(k) for k in owned)} "
             f"{'is' if len(owned) == 1 else 'are'} set by drover, not by a kernel spec"
         )
+    _check_command(spec, where)
+    _check_env(spec.get("env"), where)
     for slot in ("cpu", "mem"):
         value = spec.get(slot)
         if value is not None and not is_number(value):
@@ -103,6 +105,41 @@ def check_kernel_spec(spec: Mapping[str, Any], where: str) -> None:
         if is_number(value) and (value < 0 or not is_finite(value)):
             raise InvalidSpecError(
                 f"{where}: resource {slot!r} must be a finite number >= 0, got {value!r}"
+            )
+
+
+def _check_command(spec: Mapping[str, Any], where: str) -> None:
+    # A kernel without a command is a backend's business (the simulated one runs none);
+    # one that names an empty program could only fail once it is started.
+    for key in ("command", "setup"):
+        if key not in spec:
+            continue
+        value = spec[key]
+        if key == "setup":
+            if value is not None and not isinstance(value, str):
+                raise InvalidSpecError(f"{where}: 'setup' must be a shell command, got {value!r}")
+            continue
+        if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+            raise InvalidSpecError(f"{where}: 'command' must be a non-empty list of strings")
+        if not value[0].strip():
+            raise InvalidSpecError(
+                f"{where}: 'command' must start with a program to run, got {value[0]!r}"
+            )
+
+
+def _check_env(env: Any, where: str) -> None:
+    if env is None:
+        return
+    if not isinstance(env, Mapping):
+        raise InvalidSpecError(
+            f"{where}: 'env' must be a table of NAME = \"value\", got {type(env).__name__}"
+        )
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name:
+            raise InvalidSpecError(f"{where}: env name {name!r} must be non-empty text without '='")
+        if not isinstance(value, str):
+            raise InvalidSpecError(
+                f'{where}: env {name} must be text, got {value!r} (quote it: {name} = "...")'
             )
 
 
@@ -118,6 +155,8 @@ SESSION = EntityKind(
     success={SessionStatus.TERMINATED},
     requeue_limit_status=SessionStatus.ERROR,
     created_in={SessionStatus.PENDING},
+    # limits.kernels_per_session: a session's kernels (drover submit --kernels, [[kernels]]).
+    limits=(Limit("kernels_per_session", 1000),),
     value_type=SessionWithKernels,
     termination=(
         TerminationRule(

@@ -489,7 +489,7 @@ def latest_history(postgres: bool) -> sa.Select[Any]:
     )
     return sa.select(
         h.c.id, h.c.entity_id, h.c.handler, h.c.result, h.c.from_status, h.c.to_status,
-        h.c.error_code,
+        h.c.error_code, h.c.created_at, h.c.updated_at,
     ).where(h.c.id.in_(newest))  # fmt: skip
 
 

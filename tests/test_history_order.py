@@ -1,0 +1,107 @@
+"""Issue 24, point 6: a stale coordinator's history row is never dated before the newer ones.
+
+A coordinator whose claim lapsed (paused, or on a machine whose clock is
+behind) applies late: its ``fenced`` row comes after the session's TERMINATED
+row in the table, and must not carry an earlier ``created_at``, or the
+history read by time and the history read by row disagree. Claims and
+fencing exist only on PostgreSQL (one coordinator runs on SQLite), so the
+fenced case runs there; the same rule for any row kept in its status is
+checked on both databases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+from conftest import PG_URL, SKIP_PG, Database, pg_schema
+from scripted import Scripted
+
+from drover import HandlerResult, SchedulingResult, SessionStatus, SessionWithKernels
+from drover.coordinator.tick import Coordinator
+from drover.model.clock import ManualClock
+from drover.testing import CoordinatorHarness
+
+R, S = SchedulingResult, SessionStatus
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[Database]:
+    """A fresh PostgreSQL schema."""
+    if SKIP_PG:
+        pytest.fail("claims and fencing need PostgreSQL (DROVER_TEST_SKIP_PG=1 deselects it)")
+    async with pg_schema("ho") as schema:
+        yield Database("postgresql", PG_URL, schema)
+
+
+class _Gated(Scripted):
+    """Succeeds on its targets once the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+        self.entered.set()
+        await self.gate.wait()
+        return HandlerResult(successes=[t.id for t in targets])
+
+
+def _ordered(rows) -> bool:
+    return [r.created_at for r in rows] == sorted(r.created_at for r in rows)
+
+
+async def test_a_fenced_row_is_not_dated_before_the_terminated_row(pg: Database):
+    """A (clock 100 s behind) holds the claim and is slow; B takes over and the session is
+    terminated; A's late apply is fenced, and its row is dated no earlier than TERMINATED."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        sid = await h.create_session(kernels=[])
+        slow = _Gated()
+        behind = ManualClock(h.clock.time())
+        a = Coordinator(
+            h.repository, {"scripted": slow}, clock=behind, kinds=h.app.kinds,
+            claim_owner="coordinator-a", claim_ttl=10.0,
+        )  # fmt: skip
+        fast = Scripted()
+        fast.script = lambda targets: HandlerResult(successes=[t.id for t in targets])
+        b = Coordinator(
+            h.repository, {"scripted": fast}, clock=h.clock, kinds=h.app.kinds,
+            claim_owner="coordinator-b", claim_ttl=10.0,
+        )  # fmt: skip
+        tick_a = asyncio.create_task(a.tick("scripted"))
+        await asyncio.wait_for(slow.entered.wait(), timeout=10)
+        h.clock.advance(100)  # A's claim lapses: B's clock is 100 s ahead of A's
+        assert (await b.tick("scripted")).count(R.SUCCESS) == 1
+        await h.request_termination(sid)
+        assert (await h.session(sid)).status == S.TERMINATED
+        slow.gate.set()
+        report_a = await asyncio.wait_for(tick_a, timeout=10)
+        assert [c.error_code for c in report_a.changes] == ["fenced"]
+        rows = await h.history(sid)
+        assert [(r.to_status, r.error_code) for r in rows][-2:] == [
+            (S.TERMINATED, None),
+            (S.TERMINATED, "fenced"),
+        ]
+        assert _ordered(rows), [(r.handler, r.result, r.created_at) for r in rows]
+
+
+async def test_a_row_kept_in_its_status_is_not_dated_before_the_latest(make_harness):
+    """On both databases: a late SKIPPED row (the clock that wrote it behind) is dated at the
+    entity's latest row, so time order and row order agree."""
+    async with make_harness(include_builtin_handlers=False, plugins=[]) as h:
+        sid = await h.create_session()
+        handler = Scripted()
+        handler.script = lambda targets: HandlerResult(skipped=[t.id for t in targets])
+        behind = ManualClock(h.clock.time() - 50)
+        late = Coordinator(h.repository, {"scripted": handler}, clock=behind, kinds=h.app.kinds)
+        await late.tick("scripted")
+        rows = await h.history(sid)
+        assert [(r.handler, r.result) for r in rows] == [
+            ("api", "CREATED"),
+            ("scripted", "SKIPPED"),
+        ]
+        assert _ordered(rows), [(r.handler, r.result, r.created_at) for r in rows]
