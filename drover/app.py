@@ -281,6 +281,7 @@ class App:
                 claim_owner=self.coordinator_id,
                 claim_ttl=self.config.claim_ttl,
                 max_creations=per_tick,
+                renew_claims=True,
             )
         return self.coordinator
 

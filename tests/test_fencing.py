@@ -35,6 +35,7 @@ from drover.backends.fence import Fence, FencedError
 from drover.config import load_config
 from drover.coordinator.tick import Coordinator
 from drover.kinds.sessions._common import run_per_session
+from drover.model.clock import SystemClock
 from drover.model.values import Claim
 from drover.testing import CoordinatorHarness
 
@@ -155,6 +156,40 @@ async def test_a_side_effect_fenced_inside_the_handler_is_skipped_fenced_and_not
         else:
             assert done == [sid]
             assert session.status == S.SCHEDULED
+
+
+@pg_only
+async def test_a_live_tick_that_outlives_its_claim_ttl_keeps_its_claim(pg: Database):
+    """PostgreSQL only (SQLite has one coordinator). The daemon's coordinator renews a
+    tick's claim while its handler runs: after twice claim_ttl another coordinator still
+    cannot take the session, and the slow tick applies (not fenced)."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        sid = await h.create_session()
+        entered, gate = asyncio.Event(), asyncio.Event()
+
+        class Slow(Scripted):
+            async def execute(self, targets: Sequence[SessionWithKernels]) -> HandlerResult:
+                entered.set()
+                await gate.wait()
+                return HandlerResult(successes=[t.id for t in targets])
+
+        def coordinator(owner: str, handler: Scripted) -> Coordinator:
+            return Coordinator(
+                h.repository, {"scripted": handler}, clock=SystemClock(), kinds=h.app.kinds,
+                claim_owner=owner, claim_ttl=1.0, renew_claims=True,
+            )  # fmt: skip
+
+        a, b = coordinator("coordinator-a", Slow()), coordinator("coordinator-b", Scripted())
+        tick_a = asyncio.create_task(a.tick("scripted"))
+        await asyncio.wait_for(entered.wait(), timeout=10)
+        await asyncio.sleep(2.5)  # well past claim_ttl: only the renewals keep the claim
+        assert (await b.tick("scripted")).fetched == 0, "A's live tick still holds it"
+        gate.set()
+        report = await asyncio.wait_for(tick_a, timeout=10)
+        assert [(c.result, c.error_code) for c in report.changes] == [(R.SUCCESS, None)]
+        assert (await h.session(sid)).status == S.SCHEDULED
 
 
 # -- a real coordinator stopped with SIGSTOP inside prepare-sessions (PostgreSQL) -----------

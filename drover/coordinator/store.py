@@ -49,6 +49,10 @@ class CoordinatorStore(Protocol):
         """
         ...
 
+    async def renew_claims(self, claim: Claim, ids: Sequence[str], until: float) -> None:
+        """Extend a tick's claim on ``ids`` until ``until`` (no-op where nothing is claimed)."""
+        ...
+
     async def release_claims(self, claim: Claim, ids: Sequence[str]) -> None:
         """Drop ``claim`` from ``ids`` (a tick that fetched but could not apply)."""
         ...

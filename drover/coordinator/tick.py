@@ -107,6 +107,7 @@ class Coordinator:
         claim_owner: str | None = None,
         claim_ttl: float = 60.0,
         max_creations: int | None = None,
+        renew_claims: bool = False,
     ) -> None:
         self.store = store
         #: Entities one tick may create (limits.creations_per_tick; ``None``: any number).
@@ -141,6 +142,10 @@ class Coordinator:
         #: Seconds a tick's claim lasts: longer than any handler's execute() should take.
         #: Past it, other coordinators may take the entities over and this tick is fenced.
         self.claim_ttl = claim_ttl
+        #: Renew a tick's claim every third of ``claim_ttl`` while its handler runs (a
+        #: lease: the daemon does): its entities are taken over only once it stops
+        #: renewing (it died, or is paused), never from a live tick that is merely slow.
+        self.renew_claims = renew_claims
 
     def options(self, name: str) -> HandlerOptions:
         """The resolved (handler default + configuration) options of handler ``name``."""
@@ -222,9 +227,19 @@ class Coordinator:
         try:
             transitions = type(handler).status_transitions()
             # No transaction is open here: the handler may do slow I/O.
-            result, ignored, error = await _execute(
-                name, handler, targets, transitions, kind, self.kinds, self.max_creations
+            keeper = (
+                asyncio.create_task(self._keep_claim(name, claim, claimed))
+                if claim is not None and self.renew_claims
+                else None
             )
+            try:
+                result, ignored, error = await _execute(
+                    name, handler, targets, transitions, kind, self.kinds, self.max_creations
+                )
+            finally:
+                if keeper is not None:
+                    keeper.cancel()
+                    await asyncio.gather(keeper, return_exceptions=True)
             now = self.clock.time()
             changes = classify(
                 targets,
@@ -256,6 +271,15 @@ class Coordinator:
                     log.warning("releasing the claims of %s failed: %s", name, error)
             raise
         return len(targets), outcome, ignored, error
+
+    async def _keep_claim(self, name: str, claim: Claim, ids: Sequence[str]) -> None:
+        """Renew ``claim`` on ``ids`` every third of ``claim_ttl`` until cancelled."""
+        while True:
+            await asyncio.sleep(self.claim_ttl / 3)
+            try:
+                await self.store.renew_claims(claim, ids, self.clock.time() + self.claim_ttl)
+            except Exception as error:  # the claim may lapse: the apply is fenced then
+                log.warning("renewing the claims of %s failed: %s", name, error)
 
     async def _promotion_tick(self, name: str, rule: PromotionRule) -> tuple[int, ApplyOutcome]:
         outcome = await self.store.promote(

@@ -32,6 +32,7 @@ from drover.storage.statements.fetch import (
     claim_rows,
     links_of,
     release_rows,
+    renew_rows,
     targets_query,
 )
 from drover.storage.statements.filters import filter_shape
@@ -42,6 +43,7 @@ __all__ = [
     "read_children_of",
     "read_links_of",
     "release_claims",
+    "renew_claims",
 ]
 
 
@@ -95,6 +97,15 @@ async def hold_claim(db: Database, claim: Claim, entity_id: str) -> float | None
     params = {"b_id": entity_id, "b_claim_token": claim.token, "b_until": until}
     renewed = await db.write(lambda conn: conn.execute(RENEW_CLAIM, params).first())
     return until if renewed is not None else None
+
+
+def renew_claims(conn: sa.Connection, claim: Claim, ids: Sequence[str], until: float) -> None:
+    """Extend a tick's claim on ``ids`` (PostgreSQL) until ``until``, inside a transaction."""
+    if ids:
+        conn.execute(
+            statement(("renew-claims",), renew_rows),
+            {"ids": ids_value(ids, True), "b_claim_token": claim.token, "b_until": until},
+        )
 
 
 def read_children_of(conn: sa.Connection, ids: Sequence[str]) -> Sequence[Any]:

@@ -192,6 +192,13 @@ class Repository(Queries):
             self._db, handler, kind, statuses, filters, limit, now, claim, order
         )
 
+    async def renew_claims(self, claim: Claim, ids: Sequence[str], until: float) -> None:
+        """Extend a tick's claim on ``ids`` until ``until`` (a live tick's lease); no-op on
+        SQLite. Entities whose claim was taken over or released are left alone."""
+        if not self._db.postgres or not ids:
+            return
+        await self._db.write(lambda conn: _fetch.renew_claims(conn, claim, ids, until))
+
     async def release_claims(self, claim: Claim, ids: Sequence[str]) -> None:
         """Drop a tick's claim from ``ids`` (a tick that could not apply); no-op on SQLite."""
         if not self._db.postgres or not ids:

@@ -28,6 +28,7 @@ __all__ = [
     "claim_rows",
     "links_of",
     "release_rows",
+    "renew_rows",
     "targets_query",
 ]
 
@@ -119,6 +120,18 @@ RENEW_CLAIM = (
     .values(claim_expires=sa.bindparam("b_until"))
     .returning(e.c.id)
 )
+
+
+def renew_rows() -> sa.Update:
+    """Extend one tick's claim on the entities ``:ids`` that still carry its token."""
+    return (
+        sa.update(e)
+        .where(
+            ids_param(e.c.id, "ids", True),
+            e.c.claim_token == sa.bindparam("b_claim_token"),
+        )
+        .values(claim_expires=sa.bindparam("b_until"))
+    )
 
 
 def children_of(postgres: bool) -> sa.Select[Any]:
