@@ -48,6 +48,7 @@ from drover.backends.container._spec import container_config, image_of, spec_pro
 from drover.backends.devices import DeviceProblem, Devices, devices_of
 from drover.backends.fence import Fence
 from drover.backends.logfiles import create_log
+from drover.backends.stopping import mark_stopping, seen_end
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
 
@@ -546,10 +547,17 @@ class ContainerBackend(AgentBackend):
         await _end_followers(item.followers)
         if state is not None:
             await self._keep_logs(item.kernel_id, item.container_id)
-            end = ended(item.kernel_id, state, destroying=item.destroying, runtime=item.runtime)
+            ends = [
+                ended(item.kernel_id, state, destroying=destroying, runtime=item.runtime)
+                for destroying in (item.destroying, True)
+            ]
         else:
-            end = lost(item.kernel_id, self._name(item.kernel_id), destroying=item.destroying)
-        reports = [end] if item.confirmed else [self._running(item), end]
+            name = self._name(item.kernel_id)
+            ends = [lost(item.kernel_id, name, destroying=d) for d in (item.destroying, True)]
+        # Not stopped here: the destroy's verdict applies if another coordinator (or
+        # this one before a restart) asked the kernel to stop (drover.backends.stopping).
+        ends = [ends[0]] if item.destroying else seen_end(ends[0], ends[1])
+        reports = ends if item.confirmed else [self._running(item), *ends]
         if await self._deliver(reports) is None:
             # Not committed: removal waits for the retried report (a restart
             # would read the end again from the container, which is still there).
@@ -566,9 +574,10 @@ class ContainerBackend(AgentBackend):
         """SIGTERM each live kernel's container, SIGKILL after ``kill_grace``; report the ends.
 
         Returns once every container ended and how it ended is committed, so the
-        handler's transition never hides an exit code. Every signal is fenced by the
-        tick's claim: a fenced call signals nothing more and raises
-        :class:`~drover.backends.fence.FencedError`.
+        handler's transition never hides an exit code. The kernels are reported
+        TERMINATING before any signal (:mod:`drover.backends.stopping`). Every
+        signal is fenced by the tick's claim: a fenced call signals nothing more
+        and raises :class:`~drover.backends.fence.FencedError`.
         """
         fence = Fence.of(session, self.reporter)
         await fence.check()
@@ -583,8 +592,11 @@ class ContainerBackend(AgentBackend):
             if tracked is None:
                 tracked = await self._adopt_for_destroy(kernel)
             if tracked is not None:
-                tracked.destroying = True
                 victims.append(tracked)
+        # The intent first: whoever sees these containers end calls them destroyed.
+        await mark_stopping(self.reporter, [v.kernel_id for v in victims])
+        for victim in victims:
+            victim.destroying = True
         await asyncio.gather(*(self._stop_container(v, fence) for v in victims))
         if any(not v.done.is_set() for v in victims):
             raise BackendError("could not record how the containers ended; will retry")
