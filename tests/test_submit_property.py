@@ -299,8 +299,9 @@ def _config_value(kind: Any) -> st.SearchStrategy[Any]:
     if kind is str:
         return TEXT
     origin = typing.get_origin(kind)
-    if origin is list:
-        (item,) = args
+    if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        # TOML has arrays only: a tuple[X, ...] field is written as one.
+        item = args[0]
         return st.one_of(st.lists(_config_value(item), max_size=3), _config_value(item))
     if origin is dict:
         _key, value = args
