@@ -107,8 +107,8 @@ def _positive(value: float | None, flag: str) -> float | None:
 @click.option(
     "--wait",
     is_flag=True,
-    help="Wait until every wanted replica is HEALTHY and of this revision, with a progress "
-    "line (a daemon must be running).",
+    help="Wait until every wanted replica is HEALTHY and of this revision and the replicas "
+    "it replaced have ended, with a progress line (a daemon must be running).",
 )
 @click.option(
     "--timeout",
@@ -236,7 +236,8 @@ async def _update(app: App, existing: Entity, spec: dict[str, Any]) -> str:
 
 
 def _deployed(deployment: Entity) -> tuple[bool, str]:
-    """``--wait`` of deploy: every wanted replica HEALTHY and of the current revision."""
+    """``--wait`` of deploy: every wanted replica HEALTHY and of the current revision, and no
+    replaced one still ending (as ``kubectl rollout status`` waits for old replicas)."""
     from drover.kinds.deployments.deployments import desired_replicas, live_routes, revision
 
     wanted = desired_replicas(deployment)
@@ -246,6 +247,7 @@ def _deployed(deployment: Entity) -> tuple[bool, str]:
         deployment.status == _E.READY
         and healthy == wanted
         and len(live_routes(deployment)) == wanted
+        and not any(r.status == RouteStatus.TERMINATING for r in deployment.children)
     )
     text = f"{deployment.status}: {healthy}/{wanted} healthy"
     if deployment.status_info and deployment.status == _E.DEGRADED:
