@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn
 
+from drover.backends.settings import settings_converter
 from drover.model.errors import DroverError
 
 __all__ = ["PULL_POLICIES", "ContainerSettings", "settings_from"]
@@ -47,37 +47,7 @@ class ContainerSettings:
     api_timeout: float = 60.0
 
 
-def _settings_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
-
-    def _number(value: Any, _type: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError(f"expected a number, got {value!r}")
-        return float(value)
-
-    def _bool(value: Any, _type: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in {"true", "false"}:
-            return value.lower() == "true"
-        raise ValueError(f"expected true or false, got {value!r}")
-
-    def _string(value: Any, _type: Any) -> str:
-        if not isinstance(value, str):
-            raise ValueError(f"expected a string, got {value!r}")
-        return value
-
-    conv.register_structure_hook(float, _number)
-    conv.register_structure_hook(bool, _bool)
-    conv.register_structure_hook(str, _string)
-    conv.register_structure_hook(
-        ContainerSettings,
-        make_dict_structure_fn(ContainerSettings, conv, _cattrs_forbid_extra_keys=True),
-    )
-    return conv
-
-
-_CONVERTER = _settings_converter()
+_CONVERTER = settings_converter(ContainerSettings)
 
 
 def settings_from(raw: Mapping[str, Any]) -> ContainerSettings:

@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn
 
+from drover.backends.settings import settings_converter
 from drover.model.errors import DroverError
 
 __all__ = ["SlurmSettings", "settings_from"]
@@ -52,42 +52,19 @@ class SlurmSettings:
     scancel: str = "scancel"
 
 
+def _strings(value: Any, _type: Any) -> list[str]:
+    if isinstance(value, str):
+        # From an environment variable or a flag: one shell-quoted string.
+        return shlex.split(value)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return list(value)
+
+
 def _settings_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
-
-    def _number(value: Any, _type: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError(f"expected a number, got {value!r}")
-        return float(value)
-
-    def _bool(value: Any, _type: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in {"true", "false"}:
-            return value.lower() == "true"
-        raise ValueError(f"expected true or false, got {value!r}")
-
-    def _string(value: Any, _type: Any) -> str:
-        if not isinstance(value, str):
-            raise ValueError(f"expected a string, got {value!r}")
-        return value
-
-    def _strings(value: Any, _type: Any) -> list[str]:
-        if isinstance(value, str):
-            # From an environment variable or a flag: one shell-quoted string.
-            return shlex.split(value)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"expected a list of strings, got {value!r}")
-        return list(value)
-
-    conv.register_structure_hook(float, _number)
-    conv.register_structure_hook(bool, _bool)
-    conv.register_structure_hook(str, _string)
     conv.register_structure_hook_func(lambda t: t == list[str], _strings)
-    conv.register_structure_hook(
-        SlurmSettings, make_dict_structure_fn(SlurmSettings, conv, _cattrs_forbid_extra_keys=True)
-    )
-    return conv
+    return settings_converter(SlurmSettings, conv)
 
 
 _CONVERTER = _settings_converter()
