@@ -281,3 +281,172 @@ async def test_a_targeted_move_into_a_full_pool_is_refused_and_a_report_is_not(m
         assert by_id[holder].to_status == Job.RUNNING
         assert by_id[others[1]].error_code == POOL_FULL
         assert await _statuses(h, [holder, *others]) == ["RUNNING", "RUNNING", "QUEUED"]
+
+
+# -- per-entity claims (Pool(claimed=True), spec["pools"]) -------------------------------------
+
+TOKENS = Pool("tokens", 4, held_in={Job.RUNNING}, claimed=True)
+CORES = Pool("cores", 3, held_in={Job.RUNNING, Job.CANCELLING}, claimed=True)
+CLAIMING_JOB = attrs.evolve(JOB, pools=(TOKENS, CORES))
+CLAIMING_KINDS = (CLAIMING_JOB, TASK)
+
+
+def _claiming(make_harness: Any, *handlers: object, **kwargs: Any) -> Any:
+    return harness(make_harness, *handlers, kinds=CLAIMING_KINDS, **kwargs)
+
+
+def _claim(**units: int) -> dict[str, Any]:
+    return {"pools": units}
+
+
+async def test_an_entity_holds_the_units_it_claims_and_one_claiming_none_holds_none(
+    make_harness,
+):
+    async with _claiming(make_harness, StartJobs(succeed), FinishJobs(succeed)) as h:
+        # In fetch order (priority): 3 tokens, 2 tokens (does not fit: 1 left),
+        # 1 token (fits, first-fit), nothing claimed (always admitted).
+        jobs = [
+            await h.create("job", priority=9, spec=_claim(tokens=3)),
+            await h.create("job", priority=8, spec=_claim(tokens=2)),
+            await h.create("job", priority=7, spec=_claim(tokens=1)),
+            await h.create("job", priority=6),
+        ]
+        report = await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "QUEUED", "RUNNING", "RUNNING"]
+        (refused,) = [c for c in report.changes if c.error_code == POOL_FULL]
+        assert refused.entity_id == jobs[1]
+        assert refused.result == SchedulingResult.SKIPPED
+        last = (await h.history(jobs[1]))[-1]
+        assert (str(last.result), last.error_code) == ("SKIPPED", POOL_FULL)
+        assert "pool 'tokens' is full (3/4 held, 2 claimed)" in (last.message or "")
+        why = diagnose_entity(
+            await h.get(jobs[1]),
+            await h.history(jobs[1]),
+            h.coordinator.handlers,
+            CLAIMING_JOB,
+            h.clock.time(),
+        )
+        assert any("pool 'tokens' is full (3/4 held, 2 claimed)" in line for line in why.lines)
+        # Still 4/4: refused again.
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs[1:2]) == ["QUEUED"]
+        # The holders end: their units come back, and the 2-token job runs.
+        await h.tick("finish-jobs")
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["DONE", "RUNNING", "DONE", "DONE"]
+
+
+async def test_an_entity_claiming_several_pools_needs_room_in_every_one(make_harness):
+    async with _claiming(make_harness, StartJobs(succeed)) as h:
+        # Already held: 2 of 3 cores, 1 of 4 tokens (a report is what happened outside:
+        # never refused, and its entity holds what it claims).
+        holder = await h.create("job", spec=_claim(cores=2, tokens=1))
+        assert await h.repository.report(holder, Job.RUNNING, expected=[Job.QUEUED])
+        wide = await h.create("job", priority=5, spec=_claim(tokens=1, cores=2))
+        narrow = await h.create("job", priority=4, spec=_claim(tokens=3, cores=1))
+        after = await h.create("job", priority=3, spec=_claim(tokens=1))
+        report = await h.tick("start-jobs")
+        # wide: tokens fit (1+1), cores do not (2+2 > 3); narrow takes 3 tokens and the
+        # last core; after finds no token left.
+        assert await _statuses(h, [wide, narrow, after]) == ["QUEUED", "RUNNING", "QUEUED"]
+        by_id = {c.entity_id: c for c in report.changes}
+        assert by_id[wide].error_code == POOL_FULL
+        assert "pool 'cores' is full (2/3 held, 2 claimed)" in (by_id[wide].message or "")
+        assert "pool 'tokens' is full (4/4 held, 1 claimed)" in (by_id[after].message or "")
+
+
+async def test_a_plain_and_a_claimed_declaration_share_a_pool(make_harness):
+    class StartTasks(Scripted):
+        kind = "task"
+        handler = "start-tasks"
+        statuses = frozenset({Task.PENDING})
+        transitions = StatusTransitions(success=Transition(Task.WORKING))
+
+    plain = attrs.evolve(TASK, pools=(Pool("tokens", 4, held_in={Task.WORKING}),))
+    kinds = (CLAIMING_JOB, plain)
+    async with harness(make_harness, StartJobs(succeed), StartTasks(succeed), kinds=kinds) as h:
+        await h.create("job", spec=_claim(tokens=3))
+        await h.tick("start-jobs")
+        parent = await h.create("job", status=Job.CANCELLING, children=[{}, {}])
+        # 3 units held by the job: one task (one unit each) of the two gets the last.
+        report = await h.tick("start-tasks")
+        assert [str(c.result) for c in report.changes].count("SUCCESS") == 1
+        assert [str(c.status) for c in (await h.get(parent)).children].count("WORKING") == 1
+
+
+async def test_claims_are_checked_at_creation_and_nothing_is_written(make_harness):
+    from drover import InvalidSpecError
+
+    async with _claiming(make_harness, StartJobs(succeed)) as h:
+        bad = [
+            ({"pools": {"gpus": 1}}, "names pool 'gpus', which kind 'job' does not declare"),
+            ({"pools": {"tokens": 0}}, r"spec\['pools'\]\['tokens'\] must be a whole number"),
+            ({"pools": {"tokens": -2}}, "from 1 to"),
+            ({"pools": {"tokens": 1.5}}, "got 1.5"),
+            ({"pools": {"tokens": True}}, "got True"),
+            ({"pools": ["tokens"]}, "must map pool names to units"),
+        ]
+        for spec, message in bad:
+            with pytest.raises(InvalidSpecError, match=message):
+                await h.repository.create_entities([NewEntity("job", spec=spec)])
+        assert await h.app.queries.list_entities("job") == []
+        # A changed spec is checked too (update_spec), and left as it was.
+        job = await h.create("job", spec=_claim(tokens=1))
+        with pytest.raises(InvalidSpecError, match="must be a whole number from 1"):
+            await h.repository.update_spec(job, {"pools": {"tokens": 0}})
+        assert (await h.get(job)).spec == {"pools": {"tokens": 1}}
+    # A plain pool takes no claims.
+    async with _pooled(make_harness, StartJobs(succeed)) as h:
+        with pytest.raises(InvalidSpecError, match="its claimed pools are \\[\\]"):
+            await h.repository.create_entities([NewEntity("job", spec=_claim(**{"gpu-slots": 1}))])
+
+
+async def test_a_promotion_into_a_claimed_pool_is_refused_at_load(make_harness):
+    ready = PromotionRule(
+        "start-ready-jobs", {Job.QUEUED}, {Task.DONE}, KernelMatchType.ALL, Job.RUNNING, kind="job"
+    )
+    with pytest.raises(InvalidHandlerError, match="a promotion cannot weigh claims"):
+        async with _claiming(make_harness, ready):
+            pass
+
+
+@pg_only
+async def test_two_coordinators_racing_for_claimed_units_never_exceed_the_pool(pg: Database):
+    """A moves jobs claiming 3 of 4 tokens and, before it commits, B applies two others
+    claiming 2 each: B waits for A's pool lock, then counts A's 3 units and refuses both."""
+    from peers import plugin
+
+    async with CoordinatorHarness(
+        plugins=[plugin(_Start(succeed), kinds=CLAIMING_KINDS)],
+        include_builtin_handlers=False,
+        database_url=pg.url,
+        database_schema=pg.schema,
+    ) as h:
+        jobs = [
+            await h.create("job", priority=9, spec=_claim(tokens=2)),
+            await h.create("job", priority=8, spec=_claim(tokens=1)),
+            await h.create("job", spec=_claim(tokens=2)),
+            await h.create("job", spec=_claim(tokens=2)),
+        ]
+        handlers = {"start-jobs": _Start(succeed)}
+        a = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="a")
+        b = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="b")
+        b_tick: list[asyncio.Task[Any]] = []
+
+        async def run_b_meanwhile() -> None:
+            b_tick.append(asyncio.create_task(b.tick("start-jobs")))
+            await _blocked_or_done(b_tick[0])
+
+        def hold_before_commit(step: str) -> None:
+            if step == "before-history" and not b_tick:
+                await_only(run_b_meanwhile())
+
+        a.inject_apply_failure = hold_before_commit
+        report_a = await a.tick("start-jobs")
+        report_b = await b_tick[0]
+        assert sorted(c.entity_id for c in report_a.changes) == sorted(jobs[:2])
+        assert [c.to_status for c in report_a.changes] == ["RUNNING", "RUNNING"]
+        assert sorted(c.entity_id for c in report_b.changes) == sorted(jobs[2:])
+        assert [c.error_code for c in report_b.changes] == [POOL_FULL, POOL_FULL]
+        assert all("(3/4 held, 2 claimed)" in (c.message or "") for c in report_b.changes)
+        assert [str((await h.get(j)).status) for j in jobs].count("RUNNING") == 2

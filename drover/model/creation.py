@@ -8,7 +8,7 @@ is written when one entity of a batch is refused.
 
 What it checks, for every kind: the kind, status, parent and name; the spec
 as JSON both databases store alike; the spec keys the engine itself reads
-(``options``, ``max_requeues``, ``budgets``); the kind's own spec check
+(``options``, ``max_requeues``, ``budgets``, ``pools``); the kind's own spec check
 (:attr:`~drover.model.kinds.EntityKind.check_spec`); and the same for each
 child. What it gives back is the entity as it will be written: JSON-safe
 copies, and a name for an entity created on its own.
@@ -21,10 +21,18 @@ from typing import Any
 
 import attrs
 
-from drover.model.checks import check_name, check_priority, check_whole, is_finite, is_number
+from drover.model.checks import (
+    MAX_COUNT,
+    check_name,
+    check_priority,
+    check_whole,
+    is_finite,
+    is_number,
+)
 from drover.model.checks import json_copy as _json_copy
 from drover.model.errors import InvalidHandlerError, InvalidSpecError
 from drover.model.kinds import EntityKind, Kinds
+from drover.model.pools import POOLS_KEY
 from drover.model.values import NewEntity
 
 __all__ = [
@@ -105,8 +113,34 @@ def _check_budgets(budgets: Any, kind: EntityKind) -> None:
         check_whole(limit, f"spec['budgets'][{name!r}]")
 
 
+def _check_pool_claims(kind: EntityKind, claims: Any) -> None:
+    """``spec["pools"]``: units of the kind's ``claimed`` pools, each a positive integer."""
+    claimable = sorted(p.name for p in kind.pools if p.claimed)
+    if not isinstance(claims, Mapping):
+        raise InvalidSpecError(
+            f"spec[{POOLS_KEY!r}] must map pool names to units, got {type(claims).__name__}"
+        )
+    for name, units in claims.items():
+        if name not in claimable:
+            raise InvalidSpecError(
+                f"spec[{POOLS_KEY!r}] names pool {name!r}, which kind {kind.name!r} does not "
+                f"declare claimed; its claimed pools are {claimable}"
+            )
+        if isinstance(units, bool) or not isinstance(units, int) or not 0 < units <= MAX_COUNT:
+            raise InvalidSpecError(
+                f"spec[{POOLS_KEY!r}][{name!r}] must be a whole number from 1 to {MAX_COUNT}, "
+                f"got {units!r}"
+            )
+
+
 def check_limits(kind: EntityKind, spec: Mapping[str, Any], children: int | None = None) -> None:
-    """Refuse a spec (and a number of ``children``) past the kind's limits (:class:`Limit`)."""
+    """Refuse a spec (and a number of ``children``) past the kind's limits (:class:`Limit`),
+    and pool claims (``spec["pools"]``) the kind's pools do not take.
+
+    Run on a new entity's spec and on a changed one (``update_spec``).
+    """
+    if spec.get(POOLS_KEY) is not None:
+        _check_pool_claims(kind, spec[POOLS_KEY])
     for limit in kind.limits:
         if limit.spec_key is not None:
             try:

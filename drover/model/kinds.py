@@ -423,7 +423,8 @@ class Kinds(Mapping[str, EntityKind]):
                 )
             capacity = self._pool_capacities.get(name, capacities.pop())
             holders = tuple(sorted((k.name, p.held_in) for k, p in pairs))
-            found[name] = PoolHolders(name, capacity, holders)
+            claimed = frozenset(k.name for k, p in pairs if p.claimed)
+            found[name] = PoolHolders(name, capacity, holders, claimed)
         unknown = sorted(set(self._pool_capacities) - set(found))
         if unknown:
             raise InvalidHandlerError(

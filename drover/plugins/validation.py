@@ -226,6 +226,16 @@ def _validate_rule(rule: PromotionRule, plugin: str, kinds: Kinds) -> str:
             f"{where}: it would move {kind.name}s out of the terminal status {ended[0]}; "
             "a promotion cannot leave a terminal status (Repository.reopen does)"
         )
+    for from_status in rule.from_statuses:
+        for pool in kinds.pools_entered(kind.name, str(from_status), str(rule.to_status)):
+            if kind.name in pool.claimed_by:
+                # The promotion's one UPDATE moves up to a number of entities; it cannot
+                # weigh what each claims.
+                raise InvalidHandlerError(
+                    f"{where}: it would move {kind.name}s into {rule.to_status}, where they "
+                    f"hold the claimed pool {pool.name!r}; a promotion cannot weigh claims "
+                    "(move them with a handler)"
+                )
     validate_options(rule.options, where=f"{where}: options")
     return rule.name
 

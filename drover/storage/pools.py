@@ -10,6 +10,10 @@ never wait on each other in a cycle), and counts after it: a second
 coordinator's apply waits until the first has committed, then counts its
 moves.
 
+A pool a kind declares ``claimed`` counts the units its holders claim
+(``spec["pools"]``, read in the same statement) instead of one per holder,
+and the group's claims are read once, by id, before the admission.
+
 Only the applies of kinds that declare pools pay: one dictionary lookup per
 group otherwise.
 """
@@ -23,8 +27,8 @@ import sqlalchemy as sa
 from drover.model.kinds import Kinds
 from drover.model.plan import Change
 from drover.model.pools import PoolHolders
-from drover.storage._sql import statement
-from drover.storage.statements.pools import count_holders, lock_pool
+from drover.storage._sql import ids_value, statement
+from drover.storage.statements.pools import claims_of, count_holders, lock_pool
 
 __all__ = ["PoolGate"]
 
@@ -62,32 +66,60 @@ class PoolGate:
         self.lock(names)
 
     def free(self, pool: PoolHolders) -> tuple[int, int]:
-        """``(free tokens, holders)`` of ``pool`` now (its lock taken first)."""
+        """``(free tokens, units held)`` of ``pool`` now (its lock taken first)."""
         self.lock([pool.name])
-        query = statement(("pool-holders", pool), lambda: count_holders(pool))
+        pg = self._postgres
+        query = statement(("pool-holders", pool, pg), lambda: count_holders(pool, pg))
         held = int(self._conn.execute(query).scalar() or 0)
         return max(pool.capacity - held, 0), held
+
+    def _claims(self, names: tuple[str, ...], ids: list[str]) -> dict[str, tuple[int, ...]]:
+        """The units of each pool of ``names`` each entity of ``ids`` claims (``spec["pools"]``)."""
+        pg = self._postgres
+        query = statement(("pool-claims", names, pg), lambda: claims_of(names, pg))
+        rows = self._conn.execute(query, {"ids": ids_value(ids, pg)}).all()
+        return {row[0]: tuple(int(units) for units in row[1:]) for row in rows}
 
     def admit(self, group: Sequence[Change]) -> tuple[list[Change], list[tuple[Change, str]]]:
         """Split a group of alike changes into those admitted and those refused (with why).
 
         The group's order (the fetch order: priority, then age) decides who
-        gets the free tokens.
+        gets the free tokens; each entity takes them first-fit: one that needs
+        more units than are left is refused, and a later one that needs fewer
+        may still be admitted. An entity needs one unit of a plain pool, and
+        of a ``claimed`` pool the units its spec claims (none: always admitted).
         """
         first = group[0]
-        admitted = list(group)
-        refused: list[tuple[Change, str]] = []
         if not first.changes_status:
-            return admitted, refused
-        for pool in self.entered(first.kind, first.from_status, str(first.to_status)):
-            free, held = self.free(pool)
-            if len(admitted) <= free:
-                continue
-            # Counted with the moves this group is about to make.
-            reason = (
-                f"pool {pool.name!r} is full ({held + free}/{pool.capacity} held); "
-                f"stays {first.from_status}, not moved to {first.to_status}"
+            return list(group), []
+        pools = self.entered(first.kind, first.from_status, str(first.to_status))
+        if not pools:
+            return list(group), []
+        claimed = tuple(p.name for p in pools if first.kind in p.claimed_by)
+        claims = self._claims(claimed, [c.entity_id for c in group]) if claimed else {}
+        # Per pool: units held now, counted with the moves this group is admitted to make.
+        held = [self.free(pool)[1] for pool in pools]
+        admitted: list[Change] = []
+        refused: list[tuple[Change, str]] = []
+        for change in group:
+            claim = iter(claims.get(change.entity_id, (0,) * len(claimed)))
+            needs = [next(claim) if pool.name in claimed else 1 for pool in pools]
+            short = next(
+                (i for i, pool in enumerate(pools) if held[i] + needs[i] > pool.capacity), None
             )
-            refused.extend((c, reason) for c in admitted[free:])
-            admitted = admitted[:free]
+            if short is None:
+                admitted.append(change)
+                held = [h + n for h, n in zip(held, needs, strict=True)]
+                continue
+            pool = pools[short]
+            count = f"{held[short]}/{pool.capacity} held"
+            if pool.name in claimed:
+                count += f", {needs[short]} claimed"
+            refused.append(
+                (
+                    change,
+                    f"pool {pool.name!r} is full ({count}); stays {first.from_status}, "
+                    f"not moved to {first.to_status}",
+                )
+            )
         return admitted, refused

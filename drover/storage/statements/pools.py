@@ -1,15 +1,19 @@
-"""The statements of :mod:`drover.storage.pools`: a pool's lock and its holders' count."""
+"""The statements of :mod:`drover.storage.pools`: a pool's lock, its holders' count and
+the units entities claim (``spec["pools"]``)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
-from drover.model.pools import PoolHolders
+from drover.model.pools import POOLS_KEY, PoolHolders
 from drover.storage.schema import entities
+from drover.storage.statements.ids import ids_param
 
-__all__ = ["count_holders", "lock_pool"]
+__all__ = ["claims_of", "count_holders", "lock_pool"]
 
 e = entities
 
@@ -26,10 +30,41 @@ def lock_pool() -> sa.Select[Any]:
     return sa.select(sa.func.pg_advisory_xact_lock(key))
 
 
-def count_holders(pool: PoolHolders) -> sa.Select[Any]:
-    """How many entities hold ``pool`` now (served by the ``(kind, status)`` index)."""
+def _claim(name: str, postgres: bool) -> sa.ColumnElement[Any]:
+    """The units of pool ``name`` the row's ``spec["pools"]`` claims; 0 for none (or not a
+    number: creation refuses that, so only a hand-written row could hold one)."""
+    if postgres:
+        path = sa.literal([POOLS_KEY, name], postgresql.ARRAY(sa.Text))
+        value = e.c.spec.op("#>")(path)
+        number = sa.cast(e.c.spec.op("#>>")(path), sa.Numeric)
+        return sa.case((sa.func.jsonb_typeof(value) == "number", number), else_=0)
+    where = f"$.{POOLS_KEY}.{json.dumps(name)}"
+    return sa.case(
+        (
+            sa.func.json_type(e.c.spec, where).in_(["integer", "real"]),
+            sa.func.json_extract(e.c.spec, where),
+        ),
+        else_=0,
+    )
+
+
+def count_holders(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:
+    """How many units of ``pool`` are held now (served by the ``(kind, status)`` index).
+
+    One per holder of a kind that declares the pool plain; the claimed units
+    (``spec["pools"]``) of a holder of a kind that declares it ``claimed``.
+    """
     held = [
         sa.and_(e.c.kind == kind, e.c.status.in_(sorted(statuses)))
         for kind, statuses in pool.holders
     ]
-    return sa.select(sa.func.count()).select_from(e).where(sa.or_(*held))
+    if not pool.claimed_by:
+        return sa.select(sa.func.count()).select_from(e).where(sa.or_(*held))
+    units = sa.case((e.c.kind.in_(sorted(pool.claimed_by)), _claim(pool.name, postgres)), else_=1)
+    return sa.select(sa.func.coalesce(sa.func.sum(units), 0)).select_from(e).where(sa.or_(*held))
+
+
+def claims_of(names: tuple[str, ...], postgres: bool) -> sa.Select[Any]:
+    """Id and the units of each pool of ``names`` claimed by the entities ``:ids``."""
+    columns = [_claim(name, postgres).label(f"c{i}") for i, name in enumerate(names)]
+    return sa.select(e.c.id, *columns).where(ids_param(e.c.id, "ids", postgres))
