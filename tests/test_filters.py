@@ -18,6 +18,7 @@ from drover import (
     ChildCount,
     DependenciesFailed,
     DependenciesSucceeded,
+    Dependents,
     Field,
     HandlerOptions,
     Parent,
@@ -206,6 +207,38 @@ async def test_dependencies_failed_finds_dependents_of_a_failure(make_harness):
         assert on_live not in await _picked(h, "ready")
 
 
+async def test_dependents_finds_what_a_waiting_entity_depends_on(make_harness):
+    """The reverse relation, in SQL before the LIMIT: 20 older jobs no queued job depends on
+    never hide the one that is needed, on both databases."""
+    needed = _one_at_a_time("needed", {Job.RUNNING}, Dependents(statuses={Job.QUEUED}))
+    anyone = _one_at_a_time("depended-on", {Job.RUNNING}, Dependents("blocks"))
+    async with harness(make_harness, needed, anyone) as h:
+        older = [await h.create("job", status=Job.RUNNING) for _ in range(20)]
+        # Depended on, but by a job that is no longer QUEUED, or by another relation.
+        await h.create("job", status=Job.RUNNING, links=[("depends_on", older[0])])
+        await h.create("job", links=[("blocks", older[1])])
+        wanted = await h.create("job", status=Job.RUNNING)
+        # A QUEUED job depends on it: the newest, found past the batch of one.
+        await h.create("job", links=[("depends_on", wanted)])
+        assert await _picked(h, "needed") == [wanted]
+        assert await _picked(h, "needed") == [wanted]  # skipped: fetched again
+        # statuses=None: any dependent, whatever its status.
+        assert await _picked(h, "depended-on") == [older[1]]
+
+
+async def test_dependents_follow_the_dependents_status(make_harness):
+    needed = _one_at_a_time("needed", {Job.RUNNING}, Dependents(statuses={Job.QUEUED}))
+    async with harness(make_harness, needed) as h:
+        dependency = await h.create("job", status=Job.RUNNING)
+        dependent = await h.create("job", status=Job.RUNNING, links=[("depends_on", dependency)])
+        assert await _picked(h, "needed") == []
+        # The dependent waits again: its dependency is needed.
+        await h.repository.report(dependent, Job.QUEUED)
+        assert await _picked(h, "needed") == [dependency]
+        await _end(h, dependency, Job.DONE)
+        assert await _picked(h, "needed") == []
+
+
 async def _end(h: Any, entity_id: str, status: str) -> None:
     from drover.model.plan import Change
     from drover.model.status import SchedulingResult
@@ -240,6 +273,11 @@ async def test_a_handler_reads_its_targets_links(make_harness):
             "job",
             AnyOf(AllOf(ChildCount("gt", 0, statuses={"WORKNG"}))),
             "names status(es) ['WORKNG'], not statuses of kind 'task'",
+        ),
+        (
+            "job",
+            Dependents(statuses={"QUEUD"}),
+            "Dependents names status(es) ['QUEUD'], not statuses of any registered kind",
         ),
     ],
 )

@@ -36,6 +36,7 @@ __all__ = [
     "Children",
     "DependenciesFailed",
     "DependenciesSucceeded",
+    "Dependents",
     "Field",
     "Parent",
     "StatusAge",
@@ -157,6 +158,27 @@ class DependenciesFailed:
 
 
 @attrs.frozen
+class Dependents:
+    """Some entity links to this one with ``relation`` and is in ``statuses``.
+
+    The reverse of :class:`DependenciesSucceeded`: the entities that *depend on*
+    this one (``statuses=None``: any such entity, whatever its status). The
+    statuses are names, matched against the dependents whatever their kind.
+    Example: experimaestro's transient jobs, registered only while a job that
+    needs them is waiting::
+
+        Dependents("depends_on", statuses={JobState.WAITING})
+    """
+
+    relation: str = "depends_on"
+    statuses: frozenset[str] | None = attrs.field(default=None, converter=_statuses)
+
+    def __attrs_post_init__(self) -> None:
+        if self.statuses is not None and not self.statuses:
+            raise ValueError("Dependents statuses must name at least one status (or be None)")
+
+
+@attrs.frozen
 class Parent:
     """The entity's parent is in ``statuses`` (an entity without a parent never matches).
 
@@ -222,6 +244,7 @@ CandidateFilter = (
     | ChildCount
     | DependenciesSucceeded
     | DependenciesFailed
+    | Dependents
     | Parent
     | StatusAge
     | AnyOf

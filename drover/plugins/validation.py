@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
-from drover.model.filters import AllOf, AnyOf, CandidateFilter, ChildCount, Children, Parent
+from drover.model.filters import (
+    AllOf,
+    AnyOf,
+    CandidateFilter,
+    ChildCount,
+    Children,
+    Dependents,
+    Parent,
+)
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import validate_options
 from drover.model.promotion import PromotionRule
@@ -95,6 +103,15 @@ def _check_filter(f: object, kind: EntityKind, kinds: Kinds, where: str) -> None
                 f"{where}: candidate filter {f!r}, but kind {kind.name!r} has no child kind"
             )
         named = f.statuses
+    elif isinstance(f, Dependents) and f.statuses is not None:
+        # Dependents may be of any kind: a status no kind has is a typo.
+        every = {s for name in kinds for s in kinds[name].status_names}
+        unknown = sorted(set(f.statuses) - every)
+        if unknown:
+            raise InvalidHandlerError(
+                f"{where}: candidate filter Dependents names status(es) {unknown}, "
+                "not statuses of any registered kind"
+            )
     if named is not None and other is not None:
         unknown = sorted(set(named) - set(other.status_names))
         if unknown:

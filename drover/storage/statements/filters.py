@@ -31,6 +31,7 @@ from drover.model.filters import (
     Children,
     DependenciesFailed,
     DependenciesSucceeded,
+    Dependents,
     Field,
     Parent,
     StatusAge,
@@ -43,6 +44,7 @@ __all__ = ["compile_filters", "filter_shape"]
 e = entities
 _T = entities.alias("t")
 _P = entities.alias("p")
+_D = entities.alias("d")
 _COMPARE: dict[str, Callable[[Any, Any], sa.ColumnElement[bool]]] = {
     "eq": operator.eq,
     "ne": operator.ne,
@@ -113,6 +115,15 @@ def _compile(f: CandidateFilter, postgres: bool, slots: Iterator[int]) -> sa.Col
         # A result is set when an entity ends: NULL (still live) is not a failure.
         failed = sa.exists().where(_T.c.id == r.c.target_id, _T.c.result != "SUCCESS")
         return sa.exists().where(r.c.source_id == e.c.id, r.c.name == f.relation, failed)
+    if isinstance(f, Dependents):
+        # The reverse relation, served by the relations' (target_id, name) index.
+        r = relations
+        dependent = sa.exists().where(r.c.target_id == e.c.id, r.c.name == f.relation)
+        if f.statuses is None:
+            return dependent
+        return dependent.where(
+            _D.c.id == r.c.source_id, _D.c.status.in_(sorted(str(s) for s in f.statuses))
+        )
     if isinstance(f, Parent):
         return sa.exists().where(
             _P.c.id == e.c.parent_id, _P.c.status.in_(sorted(str(s) for s in f.statuses))
