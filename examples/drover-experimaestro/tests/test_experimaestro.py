@@ -25,7 +25,6 @@ from click.testing import CliRunner
 from drover_experimaestro import (
     DEPENDS_ON,
     JOB_KIND,
-    TOKEN_JOB_KIND,
     ExperimaestroPlugin,
     FailureReason,
     JobRequest,
@@ -37,7 +36,7 @@ from drover_experimaestro.launcher import Start, job_directory
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
 
-from drover import NewEntity
+from drover import InvalidSpecError, NewEntity
 from drover.coordinator.tick import Coordinator
 from drover.model.pools import POOL_FULL
 from drover.testing import CoordinatorHarness
@@ -95,8 +94,10 @@ Harness = Callable[..., CoordinatorHarness]
 def xpm(db: Db) -> Harness:
     """A harness with only this pack loaded (its plugin is ``h.xpm``)."""
 
-    def make(*, tokens: int = 2, **options: Any) -> CoordinatorHarness:
-        plugin = ExperimaestroPlugin(tokens=tokens)
+    def make(
+        *, tokens: int = 2, counters: dict[str, int] | None = None, **options: Any
+    ) -> CoordinatorHarness:
+        plugin = ExperimaestroPlugin(tokens=tokens, counters=counters)
         h = CoordinatorHarness(
             plugins=[plugin],
             include_builtin_handlers=False,
@@ -276,7 +277,7 @@ async def _live_token_jobs(h: CoordinatorHarness, jobs: list[str]) -> int:
 async def test_at_most_k_token_jobs_run_at_once(xpm: Harness) -> None:
     async with xpm(tokens=2) as h:
         tokens = [
-            await _submit(h, JobRequest("gpu", {"n": n}, token=True, duration=10)) for n in range(5)
+            await _submit(h, JobRequest("gpu", {"n": n}, tokens=1, duration=10)) for n in range(5)
         ]
         plain = [await _submit(h, JobRequest("cpu", {"n": n}, duration=10)) for n in range(3)]
         await h.run_until_settled()
@@ -285,7 +286,7 @@ async def test_at_most_k_token_jobs_run_at_once(xpm: Harness) -> None:
         waiting = [j for j in tokens if (await h.get(j)).status == JobState.READY]
         assert len(waiting) == 3
         (refused,) = [r for r in await h.history(waiting[0]) if r.error_code == POOL_FULL]
-        assert refused.handler == "xpm-token-schedule"
+        assert refused.handler == "xpm-schedule"
         done_before = 0
         for _ in range(3):  # two, two, then the last one
             h.clock.advance(11)  # past their duration of 10 s
@@ -295,6 +296,108 @@ async def test_at_most_k_token_jobs_run_at_once(xpm: Harness) -> None:
             assert done > done_before
             done_before = done
         assert done_before == 5
+
+
+async def _tokens_held(h: CoordinatorHarness, jobs: list[str], counter: str) -> int:
+    held = 0
+    for job in jobs:
+        e = await h.get(job)
+        if e.status in LIVE:
+            held += int(e.spec.get("pools", {}).get(counter, 0))
+    return held
+
+
+async def test_a_job_takes_count_tokens_and_never_more_than_k_are_held(xpm: Harness) -> None:
+    """experimaestro's ``count``: a job takes several tokens of a counter at once."""
+    async with xpm(tokens=3) as h:
+        wide = await _submit(h, JobRequest("wide", tokens=2, duration=10))
+        also_wide = await _submit(h, JobRequest("wide2", tokens=2, duration=10))
+        narrow = await _submit(h, JobRequest("narrow", tokens=1, duration=10))
+        jobs = [wide, also_wide, narrow]
+        await h.run_until_settled()
+        # 2 + 1 of 3 tokens; the second wide job (2) does not fit, the narrow one does.
+        assert [(await h.get(j)).status for j in jobs] == ["RUNNING", "READY", "RUNNING"]
+        assert await _tokens_held(h, jobs, "xpm-token") == 3
+        (refused,) = [r for r in await h.history(also_wide) if r.error_code == POOL_FULL]
+        assert "pool 'xpm-token' is full (3/3 held, 2 claimed)" in (refused.message or "")
+        h.clock.advance(11)
+        await h.run_until_settled()
+        assert [(await h.get(j)).status for j in jobs] == ["DONE", "RUNNING", "DONE"]
+        h.clock.advance(11)
+        await h.run_until_settled()
+        assert [(await h.get(j)).status for j in jobs] == ["DONE"] * 3
+
+
+async def test_a_job_takes_tokens_of_several_counters(xpm: Harness) -> None:
+    async with xpm(counters={"gpu": 2, "licence": 1}) as h:
+        both = await _submit(h, JobRequest("both", tokens={"gpu": 1, "licence": 1}, duration=10))
+        gpu = await _submit(h, JobRequest("gpu", tokens={"gpu": 1}, duration=10))
+        more = await _submit(h, JobRequest("more", tokens={"gpu": 1}, duration=10))
+        licence = await _submit(h, JobRequest("licence", tokens={"licence": 1}, duration=10))
+        free = await _submit(h, JobRequest("free", duration=10))
+        jobs = [both, gpu, more, licence, free]
+        await h.run_until_settled()
+        # gpu: both + gpu = 2/2; licence: both = 1/1; the job claiming nothing runs.
+        states = [(await h.get(j)).status for j in jobs]
+        assert states == ["RUNNING", "RUNNING", "READY", "READY", "RUNNING"]
+        why = {
+            j: [r.message for r in await h.history(j) if r.error_code == POOL_FULL][-1]
+            for j in (more, licence)
+        }
+        assert "pool 'gpu' is full (2/2 held, 1 claimed)" in (why[more] or "")
+        assert "pool 'licence' is full (1/1 held, 1 claimed)" in (why[licence] or "")
+        h.clock.advance(11)
+        await h.run_until_settled()
+        assert [(await h.get(j)).status for j in (more, licence)] == ["RUNNING", "RUNNING"]
+        h.clock.advance(11)
+        await h.run_until_settled()
+        assert [(await h.get(j)).status for j in jobs] == ["DONE"] * 5
+
+
+async def test_a_token_request_is_checked_when_the_job_is_submitted(xpm: Harness) -> None:
+    async with xpm() as h:
+        with pytest.raises(InvalidSpecError, match="names pool 'gpu', which kind 'xpm-job'"):
+            await _submit(h, JobRequest("a", tokens={"gpu": 1}))
+        with pytest.raises(InvalidSpecError, match="must be a whole number from 1"):
+            await _submit(h, JobRequest("b", tokens={"xpm-token": 0}))
+        assert await h.app.queries.list_entities(JOB_KIND) == []
+
+
+async def test_a_transient_job_runs_only_if_a_waiting_job_needs_it(xpm: Harness) -> None:
+    """experimaestro's TransientMode: a transient job runs only when a job that depends on
+    it waits for it; one needed by nobody stays UNSCHEDULED, never started."""
+    async with xpm(**{"xpm-register": {"batch_size": 1}}) as h:
+        # Older than the ones that matter, so a filter after the LIMIT would starve them.
+        unused = [
+            await _submit(h, JobRequest("unused", {"n": n}, transient=True)) for n in range(3)
+        ]
+        base = await _submit(h, JobRequest("base", transient=True))
+        cache = await _submit(h, JobRequest("cache", transient=True, depends_on=[base]))
+        later = await _submit(h, JobRequest("later", transient=True))
+        final = await _submit(h, JobRequest("final", depends_on=[cache]))
+        await h.run_until_settled()
+        for job in (final, cache, base):
+            assert await _state(h, job) == ("DONE", None, "SUCCESS")
+        for job in (*unused, later):
+            assert await _state(h, job) == ("UNSCHEDULED", None, None)
+            assert _starts(h, job) == []
+        # The transient chain ran in dependency order: base, cache, then final.
+        started = [s.job_id for s in h.xpm.launcher.starts]  # type: ignore[attr-defined]
+        assert started == [base, cache, final]
+        # A job submitted later that needs `later` makes it run.
+        after = await _submit(h, JobRequest("after", depends_on=[later]))
+        await h.run_until_settled()
+        assert await _state(h, later) == ("DONE", None, "SUCCESS")
+        assert await _state(h, after) == ("DONE", None, "SUCCESS")
+
+
+async def test_a_failed_transient_job_fails_the_job_that_needed_it(xpm: Harness) -> None:
+    async with xpm() as h:
+        broken = await _submit(h, JobRequest("broken", transient=True, script=["failed"]))
+        needing = await _submit(h, JobRequest("needing", depends_on=[broken]))
+        await h.run_until_settled()
+        assert await _state(h, broken) == ("ERROR", FailureReason.FAILED, "FAILURE")
+        assert await _state(h, needing) == ("ERROR", FailureReason.DEPENDENCY, "FAILURE")
 
 
 async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
@@ -317,14 +420,14 @@ async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
         await conn.close()
 
 
-async def test_two_coordinators_on_postgresql_never_run_more_than_k_token_jobs() -> None:
-    """Coordinator A schedules two token jobs and, before it commits, B schedules two more:
-    B waits for A's pool lock and then finds the pool full."""
+async def test_two_coordinators_on_postgresql_never_take_more_than_k_tokens() -> None:
+    """Coordinator A schedules jobs taking 1 and 2 of 3 tokens and, before it commits, B
+    schedules two more taking 1 each: B waits for A's pool lock and then finds no token."""
     if "postgresql" not in BACKENDS:
         pytest.fail("this test needs PostgreSQL (DROVER_TEST_SKIP_PG=1 deselects it)")
     async with _pg_schema() as schema:
-        plugin = ExperimaestroPlugin(tokens=2)
-        options = {"xpm-token-schedule": {"batch_size": 2}}
+        plugin = ExperimaestroPlugin(tokens=3)
+        options = {"xpm-schedule": {"batch_size": 2}}
         async with CoordinatorHarness(
             plugins=[plugin],
             include_builtin_handlers=False,
@@ -332,12 +435,17 @@ async def test_two_coordinators_on_postgresql_never_run_more_than_k_token_jobs()
             database_url=PG_URL,
             database_schema=schema,
         ) as h:
-            jobs = [await h.create(TOKEN_JOB_KIND, JobState.READY, spec={"n": n}) for n in range(4)]
-            handler = h.handlers["xpm-token-schedule"]
+            jobs = [
+                await h.create(
+                    JOB_KIND, JobState.READY, spec={"n": n, "pools": {"xpm-token": units}}
+                )
+                for n, units in enumerate((1, 2, 1, 1))
+            ]
+            handler = h.handlers["xpm-schedule"]
             coordinators = [
                 Coordinator(
                     h.repository,
-                    {"xpm-token-schedule": handler},
+                    {"xpm-schedule": handler},
                     clock=h.clock,
                     kinds=h.app.kinds,
                     claim_owner=owner,
@@ -349,7 +457,7 @@ async def test_two_coordinators_on_postgresql_never_run_more_than_k_token_jobs()
             b_tick: list[asyncio.Task[Any]] = []
 
             async def run_b_meanwhile() -> None:
-                b_tick.append(asyncio.create_task(b.tick("xpm-token-schedule")))
+                b_tick.append(asyncio.create_task(b.tick("xpm-schedule")))
                 await _blocked_or_done(b_tick[0])
 
             def hold_before_commit(step: str) -> None:
@@ -357,10 +465,12 @@ async def test_two_coordinators_on_postgresql_never_run_more_than_k_token_jobs()
                     await_only(run_b_meanwhile())
 
             a.inject_apply_failure = hold_before_commit
-            report_a = await a.tick("xpm-token-schedule")
+            report_a = await a.tick("xpm-schedule")
             report_b = await b_tick[0]
+            assert sorted(c.entity_id for c in report_a.changes) == sorted(jobs[:2])
             assert [c.to_status for c in report_a.changes] == ["SCHEDULED", "SCHEDULED"]
             assert [c.error_code for c in report_b.changes] == [POOL_FULL, POOL_FULL]
+            assert all("(3/3 held, 1 claimed)" in (c.message or "") for c in report_b.changes)
             assert await _live_token_jobs(h, jobs) == 2
 
 
@@ -374,15 +484,14 @@ def test_plugins_check_strict_passes_and_graph_shows_the_kinds() -> None:
     listed = runner.invoke(main, ["plugins"])
     assert listed.exit_code == 0, listed.output
     assert "experimaestro" in listed.output
-    assert "xpm-token-finish" in listed.output
+    assert "xpm-finish" in listed.output
     checked = runner.invoke(main, ["plugins", "check", "--strict"])
     assert checked.exit_code == 0, checked.output
     assert "0 warning(s)" in checked.output
-    for kind in (JOB_KIND, TOKEN_JOB_KIND):
-        graph = runner.invoke(main, ["graph", "--kind", kind])
-        assert graph.exit_code == 0, graph.output
-        assert "RUNNING     -> WAITING      [" in graph.output  # the resumable retry
-        assert "WAITING     -> ERROR        [" in graph.output  # a failed dependency
+    graph = runner.invoke(main, ["graph", "--kind", JOB_KIND])
+    assert graph.exit_code == 0, graph.output
+    assert "RUNNING     -> WAITING      [" in graph.output  # the resumable retry
+    assert "WAITING     -> ERROR        [" in graph.output  # a failed dependency
 
 
 def test_the_entry_point_names_the_plugin() -> None:

@@ -1,6 +1,6 @@
 """experimaestro's job lifecycle as a drover plugin pack.
 
-Kinds ``xpm-job`` and ``xpm-token-job`` (:mod:`.kinds`), one handler per
+The kind ``xpm-job`` with its counter tokens (:mod:`.kinds`), one handler per
 scheduler step (:mod:`.handlers`), a simulated launcher (:mod:`.launcher`) and
 experimaestro's ``submit`` with its resubmission rules (:mod:`.submit`).
 The entry point ``experimaestro = "drover_experimaestro:plugin"`` loads
@@ -9,18 +9,20 @@ The entry point ``experimaestro = "drover_experimaestro:plugin"`` loads
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from drover import HandlerRegistry, KindRegistry, hookimpl
 
 from .handlers import handlers_for
 from .kinds import (
+    DEFAULT_TOKENS,
     DEPENDS_ON,
     JOB_KIND,
-    KINDS,
-    TOKEN_JOB_KIND,
+    KIND,
     TOKEN_POOL_NAME,
     FailureReason,
     JobState,
-    make_kinds,
+    make_kind,
 )
 from .launcher import SimulatedLauncher, Start
 from .submit import JobRequest, submit
@@ -28,8 +30,7 @@ from .submit import JobRequest, submit
 __all__ = [
     "DEPENDS_ON",
     "JOB_KIND",
-    "KINDS",
-    "TOKEN_JOB_KIND",
+    "KIND",
     "TOKEN_POOL_NAME",
     "ExperimaestroPlugin",
     "FailureReason",
@@ -43,26 +44,31 @@ __all__ = [
 
 
 class ExperimaestroPlugin:
-    """The pack as a plugin object: its kinds and, for each kind, every step's handler.
+    """The pack as a plugin object: its kind and every step's handler.
 
-    ``tokens`` is the counter token's declared capacity (configuration's
-    ``[pools] xpm-token`` overrides it in a daemon).
+    ``tokens`` is the ``xpm-token`` counter's declared capacity; ``counters``
+    (counter name → tokens) declares several counters instead. Configuration's
+    ``[pools] <counter> = K`` overrides a capacity in a daemon.
     """
 
-    def __init__(self, launcher: SimulatedLauncher | None = None, tokens: int = 2) -> None:
+    def __init__(
+        self,
+        launcher: SimulatedLauncher | None = None,
+        tokens: int = DEFAULT_TOKENS,
+        counters: Mapping[str, int] | None = None,
+    ) -> None:
         self.launcher = launcher or SimulatedLauncher()
-        self.kinds = make_kinds(tokens)
+        self.kind = make_kind({TOKEN_POOL_NAME: tokens} if counters is None else counters)
 
     @hookimpl
     def drover_register_kinds(self, register: KindRegistry) -> None:
-        """Register ``xpm-job`` and ``xpm-token-job``."""
-        register(*self.kinds)
+        """Register ``xpm-job``."""
+        register(self.kind)
 
     @hookimpl
     def drover_register_handlers(self, register: HandlerRegistry) -> None:
-        """Register the six steps for each kind, all sharing one launcher."""
-        for kind in (JOB_KIND, TOKEN_JOB_KIND):
-            register(*handlers_for(kind, self.launcher))
+        """Register the six steps, all sharing one launcher."""
+        register(*handlers_for(JOB_KIND, self.launcher))
 
 
 #: What the entry point loads.

@@ -50,11 +50,22 @@ async def _submit_experiment(database_url: str) -> list[tuple[str, str]]:
         )
         gpus = [
             await job(
-                f"sweep {n} (token job)", JobRequest("sweep", {"n": n}, token=True, duration=3)
+                f"sweep {n} (token job)",
+                JobRequest("sweep", {"n": n}, tokens={"xpm-token": 1}, duration=3),
             )
             for n in range(4)
         ]
-        return [prepare, train, broken, evaluate, doomed, *gpus]
+        wide = await job(
+            "wide (takes both tokens)",
+            JobRequest("wide", {}, tokens={"xpm-token": 2}, duration=3),
+        )
+        cache = await job("cache (transient, needed)", JobRequest("cache", {}, transient=True))
+        unused = await job(
+            "unused (transient, needed by nobody: never runs)",
+            JobRequest("unused", {}, transient=True),
+        )
+        plot = await job("plot (after cache)", JobRequest("plot", {}, depends_on=[cache[1]]))
+        return [prepare, train, broken, evaluate, doomed, *gpus, wide, cache, unused, plot]
     finally:
         await app.close()
 

@@ -1,8 +1,8 @@
-"""One handler per step of experimaestro's scheduler, for each of the pack's two kinds.
+"""One handler per step of experimaestro's scheduler, for the kind ``xpm-job``.
 
 Each handler declares its transitions and its candidate filters; drover
 applies the moves, counts the retries (the ``retries`` budget) and gates the
-counter token (the ``xpm-token`` pool). No handler moves a status itself,
+counter tokens (the claimed pools, ``xpm-token`` by default). No handler moves a status itself,
 keeps a counter in ``data`` or filters its targets in Python.
 """
 
@@ -15,6 +15,7 @@ from drover import (
     AnyOf,
     DependenciesFailed,
     DependenciesSucceeded,
+    Dependents,
     Entity,
     Field,
     HandlerOptions,
@@ -36,7 +37,7 @@ _ENDINGS = {
 
 
 class JobHandler(LifecycleHandler):
-    """What every step shares: its kind, its name (suffixed for the token kind), its options."""
+    """What every step shares: its kind, its name, its options."""
 
     kind: ClassVar[str] = JOB_KIND
     step: ClassVar[str] = "step"
@@ -45,8 +46,8 @@ class JobHandler(LifecycleHandler):
 
     @classmethod
     def name(cls) -> str:
-        """``xpm-<step>`` for ``xpm-job``, ``xpm-token-<step>`` for ``xpm-token-job``."""
-        return cls.kind.removesuffix("-job") + "-" + cls.step
+        """``xpm-<step>``."""
+        return "xpm-" + cls.step
 
     @property
     def target_statuses(self) -> frozenset[str]:
@@ -60,10 +61,22 @@ class JobHandler(LifecycleHandler):
 
 
 class RegisterJobs(JobHandler):
-    """UNSCHEDULED → WAITING: the scheduler has taken the submitted job."""
+    """UNSCHEDULED → WAITING: the scheduler has taken the submitted job.
+
+    A transient job (``spec["transient"]``) is taken only while a job that
+    depends on it is WAITING (a ``Dependents`` filter, in the fetch's SQL): a
+    transient job nothing waiting needs stays UNSCHEDULED and never runs. A
+    transient job needed by a transient one follows once that one is WAITING.
+    """
 
     step = "register"
     statuses = frozenset({JobState.UNSCHEDULED})
+    candidate_filters = (
+        AnyOf(
+            Field("spec", ("transient",), "ne", True),
+            Dependents(DEPENDS_ON, statuses={JobState.WAITING}),
+        ),
+    )
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
@@ -121,7 +134,8 @@ class FailDependents(JobHandler):
 
 
 class ScheduleJobs(JobHandler):
-    """READY → SCHEDULED, in the job's directory; for token jobs the pool gates this move."""
+    """READY → SCHEDULED, in the job's directory; the counters' pools gate this move for a job
+    that claims tokens."""
 
     step = "schedule"
     statuses = frozenset({JobState.READY})
@@ -243,7 +257,7 @@ STEPS: tuple[type[JobHandler], ...] = (
 
 
 def handlers_for(kind: str, launcher: SimulatedLauncher) -> list[JobHandler]:
-    """Every step's handler for ``kind`` (a subclass per kind: a handler names one kind)."""
+    """Every step's handler for ``kind``, sharing ``launcher``."""
     made: list[JobHandler] = []
     for step in STEPS:
         cls = type(step.__name__, (step,), {"kind": kind, "__doc__": step.__doc__})

@@ -1,18 +1,18 @@
-"""experimaestro's job lifecycle as two drover kinds.
+"""experimaestro's job lifecycle as one drover kind, ``xpm-job``.
 
 ``JobState`` is experimaestro's ``JobState`` in its own order (UNSCHEDULED →
 WAITING → READY → SCHEDULED → RUNNING → DONE/ERROR); ``FailureReason`` is its
 ``JobFailureStatus`` (plus CANCELLED), kept in the entity's ``status_info``.
 
-Two kinds share every handler: ``xpm-job`` and ``xpm-token-job``. The second
-holds a token of the counter pool ``xpm-token`` while SCHEDULED or RUNNING, so
-at most the pool's capacity of them run at once. They are two kinds because a
-drover pool is held by every entity of a kind in the holding statuses; a job
-that needs no token must therefore be of another kind (README: workarounds).
+Each counter token is a *claimed* pool of the kind: a job holds, while
+SCHEDULED or RUNNING, the tokens its ``spec["pools"]`` claims
+(``{"xpm-token": 2}``: experimaestro's ``count`` tokens of a counter, of as
+many counters as it names); a job that claims none holds none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 from drover import Budget, EntityKind, Pool, TerminationRule, Transition
@@ -50,27 +50,32 @@ FAILURE_MEANINGS = {
 }
 
 JOB_KIND = "xpm-job"
-TOKEN_JOB_KIND = "xpm-token-job"
 #: The relation a job's static dependencies are linked with.
 DEPENDS_ON = "depends_on"
 #: The budget a resumable job's timeouts are charged to; its limit is ``max_retries``.
 RETRIES = "retries"
 #: experimaestro's default ``max_retries``.
 DEFAULT_MAX_RETRIES = 3
-#: The counter token's pool name; ``[pools] xpm-token = K`` sets its capacity.
+#: The default counter token's pool name; ``[pools] xpm-token = K`` sets its capacity.
 TOKEN_POOL_NAME = "xpm-token"
 #: Its capacity when neither the plugin nor the configuration says otherwise.
 DEFAULT_TOKENS = 2
+#: The statuses a job holds its tokens in.
+HOLDS_TOKENS = frozenset({JobState.SCHEDULED, JobState.RUNNING})
 
 
-def token_pool(tokens: int = DEFAULT_TOKENS) -> Pool:
-    """The counter token: ``tokens`` jobs hold it at most, while SCHEDULED or RUNNING."""
-    return Pool(TOKEN_POOL_NAME, tokens, held_in={JobState.SCHEDULED, JobState.RUNNING})
+def token_pool(name: str = TOKEN_POOL_NAME, tokens: int = DEFAULT_TOKENS) -> Pool:
+    """A counter of ``tokens`` tokens; a job holds the ones it claims while SCHEDULED or
+    RUNNING."""
+    return Pool(name, tokens, held_in=HOLDS_TOKENS, claimed=True)
 
 
-def _kind(name: str, pools: tuple[Pool, ...]) -> EntityKind:
+def make_kind(counters: Mapping[str, int] | None = None) -> EntityKind:
+    """``xpm-job``, with one claimed pool per counter (name → tokens; default
+    ``{"xpm-token": 2}``)."""
+    counters = {TOKEN_POOL_NAME: DEFAULT_TOKENS} if counters is None else counters
     return EntityKind(
-        name,
+        JOB_KIND,
         JobState,
         terminal={JobState.DONE, JobState.ERROR},
         success={JobState.DONE},
@@ -80,13 +85,8 @@ def _kind(name: str, pools: tuple[Pool, ...]) -> EntityKind:
         # A resumable job's timeouts; the charge past max_retries ends it in ERROR.
         budgets=(Budget(RETRIES, DEFAULT_MAX_RETRIES, give_up=Transition(JobState.ERROR)),),
         termination=(TerminationRule(JobState.ERROR, status_info=FailureReason.CANCELLED),),
-        pools=pools,
+        pools=tuple(token_pool(name, tokens) for name, tokens in sorted(counters.items())),
     )
 
 
-def make_kinds(tokens: int = DEFAULT_TOKENS) -> tuple[EntityKind, EntityKind]:
-    """``xpm-job`` and ``xpm-token-job``, the latter holding a pool of ``tokens``."""
-    return _kind(JOB_KIND, ()), _kind(TOKEN_JOB_KIND, (token_pool(tokens),))
-
-
-KINDS = make_kinds()
+KIND = make_kind()

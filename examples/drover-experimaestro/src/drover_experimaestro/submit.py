@@ -24,7 +24,7 @@ from .kinds import (
     DEPENDS_ON,
     JOB_KIND,
     RETRIES,
-    TOKEN_JOB_KIND,
+    TOKEN_POOL_NAME,
     FailureReason,
     JobState,
 )
@@ -36,14 +36,21 @@ if TYPE_CHECKING:
     from drover import Queries, Repository
 
 
+def _tokens(value: Mapping[str, int] | int | None) -> dict[str, int]:
+    if value is None:
+        return {}
+    return {TOKEN_POOL_NAME: value} if isinstance(value, int) else dict(value)
+
+
 @attrs.frozen
 class JobRequest:
     """One job as an experiment submits it.
 
     ``script`` is what the simulated launcher makes of each run (see
     :mod:`.launcher`); ``duration`` its simulated run time in seconds;
-    ``token`` makes it an ``xpm-token-job``, which holds a counter token while
-    SCHEDULED or RUNNING.
+    ``tokens`` the tokens it takes of each counter while SCHEDULED or RUNNING
+    (``{"xpm-token": 2}``; a number ``n`` means ``{"xpm-token": n}``);
+    ``transient`` makes it run only if a job waiting for it needs it.
     """
 
     task: str
@@ -51,14 +58,15 @@ class JobRequest:
     depends_on: Sequence[str] = ()
     resumable: bool = False
     max_retries: int = DEFAULT_MAX_RETRIES
-    token: bool = False
+    tokens: dict[str, int] = attrs.field(factory=dict, converter=_tokens)
+    transient: bool = False
     script: Sequence[str] = ("done",)
     duration: float | None = None
 
     @property
     def kind(self) -> str:
-        """``xpm-token-job`` for a job that needs a token, else ``xpm-job``."""
-        return TOKEN_JOB_KIND if self.token else JOB_KIND
+        """Every job is an ``xpm-job``."""
+        return JOB_KIND
 
     @property
     def identifier(self) -> str:
@@ -77,6 +85,11 @@ class JobRequest:
         }
         if self.duration is not None:
             spec["duration"] = self.duration
+        if self.tokens:
+            # Claims on the counters' pools: the apply counts them (drover checks them).
+            spec["pools"] = dict(self.tokens)
+        if self.transient:
+            spec["transient"] = True
         return spec
 
 
