@@ -87,6 +87,10 @@ def _limits(values: Iterable[Limit]) -> tuple[Limit, ...]:
     return tuple(values)
 
 
+def _reported(values: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    return frozenset((str(a), str(b)) for a, b in values)
+
+
 @attrs.frozen
 class Limit:
     """An upper bound on a count one request can ask for, so no request eats the machine.
@@ -207,6 +211,12 @@ class EntityKind:
     value_type: type[Any] = Entity
     #: Pools of counter tokens its entities hold while in some statuses (:mod:`drover.model.pools`).
     pools: tuple[Pool, ...] = attrs.field(default=(), converter=_pools)
+    #: Status changes that only pushed reports make (``Repository.report``: a backend or an
+    #: outside system saying what happened), as ``(from, to)`` pairs: the graph checks
+    #: (``drover plugins check``) count them as ways in and out, and ``drover graph`` draws
+    #: them (handler ``report``). Declaring one changes no behaviour: reports are applied
+    #: whether declared or not.
+    reported: frozenset[tuple[str, str]] = attrs.field(factory=frozenset, converter=_reported)
 
     def __attrs_post_init__(self) -> None:
         if not is_kebab_case(self.name):
@@ -251,6 +261,12 @@ class EntityKind:
             seen.add(budget.name)
             if budget.give_up is not None and budget.give_up.to is not None:
                 self._known({budget.give_up.to}, f"budget {budget.name!r} give_up")
+        for source, target in sorted(self.reported):
+            self._known({source, target}, "reported")
+            if source == target:
+                raise InvalidHandlerError(
+                    f"kind {self.name!r}: reported ({source}, {target}) does not change the status"
+                )
         pools: set[str] = set()
         for pool in self.pools:
             if pool.name in pools:

@@ -24,6 +24,7 @@ __all__ = [
     "render_dot",
     "render_mermaid",
     "render_text",
+    "report_edges",
 ]
 
 _OUTCOMES = ("success", "need_retry", "expired", "give_up")
@@ -55,6 +56,11 @@ def api_edges(kind: EntityKind) -> tuple[Edge, ...]:
         for s in kind.status_names
         if (rule := kind.termination_of(s, has_children=True)) is not None
     )
+
+
+def report_edges(kind: EntityKind) -> tuple[Edge, ...]:
+    """Changes only pushed reports make, as the kind declares them (``reported``)."""
+    return tuple(Edge(a, b, "report", "reported") for a, b in sorted(kind.reported))
 
 
 def _of_kind(handlers: Mapping[str, Handler], kind: EntityKind) -> list[tuple[str, Handler]]:
@@ -97,6 +103,9 @@ def edges_of(
             if budget.give_up is not None and budget.give_up.to is not None:
                 to = str(budget.give_up.to)
                 edges.extend(Edge(s, to, name, f"budget:{budget.name}") for s in targets if s != to)
+    # What happens outside (a backend's or a peer's report) moves entities without a
+    # person: it counts like a handler's move.
+    edges.extend(report_edges(kind))
     if include_api:
         edges.extend(api_edges(kind))
     return list(dict.fromkeys(edges))
@@ -165,7 +174,10 @@ def check_graph(
     ``parent`` is ``kind``'s parent kind: the statuses its transitions move
     children to are reachable (:func:`parent_edges`).
 
-    * a non-terminal status no handler targets: sessions there sit forever;
+    Changes the kind declares ``reported`` (pushed reports) count as edges.
+
+    * a non-terminal status no handler targets (nor a declared report leaves):
+      sessions there sit forever;
     * a handler whose ``need_retry`` moves the status: every retry resets its
       tries, so ``max_retries`` can never fire;
     * a non-terminal status from which no path leads to a terminal status;
@@ -178,6 +190,8 @@ def check_graph(
     mine = _of_kind(handlers, kind)
     noun = f"{kind.name}s"
     targeted = {str(s) for _, h in mine for s in target_statuses(h)}
+    # A status a declared report leaves is acted on from outside.
+    targeted |= {source for source, _ in kind.reported}
     live = [s for s in kind.status_names if s not in kind.terminal and s not in kind.dormant]
     for status in live:
         if status not in targeted and (kind.parent is None or mine):
