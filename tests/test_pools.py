@@ -395,10 +395,15 @@ async def test_claims_are_checked_at_creation_and_nothing_is_written(make_harnes
         with pytest.raises(InvalidSpecError, match="must be a whole number from 1"):
             await h.repository.update_spec(job, {"pools": {"tokens": 0}})
         assert (await h.get(job)).spec == {"pools": {"tokens": 1}}
-    # A plain pool takes no claims.
+    # A plain pool takes no claims; nor does a child whose kind declares none.
     async with _pooled(make_harness, StartJobs(succeed)) as h:
+        before = await h.app.queries.list_entities("job")
         with pytest.raises(InvalidSpecError, match="its claimed pools are \\[\\]"):
             await h.repository.create_entities([NewEntity("job", spec=_claim(**{"gpu-slots": 1}))])
+        child = {"spec": _claim(tokens=1)}
+        with pytest.raises(InvalidSpecError, match="which kind 'task' does not declare claimed"):
+            await h.repository.create_entities([NewEntity("job", children=[child])])
+        assert await h.app.queries.list_entities("job") == before
 
 
 async def test_a_promotion_into_a_claimed_pool_is_refused_at_load(make_harness):

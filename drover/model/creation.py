@@ -113,8 +113,12 @@ def _check_budgets(budgets: Any, kind: EntityKind) -> None:
         check_whole(limit, f"spec['budgets'][{name!r}]")
 
 
-def _check_pool_claims(kind: EntityKind, claims: Any) -> None:
-    """``spec["pools"]``: units of the kind's ``claimed`` pools, each a positive integer."""
+def _check_pool_claims(kind: EntityKind, spec: Mapping[str, Any]) -> None:
+    """``spec["pools"]``, if set: units of the kind's ``claimed`` pools, each a positive
+    integer."""
+    claims = spec.get(POOLS_KEY)
+    if claims is None:
+        return
     claimable = sorted(p.name for p in kind.pools if p.claimed)
     if not isinstance(claims, Mapping):
         raise InvalidSpecError(
@@ -139,8 +143,7 @@ def check_limits(kind: EntityKind, spec: Mapping[str, Any], children: int | None
 
     Run on a new entity's spec and on a changed one (``update_spec``).
     """
-    if spec.get(POOLS_KEY) is not None:
-        _check_pool_claims(kind, spec[POOLS_KEY])
+    _check_pool_claims(kind, spec)
     for limit in kind.limits:
         if limit.spec_key is not None:
             try:
@@ -210,6 +213,9 @@ def _child(
         # Children start with their parent when their kind has its status.
         status = parent_status if parent_status in child.status_names else child.first_status
     status = _status(child, status, where, seeding=seeding)
+    if isinstance(raw.get("spec"), Mapping):
+        # A child's claims, as check_limits checks its parent's.
+        _check_pool_claims(child, raw["spec"])
     out: dict[str, Any] = {
         "status": status,
         "spec": _checked_spec(raw.get("spec") or {}, child, where),
