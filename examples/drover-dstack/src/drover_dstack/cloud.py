@@ -186,9 +186,9 @@ class SimulatedCloud:
         if container is None:
             return None
         now = self.now()
-        if container.exited_at is None and container.run_for is not None:
-            if now >= container.started_at + container.run_for:
-                container.exited_at = container.started_at + container.run_for
+        ends_at = None if container.run_for is None else container.started_at + container.run_for
+        if container.exited_at is None and ends_at is not None and now >= ends_at:
+            container.exited_at = ends_at
         return None if container.exited_at is None else container.exit_code
 
     def stop(self, job: Entity) -> bool:

@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 import attrs
 
 from drover import (
-    Children,
     ChildCount,
+    Children,
     Clock,
     Entity,
     HandlerOptions,
@@ -141,9 +141,7 @@ class ProvisionJobs(DstackHandler):
 
     handler = "dstack-provision-jobs"
     statuses = frozenset({JobStatus.SUBMITTED})
-    filters = (
-        Parent(statuses={RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING}),
-    )
+    filters = (Parent(statuses={RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING}),)
     transitions = StatusTransitions(
         success=Transition(JobStatus.PROVISIONING),
         outcomes={"no-capacity": Transition(JobStatus.TERMINATING)},
@@ -240,7 +238,9 @@ class EnforceMaxDuration(DstackHandler):
         return HandlerResult(
             successes=ids,
             status_infos=dict.fromkeys(ids, JobTerminationReason.MAX_DURATION_EXCEEDED),
-            messages={t.id: f"ran longer than max_duration {t.spec['max_duration']}s" for t in targets},
+            messages={
+                t.id: f"ran longer than max_duration {t.spec['max_duration']}s" for t in targets
+            },
         )
 
 

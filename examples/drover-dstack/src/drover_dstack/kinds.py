@@ -171,7 +171,9 @@ LIVE_JOB = frozenset(
     }
 )
 ACTIVE_JOB = LIVE_JOB - {JobStatus.TERMINATING}
-FINISHED_JOB = frozenset({JobStatus.TERMINATED, JobStatus.ABORTED, JobStatus.FAILED, JobStatus.DONE})
+FINISHED_JOB = frozenset(
+    {JobStatus.TERMINATED, JobStatus.ABORTED, JobStatus.FAILED, JobStatus.DONE}
+)
 
 
 def retry_delay(attempt: int) -> int:
@@ -202,9 +204,7 @@ JOB = EntityKind(
     success={JobStatus.DONE},
     parent=RUN_KIND,
     termination=(
-        TerminationRule(
-            JobStatus.TERMINATING, status_info=JobTerminationReason.TERMINATED_BY_USER
-        ),
+        TerminationRule(JobStatus.TERMINATING, status_info=JobTerminationReason.TERMINATED_BY_USER),
     ),
 )
 KINDS = (RUN, JOB)

@@ -3,11 +3,11 @@
 A run's ``spec`` is its configuration (what ``dstack apply`` sends): ``type``
 (``task``, ``service``, ``dev-environment``), ``nodes`` (jobs per replica: a
 multi-node task has one replica of ``nodes`` jobs), ``replicas`` (a service:
-``replicas`` replicas of ``nodes`` jobs each, one by default), ``retry`` (``{"on_events": [...], "duration": seconds}``),
-``max_duration``, ``stop_duration`` (``null``: off), ``stop_criteria``
-(``all-done`` or ``master-done``) and ``sim``: each slot's container
-behaviour, by submission (``{"*": [...], "0/1": [...]}``; see
-:mod:`.cloud`; the last entry repeats).
+``replicas`` replicas of ``nodes`` jobs each, one by default), ``retry``
+(``{"on_events": [...], "duration": seconds}``), ``max_duration``,
+``stop_duration`` (``null``: off), ``stop_criteria`` (``all-done`` or
+``master-done``) and ``sim``: each slot's container behaviour, by submission
+(``{"*": [...], "0/1": [...]}``; see :mod:`.cloud`; the last entry repeats).
 
 A job's spec is derived from it (:func:`job_spec`): its ``replica_num``,
 ``job_num``, ``slot`` (``"replica/job"``), ``submission_num``, and the

@@ -59,7 +59,9 @@ class RunRequest:
 async def submit_run(repository: Repository, request: RunRequest) -> str:
     """Create the run SUBMITTED with its first job submissions; return its id."""
     spec = request.spec()
-    children = [{"kind": JOB_KIND, "status": JobStatus.SUBMITTED, "spec": s} for s in first_jobs(spec)]
+    children = [
+        {"kind": JOB_KIND, "status": JobStatus.SUBMITTED, "spec": s} for s in first_jobs(spec)
+    ]
     return await repository.create_entity(
         RUN_KIND, spec=spec, status=RunStatus.SUBMITTED, name=request.name, children=children
     )
