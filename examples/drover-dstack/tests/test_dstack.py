@@ -636,3 +636,38 @@ def test_the_entry_point_names_the_plugin() -> None:
     dist = metadata.distribution(project["name"])  # `make venv` installs it
     (ep,) = [ep for ep in dist.entry_points if ep.group == "drover"]
     assert ep.load() is module.plugin
+
+
+async def test_the_demo_runs_end_as_the_readme_says(tmp_path: Path) -> None:
+    """`drover-dstack-demo` submits; the pack's handlers (as `drover run` loads them) carry
+    them out."""
+    from drover_dstack.demo import _submit_runs
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/dstack.db"
+    submitted = {label.split(":")[0]: run for label, run in await _submit_runs(url)}
+    async with CoordinatorHarness(
+        plugins=[DstackPlugin()], include_builtin_handlers=False, database_url=url
+    ) as h:
+        for _ in range(30):  # 30 s: flaky's back-off (15 s) is the longest wait
+            h.clock.advance(1)
+            await h.run_until_settled()
+        ends = {name: await state(h, run) for name, run in submitted.items()}
+        assert ends == {
+            "train": ("DONE", RR.ALL_JOBS_DONE, "SUCCESS"),
+            "flaky": ("DONE", RR.ALL_JOBS_DONE, "SUCCESS"),
+            "broken": ("FAILED", RR.JOB_FAILED, "FAILURE"),
+            "cluster": ("DONE", RR.ALL_JOBS_DONE, "SUCCESS"),
+            "capped": ("FAILED", RR.JOB_FAILED, "FAILURE"),
+        }
+        assert [s[1:] for s in await submissions(h, submitted["flaky"])] == [
+            (0, "FAILED", JR.CONTAINER_EXITED_WITH_ERROR),
+            (1, "DONE", JR.DONE_BY_RUNNER),
+        ]
+        assert [j.name for j in await jobs(h, submitted["cluster"])] == [
+            "cluster-0-0",
+            "cluster-1-0",
+            "cluster-2-0",
+        ]
+        assert await submissions(h, submitted["capped"]) == [
+            ("0/0", 0, "TERMINATED", JR.MAX_DURATION_EXCEEDED)
+        ]

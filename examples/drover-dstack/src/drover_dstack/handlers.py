@@ -13,7 +13,7 @@ run's ``resubmissions`` budget and its delay a ``StatusAge`` filter.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -53,7 +53,7 @@ from .kinds import (
     retry_delay,
     retry_event,
 )
-from .spec import RETRY_EVENTS, job_spec, jobs_per_replica, replicas, slot
+from .spec import RETRY_EVENTS, job_name, job_spec, jobs_per_replica, replicas, slot
 
 #: The named outcome that ends a TERMINATING job in each final status.
 FINAL_OUTCOMES = {
@@ -315,15 +315,25 @@ def latest_submissions(children: Iterable[Entity]) -> dict[str, Entity]:
     return latest
 
 
-def next_submission(run_spec: Mapping[str, Any], previous: Entity, run_id: str) -> NewEntity:
+def new_submission(run: Entity, replica_num: int, job_num: int, submission_num: int) -> NewEntity:
+    """Submission ``submission_num`` of one slot of ``run``, SUBMITTED."""
+    return NewEntity(
+        JOB_KIND,
+        job_spec(run.spec, replica_num, job_num, submission_num),
+        parent_id=run.id,
+        status=JobStatus.SUBMITTED,
+        name=job_name(run.name, replica_num, job_num),
+    )
+
+
+def next_submission(run: Entity, previous: Entity) -> NewEntity:
     """The next submission of ``previous``'s slot (the old one is kept)."""
-    spec = job_spec(
-        run_spec,
+    return new_submission(
+        run,
         int(previous.spec["replica_num"]),
         int(previous.spec["job_num"]),
         int(previous.spec["submission_num"]) + 1,
     )
-    return NewEntity(JOB_KIND, spec, parent_id=run_id, status=JobStatus.SUBMITTED)
 
 
 def _done(job: Entity) -> bool:
@@ -508,7 +518,7 @@ class ProcessRuns(DstackHandler):
         for job in latest_submissions(run.children).values():
             if int(job.spec["replica_num"]) not in replicas_:
                 continue
-            result.create.append(next_submission(run.spec, job, run.id))
+            result.create.append(next_submission(run, job))
             if job.status in ACTIVE_JOB:
                 # A move carries no status_info: dstack-stop-jobs reads "no reason"
                 # as TERMINATED_BY_SERVER (README: workarounds).
@@ -537,10 +547,9 @@ class ResubmitRuns(DstackHandler):
                     continue
                 for n, job in enumerate(jobs):
                     if job is not None:
-                        result.create.append(next_submission(run.spec, job, run.id))
+                        result.create.append(next_submission(run, job))
                     else:
-                        spec = job_spec(run.spec, replica, n, 0)
-                        result.create.append(NewEntity(JOB_KIND, spec, parent_id=run.id))
+                        result.create.append(new_submission(run, replica, n, 0))
             result.successes.append(run.id)
             result.data[run.id] = {"retry_after": None}
         return result.build()

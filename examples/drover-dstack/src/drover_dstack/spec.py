@@ -100,6 +100,11 @@ def slot(replica_num: int, job_num: int) -> str:
     return f"{replica_num}/{job_num}"
 
 
+def job_name(run_name: str | None, replica_num: int, job_num: int) -> str:
+    """dstack's job name, the same for every submission of a slot: ``<run>-<job>-<replica>``."""
+    return f"{run_name or 'run'}-{job_num}-{replica_num}"
+
+
 def job_spec(
     run_spec: Mapping[str, Any], replica_num: int, job_num: int, submission_num: int
 ) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .kinds import JOB_KIND, RUN_KIND, JobStatus, RunStatus
-from .spec import DEFAULT_STOP_DURATION, first_jobs
+from .spec import DEFAULT_STOP_DURATION, first_jobs, job_name
 
 if TYPE_CHECKING:
     # Storage is imported when a run is submitted, not when drover loads the plugin.
@@ -60,7 +60,13 @@ async def submit_run(repository: Repository, request: RunRequest) -> str:
     """Create the run SUBMITTED with its first job submissions; return its id."""
     spec = request.spec()
     children = [
-        {"kind": JOB_KIND, "status": JobStatus.SUBMITTED, "spec": s} for s in first_jobs(spec)
+        {
+            "kind": JOB_KIND,
+            "status": JobStatus.SUBMITTED,
+            "spec": s,
+            "name": job_name(request.name, s["replica_num"], s["job_num"]),
+        }
+        for s in first_jobs(spec)
     ]
     return await repository.create_entity(
         RUN_KIND, spec=spec, status=RunStatus.SUBMITTED, name=request.name, children=children
