@@ -170,6 +170,9 @@ async def test_a_task_walks_every_status_and_ends_done(dstack: Harness) -> None:
         assert await state(h, run) == ("SUBMITTED", None, None)
         (job_id,) = [j.id for j in await jobs(h, run)]
         assert await state(h, job_id) == ("SUBMITTED", None, None)
+        await h.tick("dstack-provision-jobs")
+        await h.tick("dstack-process-runs")  # a job PROVISIONING: the run is PROVISIONING
+        assert await state(h, run) == ("PROVISIONING", None, None)
         await h.run_until_settled()
         assert await state(h, run) == ("RUNNING", None, None)
         h.clock.advance(30)
@@ -186,11 +189,13 @@ async def test_a_task_walks_every_status_and_ends_done(dstack: Harness) -> None:
         ]
         assert await moves(h, run) == [
             ("api", "CREATED", "SUBMITTED", "SUBMITTED"),
-            ("dstack-process-runs", "running", "SUBMITTED", "RUNNING"),
+            ("dstack-process-runs", "provisioning", "SUBMITTED", "PROVISIONING"),
+            ("dstack-process-runs", "running", "PROVISIONING", "RUNNING"),
             ("dstack-process-runs", "all-jobs-done", "RUNNING", "TERMINATING"),
             ("dstack-finish-runs", "done", "TERMINATING", "DONE"),
         ]
         assert cloud(h).calls(job_id) == ["provision", "start", "release"]
+        assert (await h.get(job_id)).name == "run-0-0"  # dstack's <run>-<job>-<replica>
         assert (await h.get(job_id)).data == {
             "instance": "i-1",
             "offer": "gpu-on-demand",
