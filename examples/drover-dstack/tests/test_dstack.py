@@ -35,6 +35,7 @@ from drover_dstack import (
     RunStatus,
     RunTerminationReason,
     SimulatedCloud,
+    abort_run,
     retry_delay,
     submit_run,
 )
@@ -283,6 +284,24 @@ async def test_a_user_stop_terminates_the_run_and_is_never_retried(dstack: Harne
         # TERMINATED, with the result CANCELLED of a stop somebody asked for.
         assert await state(h, run) == ("TERMINATED", RR.STOPPED_BY_USER, "CANCELLED")
         assert [m[1] for m in await moves(h, run)][-2:] == ["stop-jobs-by-user", "terminated"]
+
+
+async def test_an_aborted_run_kills_its_jobs_at_once(dstack: Harness) -> None:
+    """`dstack stop --abort`: no graceful stop, the jobs end ABORTED (never retried)."""
+    async with dstack() as h:
+        run = await submit(h, retry=RETRY_ALL, sim={"*": [{"stop_takes": None}]})
+        await h.run_until_settled()
+        await abort_run(h.repository, run)
+        await h.run_until_settled()
+        (job,) = await jobs(h, run)
+        assert await state(h, job.id) == ("ABORTED", JR.ABORTED_BY_USER, "FAILURE")
+        assert cloud(h).calls(job.id) == ["provision", "start", "kill", "release"]
+        assert await state(h, run) == ("TERMINATED", RR.ABORTED_BY_USER, "FAILURE")
+        assert [m[:2] for m in await moves(h, run)][-3:] == [
+            ("dstack-abort-runs", "SUCCESS"),
+            ("dstack-terminate-runs", "abort-jobs"),
+            ("dstack-finish-runs", "terminated"),
+        ]
 
 
 async def test_a_stopped_pending_run_ends_terminated(dstack: Harness) -> None:
@@ -611,6 +630,8 @@ async def test_a_bad_run_configuration_is_refused_with_one_line(dstack: Harness)
             await submit(h, stop_criteria="first-done")
         with pytest.raises(InvalidSpecError, match=r"only a service may have replicas > 1"):
             await submit(h, replicas=2)
+        with pytest.raises(InvalidSpecError, match=r"sim\['\*'\] entries take only exit_code"):
+            await submit(h, sim={"*": [{"exit": 1}]})
         assert await h.app.queries.list_entities(RUN_KIND, limit=None) == []
         assert await h.app.queries.list_entities(JOB_KIND, limit=None) == []
 

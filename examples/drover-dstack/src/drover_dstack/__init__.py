@@ -24,7 +24,7 @@ from .kinds import (
     RunTerminationReason,
     retry_delay,
 )
-from .submit import RunRequest, submit_run
+from .submit import RunRequest, abort_run, submit_run
 
 __all__ = [
     "CLOUD_SOURCE",
@@ -41,6 +41,7 @@ __all__ = [
     "RunStatus",
     "RunTerminationReason",
     "SimulatedCloud",
+    "abort_run",
     "plugin",
     "retry_delay",
     "submit_run",

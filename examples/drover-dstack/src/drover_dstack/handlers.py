@@ -23,6 +23,7 @@ from drover import (
     Children,
     Clock,
     Entity,
+    Field,
     HandlerOptions,
     HandlerResult,
     KernelMatchType,
@@ -81,7 +82,8 @@ ACTIVE_OUTCOMES = {
     RunStatus.PROVISIONING: "provisioning",
     RunStatus.RUNNING: "running",
 }
-TERMINATE_OUTCOMES = {
+#: The named outcome of an active run that ends it, for each run termination reason.
+TERMINATE_OUTCOMES: dict[str, str] = {
     RunTerminationReason.JOB_FAILED: "job-failed",
     RunTerminationReason.RETRY_LIMIT_EXCEEDED: "retry-limit-exceeded",
     RunTerminationReason.ALL_JOBS_DONE: "all-jobs-done",
@@ -451,6 +453,32 @@ def next_run_status(run: Entity, analysis: Analysis) -> tuple[str, str | None]:
     return RunStatus.PENDING, None  # every replica left is retrying: back off, resubmit
 
 
+#: Runs nobody asked to abort (a run without ``spec["abort"]`` matches).
+NOT_ABORTED = Field("spec", ("abort",), "ne", True)
+
+
+class AbortRuns(DstackHandler):
+    """``dstack stop --abort``: a live run whose spec asks (``abort: true``, a
+    ``Field`` filter) → TERMINATING, ABORTED_BY_USER; its jobs are killed at once."""
+
+    kind = RUN_KIND
+    handler = "dstack-abort-runs"
+    statuses = frozenset(
+        {RunStatus.PENDING, RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING}
+    )
+    filters = (Field("spec", ("abort",), "eq", True),)
+    transitions = StatusTransitions(success=Transition(RunStatus.TERMINATING))
+
+    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
+        """Every fetched run was asked to abort."""
+        ids = [t.id for t in targets]
+        return HandlerResult(
+            successes=ids,
+            status_infos=dict.fromkeys(ids, RunTerminationReason.ABORTED_BY_USER),
+            messages=dict.fromkeys(ids, "aborted by the user"),
+        )
+
+
 class ProcessRuns(DstackHandler):
     """An active run follows its latest job submissions (dstack's ``process_active_run``).
 
@@ -470,6 +498,7 @@ class ProcessRuns(DstackHandler):
     kind = RUN_KIND
     handler = "dstack-process-runs"
     statuses = frozenset({RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING})
+    filters = (NOT_ABORTED,)
     order = "oldest-seen"
     transitions = StatusTransitions(
         outcomes={
@@ -533,7 +562,7 @@ class ResubmitRuns(DstackHandler):
     kind = RUN_KIND
     handler = "dstack-resubmit-runs"
     statuses = frozenset({RunStatus.PENDING})
-    filters = (StatusAge(data_key="retry_after"),)
+    filters = (StatusAge(data_key="retry_after"), NOT_ABORTED)
     transitions = StatusTransitions(success=Transition(RunStatus.SUBMITTED))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
@@ -638,6 +667,7 @@ class _Result:
 
 
 STEPS: tuple[type[DstackHandler], ...] = (
+    AbortRuns,
     ProcessRuns,
     ResubmitRuns,
     TerminateRuns,

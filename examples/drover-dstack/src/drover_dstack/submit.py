@@ -71,3 +71,13 @@ async def submit_run(repository: Repository, request: RunRequest) -> str:
     return await repository.create_entity(
         RUN_KIND, spec=spec, status=RunStatus.SUBMITTED, name=request.name, children=children
     )
+
+
+async def abort_run(repository: Repository, run_id: str) -> None:
+    """``dstack stop --abort``: ask (in the run's spec) for the run to be aborted.
+
+    ``dstack-abort-runs`` takes it from any live status but TERMINATING to
+    TERMINATING (ABORTED_BY_USER); its jobs are killed without a graceful stop
+    and end ABORTED. A plain stop is ``drover terminate RUN``.
+    """
+    await repository.update_spec(run_id, {"abort": True})
