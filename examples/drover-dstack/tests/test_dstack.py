@@ -204,6 +204,26 @@ async def test_a_task_walks_every_status_and_ends_done(dstack: Harness) -> None:
         }
 
 
+async def test_a_run_created_without_jobs_gets_its_first_submissions(dstack: Harness) -> None:
+    """A run created by another path than submit_run (the API, the harness) still runs."""
+    async with dstack() as h:
+        run = await h.create(
+            RUN_KIND, R.SUBMITTED, spec={"nodes": 2, "sim": {"*": [{"run_for": 5}]}}
+        )
+        await h.run_until_settled()
+        assert await submissions(h, run) == [
+            ("0/0", 0, "RUNNING", None),
+            ("0/1", 0, "RUNNING", None),
+        ]
+        name = (await h.get(run)).name
+        assert [j.name for j in await jobs(h, run)] == [f"{name}-0-0", f"{name}-1-0"]
+        (row,) = [r for r in await h.history(run) if r.result == "submit-jobs"]
+        assert row.message == "created its first job submissions"
+        h.clock.advance(5)
+        await h.run_until_settled()
+        assert await state(h, run) == ("DONE", RR.ALL_JOBS_DONE, "SUCCESS")
+
+
 def test_each_job_termination_reason_maps_to_its_final_status_and_retry_event() -> None:
     """dstack's JobTerminationReason.to_status / to_retry_event, for the reasons the pack uses."""
     assert {str(r): str(s) for r, s in JOB_FINAL_STATUS.items()} == {

@@ -505,6 +505,7 @@ class ProcessRuns(DstackHandler):
             **{name: Transition(status) for status, name in ACTIVE_OUTCOMES.items()},
             **{name: Transition(RunStatus.TERMINATING) for name in TERMINATE_OUTCOMES.values()},
             "retry-replicas": Transition(),
+            "submit-jobs": Transition(),
             "pending": Transition(
                 RunStatus.PENDING,
                 children=JobStatus.TERMINATING,
@@ -518,6 +519,12 @@ class ProcessRuns(DstackHandler):
         result = _Result()
         now = self.clock.time()
         for run in targets:
+            if not run.children:  # created without its jobs (not by submit_run): create them
+                for replica in range(replicas(run.spec)):
+                    for n in range(jobs_per_replica(run.spec)):
+                        result.create.append(new_submission(run, replica, n, 0))
+                result.outcome(run.id, "submit-jobs", None, "created its first job submissions")
+                continue
             analysis = analyze(run, now)
             status, reason = next_run_status(run, analysis)
             if status == RunStatus.TERMINATING:
