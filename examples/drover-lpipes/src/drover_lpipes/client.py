@@ -50,22 +50,25 @@ class JobRequest:
             raise ValueError(f"chunk must be >= 0, not {self.chunk}")
 
     def context(self) -> dict[str, Any]:
-        """The job's context as its first hop receives it."""
-        return {
+        """The job's context as its first hop receives it.
+
+        No key holds ``null``: a data patch's ``null`` removes its key (RFC 7396),
+        so the context saved with a move would differ from the one handed on.
+        """
+        context = {
             "origin": self.origin,
             "step": "HEAD",
             "layer": 0,
             "prompt": self.prompt,
-            "prompt_ids": None,
             "prefilled": 0,
             "chunk": self.chunk,
             "kv": 0,
-            "hidden": None,
             "tokens": [],
             "max_tokens": self.max_tokens,
             "stop_after": self.stop_after,
             "fuse_embed": self.fuse_embed,
         }
+        return {key: value for key, value in context.items() if value is not None}
 
 
 async def submit(repository: Repository, request: JobRequest) -> str:

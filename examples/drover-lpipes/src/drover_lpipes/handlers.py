@@ -70,17 +70,22 @@ class _Outcomes:
     results: dict[str, str] = attrs.field(factory=dict)
     create: list[NewEntity] = attrs.field(factory=list)
 
+    def save(self, hop: Entity, ctx: Context) -> None:
+        """Save ``ctx`` with ``hop``'s move: a merge-patch, so a ``to`` the job no longer
+        has is patched to null (removed), not left from the last move."""
+        self.data[hop.id] = {"context": {**ctx, "to": ctx.get("to")}}
+
     def move(self, hop: Entity, outcome: str, ctx: Context) -> None:
         """``hop`` takes ``outcome``, its context saved with the move."""
         self.outcomes[hop.id] = outcome
-        self.data[hop.id] = {"context": ctx}
+        self.save(hop, ctx)
 
     def end(self, hop: Entity, outcome: str, reason: Reason, ctx: Context | None) -> None:
         """``hop`` ends DONE by ``outcome`` (a failure unless it completed or handed off)."""
         self.outcomes[hop.id] = outcome
         self.infos[hop.id] = reason
         if ctx is not None:
-            self.data[hop.id] = {"context": ctx}
+            self.save(hop, ctx)
         if reason not in (Reason.COMPLETED, Reason.HANDED_OFF):
             self.results[hop.id] = "FAILURE"
             self.messages[hop.id] = REASON_MEANINGS[reason]
