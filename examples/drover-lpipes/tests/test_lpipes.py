@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import os
 import tomllib
 import uuid
@@ -242,7 +243,7 @@ async def test_the_jobs_context_is_saved_with_each_move_and_carried_by_each_hand
         await h.run_until_settled()
         # Each hop's saved context is the next one's payload, all the way round.
         hops = await _hops(h, job)
-        for sender, receiver in zip(hops, hops[1:], strict=False):
+        for sender, receiver in itertools.pairwise(hops):
             assert receiver.spec["context"] == sender.data["context"]
         assert hops[-1].data["context"]["tokens"] == reference(prompt, LAYERS, 2)
 
@@ -268,7 +269,11 @@ async def test_a_hand_off_creates_the_next_hop_in_the_same_transaction(lp: Harne
         first, second = await _hops(h, job)
         (ended,) = [r for r in await h.history(first.id) if r.handler == "lp-send"]
         (created,) = await h.history(second.id)
-        assert (first.status, first.status_info, second.status) == ("DONE", "HANDED_OFF", "VALIDATING")
+        assert (first.status, first.status_info, second.status) == (
+            "DONE",
+            "HANDED_OFF",
+            "VALIDATING",
+        )
         assert (created.handler, created.result, created.message) == (
             "lp-send",
             "CREATED",
@@ -317,7 +322,8 @@ async def test_an_eos_token_completes_the_job_before_max_tokens(lp: Harness) -> 
         await h.run_until_settled()
         e = await h.get(job)
         tokens = reference("stop early", LAYERS, 50, stop_after=2)
-        assert tokens[-1] == EOS and len(tokens) == 3
+        assert tokens[-1] == EOS
+        assert len(tokens) == 3
         assert (e.status, e.result, e.data["tokens"]) == ("COMPLETED", "SUCCESS", tokens)
 
 
@@ -366,7 +372,9 @@ async def test_validation_failures_end_the_hop_and_fail_the_job_with_the_reason(
         misrouted = await h.create(
             JOB_KIND,
             JobState.RUNNING,
-            children=[{"status": HopState.VALIDATING, "spec": {"node": "c", "seq": 0, "context": ctx}}],
+            children=[
+                {"status": HopState.VALIDATING, "spec": {"node": "c", "seq": 0, "context": ctx}}
+            ],
         )
         # A hand-off whose payload carries no job.
         lost = await h.create(
@@ -392,11 +400,18 @@ async def test_no_local_segment_for_the_next_layer_ends_the_hop_no_model(lp: Har
         job = await h.create(
             JOB_KIND,
             JobState.RUNNING,
-            children=[{"status": HopState.PROCESS_LAYERS, "spec": {"node": "b", "seq": 0, "context": ctx}}],
+            children=[
+                {"status": HopState.PROCESS_LAYERS, "spec": {"node": "b", "seq": 0, "context": ctx}}
+            ],
         )
         await h.run_until_settled()
         last = await _failed_with(h, job, Reason.NO_MODEL)
-        assert (await _moves(h, last.id))[-1] == ("lp-process-layers", "no-model", "PROCESS_LAYERS", "DONE")
+        assert (await _moves(h, last.id))[-1] == (
+            "lp-process-layers",
+            "no-model",
+            "PROCESS_LAYERS",
+            "DONE",
+        )
 
 
 async def test_a_job_whose_node_stops_answering_is_stale_after_60_seconds(lp: Harness) -> None:
@@ -432,7 +447,10 @@ async def test_a_busy_job_is_never_stale(lp: Harness) -> None:
             h.clock.advance(30)
             await _tick(h, *STEPS, "lp-stale", "lp-finish")
         e = await h.get(job)
-        assert (e.status, e.data["tokens"]) == ("COMPLETED", reference("slow but steady", LAYERS, 3))
+        assert (e.status, e.data["tokens"]) == (
+            "COMPLETED",
+            reference("slow but steady", LAYERS, 3),
+        )
 
 
 async def test_a_client_gone_fails_the_job_by_report_and_no_hop_follows(lp: Harness) -> None:
@@ -450,7 +468,8 @@ async def test_a_client_gone_fails_the_job_by_report_and_no_hop_follows(lp: Harn
         assert ended.status == "DONE"  # the job's end ended its live hop
         assert (await _moves(h, live.id))[-1] == (CLIENT_SOURCE, "MOVED", "PROCESS_LAYERS", "DONE")
         await h.run_until_settled()
-        assert len(await _hops(h, job)) == 2 and len(pipe.sent) == 1
+        assert len(await _hops(h, job)) == 2
+        assert len(pipe.sent) == 1
         assert not await client_gone(h.repository, pipe, job)  # already ended: nothing written
 
 
@@ -497,10 +516,10 @@ async def test_a_cancel_that_loses_the_race_with_a_hand_off_ends_the_new_hop(lp:
     async with lp() as h:
         job = await submit(h.repository, JobRequest("too late", max_tokens=5))
         await _tick(h, "lp-validate", "lp-embed", "lp-process-layers", "lp-send")
-        first, second = await _hops(h, job)
+        _, second = await _hops(h, job)
         assert second.status == "VALIDATING"
         await h.request_termination(job)
-        first, second = await _hops(h, job)
+        _first, second = await _hops(h, job)
         assert (second.status, (await _moves(h, second.id))[-1]) == (
             "DONE",
             ("api", "MOVED", "VALIDATING", "DONE"),
@@ -614,7 +633,8 @@ def test_plugins_check_strict_passes_and_graph_shows_the_fsm() -> None:
     runner = CliRunner(env={"DROVER_LOAD_PLUGINS": "lpipes"})
     listed = runner.invoke(main, ["plugins"])
     assert listed.exit_code == 0, listed.output
-    assert "lpipes" in listed.output and "lp-process-layers (PROCESS_LAYERS)" in listed.output
+    assert "lpipes" in listed.output
+    assert "lp-process-layers (PROCESS_LAYERS)" in listed.output
     checked = runner.invoke(main, ["plugins", "check", "--strict"])
     assert checked.exit_code == 0, checked.output
     assert "0 warning(s)" in checked.output
@@ -643,7 +663,7 @@ def test_the_entry_point_names_the_plugin() -> None:
 
 
 def test_a_bad_request_is_refused_in_one_line() -> None:
-    with pytest.raises(ValueError, match="^max_tokens must be >= 1, not 0$"):
+    with pytest.raises(ValueError, match=r"^max_tokens must be >= 1, not 0$"):
         JobRequest("hi", max_tokens=0)
-    with pytest.raises(ValueError, match="^prompt must have at least one word$"):
+    with pytest.raises(ValueError, match=r"^prompt must have at least one word$"):
         JobRequest("  ")

@@ -242,7 +242,9 @@ class Embed(_PipeHandler):
             ctx["hidden"], ctx["kv"] = embed(chunk, int(ctx["kv"]))
             ctx["prefilled"] += len(chunk)
             chunked = size < len(prompt)
-            if chunked and not self.pipe.update_client(hop.parent_id or "", "prefill", ctx["prefilled"]):
+            if chunked and not self.pipe.update_client(
+                hop.parent_id or "", "prefill", ctx["prefilled"]
+            ):
                 out.end(hop, "update-failed", Reason.CLIENT_GONE, ctx)
                 return
         else:
@@ -453,7 +455,11 @@ class FinishJobs(LifecycleHandler):
             last = max(job.children, key=lambda hop: int(hop.spec.get("seq", 0)))
             ctx = context_of(last) or {}
             tokens = list(ctx.get("tokens", []))
-            out.data[job.id] = {"tokens": tokens, "text": detokenize(tokens), "hops": len(job.children)}
+            out.data[job.id] = {
+                "tokens": tokens,
+                "text": detokenize(tokens),
+                "hops": len(job.children),
+            }
             if last.status_info == Reason.COMPLETED:
                 out.outcomes[job.id] = "completed"
             else:
