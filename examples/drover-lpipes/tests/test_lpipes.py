@@ -667,3 +667,31 @@ def test_a_bad_request_is_refused_in_one_line() -> None:
         JobRequest("hi", max_tokens=0)
     with pytest.raises(ValueError, match=r"^prompt must have at least one word$"):
         JobRequest("  ")
+
+
+async def test_the_demo_ends_as_the_readme_says(tmp_path: Path) -> None:
+    """`drover-lpipes-demo` submits; the pack's handlers (as `drover run` loads them) carry
+    it out: three jobs complete, `headless` fails, `long` runs until cancelled."""
+    from drover_lpipes.demo import _submit_requests
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/lpipes.db"
+    submitted = {label.split(":")[0]: job for label, job in await _submit_requests(url)}
+    async with CoordinatorHarness(
+        plugins=[LanguagePipesPlugin()], include_builtin_handlers=False, database_url=url
+    ) as h:
+        for _ in range(60):
+            await _tick(h, *h.handlers)
+        ends = {name: (await h.get(job)) for name, job in submitted.items()}
+        assert {name: str(e.status) for name, e in ends.items()} == {
+            "short": "COMPLETED",
+            "chunked": "COMPLETED",
+            "eos": "COMPLETED",
+            "headless": "FAILED",
+            "long": "RUNNING",
+        }
+        assert ends["short"].data["hops"] == 25
+        assert ends["eos"].data["tokens"][-1] == EOS
+        assert len(ends["eos"].data["tokens"]) == 6
+        assert ends["headless"].status_info == Reason.NO_END_MODEL
+        await h.request_termination(submitted["long"])
+        assert (await h.get(submitted["long"])).status == "CANCELLED"
