@@ -62,7 +62,6 @@ def context_of(hop: Entity) -> Context | None:
 class _Outcomes:
     """A handler's outcomes for one batch, built hop by hop."""
 
-    handler: str
     outcomes: dict[str, str] = attrs.field(factory=dict)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     infos: dict[str, str] = attrs.field(factory=dict)
@@ -137,7 +136,7 @@ class _PipeHandler(LifecycleHandler):
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Run the step for each hop; a hop whose payload lost its context ends at once."""
-        out = _Outcomes(self.name())
+        out = _Outcomes()
         for hop in targets:
             ctx = context_of(hop)
             if ctx is None:
@@ -450,16 +449,12 @@ class FinishJobs(LifecycleHandler):
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """The job ends as its last hop did."""
-        out = _Outcomes(self.name())
+        out = _Outcomes()
         for job in targets:
             last = max(job.children, key=lambda hop: int(hop.spec.get("seq", 0)))
             ctx = context_of(last) or {}
             tokens = list(ctx.get("tokens", []))
-            out.data[job.id] = {
-                "tokens": tokens,
-                "text": detokenize(tokens),
-                "hops": len(job.children),
-            }
+            out.data[job.id] = {"tokens": tokens, "text": detokenize(tokens)}
             if last.status_info == Reason.COMPLETED:
                 out.outcomes[job.id] = "completed"
             else:
