@@ -529,19 +529,20 @@ async def test_a_cancel_that_loses_the_race_with_a_hand_off_ends_the_new_hop(lp:
         assert (await h.get(job)).status == "CANCELLED"
 
 
-async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
-    """Wait until ``task`` has finished or waits for a row lock."""
+async def _blocked_or_done(task: asyncio.Task[Any]) -> str | None:
+    """Wait until ``task`` has finished (None) or waits for a row lock (the waiting query)."""
     conn = await asyncpg.connect(_dsn())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120  # generous: the machine may be loaded
     try:
         while loop.time() < deadline:
             if task.done():
-                return
-            if await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            ):
-                return
+                return None
+            waiting = await conn.fetchval(
+                "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' LIMIT 1"
+            )
+            if waiting is not None:
+                return str(waiting)
             await asyncio.sleep(0.01)
         raise AssertionError("the cancel neither finished nor waited for a lock")
     finally:
@@ -565,12 +566,11 @@ async def test_on_postgresql_a_cancel_during_the_hand_offs_commit_leaves_no_live
             await _tick(h, "lp-validate", "lp-embed", "lp-process-layers")
             cancel: list[asyncio.Task[Any]] = []
 
-            waited: list[bool] = []
+            waited: list[str | None] = []
 
             async def cancel_meanwhile() -> None:
                 cancel.append(asyncio.create_task(h.request_termination(job)))
-                await _blocked_or_done(cancel[0])
-                waited.append(not cancel[0].done())
+                waited.append(await _blocked_or_done(cancel[0]))
 
             def hold_before_commit(step: str) -> None:
                 if step == "before-history" and not cancel:
@@ -581,9 +581,13 @@ async def test_on_postgresql_a_cancel_during_the_hand_offs_commit_leaves_no_live
             outcome = await cancel[0]
             assert outcome.to_status == "CANCELLED"
             h.coordinator.inject_apply_failure = None
-            # The cancel waited for the hand-off's commit (the new hop's foreign key locks
-            # the job row), then ended the new hop too.
-            assert waited == [True]
+            # The cancel waited for the hand-off's commit at its first statement, the lock
+            # of the job's row (which the new hop's foreign key holds), so its next
+            # statements saw the new hop and ended it too.
+            (query,) = waited
+            assert query is not None
+            assert "FOR UPDATE" in query
+            assert "WITH" not in query  # not yet the statement that ends the children
             first, second = hops = await _hops(h, job)
             assert (first.status_info, second.status) == ("HANDED_OFF", "DONE")
             assert (await _moves(h, second.id))[-1] == ("api", "MOVED", "VALIDATING", "DONE")
