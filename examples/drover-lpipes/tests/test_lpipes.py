@@ -394,6 +394,25 @@ async def test_validation_failures_end_the_hop_and_fail_the_job_with_the_reason(
         assert _pipe(h).sent == []
 
 
+async def test_a_hop_without_its_jobs_context_ends_job_missing_in_any_state(
+    lp: Harness,
+) -> None:
+    async with lp() as h:
+        jobs = {
+            state: await h.create(
+                JOB_KIND,
+                JobState.RUNNING,
+                children=[{"status": state, "spec": {"node": "a", "seq": 0}}],
+            )
+            for state in HopState
+            if state != HopState.DONE
+        }
+        await h.run_until_settled()
+        for job in jobs.values():
+            await _failed_with(h, job, Reason.JOB_MISSING)
+        assert _pipe(h).sent == []
+
+
 async def test_no_local_segment_for_the_next_layer_ends_the_hop_no_model(lp: Harness) -> None:
     async with lp() as h:
         ctx = {**JobRequest("mid layer").context(), "step": "LAYER", "layer": 5, "hidden": 1}

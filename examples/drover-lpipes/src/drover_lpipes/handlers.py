@@ -146,7 +146,8 @@ class _PipeHandler(LifecycleHandler):
             await self.run(hop, node, ctx, out)
         return out.result()
 
-    #: The outcome a hop without a context takes.
+    #: The outcome (to DONE) a hop without a context takes. Only a hand-off's payload can
+    #: lack it (VALIDATING's ``invalid``); the other states' are for hops seeded so.
     missing: ClassVar[str] = "invalid"
 
     async def run(self, hop: Entity, node: Node, ctx: Context, out: _Outcomes) -> None:
@@ -307,6 +308,7 @@ class Head(_PipeHandler):
 
     step = "head"
     state = HopState.HEAD
+    missing = "update-failed"
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
@@ -348,7 +350,7 @@ class Send(_PipeHandler):
 
     step = "send"
     state = HopState.SEND
-    missing = "handed-off"
+    missing = "handed-off"  # SEND's one successor; the hop ends JOB_MISSING, nothing is sent
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
