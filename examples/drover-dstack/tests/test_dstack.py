@@ -624,6 +624,16 @@ async def test_a_failed_replica_resubmits_its_jobs_while_the_other_replicas_keep
             ("1/1", 0, "FAILED", JR.CONTAINER_EXITED_WITH_ERROR),
             ("1/1", 1, "RUNNING", None),
         ]
+        # The moved job had its reason from the move on (its history row names it).
+        stopped = next(j for j in await jobs(h, run) if j.spec["slot"] == "1/0")
+        moved = [r for r in await h.history(stopped.id) if r.result == "MOVED"]
+        assert [(r.handler, r.to_status, r.message) for r in moved] == [
+            (
+                "dstack-process-runs",
+                J.TERMINATING,
+                f"moved by dstack-process-runs: {JR.TERMINATED_BY_SERVER}",
+            )
+        ]
         # The run never left RUNNING, and replica 0's jobs were never touched.
         run_moves = await moves(h, run)
         assert [m[3] for m in run_moves] == ["SUBMITTED", "RUNNING", "RUNNING"]
@@ -635,6 +645,36 @@ async def test_a_failed_replica_resubmits_its_jobs_while_the_other_replicas_keep
         await h.request_termination(run)
         await h.run_until_settled()
         assert await state(h, run) == ("TERMINATED", RR.STOPPED_BY_USER, "CANCELLED")
+
+
+async def test_a_job_stopped_for_its_replicas_retry_has_its_reason_while_it_stops(
+    dstack: Harness,
+) -> None:
+    """The move to TERMINATING carries TERMINATED_BY_SERVER (``MoveTo.status_info``): the
+    job shows it during its graceful stop, not only once it has ended."""
+    async with dstack() as h:
+        run = await submit(
+            h,
+            type="service",
+            replicas=2,
+            nodes=2,
+            retry={"on_events": ["error"], "duration": 600},
+            stop_duration=30,
+            sim={"1/1": [{"run_for": 10, "exit_code": 1}, {}], "1/0": [{"stop_takes": None}, {}]},
+        )
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        stopping = [s for s in await submissions(h, run) if s[0] == "1/0"]
+        assert stopping == [
+            ("1/0", 0, "TERMINATING", JR.TERMINATED_BY_SERVER),
+            ("1/0", 1, "RUNNING", None),
+        ]
+        h.clock.advance(31)
+        await h.run_until_settled()
+        assert next(s for s in await submissions(h, run) if s[0] == "1/0") == (
+            "1/0", 0, "TERMINATED", JR.TERMINATED_BY_SERVER,
+        )  # fmt: skip
 
 
 # -- input, packaging, demo -----------------------------------------------------------------

@@ -28,6 +28,7 @@ from drover import (
     HandlerResult,
     KernelMatchType,
     LifecycleHandler,
+    MoveTo,
     NewEntity,
     Parent,
     StatusAge,
@@ -252,7 +253,11 @@ _FINISH_JOB = StatusTransitions(
 
 
 def _finish_job(result: _Result, job: Entity, message: str) -> None:
-    """End a TERMINATING job in its reason's final status (no reason: the server stopped it)."""
+    """End a TERMINATING job in its reason's final status.
+
+    Every path to TERMINATING gives a reason; one pushed without it (``drover report``
+    with no ``--info``) is read as the server's stop.
+    """
     reason = job.status_info or JobTerminationReason.TERMINATED_BY_SERVER
     name = FINAL_OUTCOMES[job_final_status(reason)]
     result.outcome(job.id, name, reason, message)
@@ -556,9 +561,10 @@ class ProcessRuns(DstackHandler):
                 continue
             result.create.append(next_submission(run, job))
             if job.status in ACTIVE_JOB:
-                # A move carries no status_info: dstack-stop-jobs reads "no reason"
-                # as TERMINATED_BY_SERVER (README: workarounds).
-                result.moves[job.id] = (job.status, JobStatus.TERMINATING)
+                # The move gives the job its reason in the same write.
+                result.moves[job.id] = MoveTo(
+                    job.status, JobStatus.TERMINATING, JobTerminationReason.TERMINATED_BY_SERVER
+                )
         return "resubmitted replica(s) " + ", ".join(str(r) for r in replicas_)
 
 
@@ -647,7 +653,7 @@ class _Result:
     budgets: dict[str, str] = attrs.field(factory=dict)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     create: list[NewEntity] = attrs.field(factory=list)
-    moves: dict[str, tuple[str, str]] = attrs.field(factory=dict)
+    moves: dict[str, MoveTo] = attrs.field(factory=dict)
 
     def outcome(
         self, entity: str, name: str, info: str | None = None, message: str | None = None
