@@ -114,18 +114,27 @@ class Budget:
 
     ``limit`` is the default number of charges allowed (configuration under
     ``[budgets.<kind>]`` and an entity's ``spec["budgets"]`` override it);
-    the charge that goes past it gives up: with the budget's own ``give_up``
-    transition if it declares one (Iris: ``FAILED`` when the failure budget
-    is spent, ``PREEMPTED`` when the preemption budget is), else the
-    handler's. A budget is cumulative over the entity's whole life unless
-    ``resets``, in which case a status change refills it (as per-handler
-    tries are).
+    ``None``: no limit, a counter that never gives up. The charge that goes
+    past the limit gives up: with the budget's own ``give_up`` transition if it
+    declares one (Iris: ``FAILED`` when the failure budget is spent,
+    ``PREEMPTED`` when the preemption budget is), else the handler's.
+
+    A budget is cumulative over the entity's whole life unless it is
+    refilled: ``resets=True`` refills it on every status change (as
+    per-handler tries are); ``resets_on={...}`` only when the entity enters
+    one of those statuses (dstack: the resubmission attempt starts over
+    once the run reaches PROVISIONING). The two do not go together.
     """
 
     name: str
-    limit: int
+    limit: int | None
     resets: bool = False
     give_up: Transition | None = None
+    resets_on: frozenset[str] = attrs.field(default=frozenset(), converter=_frozen_str)
+
+    def refills_on(self, to_status: str | None) -> bool:
+        """Whether a move into ``to_status`` refills this budget."""
+        return self.resets or (to_status is not None and to_status in self.resets_on)
 
 
 @attrs.frozen
@@ -261,6 +270,20 @@ class EntityKind:
             seen.add(budget.name)
             if budget.give_up is not None and budget.give_up.to is not None:
                 self._known({budget.give_up.to}, f"budget {budget.name!r} give_up")
+            if budget.resets_on:
+                self._known(budget.resets_on, f"budget {budget.name!r} resets_on")
+                if budget.resets:
+                    raise InvalidHandlerError(
+                        f"kind {self.name!r}: budget {budget.name!r} has resets=True and "
+                        "resets_on: resets already refills it on every status change"
+                    )
+            if budget.limit is not None and (
+                not isinstance(budget.limit, int) or isinstance(budget.limit, bool)
+            ):
+                raise InvalidHandlerError(
+                    f"kind {self.name!r}: budget {budget.name!r} limit must be a whole number "
+                    f"or None (no limit), not {budget.limit!r}"
+                )
         for source, target in sorted(self.reported):
             self._known({source, target}, "reported")
             if source == target:

@@ -505,6 +505,50 @@ async def test_an_error_window_restarts_with_each_provisioned_submission(
         ]
 
 
+async def test_the_back_off_starts_over_once_the_run_reaches_provisioning(
+    dstack: Harness,
+) -> None:
+    """dstack resets ``resubmission_attempt`` when the run becomes PROVISIONING: the
+    ``resubmissions`` budget is refilled there (``resets_on``), so a run that was
+    provisioned again waits 15 s, not 30 s. A run that never shows PROVISIONING (its job
+    got to RUNNING first, as above) keeps counting. The budget has no limit."""
+    async with dstack() as h:
+        run = await submit(
+            h,
+            retry={"on_events": ["error"], "duration": 600},
+            sim={"*": [{"run_for": 10, "exit_code": 1}]},
+        )
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        r = await h.get(run)
+        assert (r.status, r.data["retry_after"], str(r.budgets[RESUBMISSIONS])) == (
+            R.PENDING, 15, "1/∞",
+        )  # fmt: skip
+        h.clock.advance(16)
+        await h.tick("dstack-resubmit-runs")
+        await h.tick("dstack-provision-jobs")
+        await h.tick("dstack-process-runs")
+        r = await h.get(run)
+        assert (r.status, str(r.budgets[RESUBMISSIONS])) == (R.PROVISIONING, "0/∞")
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        r = await h.get(run)
+        assert (r.status, r.data["retry_after"], str(r.budgets[RESUBMISSIONS])) == (
+            R.PENDING, 15, "1/∞",
+        )  # fmt: skip
+        assert [m[1:] for m in await moves(h, run)] == [
+            ("CREATED", "SUBMITTED", "SUBMITTED"),
+            ("running", "SUBMITTED", "RUNNING"),
+            ("pending", "RUNNING", "PENDING"),
+            ("SUCCESS", "PENDING", "SUBMITTED"),
+            ("provisioning", "SUBMITTED", "PROVISIONING"),
+            ("running", "PROVISIONING", "RUNNING"),
+            ("pending", "RUNNING", "PENDING"),
+        ]
+
+
 # -- graceful stop --------------------------------------------------------------------------
 
 
