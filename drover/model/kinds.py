@@ -147,6 +147,11 @@ class TerminationRule:
     nothing would ever finish its cleanup. ``status_info`` (optional) is the
     entity's ``status_info`` instead of who asked (``USER_REQUESTED``,
     ``REQUESTED_BY_<HANDLER>``).
+
+    ``mode`` (optional) names the termination mode the rule serves
+    (``drover terminate --mode abort``): a request in a mode uses only that
+    mode's rules, a plain request only the rules without one. The modes a kind
+    accepts are the ones its rules name (:attr:`EntityKind.termination_modes`).
     """
 
     to: str
@@ -155,6 +160,7 @@ class TerminationRule:
     if_childless: str | None = None
     message: str = "termination requested"
     status_info: str | None = None
+    mode: str | None = None
 
 
 @attrs.frozen
@@ -253,6 +259,10 @@ class EntityKind:
                 self._known(rule.from_statuses, "termination")
             if rule.if_childless is not None:
                 self._known({rule.if_childless}, "termination")
+            if rule.mode is not None and not is_kebab_case(rule.mode):
+                raise InvalidHandlerError(
+                    f"kind {self.name!r}: termination mode {rule.mode!r} must be kebab-case"
+                )
         if self.result_from not in RESULT_FROM:
             raise InvalidHandlerError(
                 f"kind {self.name!r}: result_from {self.result_from!r} is not one of "
@@ -378,11 +388,21 @@ class EntityKind:
         unsuccessful = [s for s in ends if s not in self.success_statuses]
         return (unsuccessful or ends)[0]
 
-    def termination_of(self, status: str, has_children: bool) -> TerminationRule | None:
-        """The rule for a termination request in ``status``; ``None``: nothing to do."""
+    @property
+    def termination_modes(self) -> frozenset[str]:
+        """The named termination modes this kind's rules serve (besides the plain one)."""
+        return frozenset(r.mode for r in self.termination if r.mode is not None)
+
+    def termination_of(
+        self, status: str, has_children: bool, mode: str | None = None
+    ) -> TerminationRule | None:
+        """The rule for a termination request (in ``mode``; ``None``: a plain one) in
+        ``status``; ``None``: nothing to do."""
         if status in self.terminal or not self.terminable:
             return None
-        rules = self.termination or (TerminationRule(self.limit_status),)
+        rules: Iterable[TerminationRule] = [r for r in self.termination if r.mode == mode]
+        if not rules and mode is None:
+            rules = (TerminationRule(self.limit_status),)
         for rule in rules:
             if status == rule.to:
                 continue

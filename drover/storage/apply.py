@@ -591,16 +591,23 @@ class Apply:
         self.conn.execute(query, {"ids": params["ids"], "to_status": str(status)})
 
     def end(
-        self, ids: Sequence[str], *, strict: bool = True, reason: str | None = None
+        self,
+        ids: Sequence[str],
+        *,
+        strict: bool = True,
+        reason: str | None = None,
+        mode: str | None = None,
     ) -> list[TerminationOutcome]:
-        """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.
+        """Move ``ids`` (any kind) as their kinds' termination rules (of ``mode``) say;
+        return what happened.
 
         See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
-        refusal of unknown ids and of kinds that end only with their parent).
+        refusal of unknown ids, of kinds that end only with their parent, and of an
+        unknown mode).
         """
         changes, outcomes = termination_changes(
             self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict,
-            reason=reason,
+            reason=reason, mode=mode,
         )  # fmt: skip
         if changes:
             self.run(changes)
