@@ -307,21 +307,40 @@ async def test_a_user_stop_terminates_the_run_and_is_never_retried(dstack: Harne
 
 
 async def test_an_aborted_run_kills_its_jobs_at_once(dstack: Harness) -> None:
-    """`dstack stop --abort`: no graceful stop, the jobs end ABORTED (never retried)."""
+    """`dstack stop --abort` is the termination mode ``abort``: no graceful stop, the jobs
+    end ABORTED (never retried), the run TERMINATED with the CANCELLED of a user's stop."""
     async with dstack() as h:
         run = await submit(h, retry=RETRY_ALL, sim={"*": [{"stop_takes": None}]})
         await h.run_until_settled()
         await abort_run(h.repository, run)
+        assert await state(h, run) == ("TERMINATING", RR.ABORTED_BY_USER, None)
         await h.run_until_settled()
         (job,) = await jobs(h, run)
         assert await state(h, job.id) == ("ABORTED", JR.ABORTED_BY_USER, "FAILURE")
         assert cloud(h).calls(job.id) == ["provision", "start", "kill", "release"]
-        assert await state(h, run) == ("TERMINATED", RR.ABORTED_BY_USER, "FAILURE")
+        assert await state(h, run) == ("TERMINATED", RR.ABORTED_BY_USER, "CANCELLED")
         assert [m[:2] for m in await moves(h, run)][-3:] == [
-            ("dstack-abort-runs", "SUCCESS"),
+            ("api", "SUCCESS"),
             ("dstack-terminate-runs", "abort-jobs"),
             ("dstack-finish-runs", "terminated"),
         ]
+        request = [r for r in await h.history(run) if r.handler == "api"][-1]
+        assert request.message == "termination requested (mode abort)"
+
+
+async def test_a_pending_run_aborted_ends_terminated_at_once(dstack: Harness) -> None:
+    async with dstack(Offer("gpu", 0)) as h:
+        run = await submit(h, retry=RETRY_ALL)
+        await h.run_until_settled()
+        assert (await state(h, run))[0] == "PENDING"
+        outcome = await h.request_termination(run, mode="abort")
+        assert (outcome.from_status, outcome.to_status) == (R.PENDING, R.TERMINATING)
+        await h.run_until_settled()
+        assert await state(h, run) == ("TERMINATED", RR.ABORTED_BY_USER, "CANCELLED")
+        # A job has no abort of its own: it ends with its run.
+        (job,) = await jobs(h, run)
+        with pytest.raises(InvalidSpecError, match=r"is a dstack-job: no termination mode"):
+            await h.request_termination(job.id, mode="abort")
 
 
 async def test_a_stopped_pending_run_ends_terminated(dstack: Harness) -> None:
@@ -766,6 +785,46 @@ def test_the_entry_point_names_the_plugin() -> None:
     dist = metadata.distribution(project["name"])  # `make venv` installs it
     (ep,) = [ep for ep in dist.entry_points if ep.group == "drover"]
     assert ep.load() is module.plugin
+
+
+def test_drover_terminate_mode_abort_aborts_a_run(tmp_path: Path) -> None:
+    """`drover terminate RUN --mode abort` from the CLI; an unknown mode is one line."""
+    import asyncio
+
+    from drover.cli import main
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/dstack.db"
+
+    async def settle(
+        work: Callable[[CoordinatorHarness], Any],
+    ) -> Any:
+        async with CoordinatorHarness(
+            plugins=[DstackPlugin()], include_builtin_handlers=False, database_url=url
+        ) as h:
+            found = await work(h)
+            await h.run_until_settled()
+            return found
+
+    async def started(h: CoordinatorHarness) -> str:
+        run = await submit(h)
+        await h.run_until_settled()
+        return run
+
+    run = asyncio.run(settle(started))
+    runner = CliRunner()
+    env = {"DROVER_LOAD_PLUGINS": "dstack", "DROVER_DATABASE_URL": url}
+    wrong = runner.invoke(main, ["terminate", run, "--mode", "kill"], env=env)
+    assert wrong.exit_code == 1
+    assert wrong.output.strip() == (
+        f"Error: {run} is a dstack-run: no termination mode 'kill' (its modes: abort)"
+    )
+    assert asyncio.run(settle(lambda h: state(h, run)))[0] == "RUNNING"
+    done = runner.invoke(main, ["terminate", run, "--mode", "abort"], env=env)
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == f"{run}: RUNNING -> TERMINATING"
+    asyncio.run(settle(lambda h: asyncio.sleep(0)))
+    ended = asyncio.run(settle(lambda h: state(h, run)))
+    assert ended == ("TERMINATED", RR.ABORTED_BY_USER, "CANCELLED")
 
 
 async def test_the_demo_runs_end_as_the_readme_says(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ from drover import (
     Children,
     Clock,
     Entity,
-    Field,
     HandlerOptions,
     HandlerResult,
     KernelMatchType,
@@ -458,32 +457,6 @@ def next_run_status(run: Entity, analysis: Analysis) -> tuple[str, str | None]:
     return RunStatus.PENDING, None  # every replica left is retrying: back off, resubmit
 
 
-#: Runs nobody asked to abort (a run without ``spec["abort"]`` matches).
-NOT_ABORTED = Field("spec", ("abort",), "ne", True)
-
-
-class AbortRuns(DstackHandler):
-    """``dstack stop --abort``: a live run whose spec asks (``abort: true``, a
-    ``Field`` filter) → TERMINATING, ABORTED_BY_USER; its jobs are killed at once."""
-
-    kind = RUN_KIND
-    handler = "dstack-abort-runs"
-    statuses = frozenset(
-        {RunStatus.PENDING, RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING}
-    )
-    filters = (Field("spec", ("abort",), "eq", True),)
-    transitions = StatusTransitions(success=Transition(RunStatus.TERMINATING))
-
-    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
-        """Every fetched run was asked to abort."""
-        ids = [t.id for t in targets]
-        return HandlerResult(
-            successes=ids,
-            status_infos=dict.fromkeys(ids, RunTerminationReason.ABORTED_BY_USER),
-            messages=dict.fromkeys(ids, "aborted by the user"),
-        )
-
-
 class ProcessRuns(DstackHandler):
     """An active run follows its latest job submissions (dstack's ``process_active_run``).
 
@@ -503,7 +476,6 @@ class ProcessRuns(DstackHandler):
     kind = RUN_KIND
     handler = "dstack-process-runs"
     statuses = frozenset({RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING})
-    filters = (NOT_ABORTED,)
     order = "oldest-seen"
     transitions = StatusTransitions(
         outcomes={
@@ -575,7 +547,7 @@ class ResubmitRuns(DstackHandler):
     kind = RUN_KIND
     handler = "dstack-resubmit-runs"
     statuses = frozenset({RunStatus.PENDING})
-    filters = (StatusAge(data_key="retry_after"), NOT_ABORTED)
+    filters = (StatusAge(data_key="retry_after"),)
     transitions = StatusTransitions(success=Transition(RunStatus.SUBMITTED))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
@@ -680,7 +652,6 @@ class _Result:
 
 
 STEPS: tuple[type[DstackHandler], ...] = (
-    AbortRuns,
     ProcessRuns,
     ResubmitRuns,
     TerminateRuns,

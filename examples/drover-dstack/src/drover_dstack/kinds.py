@@ -153,6 +153,8 @@ REASON_MEANINGS: dict[str, str] = {
 }
 
 RUN_KIND = "dstack-run"
+#: The termination mode of ``dstack stop --abort`` (``drover terminate RUN --mode abort``).
+ABORT = "abort"
 JOB_KIND = "dstack-job"
 #: The budget a run's moves to PENDING charge: the back-off's attempt number. Without a
 #: limit (dstack bounds resubmissions by ``retry.duration``, not by a count), and refilled
@@ -193,8 +195,12 @@ RUN = EntityKind(
     result_slot="slot",
     budgets=(Budget(RESUBMISSIONS, None, resets_on={RunStatus.PROVISIONING}),),
     # `dstack stop`: TERMINATING with the reason; the run's handlers stop its jobs.
+    # `dstack stop --abort` is the mode ABORT: its jobs are killed at once.
     termination=(
         TerminationRule(RunStatus.TERMINATING, status_info=RunTerminationReason.STOPPED_BY_USER),
+        TerminationRule(
+            RunStatus.TERMINATING, status_info=RunTerminationReason.ABORTED_BY_USER, mode=ABORT
+        ),
     ),
 )
 JOB = EntityKind(
