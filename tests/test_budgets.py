@@ -21,6 +21,7 @@ from drover import (
     StatusTransitions,
     Transition,
 )
+from drover.inspection.why import diagnose_entity
 from drover.model.budgets import BudgetUse
 
 
@@ -203,3 +204,174 @@ def test_a_budgets_own_give_up_is_an_edge_of_the_state_machine():
     }
     # PREEMPTED is reached only through the budget: no "unreachable" warning for it.
     assert not [w for w in check_graph(handlers, ATTEMPT) if w.status == "PREEMPTED"]
+
+
+# -- budgets that refill on entering given statuses, and budgets without a limit -----------
+
+
+class Trial(StrEnum):
+    QUEUED = "QUEUED"
+    PROVISIONING = "PROVISIONING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+#: dstack-like: ``attempts`` counts requeues without a limit and starts over once a trial
+#: reaches PROVISIONING; ``strikes`` is limited and refilled there too.
+TRIAL = EntityKind(
+    "trial",
+    Trial,
+    terminal={Trial.DONE, Trial.FAILED},
+    budgets=(
+        Budget("attempts", None, resets_on={Trial.PROVISIONING}),
+        Budget("strikes", 2, resets_on={Trial.PROVISIONING}),
+    ),
+)
+
+
+class ProvisionTrials(Scripted):
+    kind = "trial"
+    handler = "provision-trials"
+    statuses = frozenset({Trial.QUEUED})
+    transitions = StatusTransitions(
+        success=Transition(Trial.PROVISIONING), outcomes={"requeued": Transition()}
+    )
+
+
+class RunTrials(Scripted):
+    kind = "trial"
+    handler = "run-trials"
+    statuses = frozenset({Trial.PROVISIONING, Trial.RUNNING})
+    transitions = StatusTransitions(
+        success=Transition(Trial.RUNNING),
+        give_up=Transition(Trial.FAILED),
+        outcomes={"lost": Transition(Trial.QUEUED)},
+    )
+    options = HandlerOptions(max_retries=None)
+
+
+class RestartTrials(Scripted):
+    """QUEUED -> RUNNING without PROVISIONING (nothing refills on the way)."""
+
+    kind = "trial"
+    handler = "restart-trials"
+    statuses = frozenset({Trial.QUEUED})
+    transitions = StatusTransitions(success=Transition(Trial.RUNNING))
+
+
+class RetryIntoProvisioning(Scripted):
+    kind = "trial"
+    handler = "retry-trials"
+    statuses = frozenset({Trial.QUEUED})
+    transitions = StatusTransitions(need_retry=Transition(Trial.PROVISIONING))
+    options = HandlerOptions(max_retries=None)
+
+
+def charge(outcome: str, *budgets: str) -> Any:
+    def result(targets: Sequence[Any]) -> HandlerResult:
+        ids = [t.id for t in targets]
+        return HandlerResult(
+            outcomes=dict.fromkeys(ids, outcome),
+            budgets={i: b for i in ids for b in budgets},
+        )
+
+    return result
+
+
+def _trials(make_harness: Any, *handlers: object) -> Any:
+    return harness(make_harness, *handlers, kinds=(TRIAL,))
+
+
+async def test_a_budget_without_a_limit_counts_and_never_gives_up(make_harness):
+    requeue = ProvisionTrials(charge("requeued", "attempts"))
+    async with _trials(make_harness, requeue) as h:
+        trial = await h.create("trial")
+        for _ in range(6):
+            report = await h.tick("provision-trials")
+            assert [c.result for c in report.changes] == ["requeued"]
+        found = await h.get(trial)
+        assert found.status == Trial.QUEUED
+        assert found.budgets == {"attempts": BudgetUse(6, None), "strikes": BudgetUse(0, 2)}
+        assert (str(found.budgets["attempts"]), found.budgets["attempts"].left) == ("6/∞", None)
+        last = (await h.history(trial))[-1]
+        assert (str(last.result), last.attempts) == ("requeued", 6)
+        # drover why prints it the same way.
+        why = diagnose_entity(found, await h.history(trial), h.coordinator.handlers, TRIAL, 0)
+        assert "budgets spent (used/limit): attempts 6/∞, strikes 0/2" in why.lines
+
+
+async def test_a_budget_refills_on_entering_its_resets_on_statuses(make_harness):
+    """Charged by each loss (RUNNING -> QUEUED) and each requeue, refilled once
+    PROVISIONING is reached: a limited budget then gives up only after more losses in a
+    row than its limit."""
+    lose = RunTrials(charge("lost", "strikes"))
+    steps = [charge("requeued", "attempts"), charge("requeued", "attempts"), succeed]
+    provision = ProvisionTrials(lambda ts: steps.pop(0)(ts))
+    async with _trials(make_harness, provision, lose) as h:
+        trial = await h.create("trial", status=Trial.RUNNING)
+        await h.tick("run-trials")
+        await h.tick("provision-trials")
+        await h.tick("provision-trials")
+        found = await h.get(trial)
+        assert (found.status, found.budgets) == (
+            Trial.QUEUED,
+            {"attempts": BudgetUse(2, None), "strikes": BudgetUse(1, 2)},
+        )
+        await h.tick("provision-trials")  # QUEUED -> PROVISIONING: both start over
+        found = await h.get(trial)
+        assert (found.status, found.budgets) == (
+            Trial.PROVISIONING,
+            {"attempts": BudgetUse(0, None), "strikes": BudgetUse(0, 2)},
+        )
+    # Lost three times without reaching PROVISIONING: the third loss spends 'strikes'.
+    async with _trials(make_harness, RestartTrials(succeed), lose) as h:
+        trial = await h.create("trial", status=Trial.RUNNING)
+        results = []
+        for _ in range(3):
+            results.append(str((await h.tick("run-trials")).changes[0].result))
+            await h.tick("restart-trials")
+        assert results == ["lost", "lost", "GIVE_UP"]
+        found = await h.get(trial)
+        assert (found.status, found.budgets["strikes"]) == (Trial.FAILED, BudgetUse(3, 2))
+
+
+async def test_a_charge_that_enters_a_refilling_status_is_not_spent(make_harness):
+    # Charged and refilled by the same move: the move wins, the budget is full.
+    retry = RetryIntoProvisioning(
+        lambda ts: HandlerResult(
+            failures=[t.id for t in ts], budgets={t.id: "attempts" for t in ts}
+        )
+    )
+    async with _trials(make_harness, retry) as h:
+        trial = await h.create("trial")
+        await h.tick("retry-trials")
+        found = await h.get(trial)
+        assert (found.status, found.budgets["attempts"]) == (
+            Trial.PROVISIONING,
+            BudgetUse(0, None),
+        )
+
+
+def test_resets_on_must_name_statuses_of_its_kind_and_not_go_with_resets():
+    with pytest.raises(InvalidHandlerError, match="budget 'attempts' resets_on names unknown"):
+        EntityKind(
+            "trial",
+            Trial,
+            terminal={Trial.DONE},
+            budgets=(Budget("attempts", None, resets_on={"STARTED"}),),
+        )
+    with pytest.raises(InvalidHandlerError, match="has resets=True and resets_on"):
+        EntityKind(
+            "trial",
+            Trial,
+            terminal={Trial.DONE},
+            budgets=(Budget("attempts", 3, resets=True, resets_on={Trial.RUNNING}),),
+        )
+    with pytest.raises(InvalidHandlerError, match="limit must be a whole number or None"):
+        EntityKind(
+            "trial",
+            Trial,
+            terminal={Trial.DONE},
+            budgets=(Budget("attempts", "3"),),  # type: ignore[arg-type]
+        )

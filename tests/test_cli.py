@@ -112,6 +112,21 @@ def test_submit_then_sessions_show_and_terminate(cli, harness):
     assert again.output.strip() == f"{sid}: already TERMINATING, nothing to do"
 
 
+def test_terminate_with_a_mode_the_kind_lacks_is_one_line_and_writes_nothing(cli, harness):
+    """Sessions declare no termination mode: --mode abort names the problem, exits 1,
+    and the session is untouched. --help shows an example with --mode."""
+    sid = harness(lambda h: h.create_session())
+    result = cli("terminate", sid, "--mode", "abort")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"Error: {sid} is a session: no termination mode 'abort' (its modes: none)"
+    ]
+    found = harness(lambda h: h.session(sid))
+    assert (found.status, found.result) == ("PENDING", None)
+    assert [r.result for r in harness(lambda h: h.history(sid))] == ["CREATED"]
+    assert "drover terminate 01b7c9 --mode abort" in cli("terminate", "--help").output
+
+
 def test_submit_from_a_file_with_different_kernels(cli, harness, tmp_path: Path):
     """--file session.toml allows kernels that differ, and per-session options."""
     path = tmp_path / "session.toml"

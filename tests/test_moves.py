@@ -1,5 +1,6 @@
-"""Targeted moves: ``HandlerResult(moves={id: (expected, new)})`` moves entities other
-than the tick's targets, in the tick's transaction, each with compare-and-set.
+"""Targeted moves: ``HandlerResult(moves={id: (expected, new[, status_info])})`` moves
+entities other than the tick's targets, in the tick's transaction, each with
+compare-and-set.
 
 Kinds from ``tests/tree.py`` (job -> task -> attempt), on SQLite and PostgreSQL.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 from tree import Attempt, Job, RunJobs, Task, harness, ids, tree
 
-from drover import HandlerResult, SchedulingResult
+from drover import HandlerResult, MoveTo, SchedulingResult
 
 
 async def test_a_handler_preempts_a_task_it_did_not_fetch(make_harness):
@@ -122,3 +123,46 @@ async def test_moves_apply_when_the_tick_claims_its_targets(make_harness):
         assert {c.entity_id: c.error_code for c in report.changes} == {job: None, tasks[0]: None}
         assert (await h.get(job)).status == Job.DONE
         assert (await h.get(tasks[0])).status == Task.CANCELLED
+
+
+async def test_a_move_with_status_info_sets_it_in_the_same_write(make_harness):
+    """A 3-tuple (or a MoveTo) gives the moved entity its reason at once: the entity's
+    ``status_info`` and its history row say it; a 2-tuple leaves the entity's own."""
+    victims: dict[str, object] = {}
+    run = RunJobs(lambda ts: HandlerResult(skipped=ids(ts), moves=victims))
+    async with harness(make_harness, run) as h:
+        await h.create("job", status=Job.RUNNING)
+        _, tasks, attempts = await tree(h, job=Job.QUEUED)
+        victims[tasks[0]] = (Task.RUNNING, Task.CANCELLED, "PREEMPTED_BY_RUN_JOBS")
+        victims[tasks[1]] = MoveTo(Task.RUNNING, Task.PENDING, status_info="RESCHEDULED")
+        report = await h.tick("run-jobs")
+        moved = {c.entity_id: (c.result, c.to_status) for c in report.changes}
+        assert moved[tasks[0]] == ("MOVED", Task.CANCELLED)
+        assert moved[tasks[1]] == ("MOVED", Task.PENDING)
+        first, second = await h.get(tasks[0]), await h.get(tasks[1])
+        assert (first.status, first.status_info) == (Task.CANCELLED, "PREEMPTED_BY_RUN_JOBS")
+        assert (second.status, second.status_info) == (Task.PENDING, "RESCHEDULED")
+        assert (await h.get(attempts[0])).status == Attempt.FAILED
+        rows = [(await h.history(t))[-1] for t in tasks]
+        assert [(r.result, r.message) for r in rows] == [
+            ("MOVED", "moved by run-jobs: PREEMPTED_BY_RUN_JOBS"),
+            ("MOVED", "moved by run-jobs: RESCHEDULED"),
+        ]
+
+
+async def test_a_plain_move_keeps_the_entitys_status_info(make_harness):
+    victims: dict[str, tuple[str, str]] = {}
+    run = RunJobs(lambda ts: HandlerResult(skipped=ids(ts), moves=victims))
+    async with harness(make_harness, run) as h:
+        await h.create("job", status=Job.RUNNING)
+        _, tasks, _ = await tree(h, job=Job.QUEUED)
+        victims[tasks[0]] = (Task.RUNNING, Task.CANCELLED)
+        await h.tick("run-jobs")
+        victim = await h.get(tasks[0])
+        assert (victim.status, victim.status_info) == (Task.CANCELLED, None)
+        assert HandlerResult(moves=victims).moves[tasks[0]] == MoveTo(Task.RUNNING, Task.CANCELLED)
+
+
+def test_a_move_of_another_shape_is_refused_with_one_line():
+    with pytest.raises(TypeError, match=r"moves\['x'\] must be \(expected_status, new_status"):
+        HandlerResult(moves={"x": ("RUNNING",)})

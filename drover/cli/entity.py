@@ -105,6 +105,11 @@ def _devices_text(devices: dict[str, list[str]] | None) -> str:
 @click.command()
 @click.argument("session_ids", nargs=-1, required=True)
 @click.option("--reason", help="Why, added to each history row's message.")
+@click.option(
+    "--mode",
+    metavar="NAME",
+    help="A termination mode the entities' kind declares (say abort): its own rules.",
+)
 @json_option
 @database_option
 @click.pass_context
@@ -112,22 +117,27 @@ def terminate(
     ctx: click.Context,
     session_ids: tuple[str, ...],
     reason: str | None,
+    mode: str | None,
     as_json: bool,
     database_url: str | None,
 ) -> None:
     """Ask for sessions (or entities of any kind) to end, each by its kind's rule:
     PENDING sessions are cancelled, live ones terminated; a plugin's kind goes
-    to its own cleanup status.
+    to its own cleanup status. --mode picks the rules of a named mode the kind
+    declares; the result is CANCELLED in any mode.
 
-    SESSION_IDS may be unique prefixes. Nothing is changed if any id is unknown.
+    SESSION_IDS may be unique prefixes. Nothing is changed if any id is unknown
+    or its kind has no such mode.
 
     Example: drover terminate 01a2f3 01a2f4 --reason "bad input data"
+
+    Example: drover terminate 01b7c9 --mode abort
     """
     from drover.serialization import termination_json
 
     async def work(app: App) -> list[Any]:
         ids = [await app.repository.resolve_entity_id(s) for s in session_ids]
-        return await app.repository.request_termination(ids, reason=reason)
+        return await app.repository.request_termination(ids, reason=reason, mode=mode)
 
     try:
         outcomes = with_app(ctx, work, database_url=database_url)

@@ -231,7 +231,8 @@ def _charge(
     over = limit is not None and count > limit
     if over and limit is not None and count > limit + 1:
         return True, f"budget {budget!r} is spent (limit={limit})", None
-    return over, f"spent budget {budget!r} {count} times (limit={limit})", budget
+    bound = "no limit" if limit is None else f"limit={limit}"
+    return over, f"spent budget {budget!r} {count} times ({bound})", budget
 
 
 def _timeout_note(session: Target, options: HandlerOptions, now: float) -> str:

@@ -251,7 +251,7 @@ class Coordinator:
                 kind=kind,
                 budget_limit_for=self.budget_limit_for,
             )
-            moves = [Move(eid, expected, to) for eid, (expected, to) in result.moves.items()]
+            moves = [Move(eid, m.expected, m.to, m.status_info) for eid, m in result.moves.items()]
             outcome = await self.store.apply(
                 name,
                 changes,

@@ -14,7 +14,7 @@ class BudgetUse:
     ``limit`` is resolved as the engine judges it (the entity's
     ``spec["budgets"]``, else configuration, else the kind's default;
     ``None``: no limit). The charge that takes ``used`` past ``limit`` gives
-    up. ``str()`` is ``used/limit`` (``3/5``, or ``3/-``).
+    up. ``str()`` is ``used/limit`` (``3/5``, or ``3/∞`` without a limit).
     """
 
     used: int
@@ -26,4 +26,4 @@ class BudgetUse:
         return None if self.limit is None else max(self.limit - self.used, 0)
 
     def __str__(self) -> str:
-        return f"{self.used}/{'-' if self.limit is None else self.limit}"
+        return f"{self.used}/{'∞' if self.limit is None else self.limit}"

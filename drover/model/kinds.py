@@ -114,18 +114,27 @@ class Budget:
 
     ``limit`` is the default number of charges allowed (configuration under
     ``[budgets.<kind>]`` and an entity's ``spec["budgets"]`` override it);
-    the charge that goes past it gives up: with the budget's own ``give_up``
-    transition if it declares one (Iris: ``FAILED`` when the failure budget
-    is spent, ``PREEMPTED`` when the preemption budget is), else the
-    handler's. A budget is cumulative over the entity's whole life unless
-    ``resets``, in which case a status change refills it (as per-handler
-    tries are).
+    ``None``: no limit, a counter that never gives up. The charge that goes
+    past the limit gives up: with the budget's own ``give_up`` transition if it
+    declares one (Iris: ``FAILED`` when the failure budget is spent,
+    ``PREEMPTED`` when the preemption budget is), else the handler's.
+
+    A budget is cumulative over the entity's whole life unless it is
+    refilled: ``resets=True`` refills it on every status change (as
+    per-handler tries are); ``resets_on={...}`` only when the entity enters
+    one of those statuses (dstack: the resubmission attempt starts over
+    once the run reaches PROVISIONING). The two do not go together.
     """
 
     name: str
-    limit: int
+    limit: int | None
     resets: bool = False
     give_up: Transition | None = None
+    resets_on: frozenset[str] = attrs.field(default=frozenset(), converter=_frozen_str)
+
+    def refills_on(self, to_status: str | None) -> bool:
+        """Whether a move into ``to_status`` refills this budget."""
+        return self.resets or (to_status is not None and to_status in self.resets_on)
 
 
 @attrs.frozen
@@ -138,6 +147,11 @@ class TerminationRule:
     nothing would ever finish its cleanup. ``status_info`` (optional) is the
     entity's ``status_info`` instead of who asked (``USER_REQUESTED``,
     ``REQUESTED_BY_<HANDLER>``).
+
+    ``mode`` (optional) names the termination mode the rule serves
+    (``drover terminate --mode abort``): a request in a mode uses only that
+    mode's rules, a plain request only the rules without one. The modes a kind
+    accepts are the ones its rules name (:attr:`EntityKind.termination_modes`).
     """
 
     to: str
@@ -146,6 +160,7 @@ class TerminationRule:
     if_childless: str | None = None
     message: str = "termination requested"
     status_info: str | None = None
+    mode: str | None = None
 
 
 @attrs.frozen
@@ -244,6 +259,10 @@ class EntityKind:
                 self._known(rule.from_statuses, "termination")
             if rule.if_childless is not None:
                 self._known({rule.if_childless}, "termination")
+            if rule.mode is not None and not is_kebab_case(rule.mode):
+                raise InvalidHandlerError(
+                    f"kind {self.name!r}: termination mode {rule.mode!r} must be kebab-case"
+                )
         if self.result_from not in RESULT_FROM:
             raise InvalidHandlerError(
                 f"kind {self.name!r}: result_from {self.result_from!r} is not one of "
@@ -261,6 +280,20 @@ class EntityKind:
             seen.add(budget.name)
             if budget.give_up is not None and budget.give_up.to is not None:
                 self._known({budget.give_up.to}, f"budget {budget.name!r} give_up")
+            if budget.resets_on:
+                self._known(budget.resets_on, f"budget {budget.name!r} resets_on")
+                if budget.resets:
+                    raise InvalidHandlerError(
+                        f"kind {self.name!r}: budget {budget.name!r} has resets=True and "
+                        "resets_on: resets already refills it on every status change"
+                    )
+            if budget.limit is not None and (
+                not isinstance(budget.limit, int) or isinstance(budget.limit, bool)
+            ):
+                raise InvalidHandlerError(
+                    f"kind {self.name!r}: budget {budget.name!r} limit must be a whole number "
+                    f"or None (no limit), not {budget.limit!r}"
+                )
         for source, target in sorted(self.reported):
             self._known({source, target}, "reported")
             if source == target:
@@ -355,11 +388,21 @@ class EntityKind:
         unsuccessful = [s for s in ends if s not in self.success_statuses]
         return (unsuccessful or ends)[0]
 
-    def termination_of(self, status: str, has_children: bool) -> TerminationRule | None:
-        """The rule for a termination request in ``status``; ``None``: nothing to do."""
+    @property
+    def termination_modes(self) -> frozenset[str]:
+        """The named termination modes this kind's rules serve (besides the plain one)."""
+        return frozenset(r.mode for r in self.termination if r.mode is not None)
+
+    def termination_of(
+        self, status: str, has_children: bool, mode: str | None = None
+    ) -> TerminationRule | None:
+        """The rule for a termination request (in ``mode``; ``None``: a plain one) in
+        ``status``; ``None``: nothing to do."""
         if status in self.terminal or not self.terminable:
             return None
-        rules = self.termination or (TerminationRule(self.limit_status),)
+        rules: Iterable[TerminationRule] = [r for r in self.termination if r.mode == mode]
+        if not rules and mode is None:
+            rules = (TerminationRule(self.limit_status),)
         for rule in rules:
             if status == rule.to:
                 continue

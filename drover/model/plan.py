@@ -95,11 +95,13 @@ INVALID_MOVE = "invalid-move"
 @attrs.frozen
 class Move:
     """A handler's targeted move: ``entity_id`` (any kind, not a target of the tick)
-    goes from ``expected`` to ``to``, if it is still in ``expected`` (compare-and-set)."""
+    goes from ``expected`` to ``to``, if it is still in ``expected`` (compare-and-set),
+    and gets ``status_info`` (``None``: keeps its own)."""
 
     entity_id: str
     expected: str
     to: str
+    status_info: str | None = None
 
 
 @attrs.frozen

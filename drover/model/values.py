@@ -23,6 +23,7 @@ __all__ = [
     "KernelHistoryRecord",
     "KernelInfo",
     "KernelReport",
+    "MoveTo",
     "NewEntity",
     "Report",
     "SessionWithKernels",
@@ -224,12 +225,31 @@ def _patches(value: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(k): v for k, v in value.items()}
 
 
-def _moves(value: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    moves: dict[str, tuple[str, str]] = {}
-    for key, pair in value.items():
-        if not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise TypeError(f"moves[{key!r}] must be (expected_status, new_status), got {pair!r}")
-        moves[str(key)] = (str(pair[0]), str(pair[1]))
+@attrs.frozen
+class MoveTo:
+    """One targeted move of :attr:`HandlerResult.moves`: from ``expected`` (compare-and-set)
+    to ``to``, with the ``status_info`` the moved entity gets (``None``: it keeps its own).
+
+    A plain ``(expected, to)`` or ``(expected, to, status_info)`` tuple converts to one.
+    """
+
+    expected: str = attrs.field(converter=str)
+    to: str = attrs.field(converter=str)
+    status_info: str | None = attrs.field(default=None, converter=attrs.converters.optional(str))
+
+
+def _moves(value: Mapping[str, Any]) -> dict[str, MoveTo]:
+    moves: dict[str, MoveTo] = {}
+    for key, move in value.items():
+        if isinstance(move, MoveTo):
+            moves[str(key)] = move
+        elif isinstance(move, tuple | list) and len(move) in (2, 3):
+            moves[str(key)] = MoveTo(*move)
+        else:
+            raise TypeError(
+                f"moves[{key!r}] must be (expected_status, new_status[, status_info]) "
+                f"or a MoveTo, got {move!r}"
+            )
     return moves
 
 
@@ -275,9 +295,10 @@ class HandlerResult:
     create: list[NewEntity] = attrs.field(factory=list, converter=_new_entities)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_patches)
     terminate: dict[str, list[str]] = attrs.field(factory=dict, converter=_terminations)
-    #: ``entity_id -> (expected_status, new_status)``: entities other than the targets
-    #: (any kind) to move in the tick's transaction, each with compare-and-set.
-    moves: dict[str, tuple[str, str]] = attrs.field(factory=dict, converter=_moves)
+    #: ``entity_id -> (expected_status, new_status[, status_info])`` (or a :class:`MoveTo`):
+    #: entities other than the targets (any kind) to move in the tick's transaction, each
+    #: with compare-and-set; read back as :class:`MoveTo` values.
+    moves: dict[str, MoveTo] = attrs.field(factory=dict, converter=_moves)
     #: ``entity_id -> "SUCCESS" | "FAILURE"``: the target's result, when this tick
     #: leaves it in a terminal status (instead of the kind's ``result_from`` rule).
     results: dict[str, str] = attrs.field(factory=dict, converter=_str_map)

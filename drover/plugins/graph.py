@@ -52,9 +52,10 @@ class GraphWarning:
 def api_edges(kind: EntityKind) -> tuple[Edge, ...]:
     """Changes the repository itself makes on a termination request (handler ``api``)."""
     return tuple(
-        Edge(s, rule.to, "api", "terminate")
+        Edge(s, rule.to, "api", "terminate" if mode is None else f"terminate:{mode}")
+        for mode in (None, *sorted(kind.termination_modes))
         for s in kind.status_names
-        if (rule := kind.termination_of(s, has_children=True)) is not None
+        if (rule := kind.termination_of(s, has_children=True, mode=mode)) is not None
     )
 
 
@@ -143,8 +144,10 @@ def parent_edges(
                 moved(str(transition.children), name, outcome)
             elif transition.to is not None and transition.to in parent.terminal:
                 moved(kind.end_status_for(transition.to), name, outcome)
-    for status in parent.status_names:
-        rule = parent.termination_of(status, has_children=True)
+    for mode, status in (
+        (m, s) for m in (None, *sorted(parent.termination_modes)) for s in parent.status_names
+    ):
+        rule = parent.termination_of(status, has_children=True, mode=mode)
         if rule is not None:
             to = rule.children if rule.children is not None else None
             if to is None and rule.to in parent.terminal:

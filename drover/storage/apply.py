@@ -362,8 +362,11 @@ class Apply:
                 },
             )
         if first.budget is not None:
-            resets = any(b.resets for b in kind.budgets if b.name == first.budget)
-            if not (resets and first.changes_status):
+            # A move that refills the budget (resets, resets_on) leaves it unspent.
+            refills = first.changes_status and any(
+                b.refills_on(to_status) for b in kind.budgets if b.name == first.budget
+            )
+            if not refills:
                 self.conn.execute(
                     statement(("spend-budget", pg), lambda: spend_budget(pg)),
                     {"ids": self._ids(live_ids), **self._handler_param(first.budget)},
@@ -465,7 +468,8 @@ class Apply:
         if first.changes_status:
             assert first.to_status is not None
             requeue, rule = first.requeue, first.status_info
-            resets = tuple(sorted(b.name for b in kind.budgets if b.resets))
+            to = str(first.to_status)
+            resets = tuple(sorted(b.name for b in kind.budgets if b.refills_on(to)))
             stmt = statement(
                 ("move-entities", pg, requeue, rule, resets, fenced),
                 lambda: move_entities(pg, requeue, rule, resets, fenced),
@@ -587,16 +591,23 @@ class Apply:
         self.conn.execute(query, {"ids": params["ids"], "to_status": str(status)})
 
     def end(
-        self, ids: Sequence[str], *, strict: bool = True, reason: str | None = None
+        self,
+        ids: Sequence[str],
+        *,
+        strict: bool = True,
+        reason: str | None = None,
+        mode: str | None = None,
     ) -> list[TerminationOutcome]:
-        """Move ``ids`` (any kind) as their kinds' termination rules say; return what happened.
+        """Move ``ids`` (any kind) as their kinds' termination rules (of ``mode``) say;
+        return what happened.
 
         See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
-        refusal of unknown ids and of kinds that end only with their parent).
+        refusal of unknown ids, of kinds that end only with their parent, and of an
+        unknown mode).
         """
         changes, outcomes = termination_changes(
             self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict,
-            reason=reason,
+            reason=reason, mode=mode,
         )  # fmt: skip
         if changes:
             self.run(changes)

@@ -33,6 +33,7 @@ def termination_changes(
     postgres: bool,
     strict: bool = True,
     reason: str | None = None,
+    mode: str | None = None,
 ) -> tuple[list[Change], list[TerminationOutcome]]:
     """The changes that end ``ids`` (any kind) by their kinds' termination rules, and what
     each request does (read in the caller's write transaction; the caller applies them).
@@ -41,7 +42,11 @@ def termination_changes(
     kind that ends only with its parent InvalidSpecError, before anything
     is written. Otherwise (a handler's ``terminate``) such ids are left
     alone: the entity may have ended and gone meanwhile. ``reason`` (``drover
-    terminate --reason``) is added to each history row's message.
+    terminate --reason``) is added to each history row's message. ``mode`` (``drover
+    terminate --mode``) picks the kinds' rules of that mode; a kind without it raises
+    InvalidSpecError before anything is written (``strict``) or is left alone. The mode
+    is named in the history message and, without the rule's own, in ``status_info``
+    (``USER_REQUESTED:<mode>``).
     """
     wanted = list(dict.fromkeys(ids))
     found: dict[str, tuple[str, str]] = {}
@@ -64,18 +69,29 @@ def termination_changes(
                     "terminate that instead"
                 )
             del found[eid]
+            continue
+        if mode is not None and mode not in kind.termination_modes:
+            if strict:
+                modes = sorted(kind.termination_modes)
+                raise InvalidSpecError(
+                    f"{eid} is a {kind.name}: no termination mode {mode!r} "
+                    f"(its modes: {', '.join(modes) if modes else 'none'})"
+                )
+            del found[eid]
     info = (
         _USER_REQUESTED
         if source == API_SOURCE
         else StatusInfoRule(default=f"REQUESTED_BY_{source.upper().replace('-', '_')}")
     )
+    if mode is not None:
+        info = StatusInfoRule(default=f"{info.default}:{mode}")
     changes: list[Change] = []
     outcomes: list[TerminationOutcome] = []
     for eid in wanted:
         if eid not in found:
             continue
         kind_name, status = found[eid]
-        rule = kinds[kind_name].termination_of(status, eid in with_children)
+        rule = kinds[kind_name].termination_of(status, eid in with_children, mode)
         if rule is None:
             outcomes.append(TerminationOutcome(eid, status, status, False, kind_name))
             continue
@@ -86,7 +102,7 @@ def termination_changes(
                 result=SchedulingResult.SUCCESS,
                 to_status=rule.to,
                 to_children=rule.children,
-                message=f"{rule.message}: {reason}" if reason else rule.message,
+                message=_message(rule.message, mode, reason),
                 status_info=StatusInfoRule(default=rule.status_info) if rule.status_info else info,
                 kind=kind_name,
                 # Recorded for the result: a stop somebody asked for is CANCELLED.
@@ -96,3 +112,10 @@ def termination_changes(
         to = kinds.status(kind_name, rule.to)
         outcomes.append(TerminationOutcome(eid, status, to, True, kind_name))
     return changes, outcomes
+
+
+def _message(text: str, mode: str | None, reason: str | None) -> str:
+    """A termination's history message: the rule's, its mode, then who-asked's reason."""
+    if mode is not None:
+        text = f"{text} (mode {mode})"
+    return f"{text}: {reason}" if reason else text

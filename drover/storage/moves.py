@@ -8,6 +8,8 @@ descendants, result, history (result ``MOVED``, the handler as source). A move
 that loses its race is dropped and reported ``stale-status``, like any stale
 transition; one its kind cannot make (an unknown status, or out of a terminal
 status: that is ``reopen``'s) is reported ``invalid-move``. Neither is written.
+A move's ``status_info`` is set by the same statement that moves the entity and
+named in its history row's message.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sqlalchemy as sa
 from drover.model.kinds import Kinds
 from drover.model.plan import INVALID_MOVE, MOVED, STALE_STATUS, AppliedChange, Change, Move
 from drover.model.status import SchedulingResult
+from drover.model.values import StatusInfoRule
 from drover.storage._sql import chunked, statement
 from drover.storage.statements.ending import entity_states
 
@@ -61,13 +64,15 @@ def move_changes(
                 )
             )  # fmt: skip
             continue
+        info = move.status_info
         changes.append(
             Change(
                 move.entity_id,
                 kind.status(move.expected),
                 MOVED,
                 kind.status(move.to),
-                message=f"moved by {source}",
+                message=f"moved by {source}" if info is None else f"moved by {source}: {info}",
+                status_info=None if info is None else StatusInfoRule(default=info),
                 kind=kind.name,
             )
         )

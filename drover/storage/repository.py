@@ -106,11 +106,17 @@ class Repository(Queries):
         return await _entities.create_entities(self._db, news, seeding=True)
 
     async def request_termination(
-        self, session_ids: Sequence[str], *, source: str = "api", reason: str | None = None
+        self,
+        session_ids: Sequence[str],
+        *,
+        source: str = "api",
+        reason: str | None = None,
+        mode: str | None = None,
     ) -> list[TerminationOutcome]:
         """Ask for entities to end, each by its kind's termination rule (history: ``source``,
-        with ``reason`` in the message)."""
-        return await _termination.request_termination(self._db, session_ids, source, reason)
+        with ``reason`` in the message); ``mode``: the kinds' rules of that termination mode
+        (InvalidSpecError, nothing written, for a kind without it)."""
+        return await _termination.request_termination(self._db, session_ids, source, reason, mode)
 
     async def reopen(
         self, entity_id: str, status: str, *, source: str = "api", message: str | None = None

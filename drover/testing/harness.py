@@ -323,7 +323,10 @@ class CoordinatorHarness:
             kernel_id, status, expected=expected, exit_code=exit_code, message=message
         )
 
-    async def request_termination(self, session_id: str) -> TerminationOutcome:
-        """Ask for a session to end, as the API or CLI would."""
-        (outcome,) = await self.repository.request_termination([session_id])
+    async def request_termination(
+        self, session_id: str, mode: str | None = None
+    ) -> TerminationOutcome:
+        """Ask for a session (any entity) to end, as the API or CLI would (``mode``: a
+        named termination mode, ``drover terminate --mode``)."""
+        (outcome,) = await self.repository.request_termination([session_id], mode=mode)
         return outcome

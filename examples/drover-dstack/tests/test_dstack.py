@@ -307,21 +307,40 @@ async def test_a_user_stop_terminates_the_run_and_is_never_retried(dstack: Harne
 
 
 async def test_an_aborted_run_kills_its_jobs_at_once(dstack: Harness) -> None:
-    """`dstack stop --abort`: no graceful stop, the jobs end ABORTED (never retried)."""
+    """`dstack stop --abort` is the termination mode ``abort``: no graceful stop, the jobs
+    end ABORTED (never retried), the run TERMINATED with the CANCELLED of a user's stop."""
     async with dstack() as h:
         run = await submit(h, retry=RETRY_ALL, sim={"*": [{"stop_takes": None}]})
         await h.run_until_settled()
         await abort_run(h.repository, run)
+        assert await state(h, run) == ("TERMINATING", RR.ABORTED_BY_USER, None)
         await h.run_until_settled()
         (job,) = await jobs(h, run)
         assert await state(h, job.id) == ("ABORTED", JR.ABORTED_BY_USER, "FAILURE")
         assert cloud(h).calls(job.id) == ["provision", "start", "kill", "release"]
-        assert await state(h, run) == ("TERMINATED", RR.ABORTED_BY_USER, "FAILURE")
+        assert await state(h, run) == ("TERMINATED", RR.ABORTED_BY_USER, "CANCELLED")
         assert [m[:2] for m in await moves(h, run)][-3:] == [
-            ("dstack-abort-runs", "SUCCESS"),
+            ("api", "SUCCESS"),
             ("dstack-terminate-runs", "abort-jobs"),
             ("dstack-finish-runs", "terminated"),
         ]
+        request = [r for r in await h.history(run) if r.handler == "api"][-1]
+        assert request.message == "termination requested (mode abort)"
+
+
+async def test_a_pending_run_aborted_ends_terminated_at_once(dstack: Harness) -> None:
+    async with dstack(Offer("gpu", 0)) as h:
+        run = await submit(h, retry=RETRY_ALL)
+        await h.run_until_settled()
+        assert (await state(h, run))[0] == "PENDING"
+        outcome = await h.request_termination(run, mode="abort")
+        assert (outcome.from_status, outcome.to_status) == (R.PENDING, R.TERMINATING)
+        await h.run_until_settled()
+        assert await state(h, run) == ("TERMINATED", RR.ABORTED_BY_USER, "CANCELLED")
+        # A job has no abort of its own: it ends with its run.
+        (job,) = await jobs(h, run)
+        with pytest.raises(InvalidSpecError, match=r"is a dstack-job: no termination mode"):
+            await h.request_termination(job.id, mode="abort")
 
 
 async def test_a_stopped_pending_run_ends_terminated(dstack: Harness) -> None:
@@ -505,6 +524,50 @@ async def test_an_error_window_restarts_with_each_provisioned_submission(
         ]
 
 
+async def test_the_back_off_starts_over_once_the_run_reaches_provisioning(
+    dstack: Harness,
+) -> None:
+    """dstack resets ``resubmission_attempt`` when the run becomes PROVISIONING: the
+    ``resubmissions`` budget is refilled there (``resets_on``), so a run that was
+    provisioned again waits 15 s, not 30 s. A run that never shows PROVISIONING (its job
+    got to RUNNING first, as above) keeps counting. The budget has no limit."""
+    async with dstack() as h:
+        run = await submit(
+            h,
+            retry={"on_events": ["error"], "duration": 600},
+            sim={"*": [{"run_for": 10, "exit_code": 1}]},
+        )
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        r = await h.get(run)
+        assert (r.status, r.data["retry_after"], str(r.budgets[RESUBMISSIONS])) == (
+            R.PENDING, 15, "1/∞",
+        )  # fmt: skip
+        h.clock.advance(16)
+        await h.tick("dstack-resubmit-runs")
+        await h.tick("dstack-provision-jobs")
+        await h.tick("dstack-process-runs")
+        r = await h.get(run)
+        assert (r.status, str(r.budgets[RESUBMISSIONS])) == (R.PROVISIONING, "0/∞")
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        r = await h.get(run)
+        assert (r.status, r.data["retry_after"], str(r.budgets[RESUBMISSIONS])) == (
+            R.PENDING, 15, "1/∞",
+        )  # fmt: skip
+        assert [m[1:] for m in await moves(h, run)] == [
+            ("CREATED", "SUBMITTED", "SUBMITTED"),
+            ("running", "SUBMITTED", "RUNNING"),
+            ("pending", "RUNNING", "PENDING"),
+            ("SUCCESS", "PENDING", "SUBMITTED"),
+            ("provisioning", "SUBMITTED", "PROVISIONING"),
+            ("running", "PROVISIONING", "RUNNING"),
+            ("pending", "RUNNING", "PENDING"),
+        ]
+
+
 # -- graceful stop --------------------------------------------------------------------------
 
 
@@ -624,6 +687,16 @@ async def test_a_failed_replica_resubmits_its_jobs_while_the_other_replicas_keep
             ("1/1", 0, "FAILED", JR.CONTAINER_EXITED_WITH_ERROR),
             ("1/1", 1, "RUNNING", None),
         ]
+        # The moved job had its reason from the move on (its history row names it).
+        stopped = next(j for j in await jobs(h, run) if j.spec["slot"] == "1/0")
+        moved = [r for r in await h.history(stopped.id) if r.result == "MOVED"]
+        assert [(r.handler, r.to_status, r.message) for r in moved] == [
+            (
+                "dstack-process-runs",
+                J.TERMINATING,
+                f"moved by dstack-process-runs: {JR.TERMINATED_BY_SERVER}",
+            )
+        ]
         # The run never left RUNNING, and replica 0's jobs were never touched.
         run_moves = await moves(h, run)
         assert [m[3] for m in run_moves] == ["SUBMITTED", "RUNNING", "RUNNING"]
@@ -635,6 +708,36 @@ async def test_a_failed_replica_resubmits_its_jobs_while_the_other_replicas_keep
         await h.request_termination(run)
         await h.run_until_settled()
         assert await state(h, run) == ("TERMINATED", RR.STOPPED_BY_USER, "CANCELLED")
+
+
+async def test_a_job_stopped_for_its_replicas_retry_has_its_reason_while_it_stops(
+    dstack: Harness,
+) -> None:
+    """The move to TERMINATING carries TERMINATED_BY_SERVER (``MoveTo.status_info``): the
+    job shows it during its graceful stop, not only once it has ended."""
+    async with dstack() as h:
+        run = await submit(
+            h,
+            type="service",
+            replicas=2,
+            nodes=2,
+            retry={"on_events": ["error"], "duration": 600},
+            stop_duration=30,
+            sim={"1/1": [{"run_for": 10, "exit_code": 1}, {}], "1/0": [{"stop_takes": None}, {}]},
+        )
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        stopping = [s for s in await submissions(h, run) if s[0] == "1/0"]
+        assert stopping == [
+            ("1/0", 0, "TERMINATING", JR.TERMINATED_BY_SERVER),
+            ("1/0", 1, "RUNNING", None),
+        ]
+        h.clock.advance(31)
+        await h.run_until_settled()
+        assert next(s for s in await submissions(h, run) if s[0] == "1/0") == (
+            "1/0", 0, "TERMINATED", JR.TERMINATED_BY_SERVER,
+        )  # fmt: skip
 
 
 # -- input, packaging, demo -----------------------------------------------------------------
@@ -682,6 +785,46 @@ def test_the_entry_point_names_the_plugin() -> None:
     dist = metadata.distribution(project["name"])  # `make venv` installs it
     (ep,) = [ep for ep in dist.entry_points if ep.group == "drover"]
     assert ep.load() is module.plugin
+
+
+def test_drover_terminate_mode_abort_aborts_a_run(tmp_path: Path) -> None:
+    """`drover terminate RUN --mode abort` from the CLI; an unknown mode is one line."""
+    import asyncio
+
+    from drover.cli import main
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/dstack.db"
+
+    async def settle(
+        work: Callable[[CoordinatorHarness], Any],
+    ) -> Any:
+        async with CoordinatorHarness(
+            plugins=[DstackPlugin()], include_builtin_handlers=False, database_url=url
+        ) as h:
+            found = await work(h)
+            await h.run_until_settled()
+            return found
+
+    async def started(h: CoordinatorHarness) -> str:
+        run = await submit(h)
+        await h.run_until_settled()
+        return run
+
+    run = asyncio.run(settle(started))
+    runner = CliRunner()
+    env = {"DROVER_LOAD_PLUGINS": "dstack", "DROVER_DATABASE_URL": url}
+    wrong = runner.invoke(main, ["terminate", run, "--mode", "kill"], env=env)
+    assert wrong.exit_code == 1
+    assert wrong.output.strip() == (
+        f"Error: {run} is a dstack-run: no termination mode 'kill' (its modes: abort)"
+    )
+    assert asyncio.run(settle(lambda h: state(h, run)))[0] == "RUNNING"
+    done = runner.invoke(main, ["terminate", run, "--mode", "abort"], env=env)
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == f"{run}: RUNNING -> TERMINATING"
+    asyncio.run(settle(lambda h: asyncio.sleep(0)))
+    ended = asyncio.run(settle(lambda h: state(h, run)))
+    assert ended == ("TERMINATED", RR.ABORTED_BY_USER, "CANCELLED")
 
 
 async def test_the_demo_runs_end_as_the_readme_says(tmp_path: Path) -> None:

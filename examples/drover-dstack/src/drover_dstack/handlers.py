@@ -23,11 +23,11 @@ from drover import (
     Children,
     Clock,
     Entity,
-    Field,
     HandlerOptions,
     HandlerResult,
     KernelMatchType,
     LifecycleHandler,
+    MoveTo,
     NewEntity,
     Parent,
     StatusAge,
@@ -252,7 +252,11 @@ _FINISH_JOB = StatusTransitions(
 
 
 def _finish_job(result: _Result, job: Entity, message: str) -> None:
-    """End a TERMINATING job in its reason's final status (no reason: the server stopped it)."""
+    """End a TERMINATING job in its reason's final status.
+
+    Every path to TERMINATING gives a reason; one pushed without it (``drover report``
+    with no ``--info``) is read as the server's stop.
+    """
     reason = job.status_info or JobTerminationReason.TERMINATED_BY_SERVER
     name = FINAL_OUTCOMES[job_final_status(reason)]
     result.outcome(job.id, name, reason, message)
@@ -453,32 +457,6 @@ def next_run_status(run: Entity, analysis: Analysis) -> tuple[str, str | None]:
     return RunStatus.PENDING, None  # every replica left is retrying: back off, resubmit
 
 
-#: Runs nobody asked to abort (a run without ``spec["abort"]`` matches).
-NOT_ABORTED = Field("spec", ("abort",), "ne", True)
-
-
-class AbortRuns(DstackHandler):
-    """``dstack stop --abort``: a live run whose spec asks (``abort: true``, a
-    ``Field`` filter) → TERMINATING, ABORTED_BY_USER; its jobs are killed at once."""
-
-    kind = RUN_KIND
-    handler = "dstack-abort-runs"
-    statuses = frozenset(
-        {RunStatus.PENDING, RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING}
-    )
-    filters = (Field("spec", ("abort",), "eq", True),)
-    transitions = StatusTransitions(success=Transition(RunStatus.TERMINATING))
-
-    async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
-        """Every fetched run was asked to abort."""
-        ids = [t.id for t in targets]
-        return HandlerResult(
-            successes=ids,
-            status_infos=dict.fromkeys(ids, RunTerminationReason.ABORTED_BY_USER),
-            messages=dict.fromkeys(ids, "aborted by the user"),
-        )
-
-
 class ProcessRuns(DstackHandler):
     """An active run follows its latest job submissions (dstack's ``process_active_run``).
 
@@ -498,7 +476,6 @@ class ProcessRuns(DstackHandler):
     kind = RUN_KIND
     handler = "dstack-process-runs"
     statuses = frozenset({RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING})
-    filters = (NOT_ABORTED,)
     order = "oldest-seen"
     transitions = StatusTransitions(
         outcomes={
@@ -556,9 +533,10 @@ class ProcessRuns(DstackHandler):
                 continue
             result.create.append(next_submission(run, job))
             if job.status in ACTIVE_JOB:
-                # A move carries no status_info: dstack-stop-jobs reads "no reason"
-                # as TERMINATED_BY_SERVER (README: workarounds).
-                result.moves[job.id] = (job.status, JobStatus.TERMINATING)
+                # The move gives the job its reason in the same write.
+                result.moves[job.id] = MoveTo(
+                    job.status, JobStatus.TERMINATING, JobTerminationReason.TERMINATED_BY_SERVER
+                )
         return "resubmitted replica(s) " + ", ".join(str(r) for r in replicas_)
 
 
@@ -569,7 +547,7 @@ class ResubmitRuns(DstackHandler):
     kind = RUN_KIND
     handler = "dstack-resubmit-runs"
     statuses = frozenset({RunStatus.PENDING})
-    filters = (StatusAge(data_key="retry_after"), NOT_ABORTED)
+    filters = (StatusAge(data_key="retry_after"),)
     transitions = StatusTransitions(success=Transition(RunStatus.SUBMITTED))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
@@ -647,7 +625,7 @@ class _Result:
     budgets: dict[str, str] = attrs.field(factory=dict)
     data: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     create: list[NewEntity] = attrs.field(factory=list)
-    moves: dict[str, tuple[str, str]] = attrs.field(factory=dict)
+    moves: dict[str, MoveTo] = attrs.field(factory=dict)
 
     def outcome(
         self, entity: str, name: str, info: str | None = None, message: str | None = None
@@ -674,7 +652,6 @@ class _Result:
 
 
 STEPS: tuple[type[DstackHandler], ...] = (
-    AbortRuns,
     ProcessRuns,
     ResubmitRuns,
     TerminateRuns,

@@ -153,11 +153,13 @@ REASON_MEANINGS: dict[str, str] = {
 }
 
 RUN_KIND = "dstack-run"
+#: The termination mode of ``dstack stop --abort`` (``drover terminate RUN --mode abort``).
+ABORT = "abort"
 JOB_KIND = "dstack-job"
-#: The budget a run's resubmissions from PENDING charge: the back-off's attempt number.
+#: The budget a run's moves to PENDING charge: the back-off's attempt number. Without a
+#: limit (dstack bounds resubmissions by ``retry.duration``, not by a count), and refilled
+#: when the run reaches PROVISIONING, as dstack resets ``resubmission_attempt``.
 RESUBMISSIONS = "resubmissions"
-#: dstack bounds resubmissions by ``retry.duration``, not by a count.
-UNBOUNDED = 1_000_000
 #: dstack's PENDING back-off by resubmission attempt (seconds), the last one repeating.
 PENDING_RETRY_DELAYS = (15, 30, 60, 120, 300, 600)
 
@@ -191,10 +193,14 @@ RUN = EntityKind(
     # Each retry is a new submission of a slot; only the latest one counts.
     result_from="latest-child",
     result_slot="slot",
-    budgets=(Budget(RESUBMISSIONS, UNBOUNDED),),
+    budgets=(Budget(RESUBMISSIONS, None, resets_on={RunStatus.PROVISIONING}),),
     # `dstack stop`: TERMINATING with the reason; the run's handlers stop its jobs.
+    # `dstack stop --abort` is the mode ABORT: its jobs are killed at once.
     termination=(
         TerminationRule(RunStatus.TERMINATING, status_info=RunTerminationReason.STOPPED_BY_USER),
+        TerminationRule(
+            RunStatus.TERMINATING, status_info=RunTerminationReason.ABORTED_BY_USER, mode=ABORT
+        ),
     ),
 )
 JOB = EntityKind(

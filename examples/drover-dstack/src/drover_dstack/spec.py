@@ -58,8 +58,6 @@ def check_run_spec(spec: Mapping[str, Any], where: str) -> None:
         value = spec.get(key)
         if value is not None and not _seconds(value):
             raise InvalidSpecError(f"{where}: {key} must be seconds >= 0 or null, not {value!r}")
-    if not isinstance(spec.get("abort", False), bool):
-        raise InvalidSpecError(f"{where}: abort must be true or false, not {spec.get('abort')!r}")
     retry = spec.get("retry")
     if retry is not None:
         if not isinstance(retry, Mapping):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .kinds import JOB_KIND, RUN_KIND, JobStatus, RunStatus
+from .kinds import ABORT, JOB_KIND, RUN_KIND, JobStatus, RunStatus
 from .spec import DEFAULT_STOP_DURATION, first_jobs, job_name
 
 if TYPE_CHECKING:
@@ -74,10 +74,12 @@ async def submit_run(repository: Repository, request: RunRequest) -> str:
 
 
 async def abort_run(repository: Repository, run_id: str) -> None:
-    """``dstack stop --abort``: ask (in the run's spec) for the run to be aborted.
+    """``dstack stop --abort``: the termination mode ``abort`` (``drover terminate RUN
+    --mode abort``).
 
-    ``dstack-abort-runs`` takes it from any live status but TERMINATING to
-    TERMINATING (ABORTED_BY_USER); its jobs are killed without a graceful stop
-    and end ABORTED. A plain stop is ``drover terminate RUN``.
+    The run kind's ``abort`` rule takes it from any live status but TERMINATING
+    to TERMINATING (ABORTED_BY_USER); its jobs are killed without a graceful stop
+    and end ABORTED, and the run ends TERMINATED with the result CANCELLED of a
+    stop the user asked for. A plain stop is ``drover terminate RUN``.
     """
-    await repository.update_spec(run_id, {"abort": True})
+    await repository.request_termination([run_id], mode=ABORT)
