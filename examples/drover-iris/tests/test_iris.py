@@ -1,0 +1,352 @@
+"""Acceptance tests of the Iris pack, from the seed's task-state semantics, on SQLite and
+PostgreSQL.
+
+Every test builds its own plugin (a fresh simulated cluster) and gives it to
+drover's ``CoordinatorHarness``; entry points stay off, so the tests mean the
+same whether or not the pack is installed. Workers are the test: it pushes
+their heartbeats (``heartbeat``) and kills them (``worker_died``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import attrs
+import pytest
+from click.testing import CliRunner
+from drover_iris import (
+    ATTEMPT_KIND,
+    FAILURE,
+    JOB_KIND,
+    PREEMPTION,
+    TASK_KIND,
+    AttemptState,
+    Band,
+    IrisPlugin,
+    JobRequest,
+    JobState,
+    SimulatedCluster,
+    TaskState,
+    heartbeat,
+    submit_job,
+)
+from drover_iris.handlers import JOB_HANDLERS
+from sqlalchemy.engine import make_url
+
+from drover import BudgetUse, Entity
+from drover.testing import CoordinatorHarness
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PG_URL = os.environ.get("DROVER_TEST_PG_URL") or "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+BACKENDS = ["sqlite"] + ([] if os.environ.get("DROVER_TEST_SKIP_PG") == "1" else ["postgresql"])
+A = AttemptState
+T = TaskState
+J = JobState
+
+
+def _dsn() -> str:
+    return make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@asynccontextmanager
+async def _pg_schema() -> AsyncIterator[str]:
+    schema = f"iris_{uuid.uuid4().hex[:16]}"
+    conn = await asyncpg.connect(_dsn())
+    try:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+    finally:
+        await conn.close()
+    try:
+        yield schema
+    finally:
+        conn = await asyncpg.connect(_dsn())
+        try:
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+@attrs.frozen
+class Db:
+    """Where one test's data lives: a SQLite file, or a PostgreSQL schema."""
+
+    url: str
+    schema: str | None = None
+
+
+@pytest.fixture(params=BACKENDS)
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Db]:
+    """A fresh database, on each backend (a PostgreSQL that cannot connect fails)."""
+    if request.param == "sqlite":
+        yield Db(f"sqlite+aiosqlite:///{tmp_path}/drover.db")
+        return
+    async with _pg_schema() as schema:
+        yield Db(PG_URL, schema)
+
+
+Harness = Callable[..., CoordinatorHarness]
+
+
+@pytest.fixture
+def iris(db: Db) -> Harness:
+    """A harness with only this pack loaded, on a cluster of ``workers`` (name → slots)."""
+
+    def make(workers: dict[str, int] | None = None) -> CoordinatorHarness:
+        plugin = IrisPlugin(SimulatedCluster(workers or {"w1": 2, "w2": 2}))
+        h = CoordinatorHarness(
+            plugins=[plugin],
+            include_builtin_handlers=False,
+            database_url=db.url,
+            database_schema=db.schema,
+        )
+        h.cluster = plugin.cluster  # type: ignore[attr-defined]
+        return h
+
+    return make
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+async def _submit(h: CoordinatorHarness, request: JobRequest) -> str:
+    return await submit_job(h.repository, request, now=h.clock.time())
+
+
+async def _tasks(h: CoordinatorHarness, job: str) -> list[Entity]:
+    children = (await h.get(job)).children
+    return [await h.get(t.id) for t in sorted(children, key=lambda t: int(t.spec["index"]))]
+
+
+async def _attempts(h: CoordinatorHarness, task: str) -> list[Entity]:
+    return sorted((await h.get(task)).children, key=lambda a: int(a.spec["n"]))
+
+
+async def _latest(h: CoordinatorHarness, task: str) -> Entity:
+    return (await _attempts(h, task))[-1]
+
+
+async def _status(h: CoordinatorHarness, entity: str) -> str:
+    return str((await h.get(entity)).status)
+
+
+async def _run(h: CoordinatorHarness, task: str, *states: AttemptState, exit_code: int = 0) -> str:
+    """The worker of the task's latest attempt reports ``states`` in turn (handlers settle
+    between reports); return the attempt's id."""
+    attempt = (await _latest(h, task)).id
+    for state in states:
+        code = exit_code if state in (A.SUCCEEDED, A.FAILED) else None
+        h.clock.advance(1)
+        assert await heartbeat(h.repository, attempt, state, exit_code=code)
+        await h.run_until_settled()
+    return attempt
+
+
+def _rows(history: list[Any]) -> list[tuple[str, str, str, str]]:
+    return [(r.handler, str(r.result), str(r.from_status), str(r.to_status)) for r in history]
+
+
+async def _budgets(h: CoordinatorHarness, task: str) -> dict[str, BudgetUse]:
+    return dict((await h.get(task)).budgets or {})
+
+
+# -- the states of one task --------------------------------------------------------------------
+
+
+async def test_a_task_walks_pending_assigned_building_running_succeeded(iris: Harness) -> None:
+    async with iris() as h:
+        job = await _submit(h, JobRequest("hello"))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, job)
+        (attempt,) = await _attempts(h, task.id)
+        assert (task.status, attempt.status, await _status(h, job)) == (
+            T.ASSIGNED,
+            A.ASSIGNED,
+            J.RUNNING,
+        )
+        assert attempt.spec["worker"] in ("w1", "w2")
+        await _run(h, task.id, A.BUILDING)
+        assert await _status(h, task.id) == T.BUILDING
+        await _run(h, task.id, A.RUNNING)
+        assert await _status(h, task.id) == T.RUNNING
+        await _run(h, task.id, A.SUCCEEDED, exit_code=0)
+        found = await h.get(task.id)
+        assert (found.status, found.result) == (T.SUCCEEDED, "SUCCESS")
+        found = await h.get(job)
+        assert (found.status, found.result) == (J.SUCCEEDED, "SUCCESS")
+        done = await h.get(attempt.id)
+        assert (done.status, done.status_info, done.data) == (
+            A.SUCCEEDED,
+            "EXIT_0",
+            {"exit_code": 0},
+        )
+        assert _rows(await h.history(task.id)) == [
+            ("api", "CREATED", T.PENDING, T.PENDING),
+            ("iris-schedule", "SUCCESS", T.PENDING, T.ASSIGNED),
+            ("iris-task-building", "SUCCESS", T.ASSIGNED, T.BUILDING),
+            ("iris-task-running", "SUCCESS", T.BUILDING, T.RUNNING),
+            ("iris-task-succeeded", "SUCCESS", T.RUNNING, T.SUCCEEDED),
+        ]
+        assert _rows(await h.history(job)) == [
+            ("api", "CREATED", J.PENDING, J.PENDING),
+            ("iris-job-running", "SUCCESS", J.PENDING, J.RUNNING),
+            ("iris-job-succeeded", "SUCCESS", J.RUNNING, J.SUCCEEDED),
+        ]
+        assert [r.handler for r in await h.history(attempt.id)] == [
+            "iris-schedule",
+            "iris-worker",
+            "iris-worker",
+            "iris-worker",
+        ]
+        assert await _budgets(h, task.id) == {
+            FAILURE: BudgetUse(0, 0),
+            PREEMPTION: BudgetUse(0, 100),
+        }
+
+
+# -- the failure budget -------------------------------------------------------------------------
+
+
+async def test_the_failure_budget_defaults_to_zero_one_failed_attempt_ends_the_task(
+    iris: Harness,
+) -> None:
+    async with iris() as h:
+        job = await _submit(h, JobRequest("once"))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, job)
+        await _run(h, task.id, A.BUILDING, A.RUNNING, A.FAILED, exit_code=3)
+        found = await h.get(task.id)
+        assert (found.status, found.result) == (T.FAILED, "FAILURE")
+        assert found.budgets == {FAILURE: BudgetUse(1, 0), PREEMPTION: BudgetUse(0, 100)}
+        last = (await h.history(task.id))[-1]
+        assert (last.handler, str(last.result), last.to_status) == (
+            "iris-settle",
+            "GIVE_UP",
+            T.FAILED,
+        )
+        assert "spent budget 'failure' 1 times (limit=0)" in (last.message or "")
+        assert len(await _attempts(h, task.id)) == 1  # never retried
+        assert await _status(h, job) == J.FAILED
+
+
+async def test_a_task_retries_while_failures_are_within_its_budget_keeping_each_attempt(
+    iris: Harness,
+) -> None:
+    """max_retries_failure=2: the first two failures retry (count <= limit), the third ends
+    the task FAILED; every attempt is kept, each on its own row."""
+    async with iris() as h:
+        job = await _submit(h, JobRequest("flaky", max_retries_failure=2))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, job)
+        for n in (1, 2):
+            await _run(h, task.id, A.RUNNING, A.FAILED, exit_code=1)
+            found = await h.get(task.id)
+            assert (found.status, found.budgets[FAILURE]) == (T.ASSIGNED, BudgetUse(n, 2))
+            assert len(found.children) == n + 1  # the next attempt, ASSIGNED
+        await _run(h, task.id, A.RUNNING, A.FAILED, exit_code=1)
+        found = await h.get(task.id)
+        assert (found.status, found.budgets[FAILURE]) == (T.FAILED, BudgetUse(3, 2))
+        attempts = await _attempts(h, task.id)
+        assert [(a.spec["n"], a.status, a.result) for a in attempts] == [
+            (1, A.FAILED, "FAILURE"),
+            (2, A.FAILED, "FAILURE"),
+            (3, A.FAILED, "FAILURE"),
+        ]
+        assert [
+            (r.handler, str(r.result), r.from_status, r.to_status)
+            for r in await h.history(task.id)
+            if r.handler == "iris-settle"
+        ] == [
+            ("iris-settle", "failed", T.RUNNING, T.PENDING),
+            ("iris-settle", "failed", T.RUNNING, T.PENDING),
+            ("iris-settle", "GIVE_UP", T.RUNNING, T.FAILED),
+        ]
+        assert await _status(h, job) == J.FAILED
+
+
+async def test_a_retried_task_that_then_succeeds_succeeds_and_so_does_its_job(
+    iris: Harness,
+) -> None:
+    """result_from="latest-child": the failed first attempt is superseded by the second."""
+    async with iris() as h:
+        job = await _submit(h, JobRequest("second-time", max_retries_failure=1))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, job)
+        first = await _run(h, task.id, A.RUNNING, A.FAILED, exit_code=1)
+        second = await _run(h, task.id, A.RUNNING, A.SUCCEEDED)
+        assert first != second
+        found = await h.get(task.id)
+        assert (found.status, found.result, found.budgets[FAILURE]) == (
+            T.SUCCEEDED,
+            "SUCCESS",
+            BudgetUse(1, 1),
+        )
+        assert [(await h.get(a)).status for a in (first, second)] == [A.FAILED, A.SUCCEEDED]
+        found = await h.get(job)
+        assert (found.status, found.result) == (J.SUCCEEDED, "SUCCESS")
+
+
+# -- the preemption budget: worker failures -----------------------------------------------------
+
+
+async def test_a_dead_workers_attempts_end_worker_failed_and_retry_on_the_preemption_budget(
+    iris: Harness,
+) -> None:
+    async with iris({"w1": 1, "w2": 1, "w3": 1}) as h:
+        job = await _submit(h, JobRequest("survivor", max_retries_preemption=1))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, job)
+        first = await _run(h, task.id, A.BUILDING, A.RUNNING)
+        worker = (await h.get(first)).spec["worker"]
+        lost = await h.cluster.worker_died(h.repository, h.app.queries, worker)  # type: ignore[attr-defined]
+        assert lost == [first]
+        await h.run_until_settled()
+        gone = await h.get(first)
+        assert (gone.status, gone.status_info) == (A.WORKER_FAILED, "WORKER_DIED")
+        found = await h.get(task.id)
+        # Retried (1 <= 1) on a live worker, the failure budget untouched.
+        assert (found.status, found.budgets) == (
+            T.ASSIGNED,
+            {FAILURE: BudgetUse(0, 0), PREEMPTION: BudgetUse(1, 1)},
+        )
+        second = await _latest(h, task.id)
+        assert second.spec["worker"] != worker and second.spec["n"] == 2
+        await _run(h, task.id, A.RUNNING)
+        await h.cluster.worker_died(h.repository, h.app.queries, second.spec["worker"])  # type: ignore[attr-defined]
+        await h.run_until_settled()
+        found = await h.get(task.id)
+        assert (found.status, found.budgets[PREEMPTION]) == (T.WORKER_FAILED, BudgetUse(2, 1))
+        assert [str(r.result) for r in await h.history(task.id) if r.handler == "iris-settle"] == [
+            "worker-failed",
+            "GIVE_UP",
+        ]
+        assert len(await _attempts(h, task.id)) == 2
+        found = await h.get(job)
+        assert (found.status, found.result) == (J.WORKER_FAILED, "FAILURE")
+
+
+async def test_worker_failures_do_not_count_toward_max_task_failures(iris: Harness) -> None:
+    """Only FAILED tasks count for the job: a worker failure within the default budget of 100
+    is a retry, and the job still succeeds."""
+    async with iris({"w1": 2, "w2": 2}) as h:
+        job = await _submit(h, JobRequest("steady", replicas=2))
+        await h.run_until_settled()
+        tasks = await _tasks(h, job)
+        for task in tasks:
+            await _run(h, task.id, A.RUNNING)
+        worker = (await _latest(h, tasks[0].id)).spec["worker"]
+        await h.cluster.worker_died(h.repository, h.app.queries, worker)  # type: ignore[attr-defined]
+        await h.run_until_settled()
+        for task in tasks:
+            await _run(h, task.id, *([A.RUNNING] if (await _latest(h, task.id)).status == A.ASSIGNED else []), A.SUCCEEDED)
+        assert str((await h.get(tasks[0].id)).budgets[PREEMPTION]) == "1/100"
+        found = await h.get(job)
+        assert (found.status, found.result) == (J.SUCCEEDED, "SUCCESS")
