@@ -350,3 +350,143 @@ async def test_worker_failures_do_not_count_toward_max_task_failures(iris: Harne
         assert str((await h.get(tasks[0].id)).budgets[PREEMPTION]) == "1/100"
         found = await h.get(job)
         assert (found.status, found.result) == (J.SUCCEEDED, "SUCCESS")
+
+
+# -- priority bands and preemption --------------------------------------------------------------
+
+
+async def _fill(h: CoordinatorHarness, band: Band, n: int, **kw: Any) -> list[str]:
+    """``n`` one-task jobs of ``band``, each task RUNNING on the cluster; their task ids."""
+    tasks = []
+    for i in range(n):
+        job = await _submit(h, JobRequest(f"{band.name.lower()}-{i}", band=band, **kw))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, job)
+        await _run(h, task.id, A.BUILDING, A.RUNNING)
+        tasks.append(task.id)
+    return tasks
+
+
+async def test_a_production_task_waiting_for_capacity_preempts_the_newest_batch_task(
+    iris: Harness,
+) -> None:
+    async with iris({"w1": 2}) as h:
+        old, new = await _fill(h, Band.BATCH, 2)
+        victim = (await _latest(h, new)).id
+        prod = await _submit(h, JobRequest("prod", band=Band.PRODUCTION))
+        h.clock.advance(1)
+        await h.run_until_settled()
+        # The newest batch attempt was preempted; its task retried on its preemption budget.
+        assert _rows(await h.history(victim))[-1] == (
+            "iris-preempt",
+            "MOVED",
+            A.RUNNING,
+            A.PREEMPTED,
+        )
+        found = await h.get(new)
+        assert (found.status, found.budgets[PREEMPTION]) == (T.PENDING, BudgetUse(1, 100))
+        assert await _status(h, old) == T.RUNNING
+        (prod_task,) = await _tasks(h, prod)
+        assert prod_task.status == T.ASSIGNED
+        assert await _status(h, prod) == J.RUNNING
+        # The batch task waits (no room, and a batch task preempts nobody) until prod ends.
+        await _run(h, prod_task.id, A.RUNNING, A.SUCCEEDED)
+        assert await _status(h, new) == T.ASSIGNED
+        await _run(h, new, A.RUNNING, A.SUCCEEDED)
+        assert [a.status for a in await _attempts(h, new)] == [A.PREEMPTED, A.SUCCEEDED]
+        found = await h.get(new)
+        assert (found.status, found.result) == (T.SUCCEEDED, "SUCCESS")
+        assert str(found.budgets[PREEMPTION]) == "1/100"
+
+
+async def test_bands_preempt_only_lower_bands(iris: Harness) -> None:
+    """INTERACTIVE evicts BATCH, never INTERACTIVE or PRODUCTION; BATCH evicts nobody."""
+    async with iris({"w1": 2}) as h:
+        (interactive,) = await _fill(h, Band.INTERACTIVE, 1)
+        (production,) = await _fill(h, Band.PRODUCTION, 1)
+        batch = await _submit(h, JobRequest("late-batch", band=Band.BATCH))
+        more = await _submit(h, JobRequest("late-interactive", band=Band.INTERACTIVE))
+        h.clock.advance(1)
+        await h.run_until_settled()
+        assert [await _status(h, t) for t in (interactive, production)] == [T.RUNNING, T.RUNNING]
+        assert [(await _tasks(h, j))[0].status for j in (batch, more)] == [T.PENDING, T.PENDING]
+        assert [str(r.result) for r in await h.history(interactive)].count("preempted") == 0
+        # A PRODUCTION task evicts the INTERACTIVE one (the lowest band running).
+        prod = await _submit(h, JobRequest("prod", band=Band.PRODUCTION))
+        await h.run_until_settled()
+        assert (await _tasks(h, prod))[0].status == T.ASSIGNED
+        assert await _status(h, interactive) == T.PENDING
+        assert await _status(h, production) == T.RUNNING
+
+
+async def test_a_task_preempted_while_assigned_retries_for_free(iris: Harness) -> None:
+    async with iris({"w1": 1}) as h:
+        batch = await _submit(h, JobRequest("batch", max_retries_preemption=0))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, batch)
+        assert task.status == T.ASSIGNED  # the worker has not started it
+        first = (await _latest(h, task.id)).id
+        prod = await _submit(h, JobRequest("prod", band=Band.PRODUCTION))
+        await h.run_until_settled()
+        assert await _status(h, first) == A.PREEMPTED
+        found = await h.get(task.id)
+        # No budget spent, even with a preemption budget of 0.
+        assert (found.status, found.budgets[PREEMPTION]) == (T.PENDING, BudgetUse(0, 0))
+        settle = [r for r in await h.history(task.id) if r.handler == "iris-settle"]
+        assert [(str(r.result), r.from_status, r.to_status) for r in settle] == [
+            ("requeued", T.ASSIGNED, T.PENDING)
+        ]
+        (prod_task,) = await _tasks(h, prod)
+        await _run(h, prod_task.id, A.RUNNING, A.SUCCEEDED)
+        await _run(h, task.id, A.RUNNING, A.SUCCEEDED)
+        assert [a.status for a in await _attempts(h, task.id)] == [A.PREEMPTED, A.SUCCEEDED]
+        assert await _status(h, batch) == J.SUCCEEDED
+
+
+async def test_a_spent_preemption_budget_ends_a_preempted_task_preempted(iris: Harness) -> None:
+    async with iris({"w1": 1}) as h:
+        (task,) = await _fill(h, Band.BATCH, 1, max_retries_preemption=0)
+        await _submit(h, JobRequest("prod", band=Band.PRODUCTION))
+        await h.run_until_settled()
+        found = await h.get(task)
+        assert (found.status, found.result) == (T.PREEMPTED, "FAILURE")
+        last = (await h.history(task))[-1]
+        assert (last.handler, str(last.result), last.to_status) == (
+            "iris-settle",
+            "preemption-spent",
+            T.PREEMPTED,
+        )
+        assert "preemption budget spent (1 > 0)" in (last.message or "")
+        assert found.parent_id is not None
+        assert await _status(h, found.parent_id) == J.WORKER_FAILED
+
+
+# -- stale reports ------------------------------------------------------------------------------
+
+
+async def test_reports_from_a_stale_attempt_are_ignored(iris: Harness) -> None:
+    """The first attempt was preempted and the task runs a second one: the first worker's late
+    heartbeats (RUNNING, then exit 0) change nothing, in the attempt or its task."""
+    async with iris({"w1": 1}) as h:
+        (task,) = await _fill(h, Band.BATCH, 1)
+        stale = (await _latest(h, task)).id
+        prod = await _submit(h, JobRequest("prod", band=Band.PRODUCTION))
+        await h.run_until_settled()
+        (prod_task,) = await _tasks(h, prod)
+        await _run(h, prod_task.id, A.RUNNING, A.SUCCEEDED)
+        assert await _status(h, task) == T.ASSIGNED  # its second attempt
+        rows = len(await h.history(stale))
+        assert not await heartbeat(h.repository, stale, A.RUNNING)
+        assert not await heartbeat(h.repository, stale, A.SUCCEEDED, exit_code=0)
+        await h.run_until_settled()
+        found = await h.get(stale)
+        assert (found.status, found.data, len(await h.history(stale))) == (
+            A.PREEMPTED,
+            None,
+            rows,
+        )
+        assert await _status(h, task) == T.ASSIGNED
+        # A heartbeat that would move the live attempt backwards is refused too.
+        await _run(h, task, A.RUNNING)
+        assert not await heartbeat(h.repository, (await _latest(h, task)).id, A.BUILDING)
+        assert await _status(h, task) == T.RUNNING
