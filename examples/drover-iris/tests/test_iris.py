@@ -490,3 +490,237 @@ async def test_reports_from_a_stale_attempt_are_ignored(iris: Harness) -> None:
         await _run(h, task, A.RUNNING)
         assert not await heartbeat(h.repository, (await _latest(h, task)).id, A.BUILDING)
         assert await _status(h, task) == T.RUNNING
+
+
+# -- the scheduling deadline --------------------------------------------------------------------
+
+
+async def test_a_task_past_its_scheduling_deadline_is_unschedulable_and_its_job_kills_the_rest(
+    iris: Harness,
+) -> None:
+    async with iris({"w1": 1}) as h:
+        (blocker,) = await _fill(h, Band.BATCH, 1)
+        job = await _submit(h, JobRequest("late", replicas=2, scheduling_timeout=60))
+        await h.run_until_settled()
+        assert [t.status for t in await _tasks(h, job)] == [T.PENDING, T.PENDING]
+        # The blocker ends: one task of the job gets the slot, the other keeps waiting.
+        await _run(h, blocker, A.SUCCEEDED)
+        first, second = await _tasks(h, job)
+        assert (first.status, second.status) == (T.ASSIGNED, T.PENDING)
+        await _run(h, first.id, A.RUNNING)
+        h.clock.advance(30)
+        await h.run_until_settled()
+        assert await _status(h, second.id) == T.PENDING  # 32 s after submission: in time
+        h.clock.advance(30)
+        await h.run_until_settled()
+        found = await h.get(second.id)
+        assert (found.status, found.status_info, found.children) == (
+            T.UNSCHEDULABLE,
+            "SCHEDULING_TIMEOUT",
+            (),
+        )
+        found = await h.get(job)
+        assert (found.status, found.result) == (J.UNSCHEDULABLE, "FAILURE")
+        # The running task was killed, and its attempt ended with it.
+        killed = await h.get(first.id)
+        assert (killed.status, killed.status_info) == (T.KILLED, "JOB_UNSCHEDULABLE")
+        attempt = await _latest(h, first.id)
+        assert (attempt.status, attempt.status_info) == (A.KILLED, "JOB_UNSCHEDULABLE")
+        assert _rows(await h.history(attempt.id))[-1] == (
+            "iris-job-unschedulable",
+            "MOVED",
+            A.RUNNING,
+            A.KILLED,
+        )
+
+
+async def test_the_deadline_is_absolute_from_submission_not_from_a_retry(iris: Harness) -> None:
+    """A task that ran and failed after its job's deadline is requeued PENDING, then found
+    UNSCHEDULABLE at once: the deadline is not restarted by the retry."""
+    async with iris({"w1": 1}) as h:
+        job = await _submit(h, JobRequest("slow", scheduling_timeout=10, max_retries_failure=5))
+        await h.run_until_settled()
+        (task,) = await _tasks(h, job)
+        await _run(h, task.id, A.RUNNING)
+        h.clock.advance(20)  # past the deadline, but it is running: fine
+        await h.run_until_settled()
+        assert await _status(h, task.id) == T.RUNNING
+        await _run(h, task.id, A.FAILED, exit_code=1)
+        found = await h.get(task.id)
+        assert (found.status, found.budgets[FAILURE]) == (T.UNSCHEDULABLE, BudgetUse(1, 5))
+        assert len(found.children) == 1  # no second attempt
+        assert [h_.to_status for h_ in await h.history(task.id)][-2:] == [
+            T.PENDING,
+            T.UNSCHEDULABLE,
+        ]
+        assert await _status(h, job) == J.UNSCHEDULABLE
+
+
+# -- gangs (coscheduled jobs) -------------------------------------------------------------------
+
+
+async def test_a_gang_members_failure_ends_its_running_siblings_cosched_failed(
+    iris: Harness,
+) -> None:
+    async with iris({"w1": 2, "w2": 2}) as h:
+        job = await _submit(h, JobRequest("gang", replicas=3, coscheduled=True))
+        await h.run_until_settled()
+        tasks = await _tasks(h, job)
+        for task in tasks:
+            await _run(h, task.id, A.BUILDING, A.RUNNING)
+        healthy = [t.id for t in tasks[1:]]
+        await _run(h, tasks[0].id, A.FAILED, exit_code=137)
+        assert await _status(h, tasks[0].id) == T.FAILED
+        for task in healthy:
+            found = await h.get(task)
+            assert (found.status, found.result) == (T.COSCHED_FAILED, "FAILURE")
+            assert _rows(await h.history(task))[-1] == (
+                "iris-gang",
+                "MOVED",
+                T.RUNNING,
+                T.COSCHED_FAILED,
+            )
+            # Its attempt was ended too: the worker's slot is free.
+            attempt = await _latest(h, task)
+            assert attempt.status == A.COSCHED_FAILED
+            assert _rows(await h.history(attempt.id))[-1] == (
+                "iris-gang",
+                "MOVED",
+                A.RUNNING,
+                A.COSCHED_FAILED,
+            )
+        found = await h.get(job)
+        assert (found.status, found.result) == (J.FAILED, "FAILURE")
+        assert [str(r.result) for r in await h.history(job)][-2:] == ["SUCCESS", "SUCCESS"]
+        assert [r.handler for r in await h.history(job)][-2:] == ["iris-gang", "iris-job-failed"]
+        # Nothing holds a worker any more.
+        assert await h.app.queries.list_entities(
+            ATTEMPT_KIND, statuses=[A.ASSIGNED, A.BUILDING, A.RUNNING]
+        ) == []
+
+
+async def test_without_a_gang_a_failed_task_gets_its_siblings_killed_by_the_job(
+    iris: Harness,
+) -> None:
+    async with iris() as h:
+        job = await _submit(h, JobRequest("plain", replicas=3))
+        await h.run_until_settled()
+        tasks = await _tasks(h, job)
+        for task in tasks:
+            await _run(h, task.id, A.RUNNING)
+        await _run(h, tasks[0].id, A.FAILED, exit_code=1)
+        assert [await _status(h, t.id) for t in tasks] == [T.FAILED, T.KILLED, T.KILLED]
+        assert {(await _latest(h, t.id)).status for t in tasks[1:]} == {A.KILLED}
+        assert _rows(await h.history(tasks[1].id))[-1] == (
+            "iris-job-failed",
+            "MOVED",
+            T.RUNNING,
+            T.KILLED,
+        )
+        assert await _status(h, job) == J.FAILED
+
+
+async def test_a_gang_member_lost_with_its_worker_retries_without_a_cascade(
+    iris: Harness,
+) -> None:
+    """Only a member that ends (budget spent) cascades; a retried one does not."""
+    async with iris({"w1": 1, "w2": 1}) as h:
+        job = await _submit(h, JobRequest("gang", replicas=2, coscheduled=True))
+        await h.run_until_settled()
+        first, second = await _tasks(h, job)
+        for task in (first, second):
+            await _run(h, task.id, A.RUNNING)
+        worker = (await _latest(h, first.id)).spec["worker"]
+        await h.cluster.worker_died(h.repository, h.app.queries, worker)  # type: ignore[attr-defined]
+        await h.run_until_settled()
+        assert [await _status(h, t.id) for t in (first, second)] == [T.PENDING, T.RUNNING]
+        assert await _status(h, job) == J.RUNNING
+
+
+# -- the job's state, derived from its tasks in Iris's order ------------------------------------
+
+JOB_STATE_CASES = [
+    # (job state, max_task_failures, task states) -> job state
+    (J.PENDING, 0, [T.SUCCEEDED, T.SUCCEEDED], J.SUCCEEDED),
+    (J.RUNNING, 0, [T.SUCCEEDED, T.FAILED], J.FAILED),  # FAILED before RUNNING
+    (J.RUNNING, 0, [T.FAILED, T.UNSCHEDULABLE, T.KILLED], J.FAILED),  # FAILED first
+    (J.RUNNING, 1, [T.FAILED, T.RUNNING], None),  # within tolerance: still RUNNING
+    (J.RUNNING, 1, [T.FAILED, T.SUCCEEDED], J.SUCCEEDED),
+    (J.RUNNING, 1, [T.FAILED, T.FAILED, T.RUNNING], J.FAILED),
+    (J.RUNNING, 1, [T.FAILED, T.UNSCHEDULABLE, T.KILLED], J.UNSCHEDULABLE),
+    (J.RUNNING, 0, [T.UNSCHEDULABLE, T.KILLED, T.RUNNING], J.UNSCHEDULABLE),
+    (J.RUNNING, 0, [T.KILLED, T.RUNNING, T.SUCCEEDED], J.KILLED),
+    (J.RUNNING, 0, [T.SUCCEEDED, T.WORKER_FAILED], J.WORKER_FAILED),
+    (J.RUNNING, 0, [T.PREEMPTED, T.SUCCEEDED], J.WORKER_FAILED),
+    (J.RUNNING, 0, [T.WORKER_FAILED, T.RUNNING], None),  # not every task has ended
+    (J.PENDING, 0, [T.PENDING, T.BUILDING], J.RUNNING),
+    (J.PENDING, 0, [T.PENDING, T.SUCCEEDED], None),
+    (J.RUNNING, 0, [T.PENDING, T.SUCCEEDED], J.PENDING),  # none on a worker any more
+]
+
+
+@pytest.mark.parametrize(("start", "tolerance", "tasks", "expected"), JOB_STATE_CASES)
+async def test_the_job_state_follows_the_task_counts_in_iris_order(
+    iris: Harness, start: str, tolerance: int, tasks: list[str], expected: str | None
+) -> None:
+    """Each rule is one handler whose SQL filter excludes the earlier rules: one tick of
+    every job handler, in any order, gives Iris's answer."""
+    async with iris() as h:
+        job = await h.create(
+            JOB_KIND,
+            status=start,
+            spec={"max_task_failures": tolerance},
+            children=[{"status": s, "spec": {"index": i}} for i, s in enumerate(tasks)],
+        )
+        names = [cls.name() for cls in JOB_HANDLERS]
+        for order in (names, names[::-1]):
+            for name in order:
+                await h.tick(name)
+        found = await h.get(job)
+        assert found.status == (expected or start)
+        moved = [r for r in await h.history(job) if r.handler != "api"]
+        assert len(moved) == (0 if expected is None else 1)
+        if expected in (J.FAILED, J.UNSCHEDULABLE, J.KILLED):
+            # Iris kills what is left of the job.
+            assert not {c.status for c in found.children} & {T.PENDING, T.RUNNING, T.BUILDING}
+
+
+# -- killing ------------------------------------------------------------------------------------
+
+
+async def test_killing_a_job_kills_its_tasks_and_ends_their_attempts(iris: Harness) -> None:
+    async with iris() as h:
+        job = await _submit(h, JobRequest("doomed", replicas=2))
+        await h.run_until_settled()
+        first, second = await _tasks(h, job)
+        await _run(h, first.id, A.RUNNING)
+        (outcome,) = await h.repository.request_termination([job])
+        assert (outcome.from_status, outcome.to_status) == (J.RUNNING, J.KILLED)
+        await h.run_until_settled()
+        assert [await _status(h, t.id) for t in (first, second)] == [T.KILLED, T.KILLED]
+        assert [(await _latest(h, t.id)).status for t in (first, second)] == [A.KILLED, A.KILLED]
+        found = await h.get(job)
+        assert (found.status, found.status_info, found.result) == (
+            J.KILLED,
+            "USER_KILLED",
+            "CANCELLED",  # a termination somebody asked for
+        )
+
+
+async def test_killing_one_task_kills_its_job_and_the_other_tasks(iris: Harness) -> None:
+    async with iris() as h:
+        job = await _submit(h, JobRequest("one-killed", replicas=2))
+        await h.run_until_settled()
+        first, second = await _tasks(h, job)
+        await _run(h, second.id, A.RUNNING)
+        await h.repository.request_termination([first.id])
+        await h.run_until_settled()
+        assert await _status(h, job) == J.KILLED
+        found = await h.get(second.id)
+        assert (found.status, found.status_info) == (T.KILLED, "JOB_KILLED")
+        assert _rows(await h.history(second.id))[-1] == (
+            "iris-job-killed",
+            "MOVED",
+            T.RUNNING,
+            T.KILLED,
+        )
