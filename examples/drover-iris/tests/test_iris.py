@@ -9,6 +9,7 @@ their heartbeats (``heartbeat``) and kills them (``worker_died``).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import tomllib
@@ -43,6 +44,8 @@ from drover_iris.handlers import JOB_HANDLERS
 from sqlalchemy.engine import make_url
 
 from drover import BudgetUse, Entity
+from drover.coordinator.tick import Coordinator
+from drover.model.pools import POOL_FULL
 from drover.testing import CoordinatorHarness
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -389,6 +392,12 @@ async def test_a_production_task_waiting_for_capacity_preempts_the_newest_batch_
         (prod_task,) = await _tasks(h, prod)
         assert prod_task.status == T.ASSIGNED
         assert await _status(h, prod) == J.RUNNING
+        # Before iris-settle moved the victim's task off its slot, the pool refused prod.
+        refused = [r for r in await h.history(prod_task.id) if r.error_code == POOL_FULL]
+        assert [(r.handler, str(r.result), r.to_status) for r in refused] == [
+            ("iris-schedule", "SKIPPED", T.PENDING)
+        ]
+        assert "pool 'iris-workers' is full (2/2 held)" in (refused[0].message or "")
         # The batch task waits (no room, and a batch task preempts nobody) until prod ends.
         await _run(h, prod_task.id, A.RUNNING, A.SUCCEEDED)
         assert await _status(h, new) == T.ASSIGNED
@@ -724,3 +733,52 @@ async def test_killing_one_task_kills_its_job_and_the_other_tasks(iris: Harness)
             T.RUNNING,
             T.KILLED,
         )
+
+
+# -- the pool of worker slots -------------------------------------------------------------------
+
+
+async def test_two_coordinators_never_assign_more_tasks_than_the_cluster_has_slots(
+    iris: Harness,
+) -> None:
+    """Both schedulers read the one free slot before either applies, and both place a task
+    on it; the pool (counted in the apply, under its lock on PostgreSQL) admits one and
+    refuses the other, pool-full."""
+    async with iris({"w1": 1}) as h:
+        jobs = [await _submit(h, JobRequest(f"j{i}")) for i in range(2)]
+        scheduler = h.handlers["iris-schedule"]
+        placed = scheduler.execute  # type: ignore[union-attr]
+        both_read = asyncio.Barrier(2)
+
+        async def read_together(targets: Any) -> Any:
+            result = await placed(targets)
+            await both_read.wait()
+            return result
+
+        scheduler.execute = read_together  # type: ignore[union-attr]
+        a, b = (
+            Coordinator(
+                h.repository,
+                {"iris-schedule": scheduler},
+                clock=h.clock,
+                kinds=h.app.kinds,
+                claim_owner=owner,
+                options={"iris-schedule": {"batch_size": 1}},
+            )
+            for owner in ("a", "b")
+        )
+        reports = await asyncio.gather(a.tick("iris-schedule"), b.tick("iris-schedule"))
+        scheduler.execute = placed  # type: ignore[union-attr]
+        results = sorted(
+            (str(c.result), c.error_code) for r in reports for c in r.changes
+        )
+        assert results == [("SKIPPED", POOL_FULL), ("SUCCESS", None)]
+        tasks = [t for j in jobs for t in await _tasks(h, j)]
+        assert sorted(t.status for t in tasks) == [T.ASSIGNED, T.PENDING]
+        # Only the admitted task got an attempt; the refused one's creation was dropped.
+        assert sorted(len(t.children) for t in tasks) == [0, 1]
+        # The slot frees when the task ends; the other one gets it.
+        (running,) = [t for t in tasks if t.status == T.ASSIGNED]
+        (waiting,) = [t for t in tasks if t.status == T.PENDING]
+        await _run(h, running.id, A.SUCCEEDED)
+        assert await _status(h, waiting.id) == T.ASSIGNED
