@@ -111,7 +111,7 @@ def iris(db: Db) -> Harness:
             database_url=db.url,
             database_schema=db.schema,
         )
-        h.cluster = plugin.cluster  # type: ignore[attr-defined]
+        h.cluster = plugin.cluster
         return h
 
     return make
@@ -151,6 +151,12 @@ async def _run(h: CoordinatorHarness, task: str, *states: AttemptState, exit_cod
         assert await heartbeat(h.repository, attempt, state, exit_code=code)
         await h.run_until_settled()
     return attempt
+
+
+async def _kill(h: CoordinatorHarness, worker: str) -> list[str]:
+    """The worker dies; the attempts it had."""
+    cluster: SimulatedCluster = h.cluster  # type: ignore[attr-defined]
+    return await cluster.worker_died(h.repository, h.app.queries, worker)
 
 
 def _rows(history: list[Any]) -> list[tuple[str, str, str, str]]:
@@ -309,7 +315,7 @@ async def test_a_dead_workers_attempts_end_worker_failed_and_retry_on_the_preemp
         (task,) = await _tasks(h, job)
         first = await _run(h, task.id, A.BUILDING, A.RUNNING)
         worker = (await h.get(first)).spec["worker"]
-        lost = await h.cluster.worker_died(h.repository, h.app.queries, worker)  # type: ignore[attr-defined]
+        lost = await _kill(h, worker)
         assert lost == [first]
         await h.run_until_settled()
         gone = await h.get(first)
@@ -321,9 +327,9 @@ async def test_a_dead_workers_attempts_end_worker_failed_and_retry_on_the_preemp
             {FAILURE: BudgetUse(0, 0), PREEMPTION: BudgetUse(1, 1)},
         )
         second = await _latest(h, task.id)
-        assert second.spec["worker"] != worker and second.spec["n"] == 2
+        assert (second.spec["n"], second.spec["worker"] == worker) == (2, False)
         await _run(h, task.id, A.RUNNING)
-        await h.cluster.worker_died(h.repository, h.app.queries, second.spec["worker"])  # type: ignore[attr-defined]
+        await _kill(h, second.spec["worker"])
         await h.run_until_settled()
         found = await h.get(task.id)
         assert (found.status, found.budgets[PREEMPTION]) == (T.WORKER_FAILED, BudgetUse(2, 1))
@@ -346,10 +352,11 @@ async def test_worker_failures_do_not_count_toward_max_task_failures(iris: Harne
         for task in tasks:
             await _run(h, task.id, A.RUNNING)
         worker = (await _latest(h, tasks[0].id)).spec["worker"]
-        await h.cluster.worker_died(h.repository, h.app.queries, worker)  # type: ignore[attr-defined]
+        await _kill(h, worker)
         await h.run_until_settled()
-        for task in tasks:
-            await _run(h, task.id, *([A.RUNNING] if (await _latest(h, task.id)).status == A.ASSIGNED else []), A.SUCCEEDED)
+        assert [await _status(h, t.id) for t in tasks] == [T.ASSIGNED, T.RUNNING]
+        await _run(h, tasks[0].id, A.RUNNING, A.SUCCEEDED)
+        await _run(h, tasks[1].id, A.SUCCEEDED)
         assert str((await h.get(tasks[0].id)).budgets[PREEMPTION]) == "1/100"
         found = await h.get(job)
         assert (found.status, found.result) == (J.SUCCEEDED, "SUCCESS")
@@ -603,9 +610,12 @@ async def test_a_gang_members_failure_ends_its_running_siblings_cosched_failed(
         assert [str(r.result) for r in await h.history(job)][-2:] == ["SUCCESS", "SUCCESS"]
         assert [r.handler for r in await h.history(job)][-2:] == ["iris-gang", "iris-job-failed"]
         # Nothing holds a worker any more.
-        assert await h.app.queries.list_entities(
-            ATTEMPT_KIND, statuses=[A.ASSIGNED, A.BUILDING, A.RUNNING]
-        ) == []
+        assert (
+            await h.app.queries.list_entities(
+                ATTEMPT_KIND, statuses=[A.ASSIGNED, A.BUILDING, A.RUNNING]
+            )
+            == []
+        )
 
 
 async def test_without_a_gang_a_failed_task_gets_its_siblings_killed_by_the_job(
@@ -640,7 +650,7 @@ async def test_a_gang_member_lost_with_its_worker_retries_without_a_cascade(
         for task in (first, second):
             await _run(h, task.id, A.RUNNING)
         worker = (await _latest(h, first.id)).spec["worker"]
-        await h.cluster.worker_died(h.repository, h.app.queries, worker)  # type: ignore[attr-defined]
+        await _kill(h, worker)
         await h.run_until_settled()
         assert [await _status(h, t.id) for t in (first, second)] == [T.PENDING, T.RUNNING]
         assert await _status(h, job) == J.RUNNING
@@ -769,9 +779,7 @@ async def test_two_coordinators_never_assign_more_tasks_than_the_cluster_has_slo
         )
         reports = await asyncio.gather(a.tick("iris-schedule"), b.tick("iris-schedule"))
         scheduler.execute = placed  # type: ignore[union-attr]
-        results = sorted(
-            (str(c.result), c.error_code) for r in reports for c in r.changes
-        )
+        results = sorted((str(c.result), c.error_code) for r in reports for c in r.changes)
         assert results == [("SKIPPED", POOL_FULL), ("SUCCESS", None)]
         tasks = [t for j in jobs for t in await _tasks(h, j)]
         assert sorted(t.status for t in tasks) == [T.ASSIGNED, T.PENDING]
@@ -782,3 +790,92 @@ async def test_two_coordinators_never_assign_more_tasks_than_the_cluster_has_slo
         (waiting,) = [t for t in tasks if t.status == T.PENDING]
         await _run(h, running.id, A.SUCCEEDED)
         assert await _status(h, waiting.id) == T.ASSIGNED
+
+
+# -- the installed pack ------------------------------------------------------------------------
+
+
+def test_plugins_check_strict_passes_and_graph_shows_the_kinds() -> None:
+    """The installed pack: `drover plugins` lists it, `plugins check --strict` finds nothing,
+    `drover graph --kind` draws each kind. Only this pack's entry point is loaded."""
+    from drover.cli.main import main
+
+    runner = CliRunner(env={"DROVER_LOAD_PLUGINS": "iris"})
+    listed = runner.invoke(main, ["plugins"])
+    assert listed.exit_code == 0, listed.output
+    assert "drover-iris" in listed.output
+    assert "iris-settle (ASSIGNED, BUILDING, RUNNING)" in listed.output
+    checked = runner.invoke(main, ["plugins", "check", "--strict"])
+    assert checked.exit_code == 0, checked.output
+    assert "0 warning(s)" in checked.output
+    graph = runner.invoke(main, ["graph", "--kind", TASK_KIND])
+    assert graph.exit_code == 0, graph.output
+    assert "RUNNING     -> PENDING      [iris-settle: preempted]" in graph.output
+    assert "RUNNING     -> PREEMPTED    [iris-settle: preemption-spent]" in graph.output
+    assert "PENDING     -> UNSCHEDULABLE  [iris-unschedulable: success]" in graph.output
+    graph = runner.invoke(main, ["graph", "--kind", JOB_KIND])
+    assert graph.exit_code == 0, graph.output
+    assert "RUNNING     -> WORKER_FAILED  [iris-job-worker-failed: success]" in graph.output
+    graph = runner.invoke(main, ["graph", "--kind", ATTEMPT_KIND])
+    assert graph.exit_code == 0, graph.output
+
+
+def test_the_entry_point_names_the_plugin() -> None:
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    declared = project["entry-points"]["drover"]
+    assert declared == {"iris": "drover_iris:plugin"}
+    module = importlib.import_module("drover_iris")
+    assert isinstance(module.plugin, IrisPlugin)
+    dist = metadata.distribution(project["name"])  # `make venv` installs it
+    (ep,) = [ep for ep in dist.entry_points if ep.group == "drover"]
+    assert ep.load() is module.plugin
+
+
+async def test_the_demo_workload_ends_as_the_readme_says(tmp_path: Path) -> None:
+    """`drover-iris-demo submit`, then the pack's handlers (as `drover run` loads them) and
+    the demo's workers (`drover-iris-demo workers`), one round a second."""
+    from drover_iris.demo import DEMO_JOBS, URGENT_JOB, _with_app
+    from drover_iris.workers import step
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/iris.db"
+    plugin = IrisPlugin()
+    async with CoordinatorHarness(
+        plugins=[plugin], include_builtin_handlers=False, database_url=url
+    ) as h:
+        submitted = {}
+        for label, request in DEMO_JOBS:
+            submitted[label.split(" ")[0]] = await submit_job(
+                h.repository, request, now=h.clock.time()
+            )
+        for second in range(40):
+            if second == 5:  # `drover-iris-demo urgent`, while batch tasks fill the cluster
+                label, request = URGENT_JOB
+                submitted["serve"] = await submit_job(h.repository, request, now=h.clock.time())
+            await h.run_until_settled()
+            await step(h.repository, h.app.queries, h.clock.time())
+            h.clock.advance(1)
+        ends = {name: await _status(h, job) for name, job in submitted.items()}
+        assert ends == {
+            "train": J.SUCCEEDED,
+            "flaky": J.SUCCEEDED,
+            "broken": J.FAILED,
+            "gang": J.FAILED,
+            "serve": J.SUCCEEDED,
+            "late": J.UNSCHEDULABLE,
+        }
+        gang = [t.status for t in await _tasks(h, submitted["gang"])]
+        assert gang == [T.COSCHED_FAILED, T.FAILED]
+        (flaky,) = await _tasks(h, submitted["flaky"])
+        assert [a.status for a in await _attempts(h, flaky.id)] == [A.FAILED, A.SUCCEEDED]
+        preempted = [
+            t
+            for j in submitted.values()
+            for t in await _tasks(h, j)
+            if t.budgets and t.budgets[PREEMPTION].used
+        ]
+        assert len(preempted) == 1
+    # The command's own path: it submits to a fresh database and prints one line per job.
+    lines = await _with_app(f"sqlite+aiosqlite:///{tmp_path}/cli.db", "submit", 0, 0)
+    assert [line.split("  ", 1)[1] for line in lines] == [label for label, _ in DEMO_JOBS]
+    lines = await _with_app(f"sqlite+aiosqlite:///{tmp_path}/cli.db", "urgent", 0, 0)
+    assert [line.split("  ", 1)[1] for line in lines] == [URGENT_JOB[0]]

@@ -82,9 +82,9 @@ DEFAULT_MAX_RETRIES_PREEMPTION = 100
 #: The pool of worker slots; ``[pools] iris-workers = N`` overrides its capacity.
 WORKERS_POOL = "iris-workers"
 
-LIVE_TASK = frozenset({TaskState.PENDING, TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING})
 #: A task on a worker (Iris: RUNNING for its job's state).
 ACTIVE_TASK = frozenset({TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING})
+LIVE_TASK = ACTIVE_TASK | {TaskState.PENDING}
 #: Terminal task states grouped as "worker failure" in the job's state.
 WORKER_FAILURE_TASK = frozenset(
     {TaskState.WORKER_FAILED, TaskState.PREEMPTED, TaskState.COSCHED_FAILED}
@@ -117,7 +117,8 @@ def _check_task_spec(spec: Mapping[str, Any], where: str) -> None:
     if band not in Band.__members__:
         raise InvalidSpecError(f"{where}: band must be one of {', '.join(Band.__members__)}")
     deadline = spec.get("deadline")
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)):
+    number = isinstance(deadline, int | float) and not isinstance(deadline, bool)
+    if deadline is not None and not number:
         raise InvalidSpecError(f"{where}: deadline must be a number (seconds since the epoch)")
 
 

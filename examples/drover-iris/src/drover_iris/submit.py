@@ -8,7 +8,7 @@ job's scheduling deadline made absolute at submission.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -21,6 +21,7 @@ from .kinds import (
     PREEMPTION,
     Band,
 )
+from .workers import check_script
 
 if TYPE_CHECKING:
     from drover import Repository
@@ -32,7 +33,7 @@ class JobRequest:
 
     ``scheduling_timeout`` (seconds, or None) is measured from submission;
     ``coscheduled`` makes the tasks a gang; ``script`` is what the simulated
-    workers make of each attempt of each task (see :mod:`.workers`).
+    workers make of each attempt of each task (``ok``/``fail``, see :mod:`.workers`).
     """
 
     name: str
@@ -44,6 +45,10 @@ class JobRequest:
     scheduling_timeout: float | None = None
     coscheduled: bool = False
     script: Sequence[str] = ("ok",)
+    #: Seconds a succeeding attempt runs (simulated).
+    duration: float = 0
+    #: Scripts of particular tasks (by index), instead of ``script``.
+    task_scripts: Mapping[int, Sequence[str]] = attrs.field(factory=dict)
 
     def job_spec(self) -> dict[str, Any]:
         """The job's spec."""
@@ -60,7 +65,8 @@ class JobRequest:
             "index": index,
             "band": self.band.name,
             "budgets": {FAILURE: self.max_retries_failure, PREEMPTION: self.max_retries_preemption},
-            "script": list(self.script),
+            "script": list(check_script(self.task_scripts.get(index, self.script))),
+            "duration": self.duration,
         }
         if self.scheduling_timeout is not None:
             spec["deadline"] = submitted_at + self.scheduling_timeout
