@@ -4,7 +4,7 @@ Example (the README has it step by step)::
 
     drover-iris-demo submit --database sqlite+aiosqlite:///./iris.db
     drover run --database sqlite+aiosqlite:///./iris.db --backend simulated &
-    drover-iris-demo workers --database sqlite+aiosqlite:///./iris.db --rounds 30 &
+    drover-iris-demo workers --database sqlite+aiosqlite:///./iris.db --rounds 40 &
     sleep 5; drover-iris-demo urgent --database sqlite+aiosqlite:///./iris.db
 """
 
@@ -24,7 +24,10 @@ from .workers import step
 
 #: The demo's jobs: (label, request).
 DEMO_JOBS: tuple[tuple[str, JobRequest], ...] = (
-    ("train (2 tasks, batch, 4 s each)", JobRequest("train", replicas=2, duration=4)),
+    (
+        "train (4 tasks, batch, 15 s each: the cluster is full)",
+        JobRequest("train", replicas=4, duration=15),
+    ),
     (
         "flaky (fails once, max_retries_failure=1: retried, succeeds)",
         JobRequest("flaky", max_retries_failure=1, script=("fail", "ok")),
