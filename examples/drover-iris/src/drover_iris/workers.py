@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from drover import Entity, Queries, Repository
 
 SCRIPT_OUTCOMES = {"ok": 0, "fail": 1}
-_NEXT = {AttemptState.ASSIGNED: AttemptState.BUILDING, AttemptState.BUILDING: AttemptState.RUNNING}
+_NEXT: dict[str, AttemptState] = {
+    AttemptState.ASSIGNED: AttemptState.BUILDING,
+    AttemptState.BUILDING: AttemptState.RUNNING,
+}
 
 
 def check_script(script: object) -> Sequence[str]:
