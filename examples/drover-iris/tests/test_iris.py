@@ -656,6 +656,30 @@ async def test_a_gang_member_lost_with_its_worker_retries_without_a_cascade(
         assert await _status(h, job) == J.RUNNING
 
 
+async def test_a_gang_member_preempted_for_good_does_not_cascade(iris: Harness) -> None:
+    """As Iris's preempt_task: the sibling runs on, and the job ends WORKER_FAILED once it
+    has ended too."""
+    async with iris({"w1": 2}) as h:
+        job = await _submit(
+            h, JobRequest("gang", replicas=2, coscheduled=True, max_retries_preemption=0)
+        )
+        await h.run_until_settled()
+        first, second = await _tasks(h, job)
+        for task in (first, second):
+            await _run(h, task.id, A.RUNNING)
+        prod = await _submit(h, JobRequest("prod", band=Band.PRODUCTION))
+        await h.run_until_settled()
+        statuses = sorted([await _status(h, first.id), await _status(h, second.id)])
+        assert statuses == [T.PREEMPTED, T.RUNNING]
+        assert await _status(h, job) == J.RUNNING
+        assert not [r for r in await h.history(job) if r.handler == "iris-gang"]
+        (running,) = [t.id for t in (first, second) if await _status(h, t.id) == T.RUNNING]
+        await _run(h, running, A.SUCCEEDED)
+        found = await h.get(job)
+        assert (found.status, found.result) == (J.WORKER_FAILED, "FAILURE")
+        assert (await _tasks(h, prod))[0].status == T.ASSIGNED
+
+
 # -- the job's state, derived from its tasks in Iris's order ------------------------------------
 
 JOB_STATE_CASES = [

@@ -220,8 +220,9 @@ class JobPending(IrisHandler):
 
 
 class GangCascade(IrisHandler):
-    """A coscheduled job's member ended FAILED, WORKER_FAILED or PREEMPTED: its siblings on
-    a worker end COSCHED_FAILED (and so do their attempts), so no host hangs on a collective.
+    """A coscheduled job's member ended FAILED or WORKER_FAILED: its siblings on a worker
+    end COSCHED_FAILED (and so do their attempts), so no host hangs on a collective. A
+    member ended PREEMPTED does not cascade (Iris's ``preempt_task`` does not either).
 
     The job keeps its state (its rules then derive it); the siblings move by
     targeted moves, compare-and-set on the state each was fetched in.

@@ -89,8 +89,9 @@ LIVE_TASK = ACTIVE_TASK | {TaskState.PENDING}
 WORKER_FAILURE_TASK = frozenset(
     {TaskState.WORKER_FAILED, TaskState.PREEMPTED, TaskState.COSCHED_FAILED}
 )
-#: A member ended in one of these: its gang's running siblings end COSCHED_FAILED.
-GANG_TRIGGER_TASK = frozenset({TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.PREEMPTED})
+#: A member ended in one of these: its gang's running siblings end COSCHED_FAILED. Not
+#: PREEMPTED: Iris's preempt_task does not cascade (only the job's finalization does).
+GANG_TRIGGER_TASK = frozenset({TaskState.FAILED, TaskState.WORKER_FAILED})
 LIVE_ATTEMPT = frozenset({AttemptState.ASSIGNED, AttemptState.BUILDING, AttemptState.RUNNING})
 
 #: ``drover why`` prints these words beside a status_info.
