@@ -769,6 +769,34 @@ async def test_killing_one_task_kills_its_job_and_the_other_tasks(iris: Harness)
         )
 
 
+async def test_a_task_past_its_per_task_timeout_is_killed_and_so_is_its_job(
+    iris: Harness,
+) -> None:
+    async with iris() as h:
+        job = await _submit(h, JobRequest("slowpoke", replicas=2, timeout=60))
+        await h.run_until_settled()
+        first, second = await _tasks(h, job)
+        await _run(h, first.id, A.RUNNING)
+        h.clock.advance(59)
+        await h.run_until_settled()
+        assert await _status(h, first.id) == T.RUNNING
+        h.clock.advance(2)
+        await h.run_until_settled()
+        found = await h.get(first.id)
+        assert (found.status, found.status_info) == (T.KILLED, "TASK_TIMEOUT")
+        assert (await _latest(h, first.id)).status == A.KILLED
+        assert _rows(await h.history(first.id))[-1] == (
+            "iris-task-timeout",
+            "SUCCESS",
+            T.RUNNING,
+            T.KILLED,
+        )
+        # Never retried; the job is KILLED and so is its other task (never RUNNING: no timer).
+        assert len(found.children) == 1
+        assert await _status(h, second.id) == T.KILLED
+        assert await _status(h, job) == J.KILLED
+
+
 # -- the pool of worker slots -------------------------------------------------------------------
 
 

@@ -5,8 +5,9 @@
   earlier rule claims, so the rules' order holds whichever handler ticks
   first; plus the gang cascade.
 * Tasks: the scheduler (a new attempt on a worker with room, gated by the
-  pool of worker slots), the scheduling deadline, priority preemption, and
-  the settling of an ended attempt against the task's two budgets. Three
+  pool of worker slots), the scheduling deadline, priority preemption, the
+  per-task timeout and the settling of an ended attempt against the task's
+  two budgets. Three
   promotions make a task follow its attempt (BUILDING, RUNNING, SUCCEEDED).
 * Attempts have no handler: workers report them (:mod:`.cluster`).
 
@@ -34,6 +35,7 @@ from drover import (
     LifecycleHandler,
     NewEntity,
     PromotionRule,
+    StatusAge,
     StatusTransitions,
     Transition,
 )
@@ -481,6 +483,30 @@ class SettleAttempts(IrisHandler):
         return HandlerResult(outcomes=outcomes, budgets=budgets, messages=messages)
 
 
+class TimeoutTasks(IrisHandler):
+    """A task RUNNING longer than its ``spec["timeout"]`` seconds is KILLED (Iris's per-task
+    timeout; never retried), and its attempt with it."""
+
+    kind = TASK_KIND
+    handler = "iris-task-timeout"
+    statuses = frozenset({TaskState.RUNNING})
+    filters = (StatusAge(spec_key="timeout"),)
+    transitions = StatusTransitions(
+        success=Transition(TaskState.KILLED, children_info="TASK_TIMEOUT")
+    )
+
+    async def execute(self, targets: Sequence[Any]) -> HandlerResult:
+        """Each fetched task ran past its timeout."""
+        ids = [t.id for t in targets]
+        return HandlerResult(
+            successes=ids,
+            status_infos=dict.fromkeys(ids, "TASK_TIMEOUT"),
+            messages={
+                t.id: f"ran longer than its timeout of {t.spec['timeout']} s" for t in targets
+            },
+        )
+
+
 def task_promotions() -> list[PromotionRule]:
     """A task follows its attempt while it runs (only the live attempt can be in these)."""
     return [
@@ -531,5 +557,6 @@ def make_handlers(cluster: SimulatedCluster, queries: Queries, clock: Clock) -> 
         PreemptLowerBands(cluster, queries, clock),
         ScheduleTasks(cluster, queries, clock),
         SettleAttempts(),
+        TimeoutTasks(),
         *task_promotions(),
     ]

@@ -102,6 +102,7 @@ STATUS_INFO_MEANINGS = {
     "JOB_KILLED": "its job was killed",
     "COSCHED_FAILED": "a member of its gang (coscheduled job) failed",
     "WORKER_DIED": "the worker it ran on stopped answering",
+    "TASK_TIMEOUT": "it ran longer than its job's per-task timeout",
 }
 
 
@@ -117,6 +118,11 @@ def _check_task_spec(spec: Mapping[str, Any], where: str) -> None:
     band = spec.get("band", Band.BATCH.name)
     if band not in Band.__members__:
         raise InvalidSpecError(f"{where}: band must be one of {', '.join(Band.__members__)}")
+    timeout = spec.get("timeout")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise InvalidSpecError(f"{where}: timeout must be a number of seconds > 0")
     deadline = spec.get("deadline")
     number = isinstance(deadline, int | float) and not isinstance(deadline, bool)
     if deadline is not None and not number:

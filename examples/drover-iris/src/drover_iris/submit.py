@@ -43,6 +43,8 @@ class JobRequest:
     max_retries_preemption: int = DEFAULT_MAX_RETRIES_PREEMPTION
     max_task_failures: int = 0
     scheduling_timeout: float | None = None
+    #: Seconds a task may run (RUNNING) before it is KILLED; None: no limit.
+    timeout: float | None = None
     coscheduled: bool = False
     script: Sequence[str] = ("ok",)
     #: Seconds a succeeding attempt runs (simulated).
@@ -68,6 +70,8 @@ class JobRequest:
             "script": list(check_script(self.task_scripts.get(index, self.script))),
             "duration": self.duration,
         }
+        if self.timeout is not None:
+            spec["timeout"] = self.timeout
         if self.scheduling_timeout is not None:
             spec["deadline"] = submitted_at + self.scheduling_timeout
         return spec
