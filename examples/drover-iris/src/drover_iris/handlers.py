@@ -5,10 +5,10 @@
   earlier rule claims, so the rules' order holds whichever handler ticks
   first; plus the gang cascade.
 * Tasks: the scheduler (a new attempt on a worker with room, gated by the
-  pool of worker slots), the scheduling deadline, priority preemption, the
-  per-task timeout and the settling of an ended attempt against the task's
-  two budgets. Three
-  promotions make a task follow its attempt (BUILDING, RUNNING, SUCCEEDED).
+  pool of worker slots, or the preemption of a lower band's attempt), the
+  scheduling deadline, the per-task timeout and the settling of an ended
+  attempt against the task's two budgets. Three promotions make a task
+  follow its attempt (BUILDING, RUNNING, SUCCEEDED).
 * Attempts have no handler: workers report them (:mod:`.cluster`).
 
 No handler keeps a counter in ``data`` (an attempt's number is its task's
@@ -54,7 +54,6 @@ from .kinds import (
     TASK_KIND,
     WORKER_FAILURE_TASK,
     AttemptState,
-    Band,
     JobState,
     TaskState,
 )
@@ -286,10 +285,19 @@ async def _held_slots(queries: Queries) -> tuple[list[Entity], dict[str, int]]:
 class ScheduleTasks(IrisHandler):
     """PENDING → ASSIGNED on a live worker with a free slot: a new attempt, ASSIGNED there.
 
-    The pool ``iris-workers`` gates the move (history ``pool-full`` past the
-    cluster's slots); its creation of the attempt is dropped with it. Tasks
-    whose deadline passed are left to ``iris-unschedulable``. Highest band
-    first (drover's fetch order: priority, then age).
+    Highest band first (drover's fetch order: priority, then age). The pool
+    ``iris-workers`` gates the move (history ``pool-full`` past the cluster's
+    slots); its creation of the attempt is dropped with it. Tasks whose
+    deadline passed are left to ``iris-unschedulable``.
+
+    A task that finds no free slot waits (SKIPPED, the reason in its row);
+    if a lower band's task runs, it preempts one (Iris's preemption pass):
+    the running attempt of the lowest band (the newest first: the least work
+    lost) is moved to PREEMPTED, a targeted move on an entity this handler
+    never fetched; ``iris-settle`` then retries its task on its preemption
+    budget (free if it was still ASSIGNED). A preempted attempt holds no
+    slot any more, so the next tick places the waiting task there (after
+    ``iris-settle`` gave the slot's token back) and never evicts twice.
     """
 
     kind = TASK_KIND
@@ -308,17 +316,28 @@ class ScheduleTasks(IrisHandler):
         return (self.deadline.open(),)
 
     async def execute(self, targets: Sequence[Any]) -> HandlerResult:
-        """Place each task on the freest live worker; a task with no room waits (SKIPPED)."""
-        _, held = await _held_slots(self.queries)
+        """Place each task on the freest live worker; a task with no room waits (SKIPPED)
+        and, if a lower band runs, evicts one of its attempts."""
+        live, held = await _held_slots(self.queries)
+        # Lowest band first, then the newest attempt.
+        victims = sorted(live, key=lambda a: (a.priority, -a.created_at.timestamp()))
         placed: list[str] = []
         create: list[NewEntity] = []
         waiting: list[str] = []
+        moves: dict[str, tuple[str, str]] = {}
         messages: dict[str, str] = {}
         for task in targets:
             worker = self.cluster.place(held)
             if worker is None:
                 waiting.append(task.id)
                 messages[task.id] = "pending: no live worker has a free slot"
+                if victims and victims[0].priority < task.priority:
+                    victim = victims.pop(0)
+                    moves[victim.id] = (victim.status, AttemptState.PREEMPTED)
+                    messages[task.id] += (
+                        f"; preempting attempt {victim.id} ({victim.spec.get('band')}) "
+                        f"of task {victim.parent_id}"
+                    )
                 continue
             held[worker] = held.get(worker, 0) + 1
             placed.append(task.id)
@@ -334,7 +353,9 @@ class ScheduleTasks(IrisHandler):
                 )
             )
             messages[task.id] = f"attempt {number} on worker {worker}"
-        return HandlerResult(successes=placed, skipped=waiting, create=create, messages=messages)
+        return HandlerResult(
+            successes=placed, skipped=waiting, create=create, moves=moves, messages=messages
+        )
 
 
 class ExpireUnschedulable(IrisHandler):
@@ -361,60 +382,6 @@ class ExpireUnschedulable(IrisHandler):
             status_infos=dict.fromkeys(ids, "SCHEDULING_TIMEOUT"),
             messages={t.id: f"scheduling deadline {t.spec['deadline']} passed" for t in targets},
         )
-
-
-class PreemptLowerBands(IrisHandler):
-    """A PRODUCTION or INTERACTIVE task waiting for capacity evicts a lower band's task.
-
-    Fetched: PENDING tasks of the two upper bands whose deadline is open.
-    Capacity is the live workers' slots less the attempts on them; a target
-    that fits is left to the scheduler. For one that does not, the running
-    attempt of the lowest band below it (the newest first: the least work
-    lost) is moved to PREEMPTED, a targeted move on an entity this handler
-    never fetched; ``iris-settle`` then retries its task on its preemption
-    budget (free if it was still ASSIGNED). An attempt already preempted
-    holds no slot, so a second tick never evicts twice for one task.
-    """
-
-    kind = TASK_KIND
-    handler = "iris-preempt"
-    statuses = frozenset({TaskState.PENDING})
-    transitions = StatusTransitions()
-
-    def __init__(self, cluster: SimulatedCluster, queries: Queries, clock: Clock) -> None:
-        self.cluster = cluster
-        self.queries = queries
-        self.deadline = _Deadline(clock)
-
-    @property
-    def candidate_filters(self) -> tuple[Any, ...]:
-        """Upper-band PENDING tasks with an open deadline."""
-        upper = [Band.PRODUCTION.name, Band.INTERACTIVE.name]
-        return (Field("spec", ("band",), "in", upper), self.deadline.open())
-
-    async def execute(self, targets: Sequence[Any]) -> HandlerResult:
-        """Choose a victim for each target that finds no free slot."""
-        live, held = await _held_slots(self.queries)
-        free = sum(self.cluster.alive().values()) - sum(
-            n for w, n in held.items() if w in self.cluster.alive()
-        )
-        # Lowest band first, then the newest attempt.
-        victims = sorted(live, key=lambda a: (a.priority, -a.created_at.timestamp()))
-        moves: dict[str, tuple[str, str]] = {}
-        evicting: dict[str, str] = {}
-        for task in targets:
-            if free > 0:
-                free -= 1
-                continue
-            if not victims or victims[0].priority >= task.priority:
-                continue
-            victim = victims.pop(0)
-            moves[victim.id] = (victim.status, AttemptState.PREEMPTED)
-            evicting[task.id] = (
-                f"preempting attempt {victim.id} ({victim.spec.get('band')}) "
-                f"of task {victim.parent_id}"
-            )
-        return HandlerResult(skipped=list(evicting), messages=evicting, moves=moves)
 
 
 class SettleAttempts(IrisHandler):
@@ -554,7 +521,6 @@ def make_handlers(cluster: SimulatedCluster, queries: Queries, clock: Clock) -> 
     return [
         *(cls() for cls in JOB_HANDLERS),
         ExpireUnschedulable(clock),
-        PreemptLowerBands(cluster, queries, clock),
         ScheduleTasks(cluster, queries, clock),
         SettleAttempts(),
         TimeoutTasks(),
