@@ -875,6 +875,8 @@ def test_plugins_check_strict_passes_and_graph_shows_the_kinds() -> None:
     assert "RUNNING     -> WORKER_FAILED  [iris-job-worker-failed: success]" in graph.output
     graph = runner.invoke(main, ["graph", "--kind", ATTEMPT_KIND])
     assert graph.exit_code == 0, graph.output
+    assert "ASSIGNED    -> BUILDING     [report: reported]" in graph.output  # heartbeats
+    assert "RUNNING     -> WORKER_FAILED  [report: reported]" in graph.output
 
 
 def test_the_entry_point_names_the_plugin() -> None:

@@ -94,6 +94,20 @@ WORKER_FAILURE_TASK = frozenset(
 GANG_TRIGGER_TASK = frozenset({TaskState.FAILED, TaskState.WORKER_FAILED})
 LIVE_ATTEMPT = frozenset({AttemptState.ASSIGNED, AttemptState.BUILDING, AttemptState.RUNNING})
 
+#: What a worker's heartbeats (and a dead worker's cascade) may say about an attempt.
+WORKER_REPORTS = frozenset(
+    {
+        (AttemptState.ASSIGNED, AttemptState.BUILDING),
+        (AttemptState.ASSIGNED, AttemptState.RUNNING),
+        (AttemptState.BUILDING, AttemptState.RUNNING),
+    }
+    | {
+        (live, end)
+        for live in LIVE_ATTEMPT
+        for end in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.WORKER_FAILED)
+    }
+)
+
 #: ``drover why`` prints these words beside a status_info.
 STATUS_INFO_MEANINGS = {
     "SCHEDULING_TIMEOUT": "its job's scheduling deadline passed before a worker took it",
@@ -181,5 +195,7 @@ def make_kinds(capacity: int) -> tuple[EntityKind, EntityKind, EntityKind]:
         parent=TASK_KIND,
         result_from="status",
         termination=(TerminationRule(AttemptState.KILLED, status_info="USER_KILLED"),),
+        # Workers move attempts (heartbeats, a dead worker's cascade): drawn by drover graph.
+        reported=WORKER_REPORTS,
     )
     return job, task, attempt
