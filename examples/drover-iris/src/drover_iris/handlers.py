@@ -312,7 +312,7 @@ class ScheduleTasks(IrisHandler):
 
     @property
     def candidate_filters(self) -> tuple[Any, ...]:
-        """Tasks whose job is live and whose deadline has not passed."""
+        """Tasks whose scheduling deadline has not passed (now bound each tick)."""
         return (self.deadline.open(),)
 
     async def execute(self, targets: Sequence[Any]) -> HandlerResult:
