@@ -49,10 +49,11 @@ $(RUN_STAMP): pyproject.toml
 # end-to-end test in tests/ needs its entry point).
 $(STAMP): $(RUN_STAMP) examples/drover-max-duration/pyproject.toml \
 		examples/drover-experimaestro/pyproject.toml examples/drover-dstack/pyproject.toml \
-		examples/drover-lpipes/pyproject.toml
+		examples/drover-lpipes/pyproject.toml examples/drover-iris/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet -e ./examples/drover-max-duration \
-		-e ./examples/drover-experimaestro -e ./examples/drover-dstack -e ./examples/drover-lpipes
+		-e ./examples/drover-experimaestro -e ./examples/drover-dstack -e ./examples/drover-lpipes \
+		-e ./examples/drover-iris
 	touch $(STAMP)
 
 venv: $(STAMP)
