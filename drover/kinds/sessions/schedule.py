@@ -106,25 +106,37 @@ class ScheduleSessions(LifecycleHandler):
         }
         capacity = {a.id: {s: float(a.capacity.get(s, 0.0)) for s in slots} for a in agents}
         order = sorted(free)
-        # Kernels read together with identical specs share one spec object.
+        # The fitting runs on vectors in slot order: per agent what is free, per
+        # distinct spec what a kernel needs (a tick's thousand sessions share a few).
+        free_vectors = [[free[a][s] for s in slots] for a in order]
+        positions = range(len(slots))
+        cpu = slots.index("cpu")
         needs: dict[int, dict[str, float]] = {}
+        need_vectors: dict[int, list[float]] = {}
         placements: dict[str, str] = {}
         successes: list[str] = []
         skipped: list[str] = []
         messages: dict[str, str] = {}
         codes: dict[str, str] = {}
         for session in targets:
-            # What this session's kernels take, per agent, until it fits whole.
-            taken: dict[str, dict[str, float]] = {}
-            tentative: dict[str, str] = {}
+            # What this session's kernels take, per agent (by position), until it fits whole.
+            taken: dict[int, list[float]] = {}
+            tentative: dict[str, int] = {}
             pending = [k for k in session.kernels if k.status is _PENDING]
             problem: str | None = None
             for index, kernel in enumerate(pending, start=1):
-                need = needs.get(id(kernel.spec))
-                if need is None:
+                vector = need_vectors.get(id(kernel.spec))
+                if vector is None:
                     need = needs[id(kernel.spec)] = {s: _request(kernel.spec, s) for s in slots}
-                chosen = _most_free_fitting(order, free, taken, need, slots)
+                    vector = need_vectors[id(kernel.spec)] = [need[s] for s in slots]
+                chosen = _most_free_fitting(free_vectors, taken, vector, positions, cpu)
                 if chosen is None:
+                    # Explained with the named amounts, as free as before this session.
+                    free = {
+                        a: dict(zip(slots, free_vectors[i], strict=True))
+                        for i, a in enumerate(order)
+                    }
+                    need = needs[id(kernel.spec)]
                     if len(pending) == 1:
                         asked = [s for s in slots if need[s] or s in ("cpu", "mem")]
                         problem = self._explain(index, 1, need, free, capacity, asked)
@@ -135,15 +147,17 @@ class ScheduleSessions(LifecycleHandler):
                     break
                 used_here = taken.get(chosen)
                 if used_here is None:
-                    used_here = taken[chosen] = dict.fromkeys(slots, 0.0)
-                for s in slots:
-                    used_here[s] += need[s]
+                    used_here = taken[chosen] = [0.0] * len(slots)
+                for i in positions:
+                    used_here[i] += vector[i]
                 tentative[kernel.id] = chosen
             if problem is None:
                 for agent, amounts in taken.items():
-                    for s in slots:
-                        free[agent][s] -= amounts[s]
-                placements.update(tentative)
+                    have = free_vectors[agent]
+                    for i in positions:
+                        have[i] -= amounts[i]
+                for kernel_id, agent in tentative.items():
+                    placements[kernel_id] = order[agent]
                 successes.append(session.id)
             else:
                 skipped.append(session.id)
@@ -212,26 +226,37 @@ class ScheduleSessions(LifecycleHandler):
 
 
 def _most_free_fitting(
-    order: Sequence[str],
-    free: Mapping[str, Mapping[str, float]],
-    taken: Mapping[str, Mapping[str, float]],
-    need: Mapping[str, float],
-    slots: Sequence[str],
-) -> str | None:
-    """The agent that fits ``need`` with the most free cpu (ties: the greatest id)."""
-    best: str | None = None
+    free: Sequence[Sequence[float]],
+    taken: Mapping[int, Sequence[float]],
+    need: Sequence[float],
+    positions: range,
+    cpu: int,
+) -> int | None:
+    """The position of the agent that fits ``need`` with the most free cpu (ties: the last,
+    agents being in id order: the greatest id).
+
+    ``free`` and ``need`` are vectors in slot order; ``taken`` what the session being
+    placed already holds on an agent (free minus taken is what is left).
+    """
+    best: int | None = None
     best_cpu = 0.0
-    for agent in order:
-        have = free[agent]
+    for agent, have in enumerate(free):
         used = taken.get(agent)
-        for s in slots:
-            left = have[s] - used[s] if used else have[s]
-            if left < need[s]:
-                break
+        if used is None:
+            for i in positions:
+                if have[i] < need[i]:
+                    break
+            else:
+                if best is None or have[cpu] >= best_cpu:
+                    best, best_cpu = agent, have[cpu]
         else:
-            cpu = have.get("cpu", 0.0) - (used.get("cpu", 0.0) if used else 0.0)
-            if best is None or cpu >= best_cpu:
-                best, best_cpu = agent, cpu
+            for i in positions:
+                if have[i] - used[i] < need[i]:
+                    break
+            else:
+                left = have[cpu] - used[cpu]
+                if best is None or left >= best_cpu:
+                    best, best_cpu = agent, left
     return best
 
 
