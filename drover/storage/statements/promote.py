@@ -78,8 +78,7 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
     those rows is named by a later row, and only by a row of a change that
     can make a candidate: an entity entering one of the rule's statuses; a
     child entering the checked statuses (ANY, ALL) or leaving them (NOT_ANY);
-    a child created (in the checked statuses, for ANY and ALL). The probe reads
-    those rows by primary key and looks each
+    a child created. The probe reads those rows by primary key and looks each
     entity up by id: its cost grows with what changed, not with how many
     entities wait in the rule's statuses.
 
@@ -100,13 +99,8 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
         moves.append(c.c.to_status.in_(checked))
     if condition.none_in:
         moves.append(c.c.from_status.in_(checked))
-    # Only the rule's own kind's rows name an entity entering its statuses: the children's
-    # CREATED rows (a thousand sessions bring four thousand kernels) would only be looked
-    # up to be dropped.
     branches: list[sa.Select[Any]] = [
-        sa.select(h.c.entity_id).where(
-            h.c.id > history_after, h.c.kind == rule.kind, h.c.to_status.in_(wanted)
-        )
+        sa.select(h.c.entity_id).where(h.c.id > history_after, h.c.to_status.in_(wanted))
     ]
     if moves:
         branches.append(
@@ -116,13 +110,10 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
         )
     if child_kind is not None:
         created = entities.alias("created")
-        made = [h.c.id > history_after, h.c.kind == child_kind, h.c.result == CREATED]
-        if condition.some_in or condition.none_outside:
-            # ANY, ALL: a child created outside the checked statuses makes no candidate
-            # (it gets there by a move, read above). NOT_ANY: any first child may.
-            made.append(h.c.to_status.in_(checked))
         branches.append(
-            sa.select(created.c.parent_id).join(h, h.c.entity_id == created.c.id).where(*made)
+            sa.select(created.c.parent_id)
+            .join(h, h.c.entity_id == created.c.id)
+            .where(h.c.id > history_after, h.c.kind == child_kind, h.c.result == CREATED)
         )
     return (
         sa.select(e.c.id)
