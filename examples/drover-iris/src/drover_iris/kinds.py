@@ -180,7 +180,7 @@ def make_kinds(capacity: int) -> tuple[EntityKind, EntityKind, EntityKind]:
         result_from="latest-child",
         budgets=(
             Budget(FAILURE, DEFAULT_MAX_RETRIES_FAILURE, give_up=Transition(TaskState.FAILED)),
-            # No give-up of its own: the handler's (WORKER_FAILED), see handlers.SettleAttempts.
+            # No give-up of its own: the settling handler's, WORKER_FAILED or PREEMPTED by cause.
             Budget(PREEMPTION, DEFAULT_MAX_RETRIES_PREEMPTION),
         ),
         termination=(TerminationRule(TaskState.KILLED, status_info="USER_KILLED"),),
