@@ -852,6 +852,55 @@ async def test_two_coordinators_never_assign_more_tasks_than_the_cluster_has_slo
         assert await _status(h, waiting.id) == T.ASSIGNED
 
 
+async def test_two_coordinators_never_fill_one_workers_last_slot_twice(iris: Harness) -> None:
+    """Two workers of one slot: both schedulers read both free and place their task on the
+    same worker (w1). The cluster's total (2) would admit both; the worker's own pool,
+    claimed by the scheduler's result and counted in the apply, admits one and refuses the
+    other, which the next tick places on w2."""
+    async with iris({"w1": 1, "w2": 1}) as h:
+        jobs = [await _submit(h, JobRequest(f"j{i}")) for i in range(2)]
+        scheduler = h.handlers["iris-schedule"]
+        placed = scheduler.execute  # type: ignore[union-attr]
+        both_read = asyncio.Barrier(2)
+
+        async def read_together(targets: Any) -> Any:
+            result = await placed(targets)
+            await both_read.wait()
+            return result
+
+        scheduler.execute = read_together  # type: ignore[union-attr]
+        a, b = (
+            Coordinator(
+                h.repository,
+                {"iris-schedule": scheduler},
+                clock=h.clock,
+                kinds=h.app.kinds,
+                claim_owner=owner,
+                options={"iris-schedule": {"batch_size": 1}},
+            )
+            for owner in ("a", "b")
+        )
+        reports = await asyncio.gather(a.tick("iris-schedule"), b.tick("iris-schedule"))
+        scheduler.execute = placed  # type: ignore[union-attr]
+        changes = [c for r in reports for c in r.changes]
+        assert sorted((str(c.result), c.error_code) for c in changes) == [
+            ("SKIPPED", POOL_FULL),
+            ("SUCCESS", None),
+        ]
+        (refused,) = [c for c in changes if c.error_code == POOL_FULL]
+        assert "pool 'iris-worker-w1' is full (1/1 held, 1 claimed)" in (refused.message or "")
+        tasks = [t for j in jobs for t in await _tasks(h, j)]
+        (running,) = [t for t in tasks if t.status == T.ASSIGNED]
+        (waiting,) = [t for t in tasks if t.status == T.PENDING]
+        assert running.spec["pools"] == {"iris-worker-w1": 1}
+        assert (await _latest(h, running.id)).spec["worker"] == "w1"
+        # The waiting task goes to the other worker on the next tick.
+        await h.tick("iris-schedule")
+        found = await h.get(waiting.id)
+        assert (found.status, found.spec["pools"]) == (T.ASSIGNED, {"iris-worker-w2": 1})
+        assert (await _latest(h, waiting.id)).spec["worker"] == "w2"
+
+
 # -- the installed pack ------------------------------------------------------------------------
 
 

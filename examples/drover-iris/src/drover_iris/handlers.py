@@ -58,6 +58,7 @@ from .kinds import (
     AttemptState,
     JobState,
     TaskState,
+    worker_pool_name,
 )
 
 if TYPE_CHECKING:
@@ -273,9 +274,13 @@ async def _held_slots(queries: Queries) -> tuple[list[Entity], dict[str, int]]:
 class ScheduleTasks(IrisHandler):
     """PENDING → ASSIGNED on a live worker with a free slot: a new attempt, ASSIGNED there.
 
-    Highest band first (drover's fetch order: priority, then age). The pool
-    ``iris-workers`` gates the move (history ``pool-full`` past the cluster's
-    slots); its creation of the attempt is dropped with it. Tasks whose
+    Highest band first (drover's fetch order: priority, then age). The
+    worker is read here (the freest live one), and the result claims a slot
+    of its pool (``iris-worker-<name>``, ``HandlerResult.claims``): the apply
+    gates the move on that pool and on ``iris-workers`` (history
+    ``pool-full`` past a worker's or the cluster's slots, also when another
+    coordinator filled the slot meanwhile); its creation of the attempt is
+    dropped with it. Tasks whose
     deadline passed are left to ``iris-unschedulable``.
 
     A task that finds no free slot waits (SKIPPED, the reason in its row);
@@ -314,6 +319,7 @@ class ScheduleTasks(IrisHandler):
         waiting: list[str] = []
         moves: dict[str, tuple[str, str]] = {}
         messages: dict[str, str] = {}
+        claims: dict[str, dict[str, int]] = {}
         for task in targets:
             worker = self.cluster.place(held)
             if worker is None:
@@ -329,6 +335,7 @@ class ScheduleTasks(IrisHandler):
                 continue
             held[worker] = held.get(worker, 0) + 1
             placed.append(task.id)
+            claims[task.id] = {worker_pool_name(worker): 1}
             number = len(task.children) + 1  # its attempts so far, each kept
             create.append(
                 NewEntity(
@@ -342,7 +349,12 @@ class ScheduleTasks(IrisHandler):
             )
             messages[task.id] = f"attempt {number} on worker {worker}"
         return HandlerResult(
-            successes=placed, skipped=waiting, create=create, moves=moves, messages=messages
+            successes=placed,
+            skipped=waiting,
+            create=create,
+            moves=moves,
+            messages=messages,
+            claims=claims,
         )
 
 
