@@ -16,11 +16,15 @@ from drover import (
     AllOf,
     AnyOf,
     ChildCount,
+    Children,
     DependenciesFailed,
     DependenciesSucceeded,
     Dependents,
     Field,
     HandlerOptions,
+    KernelMatchType,
+    LatestChild,
+    Not,
     Parent,
     StatusAge,
 )
@@ -237,6 +241,81 @@ async def test_dependents_follow_the_dependents_status(make_harness):
         assert await _picked(h, "needed") == [dependency]
         await _end(h, dependency, Job.DONE)
         assert await _picked(h, "needed") == []
+
+
+async def test_not_negates_a_filter_before_the_limit(make_harness):
+    """``Not`` in SQL: 10 older jobs the inner filter holds for never hide the one it does not;
+    a missing field (unknown in SQL) counts as "does not hold", and ``Not`` composes with
+    ``AllOf``/``AnyOf`` both ways."""
+    not_gpu = _one_at_a_time("not-gpu", {Job.QUEUED}, Not(Field("spec", ("queue",), "eq", "gpu")))
+    neither = _one_at_a_time(
+        "neither",
+        {Job.QUEUED},
+        Not(AnyOf(Field("spec", ("queue",), "eq", "gpu"), Field("spec", ("queue",), "missing"))),
+        AllOf(Not(Children({Task.FAILED}, KernelMatchType.ANY)), ChildCount("ge", 1)),
+    )
+    async with harness(make_harness, not_gpu, neither) as h:
+        for _ in range(10):
+            await h.create("job", spec={"queue": "gpu"})
+        missing = await h.create("job", spec={})
+        failed = await h.create("job", spec={"queue": "cpu"}, children=[{"status": Task.FAILED}])
+        await h.create("job", spec={"queue": "cpu"})  # no children: ChildCount fails
+        cpu = await h.create("job", spec={"queue": "cpu"}, children=[{"status": Task.DONE}])
+        assert await _picked(h, "not-gpu") == [missing]
+        assert await _picked(h, "neither") == [cpu]
+        await h.repository.update_spec(missing, {"queue": "gpu"})
+        # Now every gpu job, the formerly missing one too, is passed over for the next.
+        assert await _picked(h, "not-gpu") == [failed]
+    # Validation walks into Not: a typo inside it is refused at load.
+    typo = _one_at_a_time("typo", {Job.QUEUED}, Not(LatestChild({"WORKNG"})))
+    from drover import InvalidHandlerError
+
+    with pytest.raises(InvalidHandlerError, match=r"LatestChild names status\(es\) \['WORKNG'\]"):
+        async with harness(make_harness, typo):
+            pass
+
+
+async def test_latest_child_reads_only_the_most_recent_child(make_harness):
+    """Jobs whose latest task FAILED, not those with an older FAILED task retried since:
+    decoys ahead of it at batch size 1, on both databases."""
+    retry = _one_at_a_time("retry", {Job.RUNNING}, LatestChild({Task.FAILED}))
+    async with harness(make_harness, retry) as h:
+        for _ in range(5):
+            # An earlier try failed, the latest is working: not this filter's.
+            await h.create(
+                "job",
+                status=Job.RUNNING,
+                children=[{"status": Task.FAILED}, {"status": Task.WORKING}],
+            )
+        await h.create("job", status=Job.RUNNING)  # no children at all
+        wanted = await h.create(
+            "job", status=Job.RUNNING, children=[{"status": Task.DONE}, {"status": Task.FAILED}]
+        )
+        assert await _picked(h, "retry") == [wanted]
+        # A new try supersedes the failed one.
+        await h.create("task", parent=wanted)
+        assert await _picked(h, "retry") == []
+    with pytest.raises(ValueError, match="at least one status"):
+        LatestChild(set())
+
+
+async def test_latest_child_per_slot(make_harness):
+    """With ``slot_key``, each replica's latest try counts: a job one of whose replicas'
+    latest try FAILED, while another replica's later try is fine."""
+    per_slot = _one_at_a_time("per-slot", {Job.RUNNING}, LatestChild({Task.FAILED}, slot_key="r"))
+    whole = _one_at_a_time("whole", {Job.RUNNING}, LatestChild({Task.FAILED}))
+    async with harness(make_harness, per_slot, whole) as h:
+        for _ in range(3):
+            await h.create("job", status=Job.RUNNING, children=[
+                {"spec": {"r": 0}, "status": Task.FAILED}, {"spec": {"r": 0}},
+                {"spec": {"r": 1}, "status": Task.DONE},
+            ])  # fmt: skip
+        wanted = await h.create("job", status=Job.RUNNING, children=[
+            {"spec": {"r": 0}, "status": Task.FAILED}, {"spec": {"r": 1}, "status": Task.DONE},
+        ])  # fmt: skip
+        assert await _picked(h, "per-slot") == [wanted]
+        # The job's single latest child is replica 1's DONE: not for the whole-job filter.
+        assert await _picked(h, "whole") == []
 
 
 async def _end(h: Any, entity_id: str, status: str) -> None:

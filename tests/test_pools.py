@@ -455,3 +455,132 @@ async def test_two_coordinators_racing_for_claimed_units_never_exceed_the_pool(p
         assert [c.error_code for c in report_b.changes] == [POOL_FULL, POOL_FULL]
         assert all("(3/4 held, 2 claimed)" in (c.message or "") for c in report_b.changes)
         assert [str((await h.get(j)).status) for j in jobs].count("RUNNING") == 2
+
+
+# -- claims carried by the handler's result (HandlerResult.claims) ------------------------------
+
+#: One claimed pool per worker: which worker a job lands on is the handler's decision.
+WORKER_A = Pool("worker-a", 1, held_in={Job.RUNNING}, claimed=True)
+WORKER_B = Pool("worker-b", 1, held_in={Job.RUNNING}, claimed=True)
+PLACED_KINDS = (attrs.evolve(JOB, pools=(WORKER_A, WORKER_B)), TASK)
+
+
+class _Place(StartJobs):
+    """Starts every target on the worker the test names (``_Place.worker``)."""
+
+    handler = "place-jobs"
+    worker = "worker-a"
+    options = HandlerOptions(max_retries=None, batch_size=10)
+
+
+def _place(targets: Any) -> Any:
+    from drover import HandlerResult
+
+    ids = [t.id for t in targets]
+    return HandlerResult(successes=ids, claims={i: {_Place.worker: 1} for i in ids})
+
+
+class _Requeue(Scripted):
+    handler = "requeue-jobs"
+    statuses = frozenset({Job.RUNNING})
+    transitions = StatusTransitions(success=Transition(Job.QUEUED))
+
+
+async def test_a_claim_decided_by_the_handler_is_counted_and_written_to_the_spec(make_harness):
+    """Three jobs placed on worker-a (one slot): one is admitted and its spec now claims
+    worker-a; the others are refused. Placed on worker-b, one more runs. A job placed
+    again elsewhere claims only its new worker (the claims replace the spec's)."""
+    _Place.worker = "worker-a"
+    async with harness(make_harness, _Place(_place), _Requeue(succeed), kinds=PLACED_KINDS) as h:
+        jobs = [await h.create("job", priority=9 - n) for n in range(3)]
+        report = await h.tick("place-jobs")
+        codes = {c.entity_id: c.error_code for c in report.changes}
+        assert [codes[j] for j in jobs] == [None, POOL_FULL, POOL_FULL]
+        assert await _statuses(h, jobs) == ["RUNNING", "QUEUED", "QUEUED"]
+        assert (await h.get(jobs[0])).spec == {"pools": {"worker-a": 1}}
+        assert (await h.get(jobs[1])).spec == {}  # refused: nothing written
+        last = (await h.history(jobs[1]))[-1]
+        assert "pool 'worker-a' is full (1/1 held, 1 claimed)" in (last.message or "")
+        _Place.worker = "worker-b"
+        await h.tick("place-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "QUEUED"]
+        # Both back in the queue; the first is placed on worker-b this time: its new claim
+        # replaces the old one, so worker-a is free for the next.
+        await h.tick("requeue-jobs")
+        await h.tick("place-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "QUEUED", "QUEUED"]
+        assert (await h.get(jobs[0])).spec == {"pools": {"worker-b": 1}}
+        _Place.worker = "worker-a"
+        await h.tick("place-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "QUEUED"]
+        assert (await h.get(jobs[1])).spec == {"pools": {"worker-a": 1}}
+
+
+async def test_a_claim_on_a_pool_the_kind_does_not_claim_is_an_invalid_result(make_harness):
+    from drover import HandlerResult
+
+    def bad(targets: Any) -> Any:
+        ids = [t.id for t in targets]
+        return HandlerResult(successes=ids, claims={i: {"gpu-slots": 1} for i in ids})
+
+    async with harness(make_harness, _Place(bad), kinds=PLACED_KINDS) as h:
+        job = await h.create("job")
+        await h.tick("place-jobs")
+        found = await h.get(job)
+        assert (str(found.status), found.spec) == ("QUEUED", {})
+        last = (await h.history(job))[-1]
+        assert last.error_code == "invalid-result"
+        assert "claim on pool 'gpu-slots'" in (last.message or "")
+        assert "not one of its kind's claimed pools: ['worker-a', 'worker-b']" in (
+            last.message or ""
+        )
+
+
+@pg_only
+async def test_two_coordinators_placing_on_one_workers_last_slot_never_both_win(pg: Database):
+    """A places a job on worker-a's only slot and, before it commits, B places another there:
+    B waits for A's pool lock, then counts A's claim (written in A's transaction) and is
+    refused, though B's job's spec never named a worker."""
+    from peers import plugin
+
+    _Place.worker = "worker-a"
+    async with CoordinatorHarness(
+        plugins=[plugin(_Place(_place), kinds=PLACED_KINDS)],
+        include_builtin_handlers=False,
+        database_url=pg.url,
+        database_schema=pg.schema,
+    ) as h:
+        first = await h.create("job", priority=9)
+        second = await h.create("job")
+
+        class _One(_Place):
+            options = HandlerOptions(max_retries=None, batch_size=1)
+
+        a = Coordinator(
+            h.repository, {"place-jobs": _One(_place)}, clock=h.clock, kinds=h.app.kinds,
+            claim_owner="a",
+        )  # fmt: skip
+        b = Coordinator(
+            h.repository, {"place-jobs": _One(_place)}, clock=h.clock, kinds=h.app.kinds,
+            claim_owner="b",
+        )  # fmt: skip
+        b_tick: list[asyncio.Task[Any]] = []
+
+        async def run_b_meanwhile() -> None:
+            b_tick.append(asyncio.create_task(b.tick("place-jobs")))
+            await _blocked_or_done(b_tick[0])
+
+        def hold_before_commit(step: str) -> None:
+            if step == "before-history" and not b_tick:
+                await_only(run_b_meanwhile())
+
+        a.inject_apply_failure = hold_before_commit
+        report_a = await a.tick("place-jobs")
+        report_b = await b_tick[0]
+        assert [(c.entity_id, c.to_status) for c in report_a.changes] == [(first, "RUNNING")]
+        assert [(c.entity_id, c.error_code) for c in report_b.changes] == [(second, POOL_FULL)]
+        assert "pool 'worker-a' is full (1/1 held, 1 claimed)" in (
+            report_b.changes[0].message or ""
+        )
+        assert await _statuses(h, [first, second]) == ["RUNNING", "QUEUED"]
+        assert (await h.get(first)).spec == {"pools": {"worker-a": 1}}

@@ -213,6 +213,7 @@ def classify(
                 tuple(ends[sid]) if sid in ends else (),
                 results.get(sid),
                 transition.children_info if transition is not None else None,
+                result.claims.get(sid) if moves else None,
             )
         )
     return changes

@@ -423,6 +423,7 @@ def _extension_problem(
         or result.terminate
         or result.results
         or result.moves
+        or result.claims
     ):
         return None
     declared = transitions.outcomes if transitions is not None else {}
@@ -462,6 +463,18 @@ def _extension_problem(
             return f"result set for {entity_id}, which is not a target with an outcome"
         if value not in SETTABLE_RESULTS:
             return f"result {value!r} (for {entity_id}) is not one of {sorted(SETTABLE_RESULTS)}"
+    claimed = {p.name for p in kind.pools if p.claimed} if kind is not None else set()
+    for entity_id, claims in result.claims.items():
+        if entity_id not in mentioned:
+            return f"claims for {entity_id}, which is not a target with an outcome"
+        for pool, units in claims.items():
+            if pool not in claimed:
+                return (
+                    f"claim on pool {pool!r} (for {entity_id}) is not one of its kind's "
+                    f"claimed pools: {sorted(claimed)}"
+                )
+            if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+                return f"claim on pool {pool!r} (for {entity_id}) is {units!r}, not an integer >= 1"
     for new in result.create:
         if new.creator is None or new.creator not in mentioned:
             return (

@@ -38,6 +38,8 @@ __all__ = [
     "DependenciesSucceeded",
     "Dependents",
     "Field",
+    "LatestChild",
+    "Not",
     "Parent",
     "StatusAge",
 ]
@@ -209,6 +211,45 @@ class StatusAge:
             raise ValueError("StatusAge takes exactly one of seconds=, spec_key= and data_key=")
 
 
+@attrs.frozen
+class LatestChild:
+    """The entity's most recent child is in ``statuses``.
+
+    "Most recent" is the order children were created in (creation time, then
+    id: the order ``result_from="latest-child"`` reads). With ``slot_key``,
+    children are grouped by ``spec[slot_key]`` (a replica number, say) and the
+    filter holds when the latest child of *some* slot is in ``statuses``. An
+    entity without children never matches. Example: tasks whose latest
+    attempt was preempted, whatever the earlier attempts ended as::
+
+        LatestChild({Attempt.PREEMPTED})
+    """
+
+    statuses: frozenset[str] = attrs.field(converter=_some)
+    slot_key: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.statuses:
+            raise ValueError("LatestChild statuses must name at least one status")
+
+
+@attrs.frozen(init=False)
+class Not:
+    """``filter`` does not hold (an entity it does not match, for whatever reason).
+
+    A condition that SQL would leave unknown (a spec without the compared
+    field) counts as not holding, so ``Not`` matches it. Example: the rule
+    "no earlier rule applies", written once instead of by hand::
+
+        Not(AnyOf(Children({Task.FAILED}, KernelMatchType.ANY), Parent({Job.CANCELLING})))
+    """
+
+    filter: CandidateFilter
+
+    def __init__(self, filter: CandidateFilter) -> None:
+        self.__attrs_init__(filter)
+
+
 @attrs.frozen(init=False)
 class AnyOf:
     """At least one of ``filters`` holds (the filters a handler declares must all hold)."""
@@ -245,9 +286,11 @@ CandidateFilter = (
     | DependenciesSucceeded
     | DependenciesFailed
     | Dependents
+    | LatestChild
     | Parent
     | StatusAge
     | AnyOf
     | AllOf
+    | Not
 )
 """Any of the filters above."""

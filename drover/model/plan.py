@@ -76,6 +76,10 @@ class Change:
     sets_result: str | None = None
     #: ``status_info`` of the children (and descendants) this change moves.
     children_info: str | None = None
+    #: Claims on the kind's ``claimed`` pools decided for this move
+    #: (``HandlerResult.claims``): counted instead of ``spec["pools"]``, written there if
+    #: admitted. ``None``: the entity's spec decides.
+    claims: Mapping[str, int] | None = None
 
     @property
     def changes_status(self) -> bool:

@@ -225,6 +225,10 @@ def _patches(value: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(k): v for k, v in value.items()}
 
 
+def _claims(value: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    return {str(k): dict(v) for k, v in value.items()}
+
+
 @attrs.frozen
 class MoveTo:
     """One targeted move of :attr:`HandlerResult.moves`: from ``expected`` (compare-and-set)
@@ -302,6 +306,12 @@ class HandlerResult:
     #: ``entity_id -> "SUCCESS" | "FAILURE"``: the target's result, when this tick
     #: leaves it in a terminal status (instead of the kind's ``result_from`` rule).
     results: dict[str, str] = attrs.field(factory=dict, converter=_str_map)
+    #: ``entity_id -> {pool name: units}``: the target's claims on its kind's ``claimed``
+    #: pools for this tick's move, decided by the handler (the worker it chose, say). The
+    #: apply counts them against the pools under the pools' locks and, if admitted, writes
+    #: them as the entity's ``spec["pools"]`` (replacing its earlier claims), in the same
+    #: transaction: two coordinators never both fill the same pool's last token.
+    claims: dict[str, dict[str, int]] = attrs.field(factory=dict, converter=_claims)
 
 
 @attrs.frozen

@@ -15,6 +15,8 @@ from drover.model.filters import (
     ChildCount,
     Children,
     Dependents,
+    LatestChild,
+    Not,
     Parent,
 )
 from drover.model.kinds import EntityKind, Kinds
@@ -88,6 +90,9 @@ def _check_filter(f: object, kind: EntityKind, kinds: Kinds, where: str) -> None
         for inner in f.filters:
             _check_filter(inner, kind, kinds, where)
         return
+    if isinstance(f, Not):
+        _check_filter(f.filter, kind, kinds, where)
+        return
     named: frozenset[str] | None = None
     other: EntityKind | None = None
     if isinstance(f, Parent):
@@ -96,7 +101,7 @@ def _check_filter(f: object, kind: EntityKind, kinds: Kinds, where: str) -> None
                 f"{where}: candidate filter {f!r}, but kind {kind.name!r} has no parent kind"
             )
         named, other = f.statuses, kinds[kind.parent]
-    elif isinstance(f, Children | ChildCount) and f.statuses is not None:
+    elif isinstance(f, Children | ChildCount | LatestChild) and f.statuses is not None:
         other = kinds.child_of(kind.name)
         if other is None:
             raise InvalidHandlerError(

@@ -255,7 +255,11 @@ class Apply:
             for c, reason in refused
         ]
         self._kept_rows.extend(rows)
-        return rows + (self._apply_admitted(admitted) if admitted else [])
+        if not admitted:
+            return rows
+        written = self._apply_admitted(admitted)
+        self._pools.write_claims(admitted, written)
+        return rows + written
 
     def _apply_admitted(self, group: list[Change]) -> list[AppliedChange]:
         first = group[0]

@@ -12,7 +12,11 @@ moves.
 
 A pool a kind declares ``claimed`` counts the units its holders claim
 (``spec["pools"]``, read in the same statement) instead of one per holder,
-and the group's claims are read once, by id, before the admission.
+and the group's claims are read once, by id, before the admission. A claim
+the handler decided for the move (``HandlerResult.claims``, carried as
+``Change.claims``) is counted instead of the spec's and, once the move is
+written, replaces ``spec["pools"]`` in the same transaction, under the same
+locks: the next apply's count includes it.
 
 Only the applies of kinds that declare pools pay: one dictionary lookup per
 group otherwise.
@@ -20,15 +24,16 @@ group otherwise.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
 from drover.model.kinds import Kinds
-from drover.model.plan import Change
+from drover.model.plan import AppliedChange, Change
 from drover.model.pools import PoolHolders
 from drover.storage._sql import ids_value, statement
-from drover.storage.statements.pools import claims_of, count_holders, lock_pool
+from drover.storage.statements.pools import claims_of, count_holders, lock_pool, set_claims
 
 __all__ = ["PoolGate"]
 
@@ -96,7 +101,12 @@ class PoolGate:
         if not pools:
             return list(group), []
         claimed = tuple(p.name for p in pools if first.kind in p.claimed_by)
-        claims = self._claims(claimed, [c.entity_id for c in group]) if claimed else {}
+        # Claims the handler decided for the move stand in for the spec's.
+        from_spec = [c.entity_id for c in group if c.claims is None]
+        claims = self._claims(claimed, from_spec) if claimed and from_spec else {}
+        for c in group:
+            if c.claims is not None:
+                claims[c.entity_id] = tuple(int(c.claims.get(name, 0)) for name in claimed)
         # Per pool: units held now, counted with the moves this group is admitted to make.
         held = [self.free(pool)[1] for pool in pools]
         admitted: list[Change] = []
@@ -123,3 +133,19 @@ class PoolGate:
                 )
             )
         return admitted, refused
+
+    def write_claims(self, group: Sequence[Change], applied: Sequence[AppliedChange]) -> None:
+        """Write the handler-decided claims of the changes whose move was written.
+
+        ``spec["pools"]`` becomes the change's claims, so later counts (this
+        transaction's and every other coordinator's, after its commit) see them.
+        """
+        moved = {a.entity_id for a in applied if a.to_status != a.from_status}
+        rows = [
+            {"eid": c.entity_id, "claims": json.dumps(dict(c.claims), sort_keys=True)}
+            for c in group
+            if c.claims is not None and c.entity_id in moved
+        ]
+        if rows:
+            pg = self._postgres
+            self._conn.execute(statement(("set-claims", pg), lambda: set_claims(pg)), rows)

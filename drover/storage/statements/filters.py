@@ -33,11 +33,13 @@ from drover.model.filters import (
     DependenciesSucceeded,
     Dependents,
     Field,
+    LatestChild,
+    Not,
     Parent,
     StatusAge,
 )
 from drover.storage.schema import entities, relations
-from drover.storage.statements.children import K, kernel_status_in, match_condition
+from drover.storage.statements.children import K, kernel_exists, kernel_status_in, match_condition
 
 __all__ = ["compile_filters", "filter_shape"]
 
@@ -45,6 +47,8 @@ e = entities
 _T = entities.alias("t")
 _P = entities.alias("p")
 _D = entities.alias("d")
+#: A later sibling of the child a :class:`LatestChild` filter looks at.
+_LATER = entities.alias("later")
 _COMPARE: dict[str, Callable[[Any, Any], sa.ColumnElement[bool]]] = {
     "eq": operator.eq,
     "ne": operator.ne,
@@ -67,6 +71,8 @@ def _shape(f: CandidateFilter, values: list[Any]) -> Hashable:
     # Must visit the values in the order _compile binds them.
     if isinstance(f, AnyOf | AllOf):
         return (type(f).__name__, tuple(_shape(inner, values) for inner in f.filters))
+    if isinstance(f, Not):
+        return ("Not", _shape(f.filter, values))
     if isinstance(f, Field):
         if f.op not in _NO_VALUE:
             values.append(json.dumps(list(f.value) if f.op == "in" else f.value))
@@ -99,8 +105,13 @@ def _compile(f: CandidateFilter, postgres: bool, slots: Iterator[int]) -> sa.Col
         return sa.or_(*(_compile(inner, postgres, slots) for inner in f.filters))
     if isinstance(f, AllOf):
         return sa.and_(*(_compile(inner, postgres, slots) for inner in f.filters))
+    if isinstance(f, Not):
+        # SQL leaves some conditions unknown (a missing field compared): unknown is "not held".
+        return sa.not_(sa.func.coalesce(_compile(f.filter, postgres, slots), sa.false()))
     if isinstance(f, Children):
         return match_condition(f.match, f.statuses)
+    if isinstance(f, LatestChild):
+        return _latest_child(f)
     if isinstance(f, Field):
         return _field(f, postgres, slots)
     if isinstance(f, ChildCount):
@@ -167,6 +178,30 @@ def _child_count(f: ChildCount, postgres: bool, slots: Iterator[int]) -> sa.Colu
     assert f.spec_key is not None
     is_number, number = _number(e.c.spec, f.spec_key, postgres)
     return sa.and_(is_number, compare(counted.scalar_subquery(), number))
+
+
+def _latest_child(f: LatestChild) -> sa.ColumnElement[bool]:
+    """Some child in the statuses that no later sibling (of its slot) supersedes.
+
+    "Later" is the order ``result_from="latest-child"`` reads: creation time, then id.
+    """
+    later = _LATER
+    same_slot: list[sa.ColumnElement[bool]] = []
+    if f.slot_key is not None:
+        key = f.slot_key
+        same_slot.append(
+            sa.func.coalesce(later.c.spec[key].as_string(), "")
+            == sa.func.coalesce(K.c.spec[key].as_string(), "")
+        )
+    superseded = sa.exists().where(
+        later.c.parent_id == K.c.parent_id,
+        sa.or_(
+            later.c.created_at > K.c.created_at,
+            sa.and_(later.c.created_at == K.c.created_at, later.c.id > K.c.id),
+        ),
+        *same_slot,
+    )
+    return kernel_exists(kernel_status_in(f.statuses), ~superseded)
 
 
 def _sqlite_path(path: Sequence[str]) -> str:

@@ -13,7 +13,7 @@ from drover.model.pools import POOLS_KEY, PoolHolders
 from drover.storage.schema import entities
 from drover.storage.statements.ids import ids_param
 
-__all__ = ["claims_of", "count_holders", "lock_pool"]
+__all__ = ["claims_of", "count_holders", "lock_pool", "set_claims"]
 
 e = entities
 
@@ -68,3 +68,19 @@ def claims_of(names: tuple[str, ...], postgres: bool) -> sa.Select[Any]:
     """Id and the units of each pool of ``names`` claimed by the entities ``:ids``."""
     columns = [_claim(name, postgres).label(f"c{i}") for i, name in enumerate(names)]
     return sa.select(e.c.id, *columns).where(ids_param(e.c.id, "ids", postgres))
+
+
+def set_claims(postgres: bool) -> sa.Update:
+    """``spec["pools"] = :claims`` (JSON text) of the entity ``:eid`` (executed with many rows).
+
+    The claims a handler decided for a move replace the entity's earlier ones:
+    a task placed on another worker than last time no longer claims the old one.
+    """
+    claims = sa.bindparam("claims", type_=sa.String)
+    value: sa.ColumnElement[Any]
+    if postgres:
+        path = sa.literal([POOLS_KEY], postgresql.ARRAY(sa.Text))
+        value = sa.func.jsonb_set(e.c.spec, path, sa.cast(claims, postgresql.JSONB))
+    else:
+        value = sa.func.json_set(e.c.spec, f"$.{POOLS_KEY}", sa.func.json(claims))
+    return sa.update(e).where(e.c.id == sa.bindparam("eid")).values(spec=value)

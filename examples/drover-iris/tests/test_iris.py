@@ -453,9 +453,9 @@ async def test_a_task_preempted_while_assigned_retries_for_free(iris: Harness) -
         found = await h.get(task.id)
         # No budget spent, even with a preemption budget of 0.
         assert (found.status, found.budgets[PREEMPTION]) == (T.PENDING, BudgetUse(0, 0))
-        settle = [r for r in await h.history(task.id) if r.handler == "iris-settle"]
-        assert [(str(r.result), r.from_status, r.to_status) for r in settle] == [
-            ("requeued", T.ASSIGNED, T.PENDING)
+        settle = [r for r in await h.history(task.id) if r.handler.startswith("iris-settle")]
+        assert [(r.handler, str(r.result), r.from_status, r.to_status) for r in settle] == [
+            ("iris-settle-preempted", "requeued", T.ASSIGNED, T.PENDING)
         ]
         (prod_task,) = await _tasks(h, prod)
         await _run(h, prod_task.id, A.RUNNING, A.SUCCEEDED)
@@ -465,19 +465,22 @@ async def test_a_task_preempted_while_assigned_retries_for_free(iris: Harness) -
 
 
 async def test_a_spent_preemption_budget_ends_a_preempted_task_preempted(iris: Harness) -> None:
+    """The engine's own give-up: the charge past the limit is counted (1/0, not 0/0) and the
+    task ends PREEMPTED, the give-up of the handler that settles preemptions only."""
     async with iris({"w1": 1}) as h:
         (task,) = await _fill(h, Band.BATCH, 1, max_retries_preemption=0)
         await _submit(h, JobRequest("prod", band=Band.PRODUCTION))
         await h.run_until_settled()
         found = await h.get(task)
         assert (found.status, found.result) == (T.PREEMPTED, "FAILURE")
+        assert found.budgets[PREEMPTION] == BudgetUse(1, 0)
         last = (await h.history(task))[-1]
         assert (last.handler, str(last.result), last.to_status) == (
-            "iris-settle",
-            "preemption-spent",
+            "iris-settle-preempted",
+            "GIVE_UP",
             T.PREEMPTED,
         )
-        assert "preemption budget spent (1 > 0)" in (last.message or "")
+        assert "spent budget 'preemption' 1 times (limit=0)" in (last.message or "")
         assert found.parent_id is not None
         assert await _status(h, found.parent_id) == J.WORKER_FAILED
 
@@ -849,6 +852,55 @@ async def test_two_coordinators_never_assign_more_tasks_than_the_cluster_has_slo
         assert await _status(h, waiting.id) == T.ASSIGNED
 
 
+async def test_two_coordinators_never_fill_one_workers_last_slot_twice(iris: Harness) -> None:
+    """Two workers of one slot: both schedulers read both free and place their task on the
+    same worker (w1). The cluster's total (2) would admit both; the worker's own pool,
+    claimed by the scheduler's result and counted in the apply, admits one and refuses the
+    other, which the next tick places on w2."""
+    async with iris({"w1": 1, "w2": 1}) as h:
+        jobs = [await _submit(h, JobRequest(f"j{i}")) for i in range(2)]
+        scheduler = h.handlers["iris-schedule"]
+        placed = scheduler.execute  # type: ignore[union-attr]
+        both_read = asyncio.Barrier(2)
+
+        async def read_together(targets: Any) -> Any:
+            result = await placed(targets)
+            await both_read.wait()
+            return result
+
+        scheduler.execute = read_together  # type: ignore[union-attr]
+        a, b = (
+            Coordinator(
+                h.repository,
+                {"iris-schedule": scheduler},
+                clock=h.clock,
+                kinds=h.app.kinds,
+                claim_owner=owner,
+                options={"iris-schedule": {"batch_size": 1}},
+            )
+            for owner in ("a", "b")
+        )
+        reports = await asyncio.gather(a.tick("iris-schedule"), b.tick("iris-schedule"))
+        scheduler.execute = placed  # type: ignore[union-attr]
+        changes = [c for r in reports for c in r.changes]
+        assert sorted((str(c.result), c.error_code) for c in changes) == [
+            ("SKIPPED", POOL_FULL),
+            ("SUCCESS", None),
+        ]
+        (refused,) = [c for c in changes if c.error_code == POOL_FULL]
+        assert "pool 'iris-worker-w1' is full (1/1 held, 1 claimed)" in (refused.message or "")
+        tasks = [t for j in jobs for t in await _tasks(h, j)]
+        (running,) = [t for t in tasks if t.status == T.ASSIGNED]
+        (waiting,) = [t for t in tasks if t.status == T.PENDING]
+        assert running.spec["pools"] == {"iris-worker-w1": 1}
+        assert (await _latest(h, running.id)).spec["worker"] == "w1"
+        # The waiting task goes to the other worker on the next tick.
+        await h.tick("iris-schedule")
+        found = await h.get(waiting.id)
+        assert (found.status, found.spec["pools"]) == (T.ASSIGNED, {"iris-worker-w2": 1})
+        assert (await _latest(h, waiting.id)).spec["worker"] == "w2"
+
+
 # -- the installed pack ------------------------------------------------------------------------
 
 
@@ -867,8 +919,9 @@ def test_plugins_check_strict_passes_and_graph_shows_the_kinds() -> None:
     assert "0 warning(s)" in checked.output
     graph = runner.invoke(main, ["graph", "--kind", TASK_KIND])
     assert graph.exit_code == 0, graph.output
-    assert "RUNNING     -> PENDING      [iris-settle: preempted]" in graph.output
-    assert "RUNNING     -> PREEMPTED    [iris-settle: preemption-spent]" in graph.output
+    assert "RUNNING     -> PENDING      [iris-settle-preempted: preempted]" in graph.output
+    assert "RUNNING     -> PREEMPTED    [iris-settle-preempted: give_up]" in graph.output
+    assert "RUNNING     -> WORKER_FAILED  [iris-settle: give_up]" in graph.output
     assert "PENDING     -> UNSCHEDULABLE  [iris-unschedulable: success]" in graph.output
     graph = runner.invoke(main, ["graph", "--kind", JOB_KIND])
     assert graph.exit_code == 0, graph.output

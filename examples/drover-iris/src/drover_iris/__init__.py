@@ -53,12 +53,13 @@ class IrisPlugin:
     """The pack as a plugin object: its three kinds and the controller's handlers.
 
     The pool ``iris-workers`` is declared with the cluster's slots
-    (configuration's ``[pools] iris-workers = N`` overrides it in a daemon).
+    (configuration's ``[pools] iris-workers = N`` overrides it in a daemon),
+    and one claimed pool per worker (``iris-worker-w1``) with its slots.
     """
 
     def __init__(self, cluster: SimulatedCluster | None = None) -> None:
         self.cluster = cluster or SimulatedCluster()
-        self.kinds = make_kinds(self.cluster.capacity)
+        self.kinds = make_kinds(self.cluster.workers)
 
     @hookimpl
     def drover_register_kinds(self, register: KindRegistry) -> None:

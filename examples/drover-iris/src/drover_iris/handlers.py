@@ -2,8 +2,8 @@
 
 * Jobs: one handler per rule of Iris's ``_compute_job_state``, each fetching
   (in SQL, by child counts) only the jobs that rule applies to and that no
-  earlier rule claims, so the rules' order holds whichever handler ticks
-  first; plus the gang cascade.
+  earlier rule claims (``Not`` of the earlier rules' filters), so the rules'
+  order holds whichever handler ticks first; plus the gang cascade.
 * Tasks: the scheduler (a new attempt on a worker with room, gated by the
   pool of worker slots, or the preemption of a lower band's attempt), the
   scheduling deadline, the per-task timeout and the settling of an ended
@@ -32,8 +32,10 @@ from drover import (
     HandlerOptions,
     HandlerResult,
     KernelMatchType,
+    LatestChild,
     LifecycleHandler,
     NewEntity,
+    Not,
     PromotionRule,
     StatusAge,
     StatusTransitions,
@@ -56,6 +58,7 @@ from .kinds import (
     AttemptState,
     JobState,
     TaskState,
+    worker_pool_name,
 )
 
 if TYPE_CHECKING:
@@ -66,8 +69,11 @@ ALL, ANY, NOT_ANY = KernelMatchType.ALL, KernelMatchType.ANY, KernelMatchType.NO
 LIVE_JOB = frozenset({JobState.PENDING, JobState.RUNNING})
 
 # -- the rules of Iris's job state, as SQL filters on the tasks' counts -------------------------
+#
+# Each rule is its condition; a later rule's handler adds ``Not`` of every earlier rule's,
+# so the rules' order holds whichever handler ticks first.
 
-#: More FAILED tasks than ``spec["max_task_failures"]`` (0 when the spec has none).
+#: Rule 2: more FAILED tasks than ``spec["max_task_failures"]`` (0 when the spec has none).
 FAILURES_EXCEEDED = AnyOf(
     ChildCount("gt", statuses={TaskState.FAILED}, spec_key="max_task_failures"),
     AllOf(
@@ -75,18 +81,13 @@ FAILURES_EXCEEDED = AnyOf(
         ChildCount("gt", 0, statuses={TaskState.FAILED}),
     ),
 )
-#: Its negation: the failed tasks are within the job's tolerance.
-WITHIN_TOLERANCE = AnyOf(
-    ChildCount("le", statuses={TaskState.FAILED}, spec_key="max_task_failures"),
-    AllOf(
-        Field("spec", ("max_task_failures",), "missing"),
-        ChildCount("eq", 0, statuses={TaskState.FAILED}),
-    ),
-)
-NO_UNSCHEDULABLE = Children({TaskState.UNSCHEDULABLE}, NOT_ANY)
-NO_KILLED = Children({TaskState.KILLED}, NOT_ANY)
+#: Rule 3: a task UNSCHEDULABLE.
+ANY_UNSCHEDULABLE = Children({TaskState.UNSCHEDULABLE}, ANY)
+#: Rule 4: a task KILLED.
+ANY_KILLED = Children({TaskState.KILLED}, ANY)
+#: Every rule before the worker-failure, running and pending ones.
+EARLIER_RULES = Not(AnyOf(FAILURES_EXCEEDED, ANY_UNSCHEDULABLE, ANY_KILLED))
 GANG = Field("spec", ("coscheduled",), "eq", True)
-NOT_GANG = Field("spec", ("coscheduled",), "ne", True)
 
 
 class IrisHandler(LifecycleHandler):
@@ -142,7 +143,7 @@ class JobFailed(IrisHandler):
 
     handler = "iris-job-failed"
     statuses = LIVE_JOB
-    filters = (FAILURES_EXCEEDED, AnyOf(NOT_GANG, Children(ACTIVE_TASK, NOT_ANY)))
+    filters = (FAILURES_EXCEEDED, Not(AllOf(GANG, Children(ACTIVE_TASK, ANY))))
     transitions = StatusTransitions(
         success=Transition(JobState.FAILED, children=TaskState.KILLED, children_info="JOB_FAILED")
     )
@@ -153,7 +154,7 @@ class JobUnschedulable(IrisHandler):
 
     handler = "iris-job-unschedulable"
     statuses = LIVE_JOB
-    filters = (Children({TaskState.UNSCHEDULABLE}, ANY), WITHIN_TOLERANCE)
+    filters = (ANY_UNSCHEDULABLE, Not(FAILURES_EXCEEDED))
     transitions = StatusTransitions(
         success=Transition(
             JobState.UNSCHEDULABLE, children=TaskState.KILLED, children_info="JOB_UNSCHEDULABLE"
@@ -166,7 +167,7 @@ class JobKilled(IrisHandler):
 
     handler = "iris-job-killed"
     statuses = LIVE_JOB
-    filters = (Children({TaskState.KILLED}, ANY), WITHIN_TOLERANCE, NO_UNSCHEDULABLE)
+    filters = (ANY_KILLED, Not(AnyOf(FAILURES_EXCEEDED, ANY_UNSCHEDULABLE)))
     transitions = StatusTransitions(
         success=Transition(JobState.KILLED, children=TaskState.KILLED, children_info="JOB_KILLED")
     )
@@ -177,13 +178,7 @@ class JobWorkerFailed(IrisHandler):
 
     handler = "iris-job-worker-failed"
     statuses = LIVE_JOB
-    filters = (
-        Children(LIVE_TASK, NOT_ANY),
-        Children(WORKER_FAILURE_TASK, ANY),
-        WITHIN_TOLERANCE,
-        NO_UNSCHEDULABLE,
-        NO_KILLED,
-    )
+    filters = (Children(LIVE_TASK, NOT_ANY), Children(WORKER_FAILURE_TASK, ANY), EARLIER_RULES)
     transitions = StatusTransitions(success=Transition(JobState.WORKER_FAILED))
 
 
@@ -192,7 +187,7 @@ class JobSucceeded(IrisHandler):
 
     handler = "iris-job-succeeded"
     statuses = LIVE_JOB
-    filters = (Children({TaskState.SUCCEEDED, TaskState.FAILED}, ALL), WITHIN_TOLERANCE)
+    filters = (Children({TaskState.SUCCEEDED, TaskState.FAILED}, ALL), Not(FAILURES_EXCEEDED))
     transitions = StatusTransitions(success=Transition(JobState.SUCCEEDED))
 
 
@@ -201,7 +196,7 @@ class JobRunning(IrisHandler):
 
     handler = "iris-job-running"
     statuses = frozenset({JobState.PENDING})
-    filters = (Children(ACTIVE_TASK, ANY), WITHIN_TOLERANCE, NO_UNSCHEDULABLE, NO_KILLED)
+    filters = (Children(ACTIVE_TASK, ANY), EARLIER_RULES)
     transitions = StatusTransitions(success=Transition(JobState.RUNNING))
 
 
@@ -210,13 +205,7 @@ class JobPending(IrisHandler):
 
     handler = "iris-job-pending"
     statuses = frozenset({JobState.RUNNING})
-    filters = (
-        Children(ACTIVE_TASK, NOT_ANY),
-        Children({TaskState.PENDING}, ANY),
-        WITHIN_TOLERANCE,
-        NO_UNSCHEDULABLE,
-        NO_KILLED,
-    )
+    filters = (Children(ACTIVE_TASK, NOT_ANY), Children({TaskState.PENDING}, ANY), EARLIER_RULES)
     transitions = StatusTransitions(success=Transition(JobState.PENDING))
 
 
@@ -285,19 +274,23 @@ async def _held_slots(queries: Queries) -> tuple[list[Entity], dict[str, int]]:
 class ScheduleTasks(IrisHandler):
     """PENDING → ASSIGNED on a live worker with a free slot: a new attempt, ASSIGNED there.
 
-    Highest band first (drover's fetch order: priority, then age). The pool
-    ``iris-workers`` gates the move (history ``pool-full`` past the cluster's
-    slots); its creation of the attempt is dropped with it. Tasks whose
+    Highest band first (drover's fetch order: priority, then age). The
+    worker is read here (the freest live one), and the result claims a slot
+    of its pool (``iris-worker-<name>``, ``HandlerResult.claims``): the apply
+    gates the move on that pool and on ``iris-workers`` (history
+    ``pool-full`` past a worker's or the cluster's slots, also when another
+    coordinator filled the slot meanwhile); its creation of the attempt is
+    dropped with it. Tasks whose
     deadline passed are left to ``iris-unschedulable``.
 
     A task that finds no free slot waits (SKIPPED, the reason in its row);
     if a lower band's task runs, it preempts one (Iris's preemption pass):
     the running attempt of the lowest band (the newest first: the least work
     lost) is moved to PREEMPTED, a targeted move on an entity this handler
-    never fetched; ``iris-settle`` then retries its task on its preemption
+    never fetched; ``iris-settle-preempted`` then retries its task on its preemption
     budget (free if it was still ASSIGNED). A preempted attempt holds no
     slot any more, so the next tick places the waiting task there (after
-    ``iris-settle`` gave the slot's token back) and never evicts twice.
+    ``iris-settle-preempted`` gave the slot's token back) and never evicts twice.
     """
 
     kind = TASK_KIND
@@ -326,6 +319,7 @@ class ScheduleTasks(IrisHandler):
         waiting: list[str] = []
         moves: dict[str, tuple[str, str]] = {}
         messages: dict[str, str] = {}
+        claims: dict[str, dict[str, int]] = {}
         for task in targets:
             worker = self.cluster.place(held)
             if worker is None:
@@ -341,6 +335,7 @@ class ScheduleTasks(IrisHandler):
                 continue
             held[worker] = held.get(worker, 0) + 1
             placed.append(task.id)
+            claims[task.id] = {worker_pool_name(worker): 1}
             number = len(task.children) + 1  # its attempts so far, each kept
             create.append(
                 NewEntity(
@@ -354,7 +349,12 @@ class ScheduleTasks(IrisHandler):
             )
             messages[task.id] = f"attempt {number} on worker {worker}"
         return HandlerResult(
-            successes=placed, skipped=waiting, create=create, moves=moves, messages=messages
+            successes=placed,
+            skipped=waiting,
+            create=create,
+            moves=moves,
+            messages=messages,
+            claims=claims,
         )
 
 
@@ -384,41 +384,42 @@ class ExpireUnschedulable(IrisHandler):
         )
 
 
-class SettleAttempts(IrisHandler):
-    """A task whose latest attempt has ended, other than by success: retry or give up.
+#: An attempt that ended other than by success, from outside or by a preemption.
+ENDED_NOT_PREEMPTED = frozenset(
+    {
+        AttemptState.FAILED,
+        AttemptState.WORKER_FAILED,
+        AttemptState.KILLED,
+        AttemptState.COSCHED_FAILED,
+    }
+)
 
-    Fetched (SQL): tasks on a worker with no live attempt and none SUCCEEDED.
-    The latest attempt's state picks the named outcome (each retry back to
-    PENDING, where the scheduler makes the next attempt; the old one is kept):
+
+class SettleAttempts(IrisHandler):
+    """A task whose latest attempt ended FAILED, WORKER_FAILED or from outside: retry or
+    give up.
+
+    Fetched (SQL): tasks on a worker whose latest attempt (``LatestChild``)
+    ended so; a preempted one is :class:`SettlePreempted`'s. Each retry goes
+    back to PENDING, where the scheduler makes the next attempt (the old one
+    is kept):
 
     * FAILED: ``failed``, charging the ``failure`` budget; past its limit the
       budget's own give-up, FAILED.
     * WORKER_FAILED: ``worker-failed``, charging ``preemption``; past its
-      limit the handler's give-up, WORKER_FAILED.
-    * PREEMPTED while the task was ASSIGNED: ``requeued``, free.
-    * PREEMPTED while BUILDING or RUNNING: ``preempted``, charging
-      ``preemption``; the charge that would go past the limit is reported as
-      ``preemption-spent`` (→ PREEMPTED) instead, since a budget has one
-      give-up (README: workarounds).
-    * KILLED (the attempt was killed): ``killed`` → KILLED.
+      limit this handler's give-up, WORKER_FAILED.
+    * KILLED or COSCHED_FAILED (ended from outside): ``killed`` → KILLED.
     """
 
     kind = TASK_KIND
     handler = "iris-settle"
     statuses = ACTIVE_TASK
-    filters = (
-        ChildCount("ge", 1),
-        Children(LIVE_ATTEMPT, NOT_ANY),
-        Children({AttemptState.SUCCEEDED}, NOT_ANY),
-    )
+    filters = (LatestChild(ENDED_NOT_PREEMPTED),)
     transitions = StatusTransitions(
         give_up=Transition(TaskState.WORKER_FAILED),
         outcomes={
             "failed": Transition(TaskState.PENDING),
             "worker-failed": Transition(TaskState.PENDING),
-            "preempted": Transition(TaskState.PENDING),
-            "requeued": Transition(TaskState.PENDING),
-            "preemption-spent": Transition(TaskState.PREEMPTED),
             "killed": Transition(TaskState.KILLED),
         },
     )
@@ -429,25 +430,60 @@ class SettleAttempts(IrisHandler):
         budgets: dict[str, str] = {}
         messages: dict[str, str] = {}
         for task in targets:
-            last = max(task.children, key=lambda a: int(a.spec.get("n", 0)))
-            use = (task.budgets or {}).get(PREEMPTION)
-            ended = f"attempt {last.spec.get('n')} {last.status}"
+            last = _latest(task)
             if last.status == AttemptState.FAILED:
                 outcomes[task.id], budgets[task.id] = "failed", FAILURE
             elif last.status == AttemptState.WORKER_FAILED:
                 outcomes[task.id], budgets[task.id] = "worker-failed", PREEMPTION
-            elif last.status == AttemptState.PREEMPTED and task.status == TaskState.ASSIGNED:
-                outcomes[task.id] = "requeued"
-                ended += " before it started: retried for free"
-            elif last.status == AttemptState.PREEMPTED and use is not None and use.left == 0:
-                outcomes[task.id] = "preemption-spent"
-                ended += f"; preemption budget spent ({use.used + 1} > {use.limit})"
-            elif last.status == AttemptState.PREEMPTED:
-                outcomes[task.id], budgets[task.id] = "preempted", PREEMPTION
             else:  # KILLED or COSCHED_FAILED: ended from outside, never retried
                 outcomes[task.id] = "killed"
+            messages[task.id] = f"attempt {last.spec.get('n')} {last.status}"
+        return HandlerResult(outcomes=outcomes, budgets=budgets, messages=messages)
+
+
+class SettlePreempted(IrisHandler):
+    """A task whose latest attempt was PREEMPTED: retry, or give up PREEMPTED.
+
+    Fetched (SQL, ``LatestChild``) apart from :class:`SettleAttempts`, so each
+    cause of the shared ``preemption`` budget has its own give-up: the charge
+    past the limit ends the task PREEMPTED here (this handler's give-up),
+    WORKER_FAILED there.
+
+    * preempted while BUILDING or RUNNING: ``preempted``, charging ``preemption``.
+    * preempted while still ASSIGNED (it never started): ``requeued``, free.
+    """
+
+    kind = TASK_KIND
+    handler = "iris-settle-preempted"
+    statuses = ACTIVE_TASK
+    filters = (LatestChild({AttemptState.PREEMPTED}),)
+    transitions = StatusTransitions(
+        give_up=Transition(TaskState.PREEMPTED),
+        outcomes={
+            "preempted": Transition(TaskState.PENDING),
+            "requeued": Transition(TaskState.PENDING),
+        },
+    )
+
+    async def execute(self, targets: Sequence[Any]) -> HandlerResult:
+        """Charge the preemption budget, unless the attempt never started."""
+        outcomes: dict[str, str] = {}
+        budgets: dict[str, str] = {}
+        messages: dict[str, str] = {}
+        for task in targets:
+            ended = f"attempt {_latest(task).spec.get('n')} PREEMPTED"
+            if task.status == TaskState.ASSIGNED:
+                outcomes[task.id] = "requeued"
+                ended += " before it started: retried for free"
+            else:
+                outcomes[task.id], budgets[task.id] = "preempted", PREEMPTION
             messages[task.id] = ended
         return HandlerResult(outcomes=outcomes, budgets=budgets, messages=messages)
+
+
+def _latest(task: Any) -> Entity:
+    """The task's latest attempt (the one its handlers' ``LatestChild`` filter read)."""
+    return max(task.children, key=lambda a: int(a.spec.get("n", 0)))
 
 
 class TimeoutTasks(IrisHandler):
@@ -523,6 +559,7 @@ def make_handlers(cluster: SimulatedCluster, queries: Queries, clock: Clock) -> 
         ExpireUnschedulable(clock),
         ScheduleTasks(cluster, queries, clock),
         SettleAttempts(),
+        SettlePreempted(),
         TimeoutTasks(),
         *task_promotions(),
     ]

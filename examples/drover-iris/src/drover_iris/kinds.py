@@ -5,8 +5,9 @@ COSCHED_FAILED for a gang member ended because a sibling failed); an attempt
 has the same states minus PENDING and UNSCHEDULABLE (an attempt exists only
 once a worker was chosen). ``JobState`` is what Iris derives from its tasks'
 counts. A task holds a token of the pool ``iris-workers`` while ASSIGNED,
-BUILDING or RUNNING: the pool is the cluster's capacity, so the apply never
-assigns more tasks than there are slots, also with several coordinators.
+BUILDING or RUNNING, and a token of its worker's pool (``iris-worker-w1``,
+claimed by the scheduler's result): the apply never assigns more tasks than
+the cluster or one worker has slots, also with several coordinators.
 """
 
 from __future__ import annotations
@@ -148,8 +149,22 @@ def workers_pool(capacity: int) -> Pool:
     return Pool(WORKERS_POOL, capacity, held_in=ACTIVE_TASK)
 
 
-def make_kinds(capacity: int) -> tuple[EntityKind, EntityKind, EntityKind]:
-    """The three kinds, the task kind holding a pool of ``capacity`` worker slots."""
+def worker_pool_name(worker: str) -> str:
+    """The pool of one worker's slots (``iris-worker-w1``)."""
+    return f"iris-worker-{worker}"
+
+
+def worker_pool(worker: str, slots: int) -> Pool:
+    """One worker's slots, claimed per task: the scheduler's result names the worker it
+    chose (``HandlerResult.claims``), and the apply counts that claim under the pool's lock
+    and writes it to the task's ``spec["pools"]``."""
+    return Pool(worker_pool_name(worker), slots, held_in=ACTIVE_TASK, claimed=True)
+
+
+def make_kinds(workers: Mapping[str, int]) -> tuple[EntityKind, EntityKind, EntityKind]:
+    """The three kinds, the task kind holding the cluster's slots (the pool of all of
+    them, and one claimed pool per worker of ``workers``, name → slots)."""
+    capacity = sum(workers.values())
     job = EntityKind(
         JOB_KIND,
         JobState,
@@ -180,11 +195,14 @@ def make_kinds(capacity: int) -> tuple[EntityKind, EntityKind, EntityKind]:
         result_from="latest-child",
         budgets=(
             Budget(FAILURE, DEFAULT_MAX_RETRIES_FAILURE, give_up=Transition(TaskState.FAILED)),
-            # No give-up of its own: the handler's (WORKER_FAILED), see handlers.SettleAttempts.
+            # No give-up of its own: the settling handler's, WORKER_FAILED or PREEMPTED by cause.
             Budget(PREEMPTION, DEFAULT_MAX_RETRIES_PREEMPTION),
         ),
         termination=(TerminationRule(TaskState.KILLED, status_info="USER_KILLED"),),
-        pools=(workers_pool(capacity),),
+        pools=(
+            workers_pool(capacity),
+            *(worker_pool(worker, slots) for worker, slots in sorted(workers.items())),
+        ),
         check_spec=_check_task_spec,
     )
     attempt = EntityKind(
