@@ -206,7 +206,7 @@ async def test_a_parent_handler_runs_when_its_last_child_ends(database):
 
 async def test_a_status_age_handler_is_not_woken_by_entries(database):
     """A task enters READY/WORK 20 times: wk-watch is woken by each entry, wk-stale (its
-    filter an hour's StatusAge) ticks only at start-up and when the task ends."""
+    filter an hour's StatusAge) ticks only at start-up: not on entry, not when it ends."""
     moves: Counter[str] = Counter()
 
     def cycle(targets: Sequence[Entity]) -> HandlerResult:
@@ -229,11 +229,10 @@ async def test_a_status_age_handler_is_not_woken_by_entries(database):
     stale, watch = Stale(), Watch()
     async with running(database, Step(cycle), stale, watch, seed=seed) as (app, _d, ticks):
         await wait_for(lambda: _in(app, task[0], WTask.DONE), what="the task DONE")
-        await wait_for(lambda: _true(ticks["wk-stale"] >= 2), what="wk-stale's tick at the end")
         rows = await app.repository.history(task[0])
         assert sum(1 for r in rows if r.handler == "wk-step") == 21
-        # Start-up, then the task's end (an ended entity frees its kind's first status).
-        assert ticks["wk-stale"] == 2, ticks
+        # Its start-up tick only: neither the entries nor the task's end woke it.
+        assert ticks["wk-stale"] == 1, ticks
         assert ticks["wk-watch"] >= 5, ticks
         assert stale.seen == []
         assert watch.seen == []
@@ -282,16 +281,14 @@ async def test_a_handler_that_always_keeps_the_status_falls_back_to_its_interval
     async def seed(repository: Any) -> None:
         await _job_with_tasks(repository, 1, status=WTask.WORK)
 
-    # wk-step ticks every 20 ms (it finds nothing: no task is READY): a clock for the test.
-    step = Step()
-    async with running(database, Segment(again), step, seed=seed, intervals={"wk-step": 0.02}) as (
-        _app,
-        _d,
-        ticks,
-    ):
+    # wk-finish ticks every 20 ms (it finds nothing: the task never ends): the test's clock.
+    # (Not a handler of the task: on PostgreSQL its fetch would claim the task.)
+    async with running(
+        database, Segment(again), Finish(), seed=seed, intervals={"wk-finish": 0.02}
+    ) as (_app, _d, ticks):
         await wait_for(lambda: _true(ticks["wk-segment"] >= 4), what="four ticks")
-        seen = ticks["wk-step"]
-        await wait_for(lambda: _true(ticks["wk-step"] >= seen + 25), what="25 more ticks")
+        seen = ticks["wk-finish"]
+        await wait_for(lambda: _true(ticks["wk-finish"] >= seen + 25), what="25 more ticks")
         # The start-up tick, then three re-wakes.
         assert ticks["wk-segment"] == 4, ticks
 
@@ -302,7 +299,7 @@ def test_the_rules_are_derived_from_kinds_and_filters():
     rules = WakeRules.build(kinds, [Finish(), Step(), Stale(), Watch(), Segment()])
     assert rules.woken("wk-task", WTask.WORK) == {"wk-step", "wk-watch", "wk-segment"}
     # A task ending: its parent's handler reading children, its first status's handlers.
-    assert rules.woken("wk-task", WTask.DONE) == {"wk-finish", "wk-step", "wk-stale", "wk-watch"}
+    assert rules.woken("wk-task", WTask.DONE) == {"wk-finish", "wk-step", "wk-watch"}
     assert rules.woken("wk-job", WJob.DONE) == set()
     assert rules.newcomers() == {"wk-step", "wk-watch"}
     assert waits_for_age([StatusAge(seconds=60)])

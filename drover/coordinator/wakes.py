@@ -7,9 +7,11 @@ and fetch filters, never from kind names:
   target it, except those that *wait for age*: a handler whose fetch filters
   require, in every case, a :class:`~drover.model.filters.StatusAge` of
   ``seconds > 0`` cannot match an entity that has just entered its status
-  (entering resets the age), so it ticks on its interval only.
+  (entering resets the age), so entries never wake it.
 * **Ends.** An entity of a kind ending wakes the handlers of that kind's
-  first status (what ended freed what it held), age-waiting ones included.
+  first status (what ended freed what it held, an agent's capacity say),
+  except the age-waiting ones: a watchdog over every live status is then
+  ticked by its interval only, not by each end of its kind.
 * **Children.** A child entering a status wakes its parent kind's handlers
   whose filters read children (:class:`~drover.model.filters.Children`,
   :class:`~drover.model.filters.ChildCount`, the child-status filter) and
@@ -81,7 +83,8 @@ class WakeRules:
     ``targets``: every handler targeting the status; ``entry``: those woken
     when an entity enters it (``targets`` minus the age-waiting ones);
     ``children``: by ``(child kind, status)``, the parent kind's handlers
-    that read children; ``first``: by kind, the handlers of its first status;
+    that read children; ``first``: by kind, the handlers its first status's
+    entry wakes (woken when an entity of the kind ends);
     ``terminal`` and ``first_status``: each kind's.
     """
 
@@ -115,7 +118,7 @@ class WakeRules:
             for status in statuses:
                 children.setdefault((child.name, status), set()).add(name)
         first = {
-            kind: frozenset(targets.get((kind, kinds[kind].first_status), ())) for kind in kinds
+            kind: frozenset(entry.get((kind, kinds[kind].first_status), ())) for kind in kinds
         }
         return cls(
             targets={k: frozenset(v) for k, v in targets.items()},
