@@ -117,9 +117,7 @@ class WakeRules:
             statuses = child.status_names if _ANY_STATUS in read else read
             for status in statuses:
                 children.setdefault((child.name, status), set()).add(name)
-        first = {
-            kind: frozenset(entry.get((kind, kinds[kind].first_status), ())) for kind in kinds
-        }
+        first = {kind: frozenset(entry.get((kind, kinds[kind].first_status), ())) for kind in kinds}
         return cls(
             targets={k: frozenset(v) for k, v in targets.items()},
             entry={k: frozenset(v) for k, v in entry.items()},
