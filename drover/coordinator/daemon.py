@@ -1,8 +1,14 @@
 """The daemon's loop: every enabled handler ticking in one asyncio process.
 
 * Each handler ticks every ``interval`` seconds, and at once when woken: a tick
-  that moves sessions into a status wakes the handlers that target it, and a
-  backend report wakes the promotion handlers (:meth:`Daemon.wake_promotions`).
+  that moves sessions into a status wakes the handlers that target it (not
+  those whose filters require a status age, which only their interval
+  ticks), a child moving wakes its parent kind's handlers that read children
+  (:mod:`drover.coordinator.wakes`), and a backend report wakes the promotion
+  handlers (:meth:`Daemon.wake_promotions`).
+* A tick whose named outcome kept targets in a status its handler targets
+  (new data, the same status) ticks that handler again at once, at most
+  :data:`MAX_KEPT_REWAKES` times in a row.
 * News from other processes (PostgreSQL ``LISTEN``): entities another
   coordinator (or the CLI) moved into a status wake the handlers that target
   it; new submissions wake the handlers that target PENDING. On SQLite, where
@@ -44,14 +50,17 @@ from tenacity import (
     wait_random,
 )
 
-from drover.coordinator.handlers import handler_name
 from drover.coordinator.store import DaemonStore, Subscription
 from drover.coordinator.tick import Coordinator, TickReport
+from drover.coordinator.wakes import WakeRules
 from drover.model.ids import new_id
 from drover.model.promotion import PromotionRule
 from drover.model.values import CoordinatorInfo
 
-__all__ = ["Daemon"]
+__all__ = ["MAX_KEPT_REWAKES", "Daemon"]
+
+#: Consecutive ticks of one handler re-woken because a named outcome kept its status.
+MAX_KEPT_REWAKES = 100
 
 log = logging.getLogger("drover.daemon")
 
@@ -113,31 +122,17 @@ class Daemon:
         self._in_tick: set[str] = set()
         #: Consecutive ticks of each handler whose execute() raised.
         self.errors: dict[str, int] = dict.fromkeys(self.names, 0)
-        # Which handlers to wake when entities of a kind move into a status.
-        self._targets: dict[tuple[str, str], set[str]] = {}
+        # Which handlers to wake when entities move into a status (drover.coordinator.wakes).
         self._promotions = [
             n for n in self.names if isinstance(coordinator.handlers[n], PromotionRule)
         ]
-        for name in self.names:
-            handler = coordinator.handlers[name]
-            statuses = (
-                handler.from_statuses
-                if isinstance(handler, PromotionRule)
-                else handler.target_statuses
-            )
-            for status in statuses:
-                key = (handler.kind, str(status))
-                self._targets.setdefault(key, set()).add(handler_name(handler))
-        # Handlers of the statuses new entities start in (woken by news of creations).
-        kinds = coordinator.kinds
-        self._newcomers = sorted(
-            {
-                name
-                for (kind, status), names in self._targets.items()
-                if kind in kinds and status == kinds[kind].first_status
-                for name in names
-            }
+        self._rules = WakeRules.build(
+            coordinator.kinds, [coordinator.handlers[n] for n in self.names]
         )
+        # Handlers of the statuses new entities start in (woken by news of creations).
+        self._newcomers = sorted(self._rules.newcomers())
+        # Per handler, consecutive ticks re-woken because an outcome kept its status.
+        self._kept: dict[str, int] = dict.fromkeys(self.names, 0)
         self.ticks = 0
         # Per handler, each entity's outcome in its last tick (see _news).
         self._last_outcomes: dict[str, dict[str, tuple[object, ...]]] = {}
@@ -286,25 +281,12 @@ class Daemon:
         return None
 
     def _wake_for(self, moved: Iterable[tuple[str | None, str]]) -> None:
-        """Wake the handlers targeting ``(kind, status)`` (kind ``None``: any kind);
-        entities that ended also wake the handlers of their kind's first status."""
-        kinds = self.coordinator.kinds
+        """Wake the handlers an entity of ``kind`` (``None``: any kind) entering ``status``
+        wakes (:meth:`WakeRules.woken`)."""
         for kind, status in moved:
-            if kind is None:
-                names = {n for (_k, s), ns in self._targets.items() if s == status for n in ns}
-            else:
-                names = self._targets.get((kind, status), set())
-            for name in names:
-                self._wake[name].set()
-            ended = [k for k in ([kind] if kind else kinds) if k in kinds]
-            for name_of_kind in ended:
-                entity_kind = kinds[name_of_kind]
-                if status in entity_kind.terminal:
-                    # What ended freed what it held (an agent's capacity, say): the
-                    # entities waiting to start may fit now.
-                    first = (name_of_kind, entity_kind.first_status)
-                    for name in self._targets.get(first, ()):
-                        self._wake[name].set()
+            for name in self._rules.woken(kind, status):
+                if name in self._wake:
+                    self._wake[name].set()
 
     def _on_news(self, news: dict[str, Any]) -> None:
         """A notification from another process (or our own commits, which woke us already)."""
@@ -392,6 +374,15 @@ class Daemon:
         ):
             # A full batch: there may be more waiting.
             self._wake[report.handler].set()
+        if not report.error and self._rules.keeps_status(report.handler, report.changes):
+            # A named outcome kept targets in this handler's status with new data (a
+            # node's next local segment): they are ready now. Bounded, so a handler
+            # that keeps answering so falls back to its interval.
+            self._kept[report.handler] += 1
+            if self._kept[report.handler] <= MAX_KEPT_REWAKES:
+                self._wake[report.handler].set()
+        else:
+            self._kept[report.handler] = 0
         if self.on_tick is not None:
             self.on_tick(report)
 

@@ -31,6 +31,8 @@ from drover_lpipes import (
     JobRequest,
     JobState,
     LanguagePipesPlugin,
+    Node,
+    Pipe,
     Reason,
     client_gone,
     reference,
@@ -44,6 +46,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
 
 from drover import Entity
+from drover.coordinator.daemon import Daemon
 from drover.testing import CoordinatorHarness
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -718,3 +721,46 @@ async def test_the_demo_ends_as_the_readme_says(tmp_path: Path) -> None:
         assert ends["headless"].status_info == Reason.NO_END_MODEL
         await h.request_termination(submitted["long"])
         assert (await h.get(submitted["long"])).status == "CANCELLED"
+
+
+async def test_under_the_daemon_every_move_is_woken_none_waits_for_an_interval(db: Db) -> None:
+    """drover's daemon with every interval an hour: the job still completes, because each
+    step is woken. Node ``a`` holds two segments, so ``lp-process-layers``' ``local``
+    (PROCESS_LAYERS kept) ticks it again; the last hop's end wakes ``lp-finish`` (it reads
+    the job's children); ``lp-stale`` (a 60 s ``StatusAge``) is never woken by a move."""
+    pipe = Pipe([Node("a", [(0, 5), (5, 10)], end_model=True), Node("b", [(10, 30)])], LAYERS)
+    ticks: dict[str, int] = {}
+    async with CoordinatorHarness(
+        plugins=[LanguagePipesPlugin(pipe)],
+        include_builtin_handlers=False,
+        database_url=db.url,
+        database_schema=db.schema,
+    ) as h:
+        job = await submit(h.repository, JobRequest("woken by the daemon", max_tokens=3))
+        daemon = Daemon(
+            h.coordinator,
+            h.repository,
+            default_interval=3600.0,
+            safety_interval=3600.0,
+            on_tick=lambda r: ticks.__setitem__(r.handler, ticks.get(r.handler, 0) + 1),
+        )
+        run = asyncio.create_task(daemon.run())
+        try:
+            for _ in range(400):
+                if (await h.get(job)).status != JobState.RUNNING:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(run, timeout=20)
+        ended = await h.get(job)
+        assert (ended.status, ended.data["tokens"]) == (
+            JobState.COMPLETED,
+            reference("woken by the daemon", LAYERS, 3),
+        )
+        assert ticks["lp-stale"] == 1  # its start-up tick
+        layer_rows = [
+            r for hop in ended.children for r in await h.history(hop.id)
+            if r.handler == "lp-process-layers" and str(r.result) == "local"
+        ]  # fmt: skip
+        assert layer_rows  # a's second segment ran on a re-woken tick

@@ -375,7 +375,10 @@ class Send(_PipeHandler):
 
 class ExpireStale(LifecycleHandler):
     """Any live hop that held its state for 60 s (``StatusAge``, in the fetch's SQL) → DONE,
-    STALE: its node stopped answering. ``lp-finish`` then fails the job."""
+    STALE: its node stopped answering. ``lp-finish`` then fails the job.
+
+    The daemon never wakes it on a hop's move (a hop that just moved is 60 s too young
+    for its filter: drover.coordinator.wakes); it ticks on its interval."""
 
     kind = HOP_KIND
     status_info_meanings = {str(k): v for k, v in REASON_MEANINGS.items()}
@@ -418,7 +421,10 @@ class ExpireStale(LifecycleHandler):
 
 class FinishJobs(LifecycleHandler):
     """RUNNING → COMPLETED (its text saved in ``data``) or FAILED (the last hop's reason),
-    once every hop of the job is DONE (``Children``, in the fetch's SQL)."""
+    once every hop of the job is DONE (``Children``, in the fetch's SQL).
+
+    The daemon wakes it when a hop ends (its filter reads the job's hops), so a job
+    ends right after its last hop, not on this handler's interval."""
 
     kind = JOB_KIND
     status_info_meanings = {str(k): v for k, v in REASON_MEANINGS.items()}

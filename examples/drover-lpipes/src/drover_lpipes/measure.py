@@ -1,10 +1,9 @@
 """Database transactions per generated token: counted, not estimated.
 
 :func:`measure` submits ``jobs`` generation requests, drives the pack's
-handlers the way drover's daemon does (a handler ticks when an entity
-enters a status it targets, or when an entity of its kind ends and so
-frees its first status; then one more round of every handler, as the
-daemon's interval would tick them, until a round changes nothing), and
+handlers the way drover's daemon wakes them (its own rules,
+:mod:`drover.coordinator.wakes`; then one more round of every handler, as
+the daemon's interval would tick them, until a round changes nothing), and
 counts every transaction begun on the database's engines (a SQLAlchemy
 ``begin`` event: reads and writes, the fetch's and the apply's) between
 the first submission and the last job's end.
@@ -26,6 +25,7 @@ import attrs
 import sqlalchemy as sa
 
 from drover.coordinator.tick import Coordinator
+from drover.coordinator.wakes import WakeRules
 
 from .client import JobRequest, submit
 from .kinds import JobState
@@ -65,13 +65,15 @@ def counting_transactions() -> Iterator[list[int]]:
 
 
 async def drive(coordinator: Coordinator, names: Sequence[str]) -> int:
-    """Tick ``names`` as the daemon wakes them until nothing moves; return the ticks run."""
-    kinds = coordinator.kinds
-    targets: dict[tuple[str, str], list[str]] = {}
-    for name in names:
-        handler = coordinator.handlers[name]
-        for status in getattr(handler, "target_statuses", ()):
-            targets.setdefault((handler.kind, str(status)), []).append(name)
+    """Tick ``names`` as the daemon wakes them until nothing moves; return the ticks run.
+
+    The wake-ups are the daemon's own rules (:class:`drover.coordinator.wakes.WakeRules`):
+    a move wakes the handlers its entry wakes (not ``lp-stale``, whose filter
+    waits for age), a hop's end wakes ``lp-finish`` (it reads the job's
+    children), and a named outcome that keeps its status (``local``) ticks its
+    handler again.
+    """
+    rules = WakeRules.build(coordinator.kinds, [coordinator.handlers[n] for n in names])
     ticks = 0
     due = dict.fromkeys(names)  # every handler ticks once at start-up
     while True:
@@ -81,17 +83,18 @@ async def drive(coordinator: Coordinator, names: Sequence[str]) -> int:
             del due[name]
             report = await coordinator.tick(name)
             ticks += 1
+            woken: set[str] = set()
             for change in report.changes:
-                kind = kinds[change.kind]
-                to = str(change.to_status)
                 changed = True
-                # A kept status (a node's next local segment) ticks its handler again too.
-                due.update(dict.fromkeys(targets.get((kind.name, to), ())))
-                if to in kind.terminal:
-                    due.update(dict.fromkeys(targets.get((kind.name, kind.first_status), ())))
+                if change.to_status != change.from_status:
+                    woken |= rules.woken(change.kind, str(change.to_status))
+            if rules.keeps_status(name, report.changes):
+                woken.add(name)
+            # In the handlers' order, so that a run is repeatable.
+            due.update(dict.fromkeys(n for n in names if n in woken))
         if not changed:
             return ticks
-        # The interval's round: handlers nothing woke (lp-finish) tick too.
+        # The interval's round: handlers nothing woke tick too.
         due = dict.fromkeys(names)
 
 

@@ -1,0 +1,319 @@
+"""The daemon's wake-ups (drover.coordinator.wakes), with the real daemon on both databases.
+
+Every interval and the safety cycle are an hour, so whatever ticks within a
+test was *woken*: the ticks are counted with the daemon's ``on_tick`` (what
+feeds ``/metrics``), never timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from enum import StrEnum
+from typing import Any
+
+from daemon_helpers import wait_for
+from tree import Scripted, ids, plugin
+
+import drover.coordinator.daemon as daemon_module
+from drover import (
+    AnyOf,
+    ChildCount,
+    Children,
+    Entity,
+    EntityKind,
+    Field,
+    HandlerResult,
+    KernelMatchType,
+    StatusAge,
+    StatusTransitions,
+    Transition,
+)
+from drover.app import App
+from drover.config import Config
+from drover.coordinator.daemon import Daemon
+from drover.coordinator.tick import TickReport
+from drover.coordinator.wakes import WakeRules, child_statuses_read, waits_for_age
+from drover.model.clock import SystemClock
+from drover.model.kinds import Kinds
+from drover.plugins.manager import make_plugin_manager
+
+HOUR = 3600.0
+
+
+class WJob(StrEnum):
+    QUEUED = "QUEUED"  # unused: jobs are created RUNNING, so creations wake no job handler
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+
+
+class WTask(StrEnum):
+    READY = "READY"
+    WORK = "WORK"
+    DONE = "DONE"
+
+
+KINDS = (
+    EntityKind("wk-job", WJob, terminal={WJob.DONE}),
+    EntityKind("wk-task", WTask, terminal={WTask.DONE}, parent="wk-job"),
+)
+
+
+class Finish(Scripted):
+    """Ends a RUNNING job once all its tasks are DONE (the filter in the fetch's SQL)."""
+
+    kind = "wk-job"
+    handler = "wk-finish"
+    statuses = frozenset({WJob.RUNNING})
+    filters = (Children({WTask.DONE}, KernelMatchType.ALL),)
+    transitions = StatusTransitions(success=Transition(WJob.DONE))
+
+
+class Step(Scripted):
+    """Moves tasks between READY and WORK, or ends them, as its script says."""
+
+    kind = "wk-task"
+    handler = "wk-step"
+    statuses = frozenset({WTask.READY, WTask.WORK})
+    transitions = StatusTransitions(
+        outcomes={
+            "work": Transition(WTask.WORK),
+            "ready": Transition(WTask.READY),
+            "end": Transition(WTask.DONE),
+        }
+    )
+
+
+class Stale(Scripted):
+    """Fetches tasks an hour in their status: nothing that just entered one can match."""
+
+    kind = "wk-task"
+    handler = "wk-stale"
+    statuses = frozenset({WTask.READY, WTask.WORK})
+    filters = (StatusAge(seconds=HOUR),)
+    transitions = StatusTransitions(outcomes={"stale": Transition(WTask.DONE)})
+
+
+class Watch(Scripted):
+    """Targets the same statuses with a filter that never holds: woken by every entry."""
+
+    kind = "wk-task"
+    handler = "wk-watch"
+    statuses = frozenset({WTask.READY, WTask.WORK})
+    filters = (Field("spec", ("never",), "exists"),)
+    transitions = StatusTransitions(outcomes={"stale": Transition(WTask.DONE)})
+
+
+class Segment(Scripted):
+    """WORK stays WORK (``again``, a counter saved in data) until the script says ``end``."""
+
+    kind = "wk-task"
+    handler = "wk-segment"
+    statuses = frozenset({WTask.WORK})
+    transitions = StatusTransitions(
+        outcomes={"again": Transition(WTask.WORK), "end": Transition(WTask.DONE)}
+    )
+
+
+@asynccontextmanager
+async def running(
+    database: Any, *handlers: Scripted, seed: Any, intervals: dict[str, float] | None = None
+) -> AsyncIterator[tuple[App, Daemon, Counter[str]]]:
+    """``seed(repository)`` runs first; then the daemon, every interval an hour unless
+    ``intervals`` says otherwise; yields the app, the daemon and its ticks per handler."""
+    app = App(
+        Config(database_url=database.url, database_schema=database.schema or ""),
+        plugin_manager=make_plugin_manager(
+            plugins=[plugin(*handlers, kinds=KINDS)], include_builtins=False
+        ),
+        clock=SystemClock(),
+        claims=True,
+    )
+    ticks: Counter[str] = Counter()
+
+    def count(report: TickReport) -> None:
+        ticks[report.handler] += 1
+
+    try:
+        coordinator = await app.start()
+        await seed(app.repository)
+        daemon = Daemon(
+            coordinator,
+            app.repository,
+            intervals=intervals,
+            default_interval=HOUR,
+            safety_interval=HOUR,
+            submission_poll=0.02,
+            on_tick=count,
+        )
+        task = asyncio.create_task(daemon.run())
+        try:
+            yield app, daemon, ticks
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=20)
+    finally:
+        await app.close()
+
+
+async def _job_with_tasks(repository: Any, tasks: int, status: str = WTask.READY) -> str:
+    return str(
+        await repository.create_entity(
+            "wk-job",
+            status=WJob.RUNNING,
+            children=[{"status": status, "spec": {}} for _ in range(tasks)],
+        )
+    )
+
+
+async def test_a_parent_handler_runs_when_its_last_child_ends(database):
+    """wk-finish (interval: an hour) ends the job right after its tasks end: woken by them."""
+    gate = asyncio.Event()
+
+    def end_once_open(targets: Sequence[Entity]) -> HandlerResult:
+        if not gate.is_set():
+            return HandlerResult()
+        return HandlerResult(outcomes=dict.fromkeys(ids(targets), "end"))
+
+    step = Step(end_once_open)
+    finish = Finish(lambda targets: HandlerResult(successes=ids(targets)))
+    job: list[str] = []
+
+    async def seed(repository: Any) -> None:
+        job.append(await _job_with_tasks(repository, 2))
+
+    async with running(database, finish, step, seed=seed, intervals={"wk-step": 0.05}) as (
+        app,
+        _d,
+        ticks,
+    ):
+        # wk-finish's start-up tick found nothing: the tasks were READY.
+        await wait_for(lambda: _true(ticks["wk-finish"] >= 1 and ticks["wk-step"] >= 1))
+        assert finish.seen == []
+        gate.set()
+        ended = await wait_for(lambda: _in(app, job[0], WJob.DONE), what="the job DONE")
+        assert ended.result == "SUCCESS"
+        # The start-up tick, then one or two wakes (the tasks may end in one tick or two).
+        assert 2 <= ticks["wk-finish"] <= 3, ticks
+        assert [len(batch) for batch in finish.seen] == [1]
+        rows = await app.repository.history(job[0])
+        assert [(r.handler, r.to_status) for r in rows if r.from_status != r.to_status] == [
+            ("wk-finish", WJob.DONE)
+        ]
+
+
+async def test_a_status_age_handler_is_not_woken_by_entries(database):
+    """A task enters READY/WORK 20 times: wk-watch is woken by each entry, wk-stale (its
+    filter an hour's StatusAge) ticks only at start-up: not on entry, not when it ends."""
+    moves: Counter[str] = Counter()
+
+    def cycle(targets: Sequence[Entity]) -> HandlerResult:
+        outcomes = {}
+        for t in targets:
+            moves[t.id] += 1
+            if moves[t.id] > 20:
+                outcomes[t.id] = "end"
+            else:
+                outcomes[t.id] = "work" if t.status == WTask.READY else "ready"
+        return HandlerResult(outcomes=outcomes)
+
+    task: list[str] = []
+
+    async def seed(repository: Any) -> None:
+        job = await _job_with_tasks(repository, 1)
+        (child,) = (await repository.get_entity(job)).children
+        task.append(child.id)
+
+    stale, watch = Stale(), Watch()
+    async with running(database, Step(cycle), stale, watch, seed=seed) as (app, _d, ticks):
+        await wait_for(lambda: _in(app, task[0], WTask.DONE), what="the task DONE")
+        rows = await app.repository.history(task[0])
+        assert sum(1 for r in rows if r.handler == "wk-step") == 21
+        # Its start-up tick only: neither the entries nor the task's end woke it.
+        assert ticks["wk-stale"] == 1, ticks
+        assert ticks["wk-watch"] >= 5, ticks
+        assert stale.seen == []
+        assert watch.seen == []
+
+
+async def test_an_outcome_that_keeps_the_status_ticks_its_handler_again(database):
+    """wk-segment answers ``again`` (WORK kept, data written) four times, then ``end``:
+    five ticks in a row, none waiting for its hour's interval."""
+
+    def segment(targets: Sequence[Entity]) -> HandlerResult:
+        result = HandlerResult()
+        for t in targets:
+            n = int((t.data or {}).get("n", 0))
+            result.outcomes[t.id] = "end" if n == 4 else "again"
+            result.data[t.id] = {"n": n + 1}
+        return result
+
+    task: list[str] = []
+
+    async def seed(repository: Any) -> None:
+        job = await _job_with_tasks(repository, 1, status=WTask.WORK)
+        (child,) = (await repository.get_entity(job)).children
+        task.append(child.id)
+
+    async with running(database, Segment(segment), seed=seed) as (app, _d, ticks):
+        ended = await wait_for(lambda: _in(app, task[0], WTask.DONE), what="the task DONE")
+        assert ended.data == {"n": 5}
+        assert ticks["wk-segment"] == 5, ticks
+        rows = await app.repository.history(task[0])
+        # (History keeps one row for a repeated outcome.)
+        assert [r.result for r in rows if r.handler == "wk-segment"][-2:] == ["again", "end"]
+
+
+async def test_a_handler_that_always_keeps_the_status_falls_back_to_its_interval(
+    database, monkeypatch
+):
+    """Re-wakes by a kept status are bounded: after MAX_KEPT_REWAKES the handler waits."""
+    monkeypatch.setattr(daemon_module, "MAX_KEPT_REWAKES", 3)
+
+    def again(targets: Sequence[Entity]) -> HandlerResult:
+        return HandlerResult(
+            outcomes=dict.fromkeys(ids(targets), "again"),
+            data={t.id: {"n": int((t.data or {}).get("n", 0)) + 1} for t in targets},
+        )
+
+    async def seed(repository: Any) -> None:
+        await _job_with_tasks(repository, 1, status=WTask.WORK)
+
+    # wk-finish ticks every 20 ms (it finds nothing: the task never ends): the test's clock.
+    # (Not a handler of the task: on PostgreSQL its fetch would claim the task.)
+    async with running(
+        database, Segment(again), Finish(), seed=seed, intervals={"wk-finish": 0.02}
+    ) as (_app, _d, ticks):
+        await wait_for(lambda: _true(ticks["wk-segment"] >= 4), what="four ticks")
+        seen = ticks["wk-finish"]
+        await wait_for(lambda: _true(ticks["wk-finish"] >= seen + 25), what="25 more ticks")
+        # The start-up tick, then three re-wakes.
+        assert ticks["wk-segment"] == 4, ticks
+
+
+def test_the_rules_are_derived_from_kinds_and_filters():
+    """Which handlers each entry wakes, from the kinds' parents and the handlers' filters."""
+    kinds = Kinds(KINDS)
+    rules = WakeRules.build(kinds, [Finish(), Step(), Stale(), Watch(), Segment()])
+    assert rules.woken("wk-task", WTask.WORK) == {"wk-step", "wk-watch", "wk-segment"}
+    # A task ending: its parent's handler reading children, its first status's handlers.
+    assert rules.woken("wk-task", WTask.DONE) == {"wk-finish", "wk-step", "wk-watch"}
+    assert rules.woken("wk-job", WJob.DONE) == set()
+    assert rules.newcomers() == {"wk-step", "wk-watch"}
+    assert waits_for_age([StatusAge(seconds=60)])
+    assert not waits_for_age([StatusAge(data_key="retry_after")])
+    assert not waits_for_age([AnyOf(StatusAge(seconds=60), Field("spec", ("x",), "exists"))])
+    assert child_statuses_read([Children({WTask.DONE}, KernelMatchType.ALL)]) == {WTask.DONE}
+    assert child_statuses_read([ChildCount("lt", 2)]) == {"*"}
+    assert child_statuses_read([Children({WTask.DONE}, KernelMatchType.NOT_ANY)]) == {"*"}
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _in(app: App, entity_id: str, status: str) -> Entity | None:
+    entity = await app.repository.get_entity(entity_id)
+    return entity if entity.status == status else None
