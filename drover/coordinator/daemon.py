@@ -115,6 +115,11 @@ class Daemon:
         self.errors: dict[str, int] = dict.fromkeys(self.names, 0)
         # Which handlers to wake when entities of a kind move into a status.
         self._targets: dict[tuple[str, str], set[str]] = {}
+        # The (kind, status) pairs each handler targets.
+        self._statuses_of: dict[str, set[tuple[str, str]]] = {}
+        # Handlers whose last tick fetched a full batch and changed nothing: entities
+        # leaving their statuses make room in their next batch for others waiting.
+        self._saturated: set[str] = set()
         self._promotions = [
             n for n in self.names if isinstance(coordinator.handlers[n], PromotionRule)
         ]
@@ -128,6 +133,21 @@ class Daemon:
             for status in statuses:
                 key = (handler.kind, str(status))
                 self._targets.setdefault(key, set()).add(handler_name(handler))
+                self._statuses_of.setdefault(name, set()).add(key)
+        # Per lifecycle handler, the promotions of the statuses it targets: its fetch
+        # locks and claims its targets, and a promotion selecting meanwhile skips
+        # locked rows (SKIP LOCKED), so its targets it left where they were may be
+        # due for those promotions once it is done.
+        none: set[tuple[str, str]] = set()
+        self._promotions_beside: dict[str, set[str]] = {
+            name: {
+                p
+                for p in self._promotions
+                if self._statuses_of.get(p, none) & self._statuses_of.get(name, none)
+            }
+            for name in self.names
+            if name not in self._promotions
+        }
         # Handlers of the statuses new entities start in (woken by news of creations).
         kinds = coordinator.kinds
         self._newcomers = sorted(
@@ -380,18 +400,29 @@ class Daemon:
                 "duration": round(report.duration, 6),
             },
         )
-        self._wake_for(
-            {(c.kind, str(c.to_status)) for c in report.changes if c.to_status != c.from_status}
-        )
+        moved = [c for c in report.changes if c.to_status != c.from_status]
+        self._wake_for({(c.kind, str(c.to_status)) for c in moved})
         if report.kernel_changes:
             self.wake_promotions()
-        if (
-            report.changes
-            and not report.error
-            and report.fetched >= self.coordinator.options(report.handler).batch_size
-        ):
+        full = report.fetched >= self.coordinator.options(report.handler).batch_size
+        if report.changes and not report.error and full:
             # A full batch: there may be more waiting.
             self._wake[report.handler].set()
+        if full and not report.changes:
+            # Its batch was all entities it leaves as they are (sessions waiting on
+            # their kernels, say): others behind them wait until some leave.
+            self._saturated.add(report.handler)
+        else:
+            self._saturated.discard(report.handler)
+        none: set[tuple[str, str]] = set()
+        if moved and self._saturated:
+            left = {(c.kind, str(c.from_status)) for c in moved}
+            for name in self._saturated:
+                if self._statuses_of.get(name, none) & left:
+                    self._wake[name].set()
+        if report.fetched > len(moved):
+            for name in self._promotions_beside.get(report.handler, ()):
+                self._wake[name].set()
         if self.on_tick is not None:
             self.on_tick(report)
 
