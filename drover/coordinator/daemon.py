@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -49,7 +50,7 @@ from drover.coordinator.store import DaemonStore, Subscription
 from drover.coordinator.tick import Coordinator, TickReport
 from drover.model.ids import new_id
 from drover.model.promotion import PromotionRule
-from drover.model.values import CoordinatorInfo
+from drover.model.values import Claim, CoordinatorInfo
 
 __all__ = ["Daemon"]
 
@@ -110,6 +111,8 @@ class Daemon:
         self._tick_rows: list[dict[str, object]] = []
         self._wake = {n: asyncio.Event() for n in self.names}
         self._stopping = asyncio.Event()
+        # Set when another coordinator joins: the solo lease is to be left at once.
+        self._solo_wake = asyncio.Event()
         self._in_tick: set[str] = set()
         #: Consecutive ticks of each handler whose execute() raised.
         self.errors: dict[str, int] = dict.fromkeys(self.names, 0)
@@ -221,6 +224,8 @@ class Daemon:
             asyncio.create_task(self._submission_loop(), name="drover-submissions"),
             asyncio.create_task(self._record_loop(), name="drover-tick-records"),
         ]
+        if self.coordinator.claim_owner is not None:
+            helpers.append(asyncio.create_task(self._solo_loop(), name="drover-solo"))
         if (
             self._retention is not None
             or self._ticks_retention is not None
@@ -338,6 +343,8 @@ class Daemon:
             )
         if news.get("new"):
             self.wake(*self._newcomers)
+        if news.get("joined") and self.coordinator.solo_claim is not None:
+            self._solo_wake.set()
 
     def _news(self, report: TickReport) -> int:
         """How many of the tick's outcomes differ from the same entity's in the previous tick."""
@@ -441,6 +448,61 @@ class Daemon:
                 await self.store.heartbeat(self.id)
             except Exception as error:
                 log.error("heartbeat failed: %s: %s", type(error).__name__, error)
+
+    async def _solo_loop(self) -> None:
+        """Hold the solo lease while no other coordinator runs (PostgreSQL; docs/scaling.md).
+
+        Alone, a coordinator's ticks need not mark their rows with claims (a
+        third of a lone coordinator's database work went to claiming and
+        releasing). It takes the lease when no other coordinator beat within
+        three heartbeats (checked at start and every step), renews it every
+        step, and leaves it as soon as another coordinator joins (its
+        registration notifies) or beats, or the lease was revoked (this
+        process stopped renewing it: it was paused): its solo ticks finish,
+        then it gives the lease up and the others' ticks fetch again.
+        """
+        coordinator = self.coordinator
+        owner = coordinator.claim_owner
+        assert owner is not None
+        ttl = coordinator.claim_ttl
+        step = min(self.heartbeat_interval, ttl / 3)
+        quiet = 3 * self.heartbeat_interval
+        first = True
+        try:
+            while not self._stopping.is_set():
+                if not first:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._solo_wake.wait(), timeout=step)
+                    self._solo_wake.clear()
+                first = False
+                if self._stopping.is_set():
+                    return
+                now = coordinator.clock.time()
+                until, alive_since = now + ttl, now - quiet
+                held = coordinator.solo_claim
+                try:
+                    if held is not None:
+                        if await self.store.keep_solo(
+                            owner, held.token, until=until, alive_since=alive_since
+                        ):
+                            coordinator.solo_claim = attrs.evolve(held, expires=until)
+                        else:
+                            log.info("another coordinator runs: claiming rows again")
+                            await coordinator.leave_solo()
+                            await self.store.drop_solo(owner, held.token)
+                    else:
+                        token = new_id()
+                        if await self.store.take_solo(
+                            owner, token, until=until, alive_since=alive_since
+                        ):
+                            log.info("no other coordinator runs: ticking without row claims")
+                            coordinator.solo_claim = Claim(owner, token, until, ttl, solo=True)
+                except Exception as error:
+                    log.error("solo lease: %s: %s", type(error).__name__, error)
+        finally:
+            held = coordinator.solo_claim
+            if held is not None:
+                await coordinator.leave_solo()
 
     async def _flush_ticks(self) -> None:
         rows, self._tick_rows = self._tick_rows, []
