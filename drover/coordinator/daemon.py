@@ -345,6 +345,9 @@ class Daemon:
             self.wake(*self._newcomers)
         if news.get("joined") and self.coordinator.solo_claim is not None:
             self._solo_wake.set()
+        if news.get("unleased"):
+            # Our fetches found nothing while another coordinator held the solo lease.
+            self.wake()
 
     def _news(self, report: TickReport) -> int:
         """How many of the tick's outcomes differ from the same entity's in the previous tick."""

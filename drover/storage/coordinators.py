@@ -269,6 +269,13 @@ async def keep_solo(
 
 async def drop_solo(db: Database, coordinator_id: str, token: str) -> None:
     """Give the solo lease ``token`` up: the other coordinators' ticks may fetch again."""
-    if db.postgres:
-        params = {"b_id": coordinator_id, "b_token": token}
-        await db.write(lambda conn: conn.execute(DROP_SOLO, params))
+    if not db.postgres:
+        return
+    params = {"b_id": coordinator_id, "b_token": token}
+
+    def work(conn: sa.Connection) -> None:
+        conn.execute(DROP_SOLO, params)
+        # The others' ticks found nothing while it was held: they tick again at once.
+        notify(conn, {"unleased": coordinator_id})
+
+    await db.write(work)
