@@ -8,6 +8,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from drover import HandlerResult, KernelStatus, SchedulingResult, SessionStatus,
 from drover.app import App
 from drover.config import load_config
 from drover.coordinator.tick import Coordinator
+from drover.model.plan import Claim
+from drover.model.values import CoordinatorInfo
 from drover.testing import CoordinatorHarness
 
 R = SchedulingResult
@@ -428,3 +431,147 @@ async def test_a_claimed_tick_drops_its_claims_in_the_writes_that_move_the_sessi
             sa.event.remove(engine, "before_cursor_execute", seen)
         assert await h.repository.claims_by_owner() == {}
         assert [(await h.session(s)).status for s in sids] == [S.SCHEDULED] * 3
+
+
+# -- the solo lease: a lone coordinator claims no rows --------------------------------------
+
+
+async def _register(h: CoordinatorHarness, cid: str) -> None:
+    now = datetime.fromtimestamp(h.clock.time(), UTC)
+    info = CoordinatorInfo(cid, "host", os.getpid(), now, now, "test", None)
+    await h.repository.register_coordinator(info)
+
+
+def _lease_of(h: CoordinatorHarness, owner: str, token: str) -> Claim:
+    return Claim(owner, token, h.clock.time() + 10.0, 10.0, solo=True)
+
+
+@pg_only
+async def test_a_solo_tick_claims_no_row_and_is_fenced_once_its_lease_is_revoked(pg: Database):
+    """Under A's solo lease its tick marks no row and B fetches nothing; A pauses past the
+    lease, B revokes it and moves the session; A's apply is fenced, nothing moves twice."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        sid = await h.create_session()
+        repo = h.repository
+        await _register(h, "coordinator-a")
+        now = h.clock.time()
+        took = await repo.take_solo("coordinator-a", "lease-a", until=now + 10, alive_since=now)
+        assert took, "alone: A takes the lease"
+        slow = Gated()
+        a = _coordinator(h, slow, "coordinator-a")
+        a.solo_claim = _lease_of(h, "coordinator-a", "lease-a")
+        fast = Scripted()
+        fast.script = lambda targets: HandlerResult(successes=[t.id for t in targets])
+        b = _coordinator(h, fast, "coordinator-b")
+
+        tick_a = asyncio.create_task(a.tick("scripted"))
+        await asyncio.wait_for(slow.entered.wait(), timeout=10)
+        assert await repo.claims_by_owner() == {}, "a solo tick marks no row"
+        assert (await b.tick("scripted")).fetched == 0, "nobody claims beside a solo lease"
+
+        await _register(h, "coordinator-b")
+        h.clock.advance(11)  # A's lease lapses (A is paused inside execute)
+        later = h.clock.time()
+        await repo.take_solo("coordinator-b", "lease-b", until=later + 10, alive_since=later)
+        report_b = await b.tick("scripted")
+        assert (report_b.fetched, report_b.count(R.SUCCESS)) == (1, 1)
+
+        h.clock.advance(1)
+        slow.gate.set()
+        report_a = await asyncio.wait_for(tick_a, timeout=10)
+        assert [(c.result, c.error_code) for c in report_a.changes] == [(R.SKIPPED, "fenced")]
+        assert (await h.session(sid)).status == S.SCHEDULED
+        rows = await h.history(sid)
+        assert [(r.result, r.from_status, r.to_status, r.error_code) for r in rows] == [
+            ("CREATED", S.PENDING, S.PENDING, None),
+            (R.SUCCESS, S.PENDING, S.SCHEDULED, None),
+            (R.SKIPPED, S.SCHEDULED, S.SCHEDULED, "fenced"),
+        ]
+        assert not await repo.keep_solo(
+            "coordinator-a", "lease-a", until=later + 20, alive_since=later - 100
+        ), "a revoked lease is not renewed"
+
+
+@pg_only
+async def test_a_solo_tick_is_fenced_on_a_session_another_coordinator_claimed(pg: Database):
+    """A claim another coordinator holds on a row (it claimed it before the lease was
+    taken) wins over the lease: the solo tick neither fetches nor writes it."""
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        first, second = await h.create_session(), await h.create_session()
+        repo = h.repository
+        held = Gated()
+        b = _coordinator(h, held, "coordinator-b")
+        b_options = b.options("scripted")
+        assert b_options.batch_size >= 2
+        tick_b = asyncio.create_task(b.tick("scripted"))
+        await asyncio.wait_for(held.entered.wait(), timeout=10)
+        assert held.calls == [[first, second]]
+        await _register(h, "coordinator-a")
+        now = h.clock.time()
+        assert await repo.take_solo("coordinator-a", "lease-a", until=now + 10, alive_since=now)
+        solo = Scripted()
+        solo.script = lambda targets: HandlerResult(successes=[t.id for t in targets])
+        a = _coordinator(h, solo, "coordinator-a")
+        a.solo_claim = _lease_of(h, "coordinator-a", "lease-a")
+        assert (await a.tick("scripted")).fetched == 0, "B's live claims are not fetched"
+        held.gate.set()
+        report_b = await asyncio.wait_for(tick_b, timeout=10)
+        assert report_b.count(R.SUCCESS) == 2
+        assert await repo.claims_by_owner() == {}
+
+
+@pg_only
+async def test_a_lone_daemon_ticks_solo_and_gives_the_lease_up_when_another_joins(
+    pg: Database, tmp_path: Path
+):
+    """Alone, a daemon takes the solo lease and its sessions run with no claim written;
+    a second daemon's registration makes it leave the lease, and sessions submitted
+    then run under claims, each moved once."""
+    extra = {"backend.agents": BIG_AGENT}
+    engine_seen: list[str] = []
+
+    def claims_written(conn, cursor, statement, parameters, context, executemany) -> None:
+        # Claims and releases; not the solo fetch's drop of lapsed claims (none here).
+        lapsed = "entities.claim_token IS NOT NULL" in statement
+        if statement.startswith("UPDATE entities SET claim_owner=") and not lapsed:
+            engine_seen.append(statement)
+
+    async with running_daemon(pg, tmp_path / "data", **extra) as (app, one):
+        await wait_for(lambda: _true(one.coordinator.solo_claim is not None), what="the solo lease")
+        engine = app.repository.engine.sync_engine
+        sa.event.listen(engine, "before_cursor_execute", claims_written)
+        try:
+            ids = await app.repository.create_sessions(
+                [{"kernels": [{"command": ["true"], "cpu": 1, "mem": 1}]} for _ in range(5)]
+            )
+            await wait_for(lambda: _all_ended(app, ids), timeout=60, what="solo sessions")
+            assert engine_seen == [], "a solo daemon writes no claim"
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", claims_written)
+        async with running_daemon(pg, tmp_path / "data", **extra) as (_app2, two):
+            await wait_for(
+                lambda: _true(one.coordinator.solo_claim is None), what="leaving the lease"
+            )
+            assert two.coordinator.solo_claim is None
+            more = await app.repository.create_sessions(
+                [{"kernels": [{"command": ["true"], "cpu": 1, "mem": 1}]} for _ in range(10)]
+            )
+            await wait_for(lambda: _all_ended(app, more), timeout=60, what="claimed sessions")
+        for sid in [*ids, *more]:
+            rows = await app.repository.history(sid)
+            moves = Counter(r.from_status for r in rows if r.from_status != r.to_status)
+            assert all(n == 1 for n in moves.values()), (sid, rows)
+            assert not [r for r in rows if r.error_code == "fenced"], (sid, rows)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _all_ended(app: App, ids: Sequence[str]) -> bool:
+    sessions = [await app.repository.get_session(sid) for sid in ids]
+    return all(s.status in (S.TERMINATED, S.ERROR) for s in sessions)

@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -55,7 +56,7 @@ from drover.coordinator.tick import Coordinator, TickReport
 from drover.coordinator.wakes import WakeRules
 from drover.model.ids import new_id
 from drover.model.promotion import PromotionRule
-from drover.model.values import CoordinatorInfo
+from drover.model.values import Claim, CoordinatorInfo
 
 __all__ = ["MAX_KEPT_REWAKES", "Daemon"]
 
@@ -119,6 +120,8 @@ class Daemon:
         self._tick_rows: list[dict[str, object]] = []
         self._wake = {n: asyncio.Event() for n in self.names}
         self._stopping = asyncio.Event()
+        # Set when another coordinator joins: the solo lease is to be left at once.
+        self._solo_wake = asyncio.Event()
         self._in_tick: set[str] = set()
         #: Consecutive ticks of each handler whose execute() raised.
         self.errors: dict[str, int] = dict.fromkeys(self.names, 0)
@@ -129,6 +132,34 @@ class Daemon:
         self._rules = WakeRules.build(
             coordinator.kinds, [coordinator.handlers[n] for n in self.names]
         )
+        # The (kind, status) pairs each handler targets.
+        self._statuses_of: dict[str, set[tuple[str, str]]] = {}
+        for name in self.names:
+            handler = coordinator.handlers[name]
+            statuses = (
+                handler.from_statuses
+                if isinstance(handler, PromotionRule)
+                else handler.target_statuses
+            )
+            for status in statuses:
+                self._statuses_of.setdefault(name, set()).add((handler.kind, str(status)))
+        # Handlers whose last tick fetched a full batch and changed nothing: entities
+        # leaving their statuses make room in their next batch for others waiting.
+        self._saturated: set[str] = set()
+        # Per lifecycle handler, the promotions of the statuses it targets: its fetch
+        # locks and claims its targets, and a promotion selecting meanwhile skips
+        # locked rows (SKIP LOCKED), so its targets it left where they were may be
+        # due for those promotions once it is done.
+        none: set[tuple[str, str]] = set()
+        self._promotions_beside: dict[str, set[str]] = {
+            name: {
+                p
+                for p in self._promotions
+                if self._statuses_of.get(p, none) & self._statuses_of.get(name, none)
+            }
+            for name in self.names
+            if name not in self._promotions
+        }
         # Handlers of the statuses new entities start in (woken by news of creations).
         self._newcomers = sorted(self._rules.newcomers())
         # Per handler, consecutive ticks re-woken because an outcome kept its status.
@@ -196,6 +227,8 @@ class Daemon:
             asyncio.create_task(self._submission_loop(), name="drover-submissions"),
             asyncio.create_task(self._record_loop(), name="drover-tick-records"),
         ]
+        if self.coordinator.claim_owner is not None:
+            helpers.append(asyncio.create_task(self._solo_loop(), name="drover-solo"))
         if (
             self._retention is not None
             or self._ticks_retention is not None
@@ -300,6 +333,11 @@ class Daemon:
             )
         if news.get("new"):
             self.wake(*self._newcomers)
+        if news.get("joined") and self.coordinator.solo_claim is not None:
+            self._solo_wake.set()
+        if news.get("unleased"):
+            # Our fetches found nothing while another coordinator held the solo lease.
+            self.wake()
 
     def _news(self, report: TickReport) -> int:
         """How many of the tick's outcomes differ from the same entity's in the previous tick."""
@@ -362,16 +400,12 @@ class Daemon:
                 "duration": round(report.duration, 6),
             },
         )
-        self._wake_for(
-            {(c.kind, str(c.to_status)) for c in report.changes if c.to_status != c.from_status}
-        )
+        moved = [c for c in report.changes if c.to_status != c.from_status]
+        self._wake_for({(c.kind, str(c.to_status)) for c in moved})
         if report.kernel_changes:
             self.wake_promotions()
-        if (
-            report.changes
-            and not report.error
-            and report.fetched >= self.coordinator.options(report.handler).batch_size
-        ):
+        full = report.fetched >= self.coordinator.options(report.handler).batch_size
+        if report.changes and not report.error and full:
             # A full batch: there may be more waiting.
             self._wake[report.handler].set()
         if not report.error and self._rules.keeps_status(report.handler, report.changes):
@@ -383,6 +417,21 @@ class Daemon:
                 self._wake[report.handler].set()
         else:
             self._kept[report.handler] = 0
+        if full and not report.changes:
+            # Its batch was all entities it leaves as they are (sessions waiting on
+            # their kernels, say): others behind them wait until some leave.
+            self._saturated.add(report.handler)
+        else:
+            self._saturated.discard(report.handler)
+        none: set[tuple[str, str]] = set()
+        if moved and self._saturated:
+            left = {(c.kind, str(c.from_status)) for c in moved}
+            for name in self._saturated:
+                if self._statuses_of.get(name, none) & left:
+                    self._wake[name].set()
+        if report.fetched > len(moved):
+            for name in self._promotions_beside.get(report.handler, ()):
+                self._wake[name].set()
         if self.on_tick is not None:
             self.on_tick(report)
 
@@ -401,6 +450,61 @@ class Daemon:
                 await self.store.heartbeat(self.id)
             except Exception as error:
                 log.error("heartbeat failed: %s: %s", type(error).__name__, error)
+
+    async def _solo_loop(self) -> None:
+        """Hold the solo lease while no other coordinator runs (PostgreSQL; docs/scaling.md).
+
+        Alone, a coordinator's ticks need not mark their rows with claims (a
+        third of a lone coordinator's database work went to claiming and
+        releasing). It takes the lease when no other coordinator beat within
+        three heartbeats (checked at start and every step), renews it every
+        step, and leaves it as soon as another coordinator joins (its
+        registration notifies) or beats, or the lease was revoked (this
+        process stopped renewing it: it was paused): its solo ticks finish,
+        then it gives the lease up and the others' ticks fetch again.
+        """
+        coordinator = self.coordinator
+        owner = coordinator.claim_owner
+        assert owner is not None
+        ttl = coordinator.claim_ttl
+        step = min(self.heartbeat_interval, ttl / 3)
+        quiet = 3 * self.heartbeat_interval
+        first = True
+        try:
+            while not self._stopping.is_set():
+                if not first:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._solo_wake.wait(), timeout=step)
+                    self._solo_wake.clear()
+                first = False
+                if self._stopping.is_set():
+                    return
+                now = coordinator.clock.time()
+                until, alive_since = now + ttl, now - quiet
+                held = coordinator.solo_claim
+                try:
+                    if held is not None:
+                        if await self.store.keep_solo(
+                            owner, held.token, until=until, alive_since=alive_since
+                        ):
+                            coordinator.solo_claim = attrs.evolve(held, expires=until)
+                        else:
+                            log.info("another coordinator runs: claiming rows again")
+                            await coordinator.leave_solo()
+                            await self.store.drop_solo(owner, held.token)
+                    else:
+                        token = new_id()
+                        if await self.store.take_solo(
+                            owner, token, until=until, alive_since=alive_since
+                        ):
+                            log.info("no other coordinator runs: ticking without row claims")
+                            coordinator.solo_claim = Claim(owner, token, until, ttl, solo=True)
+                except Exception as error:
+                    log.error("solo lease: %s: %s", type(error).__name__, error)
+        finally:
+            held = coordinator.solo_claim
+            if held is not None:
+                await coordinator.leave_solo()
 
     async def _flush_ticks(self) -> None:
         rows, self._tick_rows = self._tick_rows, []

@@ -127,7 +127,25 @@ class DaemonStore(CoordinatorStore, Protocol):
         ...
 
     async def coordinator_stopped(self, coordinator_id: str) -> None:
-        """Mark this coordinator as cleanly stopped."""
+        """Mark this coordinator as cleanly stopped (and give up its solo lease)."""
+        ...
+
+    async def take_solo(
+        self, coordinator_id: str, token: str, *, until: float, alive_since: float
+    ) -> bool:
+        """Take the solo lease ``token`` until ``until`` if no other coordinator runs (a
+        heartbeat since ``alive_since``) or holds it: this coordinator's ticks then claim
+        no rows, and the others' fetch nothing (always ``False`` where nothing is claimed)."""
+        ...
+
+    async def keep_solo(
+        self, coordinator_id: str, token: str, *, until: float, alive_since: float
+    ) -> bool:
+        """Renew the solo lease; ``False`` if another coordinator runs or it was revoked."""
+        ...
+
+    async def drop_solo(self, coordinator_id: str, token: str) -> None:
+        """Give the solo lease up."""
         ...
 
     async def record_ticks(self, rows: Sequence[Mapping[str, Any]]) -> None:

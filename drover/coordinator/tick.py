@@ -146,6 +146,16 @@ class Coordinator:
         #: lease: the daemon does): its entities are taken over only once it stops
         #: renewing (it died, or is paused), never from a live tick that is merely slow.
         self.renew_claims = renew_claims
+        #: The solo lease this coordinator holds (the daemon takes it when it runs alone on
+        #: PostgreSQL): its ticks claim under it and mark no row. ``None``: claim per tick.
+        self.solo_claim: Claim | None = None
+        # Ticks running under the solo lease, and a gate new ticks wait at while the
+        # lease is being left (a tick claiming rows never overlaps one that did not).
+        self._solo_ticks = 0
+        self._solo_quiet = asyncio.Event()
+        self._solo_quiet.set()
+        self._solo_gate = asyncio.Event()
+        self._solo_gate.set()
 
     def options(self, name: str) -> HandlerOptions:
         """The resolved (handler default + configuration) options of handler ``name``."""
@@ -202,13 +212,40 @@ class Coordinator:
             )
         return report
 
+    async def leave_solo(self) -> None:
+        """Stop ticking under the solo lease; return once no tick runs under it any more.
+
+        New ticks claim their rows again; they wait until then.
+        """
+        self.solo_claim = None
+        self._solo_gate.clear()
+        try:
+            await self._solo_quiet.wait()
+        finally:
+            self._solo_gate.set()
+
     async def _lifecycle_tick(
         self, name: str, handler: LifecycleHandler
     ) -> tuple[int, ApplyOutcome, tuple[str, ...], str | None]:
+        await self._solo_gate.wait()
+        solo = self.solo_claim if self.claim_owner is not None else None
+        if solo is None:
+            return await self._lifecycle_run(name, handler, self.clock.time(), None)
+        self._solo_ticks += 1
+        self._solo_quiet.clear()
+        try:
+            return await self._lifecycle_run(name, handler, self.clock.time(), solo)
+        finally:
+            self._solo_ticks -= 1
+            if not self._solo_ticks:
+                self._solo_quiet.set()
+
+    async def _lifecycle_run(
+        self, name: str, handler: LifecycleHandler, started: float, solo: Claim | None
+    ) -> tuple[int, ApplyOutcome, tuple[str, ...], str | None]:
         options = self._options[name]
         kind = self.kinds[handler.kind]
-        started = self.clock.time()
-        claim = (
+        claim = solo or (
             Claim(self.claim_owner, new_id(), started + self.claim_ttl, self.claim_ttl)
             if self.claim_owner is not None
             else None

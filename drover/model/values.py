@@ -384,12 +384,17 @@ class Claim:
     other coordinators may take the entities over (epoch seconds). ``ttl``:
     how long the claim lasts from a renewal (a backend renews the claim on a
     session it is still working on; ``None``: never renewed).
+
+    ``solo``: the claim is the coordinator's solo lease (it runs alone): ``token``
+    is the lease's, no row carries it, and the tick holds an entity as long as
+    the lease holds and no other coordinator claimed the entity.
     """
 
     owner: str
     token: str
     expires: float
     ttl: float | None = None
+    solo: bool = False
 
 
 @attrs.frozen

@@ -98,6 +98,12 @@ class Database:
         self.kinds: Kinds = kinds
         self.postgres = engine.dialect.name == "postgresql"
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+        # PostgreSQL reads run in autocommit: at READ COMMITTED every statement has
+        # its own snapshot anyway, so a read transaction only cost a BEGIN and a
+        # ROLLBACK round trip each.
+        self._read_engine = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if self.postgres else engine
+        )
         self._threaded = threaded_sqlite_engine(engine)
         self._threaded_write = (
             self._threaded.execution_options(**{WRITE_OPTION: True})
@@ -128,7 +134,7 @@ class Database:
         if write:
             async with self._write_engine.begin() as aconn:
                 return await aconn.run_sync(work)
-        async with self.engine.connect() as aconn:
+        async with self._read_engine.connect() as aconn:
             return await aconn.run_sync(work)
 
     async def write(self, work: Work[T]) -> T:

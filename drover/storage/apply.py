@@ -78,6 +78,7 @@ from drover.storage.statements.apply import (
     set_result,
     spend_budget,
 )
+from drover.storage.statements.coordinators import SOLO_HELD
 from drover.storage.statements.promote import (
     WATERMARKS,
     promote_entities,
@@ -206,7 +207,7 @@ class Apply:
         self.inject("before-history")
         self._write_history()
         self.inject("after-history")
-        if self.claim is not None:
+        if self.claim is not None and not self.claim.solo:
             # The fenced writes released what they wrote; the rest is released here.
             done = self._released
             rest = [i for i in self._claimed if i not in done] if done else self._claimed
@@ -236,6 +237,12 @@ class Apply:
         pg = self.postgres
         query = statement(("claim-state", pg), lambda: claim_state(pg))
         rows = self.conn.execute(query, {"ids": self._ids(missing)}).all()
+        if self.claim.solo:
+            # No row carries a solo lease: lost if the lease is, or another coordinator
+            # claimed the entity.
+            lease = {"b_id": self.claim.owner, "b_token": self.claim.token}
+            held = self.conn.execute(SOLO_HELD, lease).first() is not None
+            return {r.id: r for r in rows if not held or r.claim_token is not None}
         return {r.id: r for r in rows if r.claim_token != self.claim.token}
 
     def _apply_group(self, group: list[Change]) -> list[AppliedChange]:
@@ -466,8 +473,11 @@ class Apply:
             "of_kind": kind.name,
         }
         fenced = self.claim is not None and first.entity_id not in self._unclaimed
+        solo = fenced and self.claim is not None and self.claim.solo
         if fenced and self.claim is not None:
             params["b_claim_token"] = self.claim.token
+            if solo:
+                params["b_claim_owner"] = self.claim.owner
         stmt: sa.Executable
         if first.changes_status:
             assert first.to_status is not None
@@ -475,18 +485,22 @@ class Apply:
             to = str(first.to_status)
             resets = tuple(sorted(b.name for b in kind.budgets if b.refills_on(to)))
             stmt = statement(
-                ("move-entities", pg, requeue, rule, resets, fenced),
-                lambda: move_entities(pg, requeue, rule, resets, fenced),
+                ("move-entities", pg, requeue, rule, resets, fenced, solo),
+                lambda: move_entities(pg, requeue, rule, resets, fenced, solo),
             )
             params.update(to_status=str(first.to_status), now=self.now)
         elif first.try_count is TryCount.INCREMENT:
-            stmt = statement(("count-try", pg, fenced), lambda: count_try(pg, fenced))
+            stmt = statement(("count-try", pg, fenced, solo), lambda: count_try(pg, fenced, solo))
             params.update(self._handler_param())
         elif first.try_count is TryCount.RESET:
-            stmt = statement(("reset-tries", pg, fenced), lambda: reset_tries(pg, fenced))
+            stmt = statement(
+                ("reset-tries", pg, fenced, solo), lambda: reset_tries(pg, fenced, solo)
+            )
             params.update(self._handler_param())
         else:
-            stmt = statement(("lock-entities", pg, fenced), lambda: lock_entities(pg, fenced))
+            stmt = statement(
+                ("lock-entities", pg, fenced, solo), lambda: lock_entities(pg, fenced, solo)
+            )
             return [r[0] for r in self.conn.execute(stmt, params)]
         live = [r[0] for r in self.conn.execute(stmt, params)]
         if fenced:

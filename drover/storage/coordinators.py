@@ -31,25 +31,35 @@ import sqlalchemy as sa
 from drover.model.errors import CoordinatorConflictError
 from drover.model.values import CoordinatorInfo
 from drover.storage._db import Database
+from drover.storage.notify import notify
 from drover.storage.rows import coordinator_from_row
 from drover.storage.statements.coordinators import (
     CLAIMS_BY_OWNER,
+    DROP_SOLO,
     HEARTBEAT,
     INSERT_COORDINATOR,
     MARK_STOPPED,
     NEWEST_RUNNING,
     NOT_STOPPED,
+    OTHERS_ALIVE,
+    RENEW_SOLO,
+    REVOKE_LAPSED_SOLO,
+    SOLO_LOCK,
     STOPPED,
+    TAKE_SOLO,
     coordinators_alive,
 )
 
 __all__ = [
     "claims_by_owner",
     "coordinator_stopped",
+    "drop_solo",
     "heartbeat",
+    "keep_solo",
     "list_coordinators",
     "register_coordinator",
     "release_lock",
+    "take_solo",
 ]
 
 
@@ -151,6 +161,8 @@ async def register_coordinator(
                     f"(it did not stop cleanly; last heartbeat {age:.0f}s ago)"
                 )
         conn.execute(INSERT_COORDINATOR, row)
+        # A coordinator holding the solo lease gives it up at once (PostgreSQL).
+        notify(conn, {"joined": info.id})
         return note
 
     try:
@@ -207,3 +219,63 @@ async def claims_by_owner(db: Database) -> dict[str, int]:
         return {str(owner): int(n) for owner, n in conn.execute(CLAIMS_BY_OWNER, params)}
 
     return await db.read(work)
+
+
+# -- the solo lease (PostgreSQL; docs/scaling.md) --------------------------------------------
+
+
+async def take_solo(
+    db: Database, coordinator_id: str, token: str, *, until: float, alive_since: float
+) -> bool:
+    """Take the solo lease ``token`` until ``until`` if no other coordinator runs (a
+    heartbeat since ``alive_since``) or holds it; first revoke the leases that lapsed.
+
+    Under the lease, the coordinator's ticks claim no rows; while anyone holds it,
+    the other coordinators' ticks fetch nothing. Always ``False`` on SQLite (one
+    coordinator, nothing claimed).
+    """
+    if not db.postgres:
+        return False
+    now = db.clock.time()
+    params = {"b_id": coordinator_id, "b_token": token, "b_until": until}
+
+    def work(conn: sa.Connection) -> bool:
+        conn.execute(SOLO_LOCK)
+        conn.execute(REVOKE_LAPSED_SOLO, {"b_now": now})
+        taken = conn.execute(TAKE_SOLO, {**params, "b_alive_since": alive_since}).first()
+        return taken is not None
+
+    return await db.write(work)
+
+
+async def keep_solo(
+    db: Database, coordinator_id: str, token: str, *, until: float, alive_since: float
+) -> bool:
+    """Renew the solo lease ``token`` until ``until``, unless another coordinator runs (a
+    heartbeat since ``alive_since``) or the lease was revoked: then ``False``, and the
+    coordinator must leave solo (:func:`drop_solo` once its solo ticks are done)."""
+    if not db.postgres:
+        return False
+    params = {"b_id": coordinator_id, "b_token": token, "b_until": until}
+
+    def work(conn: sa.Connection) -> bool:
+        others = conn.execute(OTHERS_ALIVE, {"b_id": coordinator_id, "b_alive_since": alive_since})
+        if others.scalar():
+            return False
+        return conn.execute(RENEW_SOLO, params).first() is not None
+
+    return await db.write(work)
+
+
+async def drop_solo(db: Database, coordinator_id: str, token: str) -> None:
+    """Give the solo lease ``token`` up: the other coordinators' ticks may fetch again."""
+    if not db.postgres:
+        return
+    params = {"b_id": coordinator_id, "b_token": token}
+
+    def work(conn: sa.Connection) -> None:
+        conn.execute(DROP_SOLO, params)
+        # The others' ticks found nothing while it was held: they tick again at once.
+        notify(conn, {"unleased": coordinator_id})
+
+    await db.write(work)

@@ -25,11 +25,13 @@ from drover.storage.rows import (
     sessions_with_kernels,
 )
 from drover.storage.sessions import read_kernels_of
+from drover.storage.statements.coordinators import RENEW_SOLO, SOLO_HELD
 from drover.storage.statements.fetch import (
     CLAIM_TOKEN,
     RENEW_CLAIM,
     children_of,
     claim_rows,
+    clear_lapsed_claims,
     links_of,
     release_rows,
     renew_rows,
@@ -69,7 +71,10 @@ _READERS: dict[type, Any] = {SessionWithKernels: _read_sessions}
 
 
 def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
-    """Release a tick's claim on ``ids`` (PostgreSQL), inside an open transaction."""
+    """Release a tick's claim on ``ids`` (PostgreSQL), inside an open transaction.
+
+    A solo tick's (:attr:`Claim.solo`) marked no row: there is nothing to release.
+    """
     if ids:
         conn.execute(
             statement(("release-claims",), release_rows),
@@ -87,6 +92,8 @@ async def hold_claim(db: Database, claim: Claim, entity_id: str) -> float | None
     """
     if not db.postgres:
         return claim.expires
+    if claim.solo:
+        return await _hold_solo(db, claim, entity_id)
     if claim.ttl is None:
 
         def token_of(conn: sa.Connection) -> Any:
@@ -99,8 +106,28 @@ async def hold_claim(db: Database, claim: Claim, entity_id: str) -> float | None
     return until if renewed is not None else None
 
 
+async def _hold_solo(db: Database, claim: Claim, entity_id: str) -> float | None:
+    """:func:`hold_claim` of a solo tick: the lease still holds (renewed if it has a
+    ``ttl``) and no other coordinator claimed the entity."""
+    until = claim.expires if claim.ttl is None else db.clock.time() + claim.ttl
+    lease = {"b_id": claim.owner, "b_token": claim.token, "b_until": until}
+
+    def work(conn: sa.Connection) -> float | None:
+        check = SOLO_HELD if claim.ttl is None else RENEW_SOLO
+        if conn.execute(check, lease).first() is None:
+            return None
+        token = conn.execute(CLAIM_TOKEN, {"b_id": entity_id}).scalar()
+        return until if token is None else None
+
+    return await db.write(work)
+
+
 def renew_claims(conn: sa.Connection, claim: Claim, ids: Sequence[str], until: float) -> None:
-    """Extend a tick's claim on ``ids`` (PostgreSQL) until ``until``, inside a transaction."""
+    """Extend a tick's claim on ``ids`` (PostgreSQL) until ``until``, inside a transaction
+    (a solo tick's: the lease)."""
+    if claim.solo:
+        conn.execute(RENEW_SOLO, {"b_id": claim.owner, "b_token": claim.token, "b_until": until})
+        return
     if ids:
         conn.execute(
             statement(("renew-claims",), renew_rows),
@@ -149,7 +176,8 @@ async def fetch_lifecycle_targets(
     With a ``claim`` on PostgreSQL the fetch is a short write transaction: the
     rows are selected ``FOR UPDATE SKIP LOCKED`` among the unclaimed (or
     lapsed) ones and marked with the claim, so several coordinators fetch
-    disjoint batches. On SQLite (one coordinator, enforced at start-up) the
+    disjoint batches. A solo claim (the coordinator runs alone, under its
+    solo lease) marks no row. On SQLite (one coordinator, enforced at start-up) the
     claim is ignored and the fetch stays a plain read. Each target carries the
     claim it was fetched under (``claim``; ``None`` when not claimed), which
     backends check before side effects (:mod:`drover.backends.fence`).
@@ -161,6 +189,7 @@ async def fetch_lifecycle_targets(
     checks = tuple(filters)
     pg = db.postgres
     claiming = claim is not None and pg
+    solo = claiming and claim is not None and claim.solo
     kinds = db.kinds
     read = _READERS.get(kinds[kind].value_type, _read_entities)
     # Cached by the filters' shape, their values bound: values that change every
@@ -168,8 +197,8 @@ async def fetch_lifecycle_targets(
     shape, values = filter_shape(checks)
     marking = order == OLDEST_SEEN
     query = bounded_statement(
-        ("targets", kind, wanted, shape, pg, claiming, marking),
-        lambda: targets_query(kind, wanted, checks, pg, claiming, marking),
+        ("targets", kind, wanted, shape, pg, claiming, marking, solo),
+        lambda: targets_query(kind, wanted, checks, pg, claiming, marking, solo),
     )
     params: dict[str, Any] = {"limit": limit, **values}
     if marking:
@@ -179,12 +208,20 @@ async def fetch_lifecycle_targets(
     if claiming:
         assert claim is not None
         params["claim_now"] = now
+        params["claim_owner"] = claim.owner
+        if solo:
+            params["claim_token"] = claim.token
 
     def work(conn: sa.Connection) -> list[Any]:
         rows = driver_rows(conn, query, params)
         if not rows:
             return []
-        if claiming:
+        if solo:
+            # Alone, the tick marks no row; it only takes over lapsed claims (of a
+            # coordinator that died or is paused), so that their holder is fenced.
+            ids = ids_value([r[0] for r in rows], True)
+            conn.execute(statement(("clear-lapsed",), clear_lapsed_claims), {"ids": ids})
+        elif claiming:
             assert claim is not None
             conn.execute(
                 statement(("claim-rows",), claim_rows),

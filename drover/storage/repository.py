@@ -206,8 +206,9 @@ class Repository(Queries):
         await self._db.write(lambda conn: _fetch.renew_claims(conn, claim, ids, until))
 
     async def release_claims(self, claim: Claim, ids: Sequence[str]) -> None:
-        """Drop a tick's claim from ``ids`` (a tick that could not apply); no-op on SQLite."""
-        if not self._db.postgres or not ids:
+        """Drop a tick's claim from ``ids`` (a tick that could not apply); no-op on SQLite
+        and for a solo tick (no row carries its claim)."""
+        if not self._db.postgres or not ids or claim.solo:
             return
         await self._db.write(lambda conn: _fetch.release_claims(conn, claim.token, ids))
 
@@ -408,6 +409,28 @@ class Repository(Queries):
     async def heartbeat(self, coordinator_id: str) -> None:
         """Refresh a coordinator's ``heartbeat_at``."""
         await _coordinators.heartbeat(self._db, coordinator_id)
+
+    async def take_solo(
+        self, coordinator_id: str, token: str, *, until: float, alive_since: float
+    ) -> bool:
+        """Take the solo lease if no other coordinator runs; see
+        :func:`drover.storage.coordinators.take_solo`."""
+        return await _coordinators.take_solo(
+            self._db, coordinator_id, token, until=until, alive_since=alive_since
+        )
+
+    async def keep_solo(
+        self, coordinator_id: str, token: str, *, until: float, alive_since: float
+    ) -> bool:
+        """Renew the solo lease while no other coordinator runs; see
+        :func:`drover.storage.coordinators.keep_solo`."""
+        return await _coordinators.keep_solo(
+            self._db, coordinator_id, token, until=until, alive_since=alive_since
+        )
+
+    async def drop_solo(self, coordinator_id: str, token: str) -> None:
+        """Give the solo lease up (:func:`drover.storage.coordinators.drop_solo`)."""
+        await _coordinators.drop_solo(self._db, coordinator_id, token)
 
     async def coordinator_stopped(self, coordinator_id: str) -> None:
         """Mark a coordinator as cleanly stopped."""

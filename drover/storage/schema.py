@@ -184,6 +184,11 @@ coordinators = sa.Table(
     sa.Column("stopped_at", sa.Double(), nullable=True),
     # The names of the handlers the daemon runs (a JSON list; NULL: not recorded).
     sa.Column("handlers", sa.JSON(), nullable=True),
+    # The solo lease (PostgreSQL): a coordinator that finds itself alone takes it, and
+    # its ticks then claim no rows; others claim nothing while any coordinator holds
+    # it (docs/scaling.md). NULL: not held.
+    sa.Column("solo_token", sa.String(36), nullable=True),
+    sa.Column("solo_until", sa.Double(), nullable=True),
     sa.Index(None, "heartbeat_at"),
 )
 

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from drover.model.kinds import STOP_REQUESTED, EntityKind
 from drover.model.status import KernelStatus
 from drover.model.values import StatusInfoRule
-from drover.storage.schema import entities, scheduling_history, status_changes
+from drover.storage.schema import coordinators, entities, scheduling_history, status_changes
 from drover.storage.statements.children import K, kernel_exists, kernel_status_in
 from drover.storage.statements.ids import ids_param
 
@@ -90,24 +90,36 @@ _CHANGE_COLUMNS = [
 # -- the compare-and-set -------------------------------------------------------------------
 
 
-def entity_guard(postgres: bool, fenced: bool = False) -> sa.ColumnElement[bool]:
+def entity_guard(
+    postgres: bool, fenced: bool = False, solo: bool = False
+) -> sa.ColumnElement[bool]:
     """The compare-and-set: the entities ``:ids`` of kind ``:of_kind`` still in ``:from_status``.
 
-    ``fenced``: and still under our claim (``:b_claim_token``).
+    ``fenced``: and still under our claim (``:b_claim_token``). ``solo`` (with
+    ``fenced``): the claim is ``:b_claim_owner``'s solo lease, which no row
+    carries: it must still hold, and no other coordinator may have claimed the
+    entity since.
     """
     guard = sa.and_(
         ids_param(e.c.id, "ids", postgres),
         e.c.status == sa.bindparam("from_status"),
         e.c.kind == sa.bindparam("of_kind"),
     )
-    if fenced:
+    if fenced and solo:
+        c = coordinators
+        lease = sa.exists().where(
+            c.c.id == sa.bindparam("b_claim_owner"),
+            c.c.solo_token == sa.bindparam("b_claim_token"),
+        )
+        guard = sa.and_(guard, e.c.claim_token.is_(None), lease)
+    elif fenced:
         guard = sa.and_(guard, e.c.claim_token == sa.bindparam("b_claim_token"))
     return guard
 
 
-def lock_entities(postgres: bool, fenced: bool = False) -> sa.Select[Any]:
+def lock_entities(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.Select[Any]:
     """The ids that pass :func:`entity_guard`, locked (PostgreSQL): a guard that writes nothing."""
-    query = sa.select(e.c.id).where(entity_guard(postgres, fenced))
+    query = sa.select(e.c.id).where(entity_guard(postgres, fenced, solo))
     return query.with_for_update() if postgres else query
 
 
@@ -144,6 +156,7 @@ def move_entities(
     rule: StatusInfoRule | None,
     resets: tuple[str, ...] = (),
     fenced: bool = False,
+    solo: bool = False,
 ) -> sa.Update:
     """Move the entities that pass :func:`entity_guard` to ``:to_status`` at ``:now``.
 
@@ -166,7 +179,8 @@ def move_entities(
         values["status_info"] = status_info_expression(rule)
     if fenced:
         values.update(_RELEASED)
-    return sa.update(e).where(entity_guard(postgres, fenced)).values(**values).returning(e.c.id)
+    guard = entity_guard(postgres, fenced, solo)
+    return sa.update(e).where(guard).values(**values).returning(e.c.id)
 
 
 def incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]:
@@ -186,25 +200,25 @@ def incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]
     )
 
 
-def count_try(postgres: bool, fenced: bool = False) -> sa.Update:
+def count_try(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.Update:
     """``tries[:handler] += 1`` where :func:`entity_guard` passes; returns the ids.
 
     ``:path`` is the SQLite JSON path of the handler.
     """
     expression = incremented(e.c.tries, postgres)
-    guard = entity_guard(postgres, fenced)
+    guard = entity_guard(postgres, fenced, solo)
     released = _RELEASED if fenced else {}
     return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
 
 
-def reset_tries(postgres: bool, fenced: bool = False) -> sa.Update:
+def reset_tries(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.Update:
     """Forget ``tries[:handler]`` where :func:`entity_guard` passes; returns the ids."""
     expression: sa.ColumnElement[Any]
     if postgres:
         expression = e.c.tries.op("-")(sa.bindparam("handler", type_=sa.String))
     else:
         expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
-    guard = entity_guard(postgres, fenced)
+    guard = entity_guard(postgres, fenced, solo)
     released = _RELEASED if fenced else {}
     return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
 

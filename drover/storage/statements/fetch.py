@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from drover.model.filters import CandidateFilter
 from drover.storage.rows import ENTITY_COLUMNS
-from drover.storage.schema import entities, relations
+from drover.storage.schema import coordinators, entities, relations
 from drover.storage.statements.fairness import oldest_seen_order
 from drover.storage.statements.filters import compile_filters
 from drover.storage.statements.ids import ids_param
@@ -26,6 +26,7 @@ __all__ = [
     "RENEW_CLAIM",
     "children_of",
     "claim_rows",
+    "clear_lapsed_claims",
     "links_of",
     "release_rows",
     "renew_rows",
@@ -42,6 +43,7 @@ def targets_query(
     postgres: bool,
     claiming: bool = False,
     oldest_seen: bool = False,
+    solo: bool = False,
 ) -> sa.Select[Any]:
     """The entities (:data:`~drover.storage.rows.ENTITY_COLUMNS`) of ``kind`` in ``statuses``
     passing ``filters``, in fetch order, up to ``:limit``.
@@ -50,6 +52,10 @@ def targets_query(
     rows with no live claim at ``:claim_now``, locked, skipping those another
     transaction holds. ``oldest_seen``: those ``:mark_handler`` fetched least
     recently first, then in fetch order.
+
+    A claiming fetch returns nothing while another coordinator (not
+    ``:claim_owner``) holds the solo lease; with ``solo`` (the fetching
+    coordinator's own lease, ``:claim_token``), nothing unless it still holds it.
     """
     query = sa.select(*ENTITY_COLUMNS).where(
         e.c.kind == kind, e.c.status.in_(sorted(str(s) for s in statuses))
@@ -66,6 +72,16 @@ def targets_query(
         # transaction holds right now are skipped, not waited for.
         now = sa.bindparam("claim_now", type_=sa.Double)
         query = query.where(sa.or_(e.c.claim_expires.is_(None), e.c.claim_expires < now))
+        c = coordinators
+        owner = sa.bindparam("claim_owner", type_=sa.String)
+        lease: sa.ColumnElement[bool]
+        if solo:
+            lease = sa.exists().where(
+                c.c.id == owner, c.c.solo_token == sa.bindparam("claim_token", type_=sa.String)
+            )
+        else:
+            lease = ~sa.exists().where(c.c.solo_token.is_not(None), c.c.id != owner)
+        query = query.where(lease)
         return (
             query.order_by(*order)
             .limit(sa.bindparam("limit"))
@@ -84,6 +100,16 @@ def claim_rows() -> sa.Update:
             claim_token=sa.bindparam("b_claim_token"),
             claim_expires=sa.bindparam("b_claim_expires"),
         )
+    )
+
+
+def clear_lapsed_claims() -> sa.Update:
+    """Drop the lapsed claims (of other ticks) from the entities ``:ids`` a solo tick fetched:
+    a paused coordinator that held them finds them taken over."""
+    return (
+        sa.update(e)
+        .where(ids_param(e.c.id, "ids", True), e.c.claim_token.is_not(None))
+        .values(claim_owner=None, claim_token=None, claim_expires=None)
     )
 
 
