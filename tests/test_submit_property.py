@@ -257,7 +257,7 @@ def test_submit_refuses_in_one_line_or_creates_a_session_that_ends(
             assert asyncio.run(_in_harness(database, _count)) == before, database.kind
             continue
         outcomes.append(("accepted", ""))
-        sid = result.output.strip()
+        sid = result.stdout.strip()
         assert asyncio.run(_in_harness(database, _count)) == before + 1
         asyncio.run(_in_harness(database, lambda h, sid=sid: _carry_to_an_end(h, sid)))
     assert len(set(outcomes)) == 1, dict(zip([d.kind for d in databases], outcomes, strict=True))
@@ -460,7 +460,7 @@ def test_deploy_and_scale_flags_are_one_line_or_a_deployment_that_scales(
             outcomes.append(("refused", _same_refusal(result.output)))
             assert asyncio.run(_in_harness(database, _deployments)) == before, database.kind
             continue
-        deployment_id = result.output.strip()
+        deployment_id = result.stdout.strip()  # stderr may say "unchanged"
         deployed = asyncio.run(_in_harness(database, _deployments))[deployment_id]
         scaled = CliRunner().invoke(
             main, ["scale", deployment_id, scale_to], env=env, catch_exceptions=False
