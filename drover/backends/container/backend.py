@@ -34,6 +34,8 @@ from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_fixed
+
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
 from drover.backends.container._engine import ContainerState, Engine, EngineError, Summary
 from drover.backends.container._reports import (
@@ -290,7 +292,7 @@ class ContainerBackend(AgentBackend):
         workdir = self._workdir(kernel_id)
         for stream in ("stdout", "stderr"):
             try:
-                text = await self.engine.logs(container_id, stream)
+                text = await self._logs_of(container_id, stream)
             except EngineError as error:
                 log.warning("kernel %s: %s not kept: %s", kernel_id, stream, error)
                 continue
@@ -299,10 +301,25 @@ class ContainerBackend(AgentBackend):
             except OSError as error:  # UnsafeLogError too: a link where the log goes
                 log.warning("kernel %s: %s not kept: %s", kernel_id, stream, error)
 
+    async def _logs_of(self, container_id: str, stream: str) -> str:
+        # A busy engine can miss api_timeout once; the container is still there (it is
+        # removed only after this), so asking again loses nothing. Not for a 4xx.
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(3),
+            wait=wait_fixed(0.5),
+            retry=retry_if_exception(_transient),
+            reraise=True,
+        ):
+            with attempt:
+                return await self.engine.logs(container_id, stream)
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
     async def _follow(self, container_id: str, stream: str, path: Path) -> None:
         """Copy a running container's ``stream`` to ``path`` as it comes (``drover logs -f``)."""
         try:
-            handle = await asyncio.to_thread(_open_log, path)
+            # Opened here, not in a worker thread: a cancelled to_thread still runs, and an
+            # open that truncates after _keep_logs wrote the whole log would empty it.
+            handle = _open_log(path)
             try:
                 async for chunk in self.engine.follow(container_id, stream):
                     await asyncio.to_thread(_append, handle, chunk)
@@ -676,6 +693,11 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _transient(error: BaseException) -> bool:
+    """An engine error worth asking again: no answer, or the engine's own failure."""
+    return isinstance(error, EngineError) and (error.status == 0 or error.status >= 500)
 
 
 def _open_log(path: Path) -> Any:
