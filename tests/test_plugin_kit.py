@@ -7,6 +7,7 @@ import json
 import logging
 import time
 
+import asyncpg
 import click
 import pytest
 from click.testing import CliRunner
@@ -23,7 +24,9 @@ from drover.kinds import BUILTIN_PLUGINS, short_name
 from drover.kinds.sessions import SESSION
 from drover.plugins.graph import check_graph, edges_of
 from drover.plugins.manager import make_plugin_manager
-from drover.testing import CoordinatorHarness
+from drover.storage.scratch import asyncpg_dsn
+from drover.testing import CoordinatorHarness, database_kinds, fresh_database
+from drover.testing.databases import pg_url
 
 S = SessionStatus
 
@@ -396,3 +399,64 @@ def test_the_example_plugin_is_listed_when_installed(tmp_path, monkeypatch):
         _cli("plugins", "--json", env={"DROVER_DISABLE_PLUGINS": "max-duration"}).output
     )
     assert "max-duration" not in [r["name"] for r in blocked]  # other packs stay
+
+
+# -- drover_database: the two-database fixture for plugin authors ------------------------------
+
+
+async def _pg_tables(schema: str) -> int | None:
+    """How many tables ``schema`` holds, or ``None`` when it does not exist."""
+    conn = await asyncpg.connect(asyncpg_dsn(pg_url()))
+    try:
+        exists = await conn.fetchval(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1", schema
+        )
+        if not exists:
+            return None
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1", schema
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_drover_database_gives_the_harness_a_fresh_database(
+    drover_harness, drover_database, tmp_path
+):
+    """Asking for both fixtures puts the harness on that database: drover's tables are
+    created there (a new PostgreSQL schema, or the test's own SQLite file)."""
+    sid = await drover_harness.create_session(kernels=[{"cpu": 1}])
+    assert (await drover_harness.session(sid)).id == sid
+    if drover_database.kind == "sqlite":
+        assert drover_database.schema is None
+        assert drover_database.url == f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+        assert (tmp_path / "drover.db").stat().st_size > 0
+    else:
+        assert drover_database.url == pg_url()
+        assert await _pg_tables(drover_database.schema) > 0
+
+
+@pytest.mark.parametrize("kind", database_kinds())
+async def test_fresh_database_is_new_and_its_schema_is_dropped_afterwards(kind, tmp_path):
+    """The helper behind drover_database: SQLite starts with no file; a PostgreSQL schema
+    exists, empty, inside and is gone (with what was written there) afterwards."""
+    async with fresh_database(kind, tmp_path, prefix="kit") as db:
+        assert db.kind == kind
+        if kind == "sqlite":
+            assert not (tmp_path / "drover.db").exists()
+        else:
+            assert db.schema.startswith("kit_")
+            assert await _pg_tables(db.schema) == 0
+            async with CoordinatorHarness(database_url=db.url, database_schema=db.schema):
+                pass
+            assert await _pg_tables(db.schema) > 0
+    if kind == "postgresql":
+        assert await _pg_tables(db.schema) is None
+
+
+async def test_fresh_database_refuses_an_unknown_kind(tmp_path):
+    with pytest.raises(ValueError, match="unknown database kind 'mysql'; known: sqlite"):
+        async with fresh_database("mysql", tmp_path):
+            pass

@@ -9,17 +9,12 @@ clock: back-off, retry windows and stop_duration pass without sleeping.
 from __future__ import annotations
 
 import importlib
-import os
 import tomllib
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import attrs
 import pytest
 from click.testing import CliRunner
 from drover_dstack import (
@@ -40,14 +35,11 @@ from drover_dstack import (
     submit_run,
 )
 from drover_dstack.kinds import JOB_FINAL_STATUS, RetryEvent, retry_event
-from sqlalchemy.engine import make_url
 
 from drover import Entity, InvalidSpecError
-from drover.testing import CoordinatorHarness
+from drover.testing import CoordinatorHarness, TestDatabase
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-PG_URL = os.environ.get("DROVER_TEST_PG_URL") or "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-BACKENDS = ["sqlite"] + ([] if os.environ.get("DROVER_TEST_SKIP_PG") == "1" else ["postgresql"])
 RETRY_ALL = {"on_events": ["no-capacity", "interruption", "error"], "duration": 3600}
 R = RunStatus
 J = JobStatus
@@ -55,51 +47,11 @@ JR = JobTerminationReason
 RR = RunTerminationReason
 
 
-def _dsn() -> str:
-    return make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@asynccontextmanager
-async def _pg_schema() -> AsyncIterator[str]:
-    schema = f"dstack_{uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(_dsn())
-    try:
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-    finally:
-        await conn.close()
-    try:
-        yield schema
-    finally:
-        conn = await asyncpg.connect(_dsn())
-        try:
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-
-@attrs.frozen
-class Db:
-    """Where one test's data lives: a SQLite file, or a PostgreSQL schema."""
-
-    url: str
-    schema: str | None = None
-
-
-@pytest.fixture(params=BACKENDS)
-async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Db]:
-    """A fresh database, on each backend (a PostgreSQL that cannot connect fails)."""
-    if request.param == "sqlite":
-        yield Db(f"sqlite+aiosqlite:///{tmp_path}/drover.db")
-        return
-    async with _pg_schema() as schema:
-        yield Db(PG_URL, schema)
-
-
 Harness = Callable[..., CoordinatorHarness]
 
 
 @pytest.fixture
-def dstack(database: Db) -> Harness:
+def dstack(drover_database: TestDatabase) -> Harness:
     """A harness with only this pack loaded; its cloud is ``h.cloud``."""
 
     def make(*offers: Offer) -> CoordinatorHarness:
@@ -107,8 +59,8 @@ def dstack(database: Db) -> Harness:
         h = CoordinatorHarness(
             plugins=[DstackPlugin(cloud)],
             include_builtin_handlers=False,
-            database_url=database.url,
-            database_schema=database.schema,
+            database_url=drover_database.url,
+            database_schema=drover_database.schema,
         )
         h.cloud = cloud  # type: ignore[attr-defined]
         return h

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 import tomllib
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,65 +30,29 @@ from drover_experimaestro import (
 )
 from drover_experimaestro.kinds import RETRIES
 from drover_experimaestro.launcher import Start, job_directory
-from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
 
 from drover import InvalidSpecError, NewEntity
 from drover.coordinator.tick import Coordinator
 from drover.model.pools import POOL_FULL
-from drover.testing import CoordinatorHarness
+from drover.testing import (
+    CoordinatorHarness,
+    TestDatabase,
+    asyncpg_dsn,
+    pg_schema,
+    pg_skipped,
+    pg_url,
+)
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-PG_URL = os.environ.get("DROVER_TEST_PG_URL") or "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-BACKENDS = ["sqlite"] + ([] if os.environ.get("DROVER_TEST_SKIP_PG") == "1" else ["postgresql"])
 LIVE = {JobState.SCHEDULED, JobState.RUNNING}
-
-
-def _dsn() -> str:
-    return make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@asynccontextmanager
-async def _pg_schema() -> AsyncIterator[str]:
-    schema = f"xpm_{uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(_dsn())
-    try:
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-    finally:
-        await conn.close()
-    try:
-        yield schema
-    finally:
-        conn = await asyncpg.connect(_dsn())
-        try:
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-
-@attrs.frozen
-class Db:
-    """Where one test's data lives: a SQLite file, or a PostgreSQL schema."""
-
-    url: str
-    schema: str | None = None
-
-
-@pytest.fixture(params=BACKENDS)
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Db]:
-    """A fresh database, on each backend (a PostgreSQL that cannot connect fails)."""
-    if request.param == "sqlite":
-        yield Db(f"sqlite+aiosqlite:///{tmp_path}/drover.db")
-        return
-    async with _pg_schema() as schema:
-        yield Db(PG_URL, schema)
 
 
 Harness = Callable[..., CoordinatorHarness]
 
 
 @pytest.fixture
-def xpm(db: Db) -> Harness:
+def xpm(drover_database: TestDatabase) -> Harness:
     """A harness with only this pack loaded (its plugin is ``h.xpm``)."""
 
     def make(
@@ -102,8 +63,8 @@ def xpm(db: Db) -> Harness:
             plugins=[plugin],
             include_builtin_handlers=False,
             handler_options=options,
-            database_url=db.url,
-            database_schema=db.schema,
+            database_url=drover_database.url,
+            database_schema=drover_database.schema,
         )
         h.xpm = plugin  # type: ignore[attr-defined]
         return h
@@ -402,7 +363,7 @@ async def test_a_failed_transient_job_fails_the_job_that_needed_it(xpm: Harness)
 
 async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
     """Wait until ``task`` has finished, or some apply waits for a pool's lock."""
-    conn = await asyncpg.connect(_dsn())
+    conn = await asyncpg.connect(asyncpg_dsn(pg_url()))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120  # generous: the machine may be loaded
     try:
@@ -423,16 +384,16 @@ async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
 async def test_two_coordinators_on_postgresql_never_take_more_than_k_tokens() -> None:
     """Coordinator A schedules jobs taking 1 and 2 of 3 tokens and, before it commits, B
     schedules two more taking 1 each: B waits for A's pool lock and then finds no token."""
-    if "postgresql" not in BACKENDS:
+    if pg_skipped():
         pytest.fail("this test needs PostgreSQL (DROVER_TEST_SKIP_PG=1 deselects it)")
-    async with _pg_schema() as schema:
+    async with pg_schema("xpm") as schema:
         plugin = ExperimaestroPlugin(tokens=3)
         options = {"xpm-schedule": {"batch_size": 2}}
         async with CoordinatorHarness(
             plugins=[plugin],
             include_builtin_handlers=False,
             handler_options=options,
-            database_url=PG_URL,
+            database_url=pg_url(),
             database_schema=schema,
         ) as h:
             jobs = [

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 import tomllib
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import attrs
 import pytest
 from click.testing import CliRunner
 from drover_iris import (
@@ -41,66 +36,23 @@ from drover_iris import (
     submit_job,
 )
 from drover_iris.handlers import JOB_HANDLERS
-from sqlalchemy.engine import make_url
 
 from drover import BudgetUse, Entity
 from drover.coordinator.tick import Coordinator
 from drover.model.pools import POOL_FULL
-from drover.testing import CoordinatorHarness
+from drover.testing import CoordinatorHarness, TestDatabase
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-PG_URL = os.environ.get("DROVER_TEST_PG_URL") or "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-BACKENDS = ["sqlite"] + ([] if os.environ.get("DROVER_TEST_SKIP_PG") == "1" else ["postgresql"])
 A = AttemptState
 T = TaskState
 J = JobState
-
-
-def _dsn() -> str:
-    return make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@asynccontextmanager
-async def _pg_schema() -> AsyncIterator[str]:
-    schema = f"iris_{uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(_dsn())
-    try:
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-    finally:
-        await conn.close()
-    try:
-        yield schema
-    finally:
-        conn = await asyncpg.connect(_dsn())
-        try:
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-
-@attrs.frozen
-class Db:
-    """Where one test's data lives: a SQLite file, or a PostgreSQL schema."""
-
-    url: str
-    schema: str | None = None
-
-
-@pytest.fixture(params=BACKENDS)
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Db]:
-    """A fresh database, on each backend (a PostgreSQL that cannot connect fails)."""
-    if request.param == "sqlite":
-        yield Db(f"sqlite+aiosqlite:///{tmp_path}/drover.db")
-        return
-    async with _pg_schema() as schema:
-        yield Db(PG_URL, schema)
 
 
 Harness = Callable[..., CoordinatorHarness]
 
 
 @pytest.fixture
-def iris(db: Db) -> Harness:
+def iris(drover_database: TestDatabase) -> Harness:
     """A harness with only this pack loaded, on a cluster of ``workers`` (name → slots)."""
 
     def make(workers: dict[str, int] | None = None) -> CoordinatorHarness:
@@ -108,8 +60,8 @@ def iris(db: Db) -> Harness:
         h = CoordinatorHarness(
             plugins=[plugin],
             include_builtin_handlers=False,
-            database_url=db.url,
-            database_schema=db.schema,
+            database_url=drover_database.url,
+            database_schema=drover_database.schema,
         )
         h.cluster = plugin.cluster
         return h

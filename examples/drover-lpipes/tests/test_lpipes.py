@@ -10,17 +10,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import itertools
-import os
 import tomllib
-import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import attrs
 import pytest
 from click.testing import CliRunner
 from drover_lpipes import (
@@ -42,65 +38,29 @@ from drover_lpipes.client import CLIENT_SOURCE
 from drover_lpipes.handlers import context_of
 from drover_lpipes.measure import drive, measure
 from drover_lpipes.pipe import EOS, HandOff, detokenize, embed, tokenize
-from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_only
 
 from drover import Entity
 from drover.coordinator.daemon import Daemon
-from drover.testing import CoordinatorHarness
+from drover.testing import (
+    CoordinatorHarness,
+    TestDatabase,
+    asyncpg_dsn,
+    pg_schema,
+    pg_skipped,
+    pg_url,
+)
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-PG_URL = os.environ.get("DROVER_TEST_PG_URL") or "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-BACKENDS = ["sqlite"] + ([] if os.environ.get("DROVER_TEST_SKIP_PG") == "1" else ["postgresql"])
 LAYERS = 30  # the default pipe: a (0-9, end model), b (10-19), c (20-29)
 STEPS = ("lp-validate", "lp-embed", "lp-process-layers", "lp-head", "lp-send")
-
-
-def _dsn() -> str:
-    return make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@asynccontextmanager
-async def _pg_schema() -> AsyncIterator[str]:
-    schema = f"lpipes_{uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(_dsn())
-    try:
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-    finally:
-        await conn.close()
-    try:
-        yield schema
-    finally:
-        conn = await asyncpg.connect(_dsn())
-        try:
-            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-
-@attrs.frozen
-class Db:
-    """Where one test's data lives: a SQLite file, or a PostgreSQL schema."""
-
-    url: str
-    schema: str | None = None
-
-
-@pytest.fixture(params=BACKENDS)
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Db]:
-    """A fresh database, on each backend (a PostgreSQL that cannot connect fails)."""
-    if request.param == "sqlite":
-        yield Db(f"sqlite+aiosqlite:///{tmp_path}/drover.db")
-        return
-    async with _pg_schema() as schema:
-        yield Db(PG_URL, schema)
 
 
 Harness = Callable[..., CoordinatorHarness]
 
 
 @pytest.fixture
-def lp(db: Db) -> Harness:
+def lp(drover_database: TestDatabase) -> Harness:
     """A harness with only this pack loaded (its plugin is ``h.lp``, its pipe ``h.lp.pipe``)."""
 
     def make(**options: Any) -> CoordinatorHarness:
@@ -109,8 +69,8 @@ def lp(db: Db) -> Harness:
             plugins=[plugin],
             include_builtin_handlers=False,
             handler_options=options,
-            database_url=db.url,
-            database_schema=db.schema,
+            database_url=drover_database.url,
+            database_schema=drover_database.schema,
         )
         h.lp = plugin  # type: ignore[attr-defined]
         return h
@@ -553,7 +513,7 @@ async def test_a_cancel_that_loses_the_race_with_a_hand_off_ends_the_new_hop(lp:
 
 async def _blocked_or_done(task: asyncio.Task[Any]) -> str | None:
     """Wait until ``task`` has finished (None) or waits for a row lock (the waiting query)."""
-    conn = await asyncpg.connect(_dsn())
+    conn = await asyncpg.connect(asyncpg_dsn(pg_url()))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120  # generous: the machine may be loaded
     try:
@@ -574,14 +534,14 @@ async def _blocked_or_done(task: asyncio.Task[Any]) -> str | None:
 async def test_on_postgresql_a_cancel_during_the_hand_offs_commit_leaves_no_live_hop() -> None:
     """The cancel starts while lp-send's apply has moved the hop and inserted the next one,
     before it commits: whichever way the locks fall, no hop of the cancelled job stays live."""
-    if "postgresql" not in BACKENDS:
+    if pg_skipped():
         pytest.fail("this test needs PostgreSQL (DROVER_TEST_SKIP_PG=1 deselects it)")
-    async with _pg_schema() as schema:
+    async with pg_schema("lpipes") as schema:
         plugin = LanguagePipesPlugin()
         async with CoordinatorHarness(
             plugins=[plugin],
             include_builtin_handlers=False,
-            database_url=PG_URL,
+            database_url=pg_url(),
             database_schema=schema,
         ) as h:
             job = await submit(h.repository, JobRequest("race me", max_tokens=5))
@@ -723,7 +683,9 @@ async def test_the_demo_ends_as_the_readme_says(tmp_path: Path) -> None:
         assert (await h.get(submitted["long"])).status == "CANCELLED"
 
 
-async def test_under_the_daemon_every_move_is_woken_none_waits_for_an_interval(db: Db) -> None:
+async def test_under_the_daemon_every_move_is_woken_none_waits_for_an_interval(
+    drover_database: TestDatabase,
+) -> None:
     """drover's daemon with every interval an hour: the job still completes, because each
     step is woken. Node ``a`` holds two segments, so ``lp-process-layers``' ``local``
     (PROCESS_LAYERS kept) ticks it again; the last hop's end wakes ``lp-finish`` (it reads
@@ -733,8 +695,8 @@ async def test_under_the_daemon_every_move_is_woken_none_waits_for_an_interval(d
     async with CoordinatorHarness(
         plugins=[LanguagePipesPlugin(pipe)],
         include_builtin_handlers=False,
-        database_url=db.url,
-        database_schema=db.schema,
+        database_url=drover_database.url,
+        database_schema=drover_database.schema,
     ) as h:
         job = await submit(h.repository, JobRequest("woken by the daemon", max_tokens=3))
         daemon = Daemon(
