@@ -18,7 +18,11 @@ from drover._lazy import lazy_attributes
 if TYPE_CHECKING:
     from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
     from drover.backends.simulated import SimulatedBackend
-    from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+    from drover.coordinator.handlers import (
+        DeclaredHandler,
+        LifecycleHandler,
+        SessionPromotionHandler,
+    )
     from drover.coordinator.store import CoordinatorStore
     from drover.coordinator.tick import Coordinator, TickReport
     from drover.model.budgets import BudgetUse
@@ -95,6 +99,7 @@ _MODULES: dict[str, str] = {
     "BackendError": "drover.backends.base",
     "KernelReporter": "drover.backends.base",
     "SimulatedBackend": "drover.backends.simulated",
+    "DeclaredHandler": "drover.coordinator.handlers",
     "LifecycleHandler": "drover.coordinator.handlers",
     "SessionPromotionHandler": "drover.coordinator.handlers",
     "CoordinatorStore": "drover.coordinator.store",
@@ -182,6 +187,7 @@ __all__ = [
     "Clock",
     "Coordinator",
     "CoordinatorStore",
+    "DeclaredHandler",
     "DependenciesFailed",
     "DependenciesSucceeded",
     "Dependents",

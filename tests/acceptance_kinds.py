@@ -30,6 +30,7 @@ from drover import (
     AllOf,
     Budget,
     ChildCount,
+    DeclaredHandler,
     DependenciesFailed,
     DependenciesSucceeded,
     Entity,
@@ -38,7 +39,6 @@ from drover import (
     HandlerOptions,
     HandlerResult,
     KernelMatchType,
-    LifecycleHandler,
     NewEntity,
     Parent,
     Pool,
@@ -118,7 +118,7 @@ def new_attempt(task: Entity) -> NewEntity:
     return NewEntity("attempt", {"n": n}, parent_id=task.id, status=Attempt.QUEUED)
 
 
-class _Handler(LifecycleHandler):
+class _Handler(DeclaredHandler):
     """The plugin's handlers: class attributes say what each one is."""
 
     kind: ClassVar[str]
@@ -130,26 +130,6 @@ class _Handler(LifecycleHandler):
 
     def __init__(self) -> None:
         self.seen: list[list[str]] = []
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.handler
-
-    @property
-    def target_statuses(self) -> frozenset[str]:
-        return self.statuses
-
-    @property
-    def candidate_filters(self) -> tuple[Any, ...]:
-        return self.filters
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        return cls.transitions
-
-    @classmethod
-    def default_options(cls) -> HandlerOptions:
-        return cls.options
 
     async def execute(self, targets: Sequence[Any]) -> HandlerResult:
         self.seen.append([t.id for t in targets])

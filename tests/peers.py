@@ -11,10 +11,10 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from drover import (
+    DeclaredHandler,
     EntityKind,
     HandlerOptions,
     HandlerResult,
-    LifecycleHandler,
     StatusTransitions,
     hookimpl,
 )
@@ -52,7 +52,7 @@ def skip(targets: Sequence[Any]) -> HandlerResult:
     return HandlerResult(skipped=[t.id for t in targets])
 
 
-class Scripted(LifecycleHandler):
+class Scripted(DeclaredHandler):
     """A handler whose result the test scripts; it keeps every batch it was given."""
 
     kind: ClassVar[str] = "job"
@@ -65,26 +65,6 @@ class Scripted(LifecycleHandler):
     def __init__(self, script: Script = skip) -> None:
         self.script = script
         self.seen: list[list[Any]] = []
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.handler
-
-    @property
-    def target_statuses(self) -> frozenset[str]:
-        return self.statuses
-
-    @property
-    def candidate_filters(self) -> tuple[Any, ...]:
-        return self.filters
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        return cls.transitions
-
-    @classmethod
-    def default_options(cls) -> HandlerOptions:
-        return cls.options
 
     async def execute(self, targets: Sequence[Any]) -> HandlerResult:
         self.seen.append(list(targets))

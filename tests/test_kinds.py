@@ -16,6 +16,7 @@ import pytest
 from drover import (
     Budget,
     ChildCount,
+    DeclaredHandler,
     DependenciesSucceeded,
     Entity,
     EntityKind,
@@ -24,7 +25,6 @@ from drover import (
     HandlerResult,
     InvalidHandlerError,
     KernelMatchType,
-    LifecycleHandler,
     NewEntity,
     PromotionRule,
     SchedulingResult,
@@ -69,7 +69,7 @@ TASK = EntityKind("task", Task, terminal={Task.DONE, Task.FAILED}, parent="job")
 Script = Callable[[Sequence[Entity]], HandlerResult]
 
 
-class _Scripted(LifecycleHandler):
+class _Scripted(DeclaredHandler):
     """A job (or task) handler whose result the test scripts."""
 
     handler: ClassVar[str]
@@ -81,22 +81,6 @@ class _Scripted(LifecycleHandler):
     def __init__(self, script: Script | None = None) -> None:
         self.script: Script = script or (lambda targets: HandlerResult())
         self.seen: list[list[Entity]] = []
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.handler
-
-    @property
-    def target_statuses(self) -> frozenset[str]:
-        return self.statuses
-
-    @property
-    def candidate_filters(self) -> tuple[Any, ...]:
-        return self.filters
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        return cls.transitions
 
     @classmethod
     def default_options(cls) -> HandlerOptions:

@@ -13,7 +13,17 @@ import pytest
 from click.testing import CliRunner
 from scripted import ScriptedPlugin
 
-from drover import HandlerResult, SchedulingResult, SessionStatus, hookimpl
+from drover import (
+    DeclaredHandler,
+    Field,
+    HandlerOptions,
+    HandlerResult,
+    SchedulingResult,
+    SessionStatus,
+    StatusTransitions,
+    TransitionStatus,
+    hookimpl,
+)
 from drover.app import App, UnknownBackendError
 from drover.backends.simulated import SimulatedBackend
 from drover.cli.main import _add_plugin_commands
@@ -460,3 +470,64 @@ async def test_fresh_database_refuses_an_unknown_kind(tmp_path):
     with pytest.raises(ValueError, match="unknown database kind 'mysql'; known: sqlite"):
         async with fresh_database("mysql", tmp_path):
             pass
+
+
+# -- DeclaredHandler: a handler declared in class attributes ------------------------------------
+
+
+class FinishDone(DeclaredHandler):
+    """RUNNING sessions whose spec says ``done``: TERMINATING."""
+
+    handler = "finish-done"
+    statuses = frozenset({S.RUNNING})
+    filters = (Field("spec", ("done",), "eq", True),)
+    transitions = StatusTransitions(
+        success=TransitionStatus(session=S.TERMINATING),
+        need_retry=None,
+        expired=None,
+        give_up=None,
+    )
+    options = HandlerOptions(max_retries=None, timeout=None, batch_size=7)
+
+    async def execute(self, targets):
+        return HandlerResult(successes=[t.id for t in targets])
+
+
+class DeclaredPlugin:
+    @hookimpl
+    def drover_register_handlers(self, register):
+        register(FinishDone())
+
+
+@pytest.mark.drover(plugins=[DeclaredPlugin()], builtins=False, entrypoints=False)
+async def test_a_declared_handler_runs_from_its_class_attributes(drover_harness, drover_database):
+    """The name, statuses, filters, transitions and options come from the class attributes:
+    the filter is compiled into the fetch, success takes the declared move."""
+    assert list(drover_harness.handlers) == ["finish-done"]
+    handler = drover_harness.handlers["finish-done"]
+    assert handler.target_statuses == {S.RUNNING}
+    assert handler.status_transitions() is FinishDone.transitions
+    options = drover_harness.coordinator.options("finish-done")
+    assert (options.batch_size, options.max_retries, options.timeout) == (7, None, None)
+    done = await drover_harness.create_session(status=S.RUNNING, spec={"done": True})
+    busy = await drover_harness.create_session(status=S.RUNNING, spec={"done": False})
+    report = await drover_harness.tick("finish-done")
+    assert report.fetched == 1
+    assert report.count(SchedulingResult.SUCCESS) == 1
+    assert (await drover_harness.session(done)).status == S.TERMINATING
+    assert (await drover_harness.session(busy)).status == S.RUNNING
+    rows = await drover_harness.history(done)
+    assert (rows[-1].handler, rows[-1].from_status, rows[-1].to_status) == (
+        "finish-done",
+        S.RUNNING,
+        S.TERMINATING,
+    )
+
+
+def test_a_declared_handler_without_a_name_cannot_say_it():
+    class Nameless(DeclaredHandler):
+        async def execute(self, targets):
+            return HandlerResult()
+
+    with pytest.raises(AttributeError, match="handler"):
+        Nameless.name()

@@ -11,11 +11,11 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from drover import (
+    DeclaredHandler,
     Entity,
     EntityKind,
     HandlerOptions,
     HandlerResult,
-    LifecycleHandler,
     StatusTransitions,
     TerminationRule,
     Transition,
@@ -72,37 +72,18 @@ KINDS = (JOB, TASK, ATTEMPT)
 Script = Callable[[Sequence[Entity]], HandlerResult]
 
 
-class Scripted(LifecycleHandler):
+class Scripted(DeclaredHandler):
     """A handler of one of the kinds above whose result the test scripts."""
 
     handler: ClassVar[str]
     statuses: ClassVar[frozenset[str]]
     transitions: ClassVar[StatusTransitions]
     filters: ClassVar[tuple[Any, ...]] = ()
+    options: ClassVar[HandlerOptions] = HandlerOptions(max_retries=1)
 
     def __init__(self, script: Script | None = None) -> None:
         self.script: Script = script or (lambda targets: HandlerResult())
         self.seen: list[list[Entity]] = []
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.handler
-
-    @property
-    def target_statuses(self) -> frozenset[str]:
-        return self.statuses
-
-    @property
-    def candidate_filters(self) -> tuple[Any, ...]:
-        return self.filters
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        return cls.transitions
-
-    @classmethod
-    def default_options(cls) -> HandlerOptions:
-        return HandlerOptions(max_retries=1)
 
     async def execute(self, targets: Sequence[Any]) -> HandlerResult:
         self.seen.append(list(targets))

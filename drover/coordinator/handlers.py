@@ -1,6 +1,7 @@
 """The handler ABCs that plugins implement, and promotions as data.
 
-A :class:`LifecycleHandler` runs code on its targets. A promotion runs no
+A :class:`LifecycleHandler` runs code on its targets; a :class:`DeclaredHandler` is one
+that declares what it acts on as class attributes. A promotion runs no
 code: it is a :class:`~drover.model.promotion.PromotionRule`, which plugins may
 register as it is or spell as a :class:`SessionPromotionHandler` subclass.
 """
@@ -23,6 +24,7 @@ from drover.model.values import (
 )
 
 __all__ = [
+    "DeclaredHandler",
     "Handler",
     "LifecycleHandler",
     "SessionPromotionHandler",
@@ -107,6 +109,67 @@ class LifecycleHandler(ABC):
     def default_options(cls) -> HandlerOptions:
         """Options used unless the configuration or an entity's spec overrides them."""
         return HandlerOptions()
+
+
+class DeclaredHandler(LifecycleHandler):
+    """A :class:`LifecycleHandler` that says what it is in class attributes, so that each
+    handler of a plugin is a few declarations and an :meth:`execute`.
+
+    :attr:`handler` is the name, :attr:`kind` the entities (inherited, default
+    ``"session"``), :attr:`statuses` the target statuses, :attr:`filters` the candidate
+    filters, :attr:`transitions` the declared moves and :attr:`options` the default
+    options. A plugin's own base class sets what its handlers share; each handler the
+    rest. Override a method instead (``default_options``, say) when it is computed.
+
+    Example::
+
+        class FinishJobs(DeclaredHandler):
+            kind = "job"
+            handler = "finish-jobs"
+            statuses = frozenset({"RUNNING"})
+            filters = (Field("spec", ("done",), "eq", True),)
+            transitions = StatusTransitions(success=Transition("DONE"))
+            options = HandlerOptions(max_retries=None)
+
+            async def execute(self, targets: Sequence[Any]) -> HandlerResult:
+                return HandlerResult(successes=[t.id for t in targets])
+    """
+
+    #: The handler's unique kebab-case name (history's ``handler`` column).
+    handler: ClassVar[str]
+    #: The statuses this handler acts on (and owns, for timeouts).
+    statuses: ClassVar[frozenset[str]] = frozenset()
+    #: Conditions compiled into the fetch, before its LIMIT (:mod:`drover.model.filters`).
+    filters: ClassVar[tuple[CandidateFilter, ...]] = ()
+    #: The transitions for success, need_retry, expired, give_up and named outcomes.
+    transitions: ClassVar[StatusTransitions] = StatusTransitions()
+    #: Options used unless the configuration or an entity's spec overrides them.
+    options: ClassVar[HandlerOptions] = HandlerOptions()
+
+    @classmethod
+    def name(cls) -> str:
+        """:attr:`handler`."""
+        return cls.handler
+
+    @property
+    def target_statuses(self) -> frozenset[str]:
+        """:attr:`statuses`."""
+        return self.statuses
+
+    @property
+    def candidate_filters(self) -> tuple[CandidateFilter, ...]:
+        """:attr:`filters`."""
+        return self.filters
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        """:attr:`transitions`."""
+        return cls.transitions
+
+    @classmethod
+    def default_options(cls) -> HandlerOptions:
+        """:attr:`options`."""
+        return cls.options
 
 
 def fetch_filters(handler: LifecycleHandler) -> tuple[CandidateFilter, ...]:

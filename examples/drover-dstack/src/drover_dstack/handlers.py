@@ -22,11 +22,11 @@ from drover import (
     ChildCount,
     Children,
     Clock,
+    DeclaredHandler,
     Entity,
     HandlerOptions,
     HandlerResult,
     KernelMatchType,
-    LifecycleHandler,
     MoveTo,
     NewEntity,
     Parent,
@@ -90,40 +90,18 @@ TERMINATE_OUTCOMES: dict[str, str] = {
 }
 
 
-class DstackHandler(LifecycleHandler):
-    """What every step shares: its kind, name, statuses, filters, transitions and options."""
+class DstackHandler(DeclaredHandler):
+    """What every step shares: its kind and name, statuses, filters and transitions as
+    class attributes (drover's DeclaredHandler), and options computed from its order."""
 
     kind: ClassVar[str] = JOB_KIND
     handler: ClassVar[str] = "dstack"
-    statuses: ClassVar[frozenset[str]] = frozenset()
-    filters: ClassVar[tuple[Any, ...]] = ()
-    transitions: ClassVar[StatusTransitions] = StatusTransitions()
     #: ``"oldest-seen"`` for the steps that poll the cloud or their children every tick.
     order: ClassVar[str] = "priority"
     status_info_meanings = {str(k): v for k, v in REASON_MEANINGS.items()}
 
     def __init__(self, cloud: SimulatedCloud, clock: Clock) -> None:
         self.cloud, self.clock = cloud, clock
-
-    @classmethod
-    def name(cls) -> str:
-        """The step's name, ``dstack-…``."""
-        return cls.handler
-
-    @property
-    def target_statuses(self) -> frozenset[str]:
-        """The statuses this step acts on."""
-        return self.statuses
-
-    @property
-    def candidate_filters(self) -> tuple[Any, ...]:
-        """The step's filters, compiled into the fetch's SQL."""
-        return self.filters
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """The step's transitions."""
-        return cls.transitions
 
     @classmethod
     def default_options(cls) -> HandlerOptions:

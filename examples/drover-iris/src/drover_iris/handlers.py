@@ -27,13 +27,13 @@ from drover import (
     ChildCount,
     Children,
     Clock,
+    DeclaredHandler,
     Entity,
     Field,
     HandlerOptions,
     HandlerResult,
     KernelMatchType,
     LatestChild,
-    LifecycleHandler,
     NewEntity,
     Not,
     PromotionRule,
@@ -90,41 +90,17 @@ EARLIER_RULES = Not(AnyOf(FAILURES_EXCEEDED, ANY_UNSCHEDULABLE, ANY_KILLED))
 GANG = Field("spec", ("coscheduled",), "eq", True)
 
 
-class IrisHandler(LifecycleHandler):
+class IrisHandler(DeclaredHandler):
     """What every handler of the pack shares: name, statuses, filters and transitions as
-    class attributes, no tries limit (the budgets judge failures) and no timeout."""
+    class attributes (drover's DeclaredHandler), no tries limit (the budgets judge
+    failures) and no timeout."""
 
     kind: ClassVar[str] = JOB_KIND
     handler: ClassVar[str] = "iris"
-    statuses: ClassVar[frozenset[str]] = frozenset()
-    filters: ClassVar[tuple[Any, ...]] = ()
-    transitions: ClassVar[StatusTransitions] = StatusTransitions()
+    options: ClassVar[HandlerOptions] = HandlerOptions(
+        max_retries=None, timeout=None, batch_size=100
+    )
     status_info_meanings = dict(STATUS_INFO_MEANINGS)
-
-    @classmethod
-    def name(cls) -> str:
-        """The handler's name (history's ``handler`` column)."""
-        return cls.handler
-
-    @property
-    def target_statuses(self) -> frozenset[str]:
-        """The statuses this handler acts on."""
-        return self.statuses
-
-    @property
-    def candidate_filters(self) -> tuple[Any, ...]:
-        """Compiled into the fetch's SQL, before its LIMIT."""
-        return self.filters
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """The declared moves."""
-        return cls.transitions
-
-    @classmethod
-    def default_options(cls) -> HandlerOptions:
-        """No tries limit and no timeout: outcomes and budgets decide."""
-        return HandlerOptions(max_retries=None, timeout=None, batch_size=100)
 
     async def execute(self, targets: Sequence[Any]) -> HandlerResult:
         """By default every fetched target is one the rule holds for: success."""
