@@ -20,6 +20,7 @@ import attrs
 
 from drover import (
     Children,
+    DeclaredHandler,
     Entity,
     Field,
     HandlerOptions,
@@ -101,8 +102,9 @@ class _Outcomes:
         )
 
 
-class _PipeHandler(LifecycleHandler):
-    """What the hop handlers share: the pipe, one state, the up-nodes filter, their options."""
+class _PipeHandler(DeclaredHandler):
+    """What the hop handlers share: the pipe, one state, the up-nodes filter, their options;
+    each declares its state's successors (the seed's) as ``transitions``."""
 
     kind: ClassVar[str] = HOP_KIND
     step: ClassVar[str] = "step"
@@ -177,17 +179,14 @@ class Validate(_PipeHandler):
     step = "validate"
     state = HopState.VALIDATING
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """The seed's VALIDATING successors."""
-        return StatusTransitions(
-            outcomes={
-                "invalid": Transition(HopState.DONE),
-                "head": Transition(HopState.HEAD),
-                "embed": Transition(HopState.EMBED),
-                "layers": Transition(HopState.PROCESS_LAYERS),
-            }
-        )
+    transitions = StatusTransitions(
+        outcomes={
+            "invalid": Transition(HopState.DONE),
+            "head": Transition(HopState.HEAD),
+            "embed": Transition(HopState.EMBED),
+            "layers": Transition(HopState.PROCESS_LAYERS),
+        }
+    )
 
     async def run(self, hop: Entity, node: Node, ctx: Context, out: _Outcomes) -> None:
         """Check the pipe and, for a HEAD step, the origin and its end model."""
@@ -216,17 +215,14 @@ class Embed(_PipeHandler):
     state = HopState.EMBED
     missing = "no-model"
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """The seed's EMBED successors."""
-        return StatusTransitions(
-            outcomes={
-                "update-failed": Transition(HopState.DONE),
-                "no-model": Transition(HopState.DONE),
-                "remote": Transition(HopState.SEND),
-                "local": Transition(HopState.PROCESS_LAYERS),
-            }
-        )
+    transitions = StatusTransitions(
+        outcomes={
+            "update-failed": Transition(HopState.DONE),
+            "no-model": Transition(HopState.DONE),
+            "remote": Transition(HopState.SEND),
+            "local": Transition(HopState.PROCESS_LAYERS),
+        }
+    )
 
     async def run(self, hop: Entity, node: Node, ctx: Context, out: _Outcomes) -> None:
         """Embed the next chunk or token; route to the first layer."""
@@ -265,17 +261,14 @@ class ProcessLayers(_PipeHandler):
     state = HopState.PROCESS_LAYERS
     missing = "no-model"
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """The seed's PROCESS_LAYERS successors."""
-        return StatusTransitions(
-            outcomes={
-                "no-model": Transition(HopState.DONE),
-                "remote": Transition(HopState.SEND),
-                "local": Transition(HopState.PROCESS_LAYERS),
-                "head": Transition(HopState.HEAD),
-            }
-        )
+    transitions = StatusTransitions(
+        outcomes={
+            "no-model": Transition(HopState.DONE),
+            "remote": Transition(HopState.SEND),
+            "local": Transition(HopState.PROCESS_LAYERS),
+            "head": Transition(HopState.HEAD),
+        }
+    )
 
     async def run(self, hop: Entity, node: Node, ctx: Context, out: _Outcomes) -> None:
         """Run this node's segment that starts at the job's current layer."""
@@ -310,18 +303,15 @@ class Head(_PipeHandler):
     state = HopState.HEAD
     missing = "update-failed"
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """The seed's HEAD successors."""
-        return StatusTransitions(
-            outcomes={
-                "completed": Transition(HopState.DONE),
-                "update-failed": Transition(HopState.DONE),
-                "embed": Transition(HopState.EMBED),
-                "local": Transition(HopState.PROCESS_LAYERS),
-                "remote": Transition(HopState.SEND),
-            }
-        )
+    transitions = StatusTransitions(
+        outcomes={
+            "completed": Transition(HopState.DONE),
+            "update-failed": Transition(HopState.DONE),
+            "embed": Transition(HopState.EMBED),
+            "local": Transition(HopState.PROCESS_LAYERS),
+            "remote": Transition(HopState.SEND),
+        }
+    )
 
     async def run(self, hop: Entity, node: Node, ctx: Context, out: _Outcomes) -> None:
         """Pick the next token, tell the client, and finish or go round again."""
@@ -352,10 +342,7 @@ class Send(_PipeHandler):
     state = HopState.SEND
     missing = "handed-off"  # SEND's one successor; the hop ends JOB_MISSING, nothing is sent
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """The seed's one SEND successor."""
-        return StatusTransitions(outcomes={"handed-off": Transition(HopState.DONE)})
+    transitions = StatusTransitions(outcomes={"handed-off": Transition(HopState.DONE)})
 
     async def run(self, hop: Entity, node: Node, ctx: Context, out: _Outcomes) -> None:
         """Send the job; its next hop starts VALIDATING on the destination."""
