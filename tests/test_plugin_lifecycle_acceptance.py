@@ -13,11 +13,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import pytest
 from acceptance_kinds import Attempt, Cluster, IrisPlugin, Job, Task
-from conftest import PG_URL, SKIP_PG, Database, _asyncpg_dsn, pg_schema
-from sqlalchemy.util import await_only
+from conftest import PG_URL, SKIP_PG, Database, pg_schema
+from pool_race import tick_b_inside_a_apply
 
 from drover import BudgetUse, SchedulingResult
 from drover.coordinator.tick import Coordinator
@@ -519,26 +518,6 @@ async def pg() -> AsyncIterator[Database]:
         yield Database("postgresql", PG_URL, schema)
 
 
-async def _waits_for_the_pool_or_ends(task: asyncio.Task[Any]) -> None:
-    """Wait until ``task`` has finished, or some apply waits for a pool's lock."""
-    conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 120  # generous: the machine may be loaded
-    try:
-        while loop.time() < deadline and not task.done():
-            waiting = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'"
-            )
-            if waiting:
-                return
-            await asyncio.sleep(0.01)
-        if not task.done():
-            raise AssertionError("the second apply neither finished nor waited for the pool")
-    finally:
-        await conn.close()
-
-
 @pg_only
 async def test_two_postgresql_coordinators_never_exceed_the_workers_pool(pg: Database):
     """B applies while A's moves into the pool are written but not committed: B waits for
@@ -556,20 +535,7 @@ async def test_two_postgresql_coordinators_never_exceed_the_workers_pool(pg: Dat
             Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner=o)
             for o in ("a", "b")
         )
-        b_tick: list[asyncio.Task[Any]] = []
-
-        async def run_b_meanwhile() -> None:
-            b_tick.append(asyncio.create_task(b.tick("start-attempts")))
-            await _waits_for_the_pool_or_ends(b_tick[0])
-
-        def hold_before_commit(step: str) -> None:
-            if step == "before-history" and not b_tick:
-                await_only(run_b_meanwhile())
-
-        a.inject_apply_failure = hold_before_commit
-        report_a = await a.tick("start-attempts")
-        report_b = await b_tick[0]
-        a.inject_apply_failure = None
+        report_a, report_b = await tick_b_inside_a_apply(a, b, "start-attempts")
         assert [c.to_status for c in report_a.changes] == [Attempt.RUNNING, Attempt.RUNNING]
         assert [c.error_code for c in report_b.changes] == [POOL_FULL, POOL_FULL]
         assert (await _statuses(h, attempts)).count(Attempt.RUNNING) == 2

@@ -6,16 +6,14 @@ PostgreSQL, and two coordinators race for one pool on PostgreSQL.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import attrs
 import pytest
-from conftest import PG_URL, SKIP_PG, Database, _asyncpg_dsn, pg_schema
+from conftest import PG_URL, SKIP_PG, Database, pg_schema
 from peers import JOB, TASK, Job, Scripted, Task, harness, succeed
-from sqlalchemy.util import await_only
+from pool_race import tick_b_inside_a_apply
 
 from drover import (
     HandlerOptions,
@@ -180,27 +178,6 @@ async def pg() -> AsyncIterator[Database]:
         yield Database("postgresql", PG_URL, schema)
 
 
-async def _blocked_or_done(task: asyncio.Task[Any]) -> None:
-    """Wait until ``task`` has finished, or some apply waits for a pool's lock."""
-    conn = await asyncpg.connect(_asyncpg_dsn(PG_URL))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 120  # generous: the machine may be loaded
-    try:
-        while loop.time() < deadline:
-            if task.done():
-                return
-            waiting = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'"
-            )
-            if waiting:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("the second apply neither finished nor waited for the pool")
-    finally:
-        await conn.close()
-
-
 class _Start(StartJobs):
     options = HandlerOptions(max_retries=None, batch_size=2)
 
@@ -221,20 +198,7 @@ async def test_two_coordinators_racing_for_one_pool_never_exceed_it(pg: Database
         handlers = {"start-jobs": _Start(succeed)}
         a = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="a")
         b = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="b")
-        b_tick: list[asyncio.Task[Any]] = []
-
-        async def run_b_meanwhile() -> None:
-            b_tick.append(asyncio.create_task(b.tick("start-jobs")))
-            await _blocked_or_done(b_tick[0])
-
-        def hold_before_commit(step: str) -> None:
-            # Inside A's apply transaction, its moves written but not committed.
-            if step == "before-history" and not b_tick:
-                await_only(run_b_meanwhile())
-
-        a.inject_apply_failure = hold_before_commit
-        report_a = await a.tick("start-jobs")
-        report_b = await b_tick[0]
+        report_a, report_b = await tick_b_inside_a_apply(a, b, "start-jobs")
         assert sorted(c.entity_id for c in report_a.changes) == sorted(jobs[:2])
         assert sorted(c.entity_id for c in report_b.changes) == sorted(jobs[2:])
         assert [c.to_status for c in report_a.changes] == ["RUNNING", "RUNNING"]
@@ -436,19 +400,7 @@ async def test_two_coordinators_racing_for_claimed_units_never_exceed_the_pool(p
         handlers = {"start-jobs": _Start(succeed)}
         a = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="a")
         b = Coordinator(h.repository, handlers, clock=h.clock, kinds=h.app.kinds, claim_owner="b")
-        b_tick: list[asyncio.Task[Any]] = []
-
-        async def run_b_meanwhile() -> None:
-            b_tick.append(asyncio.create_task(b.tick("start-jobs")))
-            await _blocked_or_done(b_tick[0])
-
-        def hold_before_commit(step: str) -> None:
-            if step == "before-history" and not b_tick:
-                await_only(run_b_meanwhile())
-
-        a.inject_apply_failure = hold_before_commit
-        report_a = await a.tick("start-jobs")
-        report_b = await b_tick[0]
+        report_a, report_b = await tick_b_inside_a_apply(a, b, "start-jobs")
         assert sorted(c.entity_id for c in report_a.changes) == sorted(jobs[:2])
         assert [c.to_status for c in report_a.changes] == ["RUNNING", "RUNNING"]
         assert sorted(c.entity_id for c in report_b.changes) == sorted(jobs[2:])
@@ -564,19 +516,7 @@ async def test_two_coordinators_placing_on_one_workers_last_slot_never_both_win(
             h.repository, {"place-jobs": _One(_place)}, clock=h.clock, kinds=h.app.kinds,
             claim_owner="b",
         )  # fmt: skip
-        b_tick: list[asyncio.Task[Any]] = []
-
-        async def run_b_meanwhile() -> None:
-            b_tick.append(asyncio.create_task(b.tick("place-jobs")))
-            await _blocked_or_done(b_tick[0])
-
-        def hold_before_commit(step: str) -> None:
-            if step == "before-history" and not b_tick:
-                await_only(run_b_meanwhile())
-
-        a.inject_apply_failure = hold_before_commit
-        report_a = await a.tick("place-jobs")
-        report_b = await b_tick[0]
+        report_a, report_b = await tick_b_inside_a_apply(a, b, "place-jobs")
         assert [(c.entity_id, c.to_status) for c in report_a.changes] == [(first, "RUNNING")]
         assert [(c.entity_id, c.error_code) for c in report_b.changes] == [(second, POOL_FULL)]
         assert "pool 'worker-a' is full (1/1 held, 1 claimed)" in (
