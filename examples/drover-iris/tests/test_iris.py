@@ -38,7 +38,7 @@ from drover_iris import (
 from drover_iris.handlers import JOB_HANDLERS
 
 from drover import BudgetUse, Entity
-from drover.coordinator.tick import Coordinator
+from drover.coordinator.tick import Coordinator, TickReport
 from drover.model.pools import POOL_FULL
 from drover.testing import CoordinatorHarness, TestDatabase
 
@@ -760,6 +760,35 @@ async def test_a_task_past_its_per_task_timeout_is_killed_and_so_is_its_job(
 # -- the pool of worker slots -------------------------------------------------------------------
 
 
+async def _schedule_from_two_coordinators(h: CoordinatorHarness) -> list[TickReport]:
+    """One ``iris-schedule`` tick from each of two coordinators (batches of one), both
+    reading before either applies; their reports."""
+    scheduler = h.handlers["iris-schedule"]
+    placed = scheduler.execute  # type: ignore[union-attr]
+    both_read = asyncio.Barrier(2)
+
+    async def read_together(targets: Any) -> Any:
+        result = await placed(targets)
+        await both_read.wait()
+        return result
+
+    scheduler.execute = read_together  # type: ignore[union-attr]
+    a, b = (
+        Coordinator(
+            h.repository,
+            {"iris-schedule": scheduler},
+            clock=h.clock,
+            kinds=h.app.kinds,
+            claim_owner=owner,
+            options={"iris-schedule": {"batch_size": 1}},
+        )
+        for owner in ("a", "b")
+    )
+    reports = await asyncio.gather(a.tick("iris-schedule"), b.tick("iris-schedule"))
+    scheduler.execute = placed  # type: ignore[union-attr]
+    return list(reports)
+
+
 async def test_two_coordinators_never_assign_more_tasks_than_the_cluster_has_slots(
     iris: Harness,
 ) -> None:
@@ -768,29 +797,7 @@ async def test_two_coordinators_never_assign_more_tasks_than_the_cluster_has_slo
     refuses the other, pool-full."""
     async with iris({"w1": 1}) as h:
         jobs = [await _submit(h, JobRequest(f"j{i}")) for i in range(2)]
-        scheduler = h.handlers["iris-schedule"]
-        placed = scheduler.execute  # type: ignore[union-attr]
-        both_read = asyncio.Barrier(2)
-
-        async def read_together(targets: Any) -> Any:
-            result = await placed(targets)
-            await both_read.wait()
-            return result
-
-        scheduler.execute = read_together  # type: ignore[union-attr]
-        a, b = (
-            Coordinator(
-                h.repository,
-                {"iris-schedule": scheduler},
-                clock=h.clock,
-                kinds=h.app.kinds,
-                claim_owner=owner,
-                options={"iris-schedule": {"batch_size": 1}},
-            )
-            for owner in ("a", "b")
-        )
-        reports = await asyncio.gather(a.tick("iris-schedule"), b.tick("iris-schedule"))
-        scheduler.execute = placed  # type: ignore[union-attr]
+        reports = await _schedule_from_two_coordinators(h)
         results = sorted((str(c.result), c.error_code) for r in reports for c in r.changes)
         assert results == [("SKIPPED", POOL_FULL), ("SUCCESS", None)]
         tasks = [t for j in jobs for t in await _tasks(h, j)]
@@ -811,29 +818,7 @@ async def test_two_coordinators_never_fill_one_workers_last_slot_twice(iris: Har
     other, which the next tick places on w2."""
     async with iris({"w1": 1, "w2": 1}) as h:
         jobs = [await _submit(h, JobRequest(f"j{i}")) for i in range(2)]
-        scheduler = h.handlers["iris-schedule"]
-        placed = scheduler.execute  # type: ignore[union-attr]
-        both_read = asyncio.Barrier(2)
-
-        async def read_together(targets: Any) -> Any:
-            result = await placed(targets)
-            await both_read.wait()
-            return result
-
-        scheduler.execute = read_together  # type: ignore[union-attr]
-        a, b = (
-            Coordinator(
-                h.repository,
-                {"iris-schedule": scheduler},
-                clock=h.clock,
-                kinds=h.app.kinds,
-                claim_owner=owner,
-                options={"iris-schedule": {"batch_size": 1}},
-            )
-            for owner in ("a", "b")
-        )
-        reports = await asyncio.gather(a.tick("iris-schedule"), b.tick("iris-schedule"))
-        scheduler.execute = placed  # type: ignore[union-attr]
+        reports = await _schedule_from_two_coordinators(h)
         changes = [c for r in reports for c in r.changes]
         assert sorted((str(c.result), c.error_code) for c in changes) == [
             ("SKIPPED", POOL_FULL),
