@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from drover import (
     AnyOf,
+    DeclaredHandler,
     DependenciesFailed,
     DependenciesSucceeded,
     Dependents,
@@ -20,7 +21,6 @@ from drover import (
     Field,
     HandlerOptions,
     HandlerResult,
-    LifecycleHandler,
     StatusAge,
     StatusTransitions,
     Transition,
@@ -36,28 +36,20 @@ _ENDINGS = {
 }
 
 
-class JobHandler(LifecycleHandler):
-    """What every step shares: its kind, its name, its options."""
+class JobHandler(DeclaredHandler):
+    """What every step shares: its kind, its name, its options; each step declares its
+    status, filters and transitions."""
 
     kind: ClassVar[str] = JOB_KIND
     step: ClassVar[str] = "step"
-    statuses: ClassVar[frozenset[str]] = frozenset()
     status_info_meanings = {str(k): v for k, v in FAILURE_MEANINGS.items()}
+    #: No tries limit (failures are the jobs', judged by outcomes) and no timeout.
+    options = HandlerOptions(max_retries=None, timeout=None, batch_size=100)
 
     @classmethod
     def name(cls) -> str:
         """``xpm-<step>``."""
         return "xpm-" + cls.step
-
-    @property
-    def target_statuses(self) -> frozenset[str]:
-        """The one status this step acts on."""
-        return self.statuses
-
-    @classmethod
-    def default_options(cls) -> HandlerOptions:
-        """No tries limit (failures are the jobs', judged by outcomes) and no timeout."""
-        return HandlerOptions(max_retries=None, timeout=None, batch_size=100)
 
 
 class RegisterJobs(JobHandler):
@@ -71,17 +63,14 @@ class RegisterJobs(JobHandler):
 
     step = "register"
     statuses = frozenset({JobState.UNSCHEDULED})
-    candidate_filters = (
+    filters = (
         AnyOf(
             Field("spec", ("transient",), "ne", True),
             Dependents(DEPENDS_ON, statuses={JobState.WAITING}),
         ),
     )
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """Success: WAITING."""
-        return StatusTransitions(success=Transition(JobState.WAITING))
+    transitions = StatusTransitions(success=Transition(JobState.WAITING))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Every submitted job is registered."""
@@ -93,12 +82,9 @@ class ResolveDependencies(JobHandler):
 
     step = "resolve"
     statuses = frozenset({JobState.WAITING})
-    candidate_filters = (DependenciesSucceeded(relation=DEPENDS_ON),)
+    filters = (DependenciesSucceeded(relation=DEPENDS_ON),)
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """Success: READY."""
-        return StatusTransitions(success=Transition(JobState.READY))
+    transitions = StatusTransitions(success=Transition(JobState.READY))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """The fetch already kept only jobs whose dependencies all succeeded."""
@@ -116,12 +102,9 @@ class FailDependents(JobHandler):
 
     step = "fail-dependents"
     statuses = frozenset({JobState.WAITING})
-    candidate_filters = (DependenciesFailed(relation=DEPENDS_ON),)
+    filters = (DependenciesFailed(relation=DEPENDS_ON),)
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """Success: ERROR (status_info DEPENDENCY)."""
-        return StatusTransitions(success=Transition(JobState.ERROR))
+    transitions = StatusTransitions(success=Transition(JobState.ERROR))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Every fetched job has a failed dependency."""
@@ -140,10 +123,7 @@ class ScheduleJobs(JobHandler):
     step = "schedule"
     statuses = frozenset({JobState.READY})
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """Success: SCHEDULED."""
-        return StatusTransitions(success=Transition(JobState.SCHEDULED))
+    transitions = StatusTransitions(success=Transition(JobState.SCHEDULED))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Schedule every ready job; its directory is written once and kept for retries."""
@@ -164,10 +144,7 @@ class StartJobs(JobHandler):
     def __init__(self, launcher: SimulatedLauncher) -> None:
         self.launcher = launcher
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """Success: RUNNING."""
-        return StatusTransitions(success=Transition(JobState.RUNNING))
+    transitions = StatusTransitions(success=Transition(JobState.RUNNING))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Start each job's process."""
@@ -185,30 +162,23 @@ class FinishJobs(JobHandler):
 
     step = "finish"
     statuses = frozenset({JobState.RUNNING})
-    candidate_filters = (
-        AnyOf(StatusAge(spec_key="duration"), Field("spec", ("duration",), "missing")),
-    )
+    filters = (AnyOf(StatusAge(spec_key="duration"), Field("spec", ("duration",), "missing")),)
 
     def __init__(self, launcher: SimulatedLauncher) -> None:
         self.launcher = launcher
 
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        """DONE on success; named outcomes for each way a run ends otherwise.
-
-        ``retry-timeout`` charges the ``retries`` budget: past ``max_retries``
-        the budget's own give-up ends the job in ERROR.
-        """
-        return StatusTransitions(
-            success=Transition(JobState.DONE),
-            give_up=Transition(JobState.ERROR),
-            outcomes={
-                "failed": Transition(JobState.ERROR),
-                "out-of-memory": Transition(JobState.ERROR),
-                "timed-out": Transition(JobState.ERROR),
-                "retry-timeout": Transition(JobState.WAITING),
-            },
-        )
+    # A named outcome for each way a run ends without success. ``retry-timeout`` charges
+    # the ``retries`` budget: past ``max_retries`` the budget's own give-up ends the job in ERROR.
+    transitions = StatusTransitions(
+        success=Transition(JobState.DONE),
+        give_up=Transition(JobState.ERROR),
+        outcomes={
+            "failed": Transition(JobState.ERROR),
+            "out-of-memory": Transition(JobState.ERROR),
+            "timed-out": Transition(JobState.ERROR),
+            "retry-timeout": Transition(JobState.WAITING),
+        },
+    )
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Read each ended process's outcome from the launcher."""
