@@ -132,34 +132,9 @@ class Daemon:
         self._rules = WakeRules.build(
             coordinator.kinds, [coordinator.handlers[n] for n in self.names]
         )
-        # The (kind, status) pairs each handler targets.
-        self._statuses_of: dict[str, set[tuple[str, str]]] = {}
-        for name in self.names:
-            handler = coordinator.handlers[name]
-            statuses = (
-                handler.from_statuses
-                if isinstance(handler, PromotionRule)
-                else handler.target_statuses
-            )
-            for status in statuses:
-                self._statuses_of.setdefault(name, set()).add((handler.kind, str(status)))
         # Handlers whose last tick fetched a full batch and changed nothing: entities
         # leaving their statuses make room in their next batch for others waiting.
         self._saturated: set[str] = set()
-        # Per lifecycle handler, the promotions of the statuses it targets: its fetch
-        # locks and claims its targets, and a promotion selecting meanwhile skips
-        # locked rows (SKIP LOCKED), so its targets it left where they were may be
-        # due for those promotions once it is done.
-        none: set[tuple[str, str]] = set()
-        self._promotions_beside: dict[str, set[str]] = {
-            name: {
-                p
-                for p in self._promotions
-                if self._statuses_of.get(p, none) & self._statuses_of.get(name, none)
-            }
-            for name in self.names
-            if name not in self._promotions
-        }
         # Handlers of the statuses new entities start in (woken by news of creations).
         self._newcomers = sorted(self._rules.newcomers())
         # Per handler, consecutive ticks re-woken because an outcome kept its status.
@@ -423,14 +398,15 @@ class Daemon:
             self._saturated.add(report.handler)
         else:
             self._saturated.discard(report.handler)
-        none: set[tuple[str, str]] = set()
         if moved and self._saturated:
             left = {(c.kind, str(c.from_status)) for c in moved}
             for name in self._saturated:
-                if self._statuses_of.get(name, none) & left:
+                if self._rules.statuses_of.get(name, frozenset()) & left:
                     self._wake[name].set()
         if report.fetched > len(moved):
-            for name in self._promotions_beside.get(report.handler, ()):
+            # Its fetch locked the targets it left as they were, which promotions
+            # selecting meanwhile skipped (WakeRules.promotions_beside).
+            for name in self._rules.promotions_beside.get(report.handler, ()):
                 self._wake[name].set()
         if self.on_tick is not None:
             self.on_tick(report)

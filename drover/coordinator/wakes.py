@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.handlers import fetch_filters, handler_name
+from drover.coordinator.handlers import fetch_filters, handler_name, target_statuses
 from drover.model.filters import AllOf, AnyOf, CandidateFilter, ChildCount, Children, StatusAge
 from drover.model.kinds import Kinds
 from drover.model.plan import AppliedChange
@@ -71,11 +71,6 @@ def child_statuses_read(filters: Iterable[CandidateFilter]) -> frozenset[str]:
     return frozenset(found)
 
 
-def _statuses(handler: Any) -> frozenset[str]:
-    found = handler.from_statuses if isinstance(handler, PromotionRule) else handler.target_statuses
-    return frozenset(str(s) for s in found)
-
-
 @attrs.frozen
 class WakeRules:
     """The wake-ups of a set of handlers, by ``(kind, status)`` entered.
@@ -85,7 +80,9 @@ class WakeRules:
     ``children``: by ``(child kind, status)``, the parent kind's handlers
     that read children; ``first``: by kind, the handlers its first status's
     entry wakes (woken when an entity of the kind ends);
-    ``terminal`` and ``first_status``: each kind's.
+    ``terminal`` and ``first_status``: each kind's; ``statuses_of``: by
+    handler, the ``(kind, status)`` pairs it targets; ``promotions_beside``:
+    by lifecycle handler, the promotion rules sharing one of its statuses.
     """
 
     targets: Mapping[tuple[str, str], frozenset[str]]
@@ -94,6 +91,8 @@ class WakeRules:
     first: Mapping[str, frozenset[str]]
     terminal: Mapping[str, frozenset[str]]
     first_status: Mapping[str, str]
+    statuses_of: Mapping[str, frozenset[tuple[str, str]]]
+    promotions_beside: Mapping[str, frozenset[str]]
 
     @classmethod
     def build(cls, kinds: Kinds, handlers: Iterable[Any]) -> WakeRules:
@@ -101,12 +100,18 @@ class WakeRules:
         targets: dict[tuple[str, str], set[str]] = {}
         entry: dict[tuple[str, str], set[str]] = {}
         children: dict[tuple[str, str], set[str]] = {}
+        statuses_of: dict[str, frozenset[tuple[str, str]]] = {}
+        promotions: list[str] = []
         for handler in handlers:
             name = handler_name(handler)
             promotion = isinstance(handler, PromotionRule)
+            if promotion:
+                promotions.append(name)
             filters = () if promotion else fetch_filters(handler)
             aged = waits_for_age(filters)
-            for status in _statuses(handler):
+            own = frozenset(str(s) for s in target_statuses(handler))
+            statuses_of[name] = frozenset((handler.kind, s) for s in own)
+            for status in own:
                 targets.setdefault((handler.kind, status), set()).add(name)
                 if not aged:
                     entry.setdefault((handler.kind, status), set()).add(name)
@@ -118,6 +123,14 @@ class WakeRules:
             for status in statuses:
                 children.setdefault((child.name, status), set()).add(name)
         first = {kind: frozenset(entry.get((kind, kinds[kind].first_status), ())) for kind in kinds}
+        # A lifecycle handler's fetch locks and claims its targets, and a promotion
+        # selecting meanwhile skips locked rows (SKIP LOCKED): the targets it left
+        # where they were may be due for those promotions once it is done.
+        beside = {
+            name: frozenset(p for p in promotions if statuses_of[p] & mine)
+            for name, mine in statuses_of.items()
+            if name not in promotions
+        }
         return cls(
             targets={k: frozenset(v) for k, v in targets.items()},
             entry={k: frozenset(v) for k, v in entry.items()},
@@ -125,6 +138,8 @@ class WakeRules:
             first=first,
             terminal={kind: kinds[kind].terminal for kind in kinds},
             first_status={kind: kinds[kind].first_status for kind in kinds},
+            statuses_of=statuses_of,
+            promotions_beside=beside,
         )
 
     def woken(self, kind: str | None, status: str) -> set[str]:
