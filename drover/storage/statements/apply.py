@@ -43,6 +43,7 @@ __all__ = [
     "incremented",
     "insert_history",
     "latest_history",
+    "latest_history_ids",
     "lock_entities",
     "move_entities",
     "move_kernels",
@@ -494,17 +495,21 @@ def insert_history(postgres: bool) -> sa.Insert:
     return sa.insert(h).from_select(_HISTORY_COLUMNS, source)
 
 
-def latest_history(postgres: bool) -> sa.Select[Any]:
-    """The latest history row of each entity ``:ids``."""
-    newest = (
+def latest_history_ids(postgres: bool) -> sa.Select[Any]:
+    """The id of the latest history row of each entity ``:ids``."""
+    return (
         sa.select(sa.func.max(h.c.id))
         .where(ids_param(h.c.entity_id, "ids", postgres))
         .group_by(h.c.entity_id)
     )
+
+
+def latest_history(postgres: bool) -> sa.Select[Any]:
+    """The latest history row of each entity ``:ids``."""
     return sa.select(
         h.c.id, h.c.entity_id, h.c.handler, h.c.result, h.c.from_status, h.c.to_status,
         h.c.error_code, h.c.created_at, h.c.updated_at,
-    ).where(h.c.id.in_(newest))  # fmt: skip
+    ).where(h.c.id.in_(latest_history_ids(postgres)))  # fmt: skip
 
 
 #: A repeated outcome merged into the row ``:hid``: one more attempt, the newest message.
