@@ -151,6 +151,15 @@ def without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) 
 _RELEASED: dict[str, Any] = {"claim_owner": None, "claim_token": None, "claim_expires": None}
 
 
+def _guarded_update(values: dict[str, Any], postgres: bool, fenced: bool, solo: bool) -> sa.Update:
+    """Set ``values`` where :func:`entity_guard` passes (a fenced write also drops the
+    claim, :data:`_RELEASED`); returns the ids."""
+    if fenced:
+        values = {**values, **_RELEASED}
+    guard = entity_guard(postgres, fenced, solo)
+    return sa.update(e).where(guard).values(**values).returning(e.c.id)
+
+
 def move_entities(
     postgres: bool,
     requeue: bool,
@@ -178,10 +187,7 @@ def move_entities(
         values["requeues"] = e.c.requeues + 1
     if rule is not None:
         values["status_info"] = status_info_expression(rule)
-    if fenced:
-        values.update(_RELEASED)
-    guard = entity_guard(postgres, fenced, solo)
-    return sa.update(e).where(guard).values(**values).returning(e.c.id)
+    return _guarded_update(values, postgres, fenced, solo)
 
 
 def incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]:
@@ -206,10 +212,7 @@ def count_try(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.Up
 
     ``:path`` is the SQLite JSON path of the handler.
     """
-    expression = incremented(e.c.tries, postgres)
-    guard = entity_guard(postgres, fenced, solo)
-    released = _RELEASED if fenced else {}
-    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
+    return _guarded_update({"tries": incremented(e.c.tries, postgres)}, postgres, fenced, solo)
 
 
 def reset_tries(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.Update:
@@ -219,9 +222,7 @@ def reset_tries(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.
         expression = e.c.tries.op("-")(sa.bindparam("handler", type_=sa.String))
     else:
         expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
-    guard = entity_guard(postgres, fenced, solo)
-    released = _RELEASED if fenced else {}
-    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
+    return _guarded_update({"tries": expression}, postgres, fenced, solo)
 
 
 # -- what the entities that passed bring along ---------------------------------------------
