@@ -43,6 +43,7 @@ __all__ = [
     "incremented",
     "insert_history",
     "latest_history",
+    "latest_history_ids",
     "lock_entities",
     "move_entities",
     "move_kernels",
@@ -150,6 +151,15 @@ def without_keys(column: sa.Column[Any], keys: tuple[str, ...], postgres: bool) 
 _RELEASED: dict[str, Any] = {"claim_owner": None, "claim_token": None, "claim_expires": None}
 
 
+def _guarded_update(values: dict[str, Any], postgres: bool, fenced: bool, solo: bool) -> sa.Update:
+    """Set ``values`` where :func:`entity_guard` passes (a fenced write also drops the
+    claim, :data:`_RELEASED`); returns the ids."""
+    if fenced:
+        values = {**values, **_RELEASED}
+    guard = entity_guard(postgres, fenced, solo)
+    return sa.update(e).where(guard).values(**values).returning(e.c.id)
+
+
 def move_entities(
     postgres: bool,
     requeue: bool,
@@ -177,10 +187,7 @@ def move_entities(
         values["requeues"] = e.c.requeues + 1
     if rule is not None:
         values["status_info"] = status_info_expression(rule)
-    if fenced:
-        values.update(_RELEASED)
-    guard = entity_guard(postgres, fenced, solo)
-    return sa.update(e).where(guard).values(**values).returning(e.c.id)
+    return _guarded_update(values, postgres, fenced, solo)
 
 
 def incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]:
@@ -205,10 +212,7 @@ def count_try(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.Up
 
     ``:path`` is the SQLite JSON path of the handler.
     """
-    expression = incremented(e.c.tries, postgres)
-    guard = entity_guard(postgres, fenced, solo)
-    released = _RELEASED if fenced else {}
-    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
+    return _guarded_update({"tries": incremented(e.c.tries, postgres)}, postgres, fenced, solo)
 
 
 def reset_tries(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.Update:
@@ -218,9 +222,7 @@ def reset_tries(postgres: bool, fenced: bool = False, solo: bool = False) -> sa.
         expression = e.c.tries.op("-")(sa.bindparam("handler", type_=sa.String))
     else:
         expression = sa.func.json_remove(e.c.tries, sa.bindparam("path", type_=sa.String))
-    guard = entity_guard(postgres, fenced, solo)
-    released = _RELEASED if fenced else {}
-    return sa.update(e).where(guard).values(tries=expression, **released).returning(e.c.id)
+    return _guarded_update({"tries": expression}, postgres, fenced, solo)
 
 
 # -- what the entities that passed bring along ---------------------------------------------
@@ -494,17 +496,21 @@ def insert_history(postgres: bool) -> sa.Insert:
     return sa.insert(h).from_select(_HISTORY_COLUMNS, source)
 
 
-def latest_history(postgres: bool) -> sa.Select[Any]:
-    """The latest history row of each entity ``:ids``."""
-    newest = (
+def latest_history_ids(postgres: bool) -> sa.Select[Any]:
+    """The id of the latest history row of each entity ``:ids``."""
+    return (
         sa.select(sa.func.max(h.c.id))
         .where(ids_param(h.c.entity_id, "ids", postgres))
         .group_by(h.c.entity_id)
     )
+
+
+def latest_history(postgres: bool) -> sa.Select[Any]:
+    """The latest history row of each entity ``:ids``."""
     return sa.select(
         h.c.id, h.c.entity_id, h.c.handler, h.c.result, h.c.from_status, h.c.to_status,
         h.c.error_code, h.c.created_at, h.c.updated_at,
-    ).where(h.c.id.in_(newest))  # fmt: skip
+    ).where(h.c.id.in_(latest_history_ids(postgres)))  # fmt: skip
 
 
 #: A repeated outcome merged into the row ``:hid``: one more attempt, the newest message.

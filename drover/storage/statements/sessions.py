@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from drover.storage.rows import ENTITY_COLUMNS, KERNEL_COLUMNS
 from drover.storage.schema import entities, relations, scheduling_history
+from drover.storage.statements.apply import latest_history_ids
 from drover.storage.statements.ids import ids_param
 
 __all__ = [
@@ -175,11 +176,7 @@ def sessions_filtered(
 def latest_messages(postgres: bool) -> sa.Select[Any]:
     """``(entity_id, result, message)`` of the latest history row of each entity of ``:ids``."""
     h = scheduling_history
-    latest = (
-        sa.select(sa.func.max(h.c.id))
-        .where(ids_param(h.c.entity_id, "ids", postgres))
-        .group_by(h.c.entity_id)
-    )
+    latest = latest_history_ids(postgres)
     return sa.select(h.c.entity_id, h.c.result, h.c.message).where(h.c.id.in_(latest))
 
 
