@@ -23,6 +23,7 @@ from drover.cli._common import (
     database_option,
     emit_json,
     json_option,
+    parse_env,
     print_table,
     with_app,
 )
@@ -35,16 +36,6 @@ if TYPE_CHECKING:
     from drover.app import App
 
 __all__ = ["COMMANDS", "logs", "sessions", "submit"]
-
-
-def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
-        env[name] = value
-    return env
 
 
 def _parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -269,7 +260,7 @@ def submit(
             kernel["image"] = image
         if cwd:
             kernel["cwd"] = cwd
-        env = _parse_env(env_pairs)
+        env = parse_env(env_pairs)
         if env:
             kernel["env"] = env
         spec: dict[str, Any] = {}
