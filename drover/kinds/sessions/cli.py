@@ -413,7 +413,8 @@ def logs(
         offset = 0
         keep_following = follow
         while True:
-            chunk = await asyncio.to_thread(_read_from, path, offset)
+            # Never through a link: a kernel may have replaced its log (UnsafeLogError, one line).
+            chunk = await asyncio.to_thread(read_log, path, offset)
             if chunk:
                 offset += len(chunk)
                 sys.stdout.buffer.write(chunk)
@@ -428,11 +429,6 @@ def logs(
             await asyncio.sleep(0.5)
 
     with_app(ctx, work, database_url=database_url)
-
-
-def _read_from(path: str, offset: int) -> bytes:
-    # Never through a link: a kernel may have replaced its log (UnsafeLogError, one line).
-    return read_log(path, offset)
 
 
 #: What the sessions package adds to ``drover``.
