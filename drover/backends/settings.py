@@ -8,12 +8,17 @@ its settings class.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-__all__ = ["settings_converter"]
+from drover.model.errors import DroverError
+
+__all__ = ["settings_converter", "structure_settings"]
+
+S = TypeVar("S")
 
 
 def _number(value: Any, _type: Any) -> float:
@@ -50,3 +55,15 @@ def settings_converter(
         make_dict_structure_fn(settings_class, conv, _cattrs_forbid_extra_keys=True),
     )
     return conv
+
+
+def structure_settings(
+    conv: cattrs.Converter, raw: Mapping[str, Any], settings_class: type[S], backend: str
+) -> S:
+    """Structure ``backend.settings`` with ``conv``; a wrong key or value is a
+    :class:`DroverError` naming every problem (``backend``: the backend's name)."""
+    try:
+        return conv.structure(dict(raw), settings_class)
+    except cattrs.BaseValidationError as error:
+        problems = "; ".join(cattrs.transform_error(error, path="backend.settings"))
+        raise DroverError(f"invalid {backend} backend settings: {problems}") from None

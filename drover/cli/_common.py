@@ -26,6 +26,7 @@ __all__ = [
     "database_option",
     "emit_json",
     "json_option",
+    "parse_env",
     "print_table",
     "run_async",
     "with_app",
@@ -69,6 +70,17 @@ def database_option(func: F) -> F:
         help="SQLAlchemy async URL of the database "
         "[env DROVER_DATABASE_URL; default sqlite+aiosqlite:///./drover.db].",
     )(func)
+
+
+def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    """The ``--env NAME=VALUE`` flags as a mapping; a pair without a name or ``=`` is refused."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
+        env[name] = value
+    return env
 
 
 def json_option(func: F) -> F:

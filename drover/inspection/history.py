@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from drover.model.status import SchedulingResult
@@ -42,10 +43,17 @@ async def search_history(
     )
 
 
-async def timeline(repo: Queries, session_id: str) -> list[dict[str, Any]]:
-    """Session and kernel history interleaved, oldest first (``kind``: session|kernel)."""
+async def timeline(
+    repo: Queries, session_id: str, *, history: Sequence[HistoryRecord] | None = None
+) -> list[dict[str, Any]]:
+    """Session and kernel history interleaved, oldest first (``kind``: session|kernel).
+
+    ``history``: the session's history rows, if the caller already read them.
+    """
     items: list[tuple[float, int, dict[str, Any]]] = []
-    for row in await repo.history(session_id):
+    if history is None:
+        history = await repo.history(session_id)
+    for row in history:
         items.append(
             (
                 row.created_at.timestamp(),

@@ -133,10 +133,10 @@ async def session_page(request: Request) -> Response:
         why_lines = list(diagnosis.lines)
     except DroverError as error:
         why_error = str(error)
-    items = await timeline(repo, sid)
+    rows = await repo.history(sid)
+    items = await timeline(repo, sid, history=rows)
     kernel_index = {k["id"]: k["index"] for k in data["kernels"]}
     logs = [await kernel_logs(k.runtime, LOG_TAIL_BYTES) for k in session.kernels]
-    rows = await repo.history(sid)
     return page(
         request,
         "session.html",

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
-import cattrs
 
-from drover.backends.settings import settings_converter
+from drover.backends.settings import settings_converter, structure_settings
 from drover.model.errors import DroverError
 
 __all__ = ["PULL_POLICIES", "ContainerSettings", "settings_from"]
@@ -52,11 +51,7 @@ _CONVERTER = settings_converter(ContainerSettings)
 
 def settings_from(raw: Mapping[str, Any]) -> ContainerSettings:
     """Structure ``backend.settings``; a wrong key or value is a :class:`DroverError`."""
-    try:
-        settings = _CONVERTER.structure(dict(raw), ContainerSettings)
-    except cattrs.BaseValidationError as error:
-        problems = "; ".join(cattrs.transform_error(error, path="backend.settings"))
-        raise DroverError(f"invalid container backend settings: {problems}") from None
+    settings = structure_settings(_CONVERTER, raw, ContainerSettings, "container")
     if settings.poll_interval <= 0:
         raise DroverError("invalid container backend settings: poll_interval must be > 0 seconds")
     if not settings.label_prefix or not settings.label_prefix.replace("-", "").isalnum():

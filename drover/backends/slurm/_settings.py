@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import cattrs
 
-from drover.backends.settings import settings_converter
+from drover.backends.settings import settings_converter, structure_settings
 from drover.model.errors import DroverError
 
 __all__ = ["SlurmSettings", "settings_from"]
@@ -72,11 +72,7 @@ _CONVERTER = _settings_converter()
 
 def settings_from(raw: Mapping[str, Any]) -> SlurmSettings:
     """Structure ``backend.settings``; a wrong key or value is a :class:`DroverError`."""
-    try:
-        settings = _CONVERTER.structure(dict(raw), SlurmSettings)
-    except cattrs.BaseValidationError as error:
-        problems = "; ".join(cattrs.transform_error(error, path="backend.settings"))
-        raise DroverError(f"invalid slurm backend settings: {problems}") from None
+    settings = structure_settings(_CONVERTER, raw, SlurmSettings, "slurm")
     if settings.poll_interval <= 0 or settings.nodes_interval <= 0:
         raise DroverError("invalid slurm backend settings: intervals must be > 0 seconds")
     return settings

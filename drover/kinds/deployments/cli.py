@@ -20,6 +20,7 @@ from drover.cli._common import (
     database_option,
     emit_json,
     json_option,
+    parse_env,
     print_table,
     with_app,
 )
@@ -170,12 +171,7 @@ def deploy(
         check_health_path(health_path)
     except InvalidSpecError as error:
         raise click.BadParameter(str(error), param_hint="--health-path") from None
-    env: dict[str, str] = {}
-    for pair in env_pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
-        env[key] = text
+    env = parse_env(env_pairs)
     kernel: dict[str, Any] = {"command": list(command), "cpu": cpu, "mem": mem}
     if env:
         kernel["env"] = env

@@ -23,6 +23,7 @@ from drover.cli._common import (
     database_option,
     emit_json,
     json_option,
+    parse_env,
     print_table,
     with_app,
 )
@@ -35,16 +36,6 @@ if TYPE_CHECKING:
     from drover.app import App
 
 __all__ = ["COMMANDS", "logs", "sessions", "submit"]
-
-
-def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
-        env[name] = value
-    return env
 
 
 def _parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -269,7 +260,7 @@ def submit(
             kernel["image"] = image
         if cwd:
             kernel["cwd"] = cwd
-        env = _parse_env(env_pairs)
+        env = parse_env(env_pairs)
         if env:
             kernel["env"] = env
         spec: dict[str, Any] = {}
@@ -422,7 +413,8 @@ def logs(
         offset = 0
         keep_following = follow
         while True:
-            chunk = await asyncio.to_thread(_read_from, path, offset)
+            # Never through a link: a kernel may have replaced its log (UnsafeLogError, one line).
+            chunk = await asyncio.to_thread(read_log, path, offset)
             if chunk:
                 offset += len(chunk)
                 sys.stdout.buffer.write(chunk)
@@ -437,11 +429,6 @@ def logs(
             await asyncio.sleep(0.5)
 
     with_app(ctx, work, database_url=database_url)
-
-
-def _read_from(path: str, offset: int) -> bytes:
-    # Never through a link: a kernel may have replaced its log (UnsafeLogError, one line).
-    return read_log(path, offset)
 
 
 #: What the sessions package adds to ``drover``.
