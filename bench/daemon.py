@@ -180,6 +180,8 @@ async def latency(rate: float, seconds: float) -> dict[str, Any]:
 RSS_WAVE = 10_000
 RSS_WARMUP_WAVES = 3
 RSS_TARGET = 0.10
+#: Seconds after a wave ends before RSS is read: the daemon's idle check runs every second.
+RSS_SETTLE = 2.5
 
 
 def rss_bytes() -> int:
@@ -213,6 +215,9 @@ async def memory(sessions: int) -> dict[str, Any]:
                 if time.perf_counter() > deadline:
                     raise SystemExit(f"wave {wave + 1} not finished after 600 s")
                 await asyncio.sleep(0.2)
+            # At rest: the daemon returns freed memory once a second passes with nothing to
+            # do (drover.coordinator.memory); an operator's reading between bursts sees that.
+            await asyncio.sleep(RSS_SETTLE)
             after.append(rss_bytes())
             blocks.append(sys.getallocatedblocks())
             print(

@@ -50,6 +50,7 @@ from drover.storage.migrate import current_revision, head_revision, schema_exist
 from drover.storage.queries import Queries
 from drover.storage.repository import Repository
 from drover.storage.retry import run_transaction
+from drover.storage.statements.kernels import KERNEL_KIND
 
 __all__ = [
     "GC_THRESHOLD",
@@ -318,9 +319,9 @@ class App:
         return coordinator
 
     def _backend_reported(self) -> None:
-        # Kernel statuses changed: the promotions decide what that means.
+        # Kernel statuses changed: the promotions over kernels decide what that means.
         if self._daemon is not None:
-            self._daemon.wake_promotions()
+            self._daemon.wake_promotions(KERNEL_KIND)
 
     async def run_daemon(
         self,

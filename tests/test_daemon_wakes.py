@@ -38,6 +38,7 @@ from drover.coordinator.tick import TickReport
 from drover.coordinator.wakes import WakeRules, child_statuses_read, waits_for_age
 from drover.model.clock import SystemClock
 from drover.model.kinds import Kinds
+from drover.model.promotion import PromotionRule
 from drover.plugins.manager import make_plugin_manager
 
 HOUR = 3600.0
@@ -317,3 +318,49 @@ async def _true(value: bool) -> bool:
 async def _in(app: App, entity_id: str, status: str) -> Entity | None:
     entity = await app.repository.get_entity(entity_id)
     return entity if entity.status == status else None
+
+
+async def test_a_kernel_report_wakes_the_promotions_over_kernels_only(database):
+    """Promotions are woken per child kind: the backend's kernel reports wake the session
+    promotions, not an installed kind's promotion over its own children, and the other
+    way round."""
+    over_tasks = PromotionRule(
+        "wk-all-done", {WJob.RUNNING}, {WTask.DONE}, KernelMatchType.ALL, WJob.DONE, kind="wk-job"
+    )
+    app = App(
+        Config(database_url=database.url, database_schema=database.schema or ""),
+        plugin_manager=make_plugin_manager(plugins=[plugin(over_tasks, kinds=KINDS)]),
+        clock=SystemClock(),
+    )
+    ticks: Counter[str] = Counter()
+    try:
+        coordinator = await app.start()
+        daemon = Daemon(
+            coordinator,
+            app.repository,
+            default_interval=HOUR,
+            safety_interval=HOUR,
+            on_tick=lambda report: ticks.update([report.handler]),
+        )
+        task = asyncio.create_task(daemon.run())
+        try:
+            await wait_for(
+                lambda: _true(ticks["wk-all-done"] >= 1 and ticks["detect-termination"] >= 1)
+            )
+            await asyncio.sleep(0.2)
+            before = ticks.copy()
+            daemon.wake_promotions("kernel")
+            await wait_for(
+                lambda: _true(ticks["detect-termination"] > before["detect-termination"])
+            )
+            await asyncio.sleep(0.2)
+            assert ticks["wk-all-done"] == before["wk-all-done"], ticks
+            assert ticks["promote-to-running"] == before["promote-to-running"] + 1
+            daemon.wake_promotions("wk-task")
+            await wait_for(lambda: _true(ticks["wk-all-done"] > before["wk-all-done"]))
+            assert ticks["detect-termination"] == before["detect-termination"] + 1
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=20)
+    finally:
+        await app.close()

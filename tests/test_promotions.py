@@ -292,3 +292,22 @@ async def test_the_recent_probe_does_not_grow_with_the_waiting_sessions(tmp_path
         after = (steps(recent), steps(full))
         assert after[0] <= before[0] + 1, (before, after)
         assert after[1] > 100 * max(before[1], 1), (before, after)
+        # Sessions moving from one of the rule's statuses to another (PENDING ->
+        # SCHEDULED), or kept in theirs (SKIPPED: no room), cannot become candidates:
+        # the probe does not visit them.
+        report = await h.tick("schedule-sessions")
+        assert report.fetched == 1000
+        assert sum(report.moved_to.values()) > 0, report.counts
+        recent = recent_promotion_probe(rule, "kernel").params(
+            changes_after=marks[0], history_after=marks[1]
+        )
+        # The probe reads those rows by primary key (a few steps each) and looks up
+        # none of their sessions: looking each up costs over 50 steps a row.
+        conn = sqlite3.connect(path)
+        (rows,) = conn.execute(
+            "SELECT count(*) FROM scheduling_history WHERE id > ?", (marks[1],)
+        ).fetchone()
+        conn.close()
+        assert rows >= 1000
+        # steps() counts in hundreds of SQLite's VM steps.
+        assert steps(recent) * 100 < 30 * rows, rows

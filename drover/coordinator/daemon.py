@@ -5,7 +5,7 @@
   those whose filters require a status age, which only their interval
   ticks), a child moving wakes its parent kind's handlers that read children
   (:mod:`drover.coordinator.wakes`), and a backend report wakes the promotion
-  handlers (:meth:`Daemon.wake_promotions`).
+  handlers over that kind's entities (:meth:`Daemon.wake_promotions`).
 * A tick whose named outcome kept targets in a status its handler targets
   (new data, the same status) ticks that handler again at once, at most
   :data:`MAX_KEPT_REWAKES` times in a row.
@@ -51,6 +51,7 @@ from tenacity import (
     wait_random,
 )
 
+from drover.coordinator.memory import RELEASE_EVERY, release_free_memory
 from drover.coordinator.store import DaemonStore, Subscription
 from drover.coordinator.tick import Coordinator, TickReport
 from drover.coordinator.wakes import WakeRules
@@ -129,6 +130,13 @@ class Daemon:
         self._promotions = [
             n for n in self.names if isinstance(coordinator.handlers[n], PromotionRule)
         ]
+        # Per child kind, the promotions that read children of that kind: a kernel's
+        # report wakes the session promotions, not every installed kind's.
+        self._promotions_over: dict[str, list[str]] = {}
+        for name in self._promotions:
+            child = coordinator.kinds.child_of(coordinator.handlers[name].kind)
+            if child is not None:
+                self._promotions_over.setdefault(child.name, []).append(name)
         self._rules = WakeRules.build(
             coordinator.kinds, [coordinator.handlers[n] for n in self.names]
         )
@@ -140,6 +148,9 @@ class Daemon:
         # Per handler, consecutive ticks re-woken because an outcome kept its status.
         self._kept: dict[str, int] = dict.fromkeys(self.names, 0)
         self.ticks = 0
+        # Targets fetched since free memory was last released, and at the last check.
+        self._fetched_since_release = 0
+        self._fetched_at_check = 0
         # Per handler, each entity's outcome in its last tick (see _news).
         self._last_outcomes: dict[str, dict[str, tuple[object, ...]]] = {}
 
@@ -149,10 +160,12 @@ class Daemon:
             if name in self._wake:
                 self._wake[name].set()
 
-    def wake_promotions(self) -> None:
-        """Wake the promotion handlers (kernel statuses changed)."""
-        if self._promotions:
-            self.wake(*self._promotions)
+    def wake_promotions(self, child_kind: str | None = None) -> None:
+        """Wake the promotion handlers whose entities' children are of ``child_kind``
+        (entities of that kind changed status; ``None``: every promotion)."""
+        names = self._promotions_over.get(child_kind, ()) if child_kind else self._promotions
+        if names:
+            self.wake(*names)
 
     def stop(self) -> None:
         """Stop starting new ticks; :meth:`run` returns once in-flight ticks are done."""
@@ -326,6 +339,7 @@ class Daemon:
 
     def _after_tick(self, report: TickReport) -> None:
         self.ticks += 1
+        self._fetched_since_release += report.fetched
         counts = {str(k): v for k, v in report.counts.items()}
         if report.fetched or report.error:
             self._tick_rows.append(
@@ -378,7 +392,8 @@ class Daemon:
         moved = [c for c in report.changes if c.to_status != c.from_status]
         self._wake_for({(c.kind, str(c.to_status)) for c in moved})
         if report.kernel_changes:
-            self.wake_promotions()
+            child = self.coordinator.kinds.child_of(self.coordinator.handlers[report.handler].kind)
+            self.wake_promotions(child.name if child is not None else None)
         full = report.fetched >= self.coordinator.options(report.handler).batch_size
         if report.changes and not report.error and full:
             # A full batch: there may be more waiting.
@@ -496,7 +511,18 @@ class Daemon:
         while not self._stopping.is_set():
             await self._sleep_unless_stopping(1.0)
             await self._flush_ticks()
+            self._release_after_burst()
         await self._flush_ticks()
+
+    def _release_after_burst(self) -> None:
+        """Give freed memory back once a burst of work is over (nothing fetched for the
+        last second), or every :data:`RELEASE_EVERY` targets under steady work."""
+        fetched = self._fetched_since_release
+        idle = fetched == self._fetched_at_check
+        self._fetched_at_check = fetched
+        if fetched and (idle or fetched >= RELEASE_EVERY):
+            release_free_memory()
+            self._fetched_since_release = self._fetched_at_check = 0
 
     async def _retention_loop(self) -> None:
         while not self._stopping.is_set():

@@ -76,11 +76,11 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
     move a ``status_changes`` row naming its parent, a child created on its
     own a CREATED history row. So an entity that became a candidate after
     those rows is named by a later row, and only by a row of a change that
-    can make a candidate: an entity entering one of the rule's statuses; a
-    child entering the checked statuses (ANY, ALL) or leaving them (NOT_ANY);
-    a child created. The probe reads those rows by primary key and looks each
-    entity up by id: its cost grows with what changed, not with how many
-    entities wait in the rule's statuses.
+    can make a candidate: an entity entering one of the rule's statuses from
+    outside them (or created in one); a child entering the checked statuses
+    (ANY, ALL) or leaving them (NOT_ANY); a child created. The probe reads
+    those rows by primary key and looks each entity up by id: its cost grows
+    with what changed, not with how many entities wait in the rule's statuses.
 
     The entity's ``kind`` and ``status`` are compared through an expression
     (``|| ''``), so that SQLite's planner drives the probe from the recent
@@ -99,8 +99,14 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
         moves.append(c.c.to_status.in_(checked))
     if condition.none_in:
         moves.append(c.c.from_status.in_(checked))
+    # A move from one of the rule's statuses to another changes nothing the rule looks
+    # at (the entity was in its statuses at the last check, its children as they were):
+    # only entering them from elsewhere, or being created, can make a candidate. The
+    # bulk of a busy table's rows (PENDING -> SCHEDULED -> ... for an early-status
+    # rule) are such moves.
+    entered = sa.or_(h.c.from_status.not_in(wanted), h.c.result == CREATED)
     branches: list[sa.Select[Any]] = [
-        sa.select(h.c.entity_id).where(h.c.id > history_after, h.c.to_status.in_(wanted))
+        sa.select(h.c.entity_id).where(h.c.id > history_after, h.c.to_status.in_(wanted), entered)
     ]
     if moves:
         branches.append(
