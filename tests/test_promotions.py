@@ -251,6 +251,27 @@ def test_the_cheaper_probe_is_chosen_by_what_each_took():
     assert window.start((150_100, 150_100)) is None
 
 
+async def test_a_child_created_on_its_own_is_seen_by_the_recent_probe(
+    make_harness, database, monkeypatch
+):
+    """After an empty check, a kernel added to a waiting session in a status that makes it
+    match (ANY: an ended one; NOT_ANY: the first, outside the checked statuses) is found
+    by the probe that reads only what changed."""
+    monkeypatch.setattr(watermarks, "PG_LAG", 0.0)
+    monkeypatch.setattr(watermarks, "RECENT_BIAS", 0.0)
+    async with make_harness(backend=SimulatedBackend(run_for=None)) as h:
+        waiting = await h.create_session()
+        bare = await h.create_session(status=S.PREPARING, kernels=[])
+        for rule in ("detect-start-failure", "promote-to-prepared"):
+            assert (await h.tick(rule)).changes == ()  # the first check is full
+            assert (await h.tick(rule)).changes == ()  # then only what changed
+        await h.create("kernel", status=K.PREPARED, parent=bare)
+        assert [c.session_id for c in (await h.tick("promote-to-prepared")).changes] == [bare]
+        await h.create("kernel", status=K.ERROR, parent=waiting)
+        report = await h.tick("detect-start-failure")
+        assert [c.session_id for c in report.changes] == [waiting]
+
+
 async def test_the_recent_probe_does_not_grow_with_the_waiting_sessions(tmp_path):
     """An empty probe among thousands of PENDING sessions executes as few SQLite steps as among
     none, where the full probe visits every one of them (SQLite's steps are countable)."""

@@ -115,11 +115,24 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
             )
         )
     if child_kind is not None:
+        # A child created in the checked statuses can make its parent match ANY or ALL;
+        # one created outside them, NOT_ANY (the parent had no children before). A
+        # child created with its parent is checked through the parent's own row.
+        born: list[sa.ColumnElement[bool]] = []
+        if condition.some_in or condition.none_outside:
+            born.append(h.c.to_status.in_(checked))
+        if condition.none_in:
+            born.append(h.c.to_status.not_in(checked))
         created = entities.alias("created")
         branches.append(
             sa.select(created.c.parent_id)
             .join(h, h.c.entity_id == created.c.id)
-            .where(h.c.id > history_after, h.c.kind == child_kind, h.c.result == CREATED)
+            .where(
+                h.c.id > history_after,
+                h.c.kind == child_kind,
+                h.c.result == CREATED,
+                sa.or_(*born),
+            )
         )
     return (
         sa.select(e.c.id)
