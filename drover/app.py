@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -34,8 +34,10 @@ from drover.model.creation import check_against_deployment, check_new_entities
 from drover.model.errors import DroverError
 from drover.model.ids import new_id
 from drover.model.kinds import Kinds
+from drover.model.plan import Claim
 from drover.model.spec import new_session
-from drover.model.values import HandlerOptions, NewEntity
+from drover.model.status import KernelStatus
+from drover.model.values import HandlerOptions, KernelInfo, KernelReport, NewEntity
 from drover.plugins.manager import (
     collect_backends,
     collect_handlers,
@@ -174,6 +176,8 @@ class App:
         self.coordinator_id: str | None = new_id() if claims else None
         # The running daemon (run_daemon), woken when the backend reports kernel changes.
         self._daemon: Daemon | None = None
+        # What the backend reports through (start), noting the statuses entered.
+        self._reporter: _NotingReporter | None = None
 
     @property
     def queries(self) -> Queries:
@@ -314,13 +318,21 @@ class App:
         await self.check_schema(auto_upgrade=auto_upgrade)
         coordinator = self.load_handlers()
         if not self._backend_started:
-            await self.backend.start(self.repository, self._backend_reported)
+            self._reporter = _NotingReporter(self.repository)
+            await self.backend.start(self._reporter, self._backend_reported)
             self._backend_started = True
         return coordinator
 
     def _backend_reported(self) -> None:
-        # Kernel statuses changed: the promotions over kernels decide what that means.
-        if self._daemon is not None:
+        # Kernel statuses changed: the promotions over kernels decide what that means,
+        # those that the statuses entered can make match (a kernel becoming RUNNING
+        # does not wake detect-start-failure).
+        if self._reporter is None or self._daemon is None:
+            return
+        entered, self._reporter.entered = self._reporter.entered, set()
+        if entered:
+            self._daemon.entered(KERNEL_KIND, entered)
+        else:
             self._daemon.wake_promotions(KERNEL_KIND)
 
     async def run_daemon(
@@ -470,3 +482,64 @@ class App:
         if self._repository is not None:
             await self._repository.close()
         await self.engine.dispose()
+
+
+class _NotingReporter:
+    """The repository as the backend's :class:`~drover.backends.base.KernelReporter`,
+    noting the statuses its applied kernel reports entered (for the wake-up after)."""
+
+    def __init__(self, repository: Repository) -> None:
+        self._repository = repository
+        #: Statuses applied reports moved kernels into since the last wake-up.
+        self.entered: set[str] = set()
+
+    @property
+    def clock(self) -> Clock:
+        """The repository's clock."""
+        return self._repository.clock
+
+    async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
+        """Apply the reports (the repository's), noting what the applied ones entered."""
+        applied = await self._repository.report_kernel_statuses(reports)
+        self.entered.update(str(r.status) for r, ok in zip(reports, applied, strict=True) if ok)
+        return applied
+
+    async def report(
+        self,
+        entity_id: str,
+        status: str,
+        *,
+        expected: Iterable[str] | None = None,
+        status_info: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        message: str | None = None,
+        source: str = "report",
+    ) -> bool:
+        """The repository's :meth:`~drover.storage.Repository.report`."""
+        return await self._repository.report(
+            entity_id,
+            status,
+            expected=expected,
+            status_info=status_info,
+            data=data,
+            message=message,
+            source=source,
+        )
+
+    async def report_kernel_progress(
+        self, kernel_id: str, status: KernelStatus, message: str
+    ) -> bool:
+        """The repository's :meth:`~drover.storage.Repository.report_kernel_progress`."""
+        return await self._repository.report_kernel_progress(kernel_id, status, message)
+
+    async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
+        """The repository's :meth:`~drover.storage.Repository.kernels_in`."""
+        return await self._repository.kernels_in(statuses)
+
+    async def kernel_statuses(self, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
+        """The repository's :meth:`~drover.storage.Repository.kernel_statuses`."""
+        return await self._repository.kernel_statuses(kernel_ids)
+
+    async def hold_claim(self, claim: Claim, entity_id: str) -> float | None:
+        """The repository's :meth:`~drover.storage.Repository.hold_claim`."""
+        return await self._repository.hold_claim(claim, entity_id)

@@ -32,13 +32,21 @@ from drover import (
     Transition,
 )
 from drover.app import App
-from drover.config import Config
+from drover.config import BackendConfig, Config
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.tick import TickReport
-from drover.coordinator.wakes import WakeRules, child_statuses_read, waits_for_age
+from drover.coordinator.wakes import (
+    WakeRules,
+    child_statuses_read,
+    promotion_child_statuses,
+    waits_for_age,
+)
+from drover.kinds.sessions.promotions import BUILTIN_PROMOTIONS
 from drover.model.clock import SystemClock
 from drover.model.kinds import Kinds
 from drover.model.promotion import PromotionRule
+from drover.model.status import KernelStatus as K
+from drover.model.values import KernelReport
 from drover.plugins.manager import make_plugin_manager
 
 HOUR = 3600.0
@@ -311,6 +319,24 @@ def test_the_rules_are_derived_from_kinds_and_filters():
     assert child_statuses_read([Children({WTask.DONE}, KernelMatchType.NOT_ANY)]) == {"*"}
 
 
+def test_a_promotion_is_woken_by_the_child_statuses_that_can_make_it_match():
+    """ANY and ALL of S: a child entering S; NOT_ANY of S: a child entering any other status."""
+    statuses = [str(s) for s in WTask]
+
+    def rule(match: KernelMatchType) -> PromotionRule:
+        return PromotionRule("r", {WJob.RUNNING}, {WTask.DONE}, match, WJob.DONE, kind="wk-job")
+
+    assert promotion_child_statuses(rule(KernelMatchType.ANY), statuses) == {WTask.DONE}
+    assert promotion_child_statuses(rule(KernelMatchType.ALL), statuses) == {WTask.DONE}
+    assert promotion_child_statuses(rule(KernelMatchType.NOT_ANY), statuses) == {
+        WTask.READY,
+        WTask.WORK,
+    }
+    rules = WakeRules.build(Kinds(KINDS), [rule(KernelMatchType.ANY)])
+    assert rules.woken("wk-task", WTask.DONE) == {"r"}
+    assert rules.woken("wk-task", WTask.WORK) == set()
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -364,3 +390,65 @@ async def test_a_kernel_report_wakes_the_promotions_over_kernels_only(database):
             await asyncio.wait_for(task, timeout=20)
     finally:
         await app.close()
+
+
+async def test_a_backend_report_wakes_the_promotions_its_statuses_can_make_match(database):
+    """Which session promotions a kernel's new status wakes; and through the backend's
+    reporter, a kernel reported ERROR wakes detect-start-failure, which ends the session
+    (every interval is an hour: only wake-ups tick)."""
+    app = App(
+        Config(
+            database_url=database.url,
+            database_schema=database.schema or "",
+            backend=BackendConfig(name="simulated"),
+        ),
+        clock=SystemClock(),
+    )
+    ticks: Counter[str] = Counter()
+    try:
+        coordinator = await app.start()
+        daemon = Daemon(
+            coordinator,
+            app.repository,
+            default_interval=HOUR,
+            safety_interval=HOUR,
+            on_tick=lambda report: ticks.update([report.handler]),
+        )
+        # The wiring run_daemon does (its daemon ticks every handler on an interval here).
+        app._daemon = daemon
+        task = asyncio.create_task(daemon.run())
+        try:
+            # Its kernel's preparation never ends: it stays PREPARING until reported.
+            kernel_spec = {"cpu": 1, "sim": {"prepare": "hang"}}
+            (sid,) = await app.repository.create_sessions([{"kernels": [kernel_spec]}])
+            await wait_for(lambda: _status(app, sid, "PREPARING"), what="the session PREPARING")
+            kernel = (await app.repository.get_session(sid)).kernels[0].id
+            # What the backend reports through, and the wake-up it calls after.
+            reporter = app._reporter
+            assert reporter is not None
+            promotions = {r.name for r in BUILTIN_PROMOTIONS}
+            rules = WakeRules.build(coordinator.kinds, coordinator.handlers.values())
+            # Entering PULLING can make no session promotion match; RUNNING, only those
+            # waiting for no kernel to be in an earlier status; ERROR, the ANY-ended ones.
+            assert rules.woken("kernel", K.PULLING) & promotions == set()
+            assert rules.woken("kernel", K.RUNNING) & promotions == {
+                "promote-to-prepared",
+                "promote-to-running",
+            }
+            assert "detect-start-failure" in rules.woken("kernel", K.ERROR)
+            assert await reporter.report_kernel_statuses([KernelReport(kernel, K.ERROR)]) == [True]
+            app._backend_reported()
+            await wait_for(lambda: _status(app, sid, "TERMINATED"), what="the session TERMINATED")
+            rows = await app.repository.history(sid)
+            assert ("detect-start-failure", "TERMINATING") in [
+                (r.handler, str(r.to_status)) for r in rows
+            ]
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=20)
+    finally:
+        await app.close()
+
+
+async def _status(app: App, session_id: str, status: str) -> bool:
+    return str((await app.repository.get_entity(session_id)).status) == status

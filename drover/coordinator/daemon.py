@@ -160,6 +160,11 @@ class Daemon:
             if name in self._wake:
                 self._wake[name].set()
 
+    def entered(self, kind: str, statuses: Iterable[str]) -> None:
+        """Entities of ``kind`` entered ``statuses`` outside a tick (a backend's reports):
+        wake the handlers that wakes (:meth:`WakeRules.woken`)."""
+        self._wake_for((kind, str(s)) for s in statuses)
+
     def wake_promotions(self, child_kind: str | None = None) -> None:
         """Wake the promotion handlers whose entities' children are of ``child_kind``
         (entities of that kind changed status; ``None``: every promotion)."""

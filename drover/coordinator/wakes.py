@@ -16,8 +16,11 @@ and fetch filters, never from kind names:
   whose filters read children (:class:`~drover.model.filters.Children`,
   :class:`~drover.model.filters.ChildCount`, the child-status filter) and
   could newly hold after that entry; and the promotion rules of the parent
-  kind. ``Children(S, ALL | ANY)`` can only newly hold when a child enters
-  a status in ``S``; ``NOT_ANY`` and ``ChildCount`` on any child move.
+  kind that could newly match. ``Children(S, ALL | ANY)`` and a rule
+  matching ``ALL`` or ``ANY`` of ``S`` can only newly hold when a child
+  enters a status in ``S``; a rule matching ``NOT_ANY`` of ``S``, when one
+  enters a status outside ``S``; the filters ``NOT_ANY`` and ``ChildCount``
+  on any child move.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from drover.model.filters import AllOf, AnyOf, CandidateFilter, ChildCount, Chil
 from drover.model.kinds import Kinds
 from drover.model.plan import AppliedChange
 from drover.model.promotion import PromotionRule
+from drover.model.rules import MATCH_CONDITIONS
 from drover.model.status import KernelMatchType, SchedulingResult
 
-__all__ = ["WakeRules", "child_statuses_read", "waits_for_age"]
+__all__ = ["WakeRules", "child_statuses_read", "promotion_child_statuses", "waits_for_age"]
 
 #: Marker: a filter that may newly hold whatever status a child enters.
 _ANY_STATUS = "*"
@@ -68,6 +72,19 @@ def child_statuses_read(filters: Iterable[CandidateFilter]) -> frozenset[str]:
             found.add(_ANY_STATUS)
         elif isinstance(f, AnyOf | AllOf):
             found |= child_statuses_read(f.filters)
+    return frozenset(found)
+
+
+def promotion_child_statuses(rule: PromotionRule, child_statuses: Iterable[str]) -> frozenset[str]:
+    """The child statuses whose entry may make ``rule`` newly match: its checked statuses
+    for ``ANY`` and ``ALL``; for ``NOT_ANY``, every other status (a child leaving them)."""
+    checked = frozenset(str(s) for s in rule.kernel_statuses)
+    condition = MATCH_CONDITIONS[rule.match]
+    found: set[str] = set()
+    if condition.some_in or condition.none_outside:
+        found |= checked
+    if condition.none_in:
+        found |= {str(s) for s in child_statuses} - checked
     return frozenset(found)
 
 
@@ -118,8 +135,11 @@ class WakeRules:
             child = kinds.child_of(handler.kind)
             if child is None:
                 continue
-            read = frozenset({_ANY_STATUS}) if promotion else child_statuses_read(filters)
-            statuses = child.status_names if _ANY_STATUS in read else read
+            if promotion:
+                statuses = promotion_child_statuses(handler, child.status_names)
+            else:
+                read = child_statuses_read(filters)
+                statuses = frozenset(child.status_names) if _ANY_STATUS in read else read
             for status in statuses:
                 children.setdefault((child.name, status), set()).add(name)
         first = {kind: frozenset(entry.get((kind, kinds[kind].first_status), ())) for kind in kinds}
