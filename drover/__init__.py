@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         Not,
         Parent,
         StatusAge,
+        TimedOut,
     )
     from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
     from drover.model.pools import Pool
@@ -128,6 +129,7 @@ _MODULES: dict[str, str] = {
     "LatestChild": "drover.model.filters",
     "Not": "drover.model.filters",
     "StatusAge": "drover.model.filters",
+    "TimedOut": "drover.model.filters",
     "Budget": "drover.model.kinds",
     "BudgetUse": "drover.model.budgets",
     "Pool": "drover.model.pools",
@@ -234,6 +236,7 @@ __all__ = [
     "TerminationOutcome",
     "TerminationRule",
     "TickReport",
+    "TimedOut",
     "Transition",
     "TransitionStatus",
     "UnknownEntityError",

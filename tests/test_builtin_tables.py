@@ -497,23 +497,23 @@ async def test_terminal_kernels_are_never_moved(make_harness, name, outcome):
 async def test_in_flight_sessions_are_unmentioned_and_only_expire(
     make_harness, name, status, kernel, limit
 ):
-    """PREPARING (prepare) and CREATING (start) are fetched, never acted on, and expire."""
+    """PREPARING (prepare) and CREATING (start) are watched: not even fetched until their
+    timeout has passed, never acted on, then expired."""
     async with make_harness() as h:
         sid = await make_session(h, status, [kernel, kernel])
         assert all(k.agent_id == "sim-1" for k in (await h.session(sid)).kernels)
 
         report = await h.tick(name)
-        assert report.fetched == 1
-        assert report.changes == ()
+        assert (report.fetched, report.changes) == (0, ())
         h.clock.advance(limit - 1)
         report = await h.tick(name)
-        assert report.fetched == 1
-        assert report.changes == ()
+        assert (report.fetched, report.changes) == (0, ())
         assert await rows(h, sid) == []
         assert h.backend.calls == []
 
         h.clock.advance(2)
-        await h.tick(name)
+        report = await h.tick(name)
+        assert report.fetched == 1
 
         created, hrow = await h.history(sid)
         assert_created(created, status)
@@ -531,6 +531,26 @@ async def test_in_flight_sessions_are_unmentioned_and_only_expire(
         assert h.backend.calls == []
 
 
+async def test_a_session_s_own_timeout_decides_when_a_watched_status_is_fetched(make_harness):
+    """``spec["options"]["prepare-sessions"]["timeout"]`` shortens the wait for one session
+    (its fetch, not only its expiry); the others keep the handler's 900 s."""
+    async with make_harness() as h:
+        kernels = [{"cpu": 1, "mem": 512, "status": K.PULLING, "agent_id": "sim-1"}]
+        short = await h.create_session(
+            kernels=kernels,
+            status=S.PREPARING,
+            spec={"options": {"prepare-sessions": {"timeout": 30}}},
+        )
+        other = await make_session(h, S.PREPARING, [K.PULLING])
+        h.clock.advance(29)
+        assert (await h.tick("prepare-sessions")).fetched == 0
+        h.clock.advance(2)
+        report = await h.tick("prepare-sessions")
+        assert [(c.session_id, c.result) for c in report.changes] == [(short, R.EXPIRED)]
+        assert (await h.session(short)).status == S.PENDING
+        assert (await h.session(other)).status == S.PREPARING
+
+
 async def test_prepare_acts_on_scheduled_but_not_preparing_in_the_same_tick(make_harness):
     """Of SCHEDULED and PREPARING targets, only the SCHEDULED one is prepared."""
     async with make_harness() as h:
@@ -539,7 +559,7 @@ async def test_prepare_acts_on_scheduled_but_not_preparing_in_the_same_tick(make
 
         report = await h.tick("prepare-sessions")
 
-        assert report.fetched == 2
+        assert report.fetched == 1
         assert h.backend.calls == [("prepare", scheduled)]
         assert await rows(h, scheduled) == [
             ("prepare-sessions", R.SUCCESS, S.SCHEDULED, S.PREPARING)
@@ -556,7 +576,7 @@ async def test_start_acts_on_prepared_but_not_creating_in_the_same_tick(make_har
 
         report = await h.tick("start-sessions")
 
-        assert report.fetched == 2
+        assert report.fetched == 1
         assert h.backend.calls == [("create", prepared)]
         assert await rows(h, prepared) == [("start-sessions", R.SUCCESS, S.PREPARED, S.CREATING)]
         assert await rows(h, creating) == []

@@ -436,6 +436,17 @@ async def test_a_backend_report_wakes_the_promotions_its_statuses_can_make_match
                 "promote-to-running",
             }
             assert "detect-start-failure" in rules.woken("kernel", K.ERROR)
+            # A session moving between two of a rule's statuses does not wake it; one
+            # entering them from outside does.
+            assert "detect-start-failure" in rules.woken("session", "SCHEDULED")
+            assert "detect-start-failure" not in rules.woken_by_move(
+                "session", "PENDING", "SCHEDULED"
+            )
+            assert "prepare-sessions" in rules.woken_by_move("session", "PENDING", "SCHEDULED")
+            assert "promote-to-running" in rules.woken_by_move("session", "PREPARED", "CREATING")
+            # A watched status (fetched only past the timeout) wakes its handler on no entry.
+            assert "prepare-sessions" not in rules.woken("session", "PREPARING")
+            assert "start-sessions" not in rules.woken("session", "CREATING")
             assert await reporter.report_kernel_statuses([KernelReport(kernel, K.ERROR)]) == [True]
             app._backend_reported()
             await wait_for(lambda: _status(app, sid, "TERMINATED"), what="the session TERMINATED")

@@ -395,8 +395,16 @@ class Daemon:
             },
         )
         moved = [c for c in report.changes if c.to_status != c.from_status]
-        self._wake_for({(c.kind, str(c.to_status)) for c in moved})
-        if report.kernel_changes:
+        for kind, from_status, status in {
+            (c.kind, str(c.from_status), str(c.to_status)) for c in moved
+        }:
+            for name in self._rules.woken_by_move(kind, from_status, status):
+                if name in self._wake:
+                    self._wake[name].set()
+        if report.children_entered:
+            # The handlers those entries wake: the promotions they can make match.
+            self._wake_for(report.children_entered)
+        elif report.kernel_changes:
             child = self.coordinator.kinds.child_of(self.coordinator.handlers[report.handler].kind)
             self.wake_promotions(child.name if child is not None else None)
         full = report.fetched >= self.coordinator.options(report.handler).batch_size

@@ -96,6 +96,20 @@ class LifecycleHandler(ABC):
         """Conditions compiled into the fetch, before its LIMIT (:mod:`drover.model.filters`)."""
         return ()
 
+    @property
+    def watched_statuses(self) -> frozenset[str]:
+        """Target statuses fetched only once the entity's timeout has passed.
+
+        A handler that acts on entities in some of its statuses and only has the
+        coordinator judge the timeout of those in the others (``prepare-sessions``
+        prepares SCHEDULED sessions and leaves PREPARING ones unmentioned until
+        preparation hangs) names the others here: they are fetched once they
+        have held their status past the timeout
+        (:class:`~drover.model.filters.TimedOut`), never before, and entering
+        them wakes nothing. With no timeout they are never fetched.
+        """
+        return frozenset()
+
     @classmethod
     @abstractmethod
     def status_transitions(cls) -> StatusTransitions:
@@ -141,6 +155,8 @@ class DeclaredHandler(LifecycleHandler):
     statuses: ClassVar[frozenset[str]] = frozenset()
     #: Conditions compiled into the fetch, before its LIMIT (:mod:`drover.model.filters`).
     filters: ClassVar[tuple[CandidateFilter, ...]] = ()
+    #: Target statuses fetched only past the timeout (:attr:`watched_statuses`).
+    watched: ClassVar[frozenset[str]] = frozenset()
     #: The transitions for success, need_retry, expired, give_up and named outcomes.
     transitions: ClassVar[StatusTransitions] = StatusTransitions()
     #: Options used unless the configuration or an entity's spec overrides them.
@@ -160,6 +176,11 @@ class DeclaredHandler(LifecycleHandler):
     def candidate_filters(self) -> tuple[CandidateFilter, ...]:
         """:attr:`filters`."""
         return self.filters
+
+    @property
+    def watched_statuses(self) -> frozenset[str]:
+        """:attr:`watched`."""
+        return self.watched
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:

@@ -18,6 +18,7 @@ from drover.model.checks import json_copy
 from drover.model.clock import Clock, SystemClock
 from drover.model.creation import check_new_entities
 from drover.model.errors import InvalidSpecError, UnknownHandlerError
+from drover.model.filters import CandidateFilter, TimedOut
 from drover.model.ids import new_id
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
@@ -63,6 +64,8 @@ class TickReport:
     ignored_ids: tuple[str, ...] = ()
     kernel_changes: int = 0
     error: str | None = None
+    #: The ``(kind, status)`` pairs the tick's moved children entered.
+    children_entered: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def counts(self) -> dict[SchedulingResult | str, int]:
@@ -199,6 +202,7 @@ class Coordinator:
             duration=time.perf_counter() - started,
             ignored_ids=ignored,
             kernel_changes=outcome.kernel_changes,
+            children_entered=outcome.children_entered,
             error=error,
         )
         if log.isEnabledFor(logging.DEBUG):
@@ -254,7 +258,8 @@ class Coordinator:
             name,
             kind.name,
             handler.target_statuses,
-            fetch_filters(handler),
+            # Read every tick: a handler's filters may bind new values each time.
+            _fetch_filters_with_timeout(handler, name, options.timeout),
             options.batch_size,
             now=started,
             claim=claim,
@@ -533,3 +538,14 @@ def _faulty(
         (),
         text,
     )
+
+
+def _fetch_filters_with_timeout(
+    handler: LifecycleHandler, name: str, timeout: float | None
+) -> tuple[CandidateFilter, ...]:
+    """:func:`fetch_filters`, plus the :class:`TimedOut` of the handler's watched statuses."""
+    filters = fetch_filters(handler)
+    watched = frozenset(str(s) for s in handler.watched_statuses)
+    if not watched:
+        return filters
+    return (*filters, TimedOut(watched, name, timeout))

@@ -110,6 +110,7 @@ class WakeRules:
     first_status: Mapping[str, str]
     statuses_of: Mapping[str, frozenset[tuple[str, str]]]
     promotions_beside: Mapping[str, frozenset[str]]
+    promotions: frozenset[str] = frozenset()
 
     @classmethod
     def build(cls, kinds: Kinds, handlers: Iterable[Any]) -> WakeRules:
@@ -127,10 +128,12 @@ class WakeRules:
             filters = () if promotion else fetch_filters(handler)
             aged = waits_for_age(filters)
             own = frozenset(str(s) for s in target_statuses(handler))
+            # Fetched only past their timeout: nothing that just entered them matches.
+            watched = frozenset(str(s) for s in getattr(handler, "watched_statuses", ()))
             statuses_of[name] = frozenset((handler.kind, s) for s in own)
             for status in own:
                 targets.setdefault((handler.kind, status), set()).add(name)
-                if not aged:
+                if not aged and status not in watched:
                     entry.setdefault((handler.kind, status), set()).add(name)
             child = kinds.child_of(handler.kind)
             if child is None:
@@ -160,6 +163,7 @@ class WakeRules:
             first_status={kind: kinds[kind].first_status for kind in kinds},
             statuses_of=statuses_of,
             promotions_beside=beside,
+            promotions=frozenset(promotions),
         )
 
     def woken(self, kind: str | None, status: str) -> set[str]:
@@ -175,6 +179,27 @@ class WakeRules:
                 # entities waiting to start may fit now.
                 names |= self.first.get(k, frozenset())
         return names
+
+    def woken_by_move(self, kind: str, from_status: str, status: str) -> set[str]:
+        """:meth:`woken` for an entity of ``kind`` moving from ``from_status`` to ``status``,
+        without the promotion rules it was already a candidate of before the move.
+
+        A rule's match depends on which of its statuses the entity is in, never on
+        which one, and on its children: a move between two of its statuses (PENDING
+        -> SCHEDULED for ``detect-start-failure``) cannot make a candidate of an entity
+        that was not one.
+        """
+        names = self.woken(kind, status)
+        if not self.promotions:
+            return names
+        before = (kind, from_status)
+        return {
+            n
+            for n in names
+            if n not in self.promotions
+            or before not in self.statuses_of.get(n, frozenset())
+            or n in self.children.get((kind, status), frozenset())
+        }
 
     def newcomers(self) -> frozenset[str]:
         """The handlers woken by news of new entities: those woken on entry into a

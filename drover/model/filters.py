@@ -42,6 +42,7 @@ __all__ = [
     "Not",
     "Parent",
     "StatusAge",
+    "TimedOut",
 ]
 
 #: Comparisons a :class:`Field` may use.
@@ -279,6 +280,24 @@ class AllOf:
         self.__attrs_init__(tuple(filters))
 
 
+@attrs.frozen
+class TimedOut:
+    """Entities outside ``statuses`` match; one in them only once it has held its status
+    longer than its timeout for ``handler``: ``spec["options"][handler]["timeout"]``
+    when that is a number, else ``seconds`` (``None``: never).
+
+    The coordinator adds it to the fetch of a handler that *watches* statuses
+    (:attr:`~drover.coordinator.handlers.LifecycleHandler.watched_statuses`):
+    entities it fetches there only so that their timeout is judged. Until then
+    they are not read at all, so a tick's cost does not grow with how many
+    wait there (sessions pulling their images, say).
+    """
+
+    statuses: frozenset[str] = attrs.field(converter=_some)
+    handler: str
+    seconds: float | None = None
+
+
 CandidateFilter = (
     Field
     | Children
@@ -289,6 +308,7 @@ CandidateFilter = (
     | LatestChild
     | Parent
     | StatusAge
+    | TimedOut
     | AnyOf
     | AllOf
     | Not

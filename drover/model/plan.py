@@ -136,6 +136,8 @@ class ApplyOutcome:
 
     changes: tuple[AppliedChange, ...]
     kernel_changes: int = 0
+    #: The ``(kind, status)`` pairs the moved children (and their descendants) entered.
+    children_entered: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def stale(self) -> tuple[AppliedChange, ...]:

@@ -143,6 +143,7 @@ class Apply:
         self.kinds = kinds
         self.inject = inject_failure or (lambda _step: None)
         self.kernel_changes = 0
+        self.children_entered: set[tuple[str, str]] = set()
         # History of status changes, all alike per group: (ids, row).
         self._moved_history: list[tuple[list[str], AppliedChange]] = []
         self._moved_rows: list[AppliedChange] = []
@@ -213,7 +214,11 @@ class Apply:
             rest = [i for i in self._claimed if i not in done] if done else self._claimed
             release_claims(self.conn, self.claim.token, rest)
         self.announce(applied)
-        return ApplyOutcome(changes=tuple(applied), kernel_changes=self.kernel_changes)
+        return ApplyOutcome(
+            changes=tuple(applied),
+            kernel_changes=self.kernel_changes,
+            children_entered=frozenset(self.children_entered),
+        )
 
     def announce(self, applied: Sequence[AppliedChange]) -> None:
         """Tell other coordinators (PostgreSQL ``NOTIFY``) which statuses entities moved into."""
@@ -565,6 +570,8 @@ class Apply:
         if move and recorded > moved:
             self.conn.execute(move[0], params)
         self.kernel_changes += recorded
+        if recorded:
+            self.children_entered.add((child.name, str(target)))
         if recorded and target in child.terminal:
             self._end_descendants(child, target, params, (target,))
             self._set_moved_results(child, params, (), target)
@@ -592,6 +599,8 @@ class Apply:
         for more in statements[1:]:
             self.conn.execute(more, values)
         self.kernel_changes += recorded
+        if recorded:
+            self.children_entered.add((child.name, str(end)))
         if recorded:
             self._end_descendants(child, end, params, (*path, end))
             self._set_moved_results(child, params, path, end)
@@ -762,7 +771,11 @@ async def promote(
         apply._write_history()
         apply.inject("after-history")
         apply.announce(applied)
-        return ApplyOutcome(changes=tuple(applied), kernel_changes=apply.kernel_changes)
+        return ApplyOutcome(
+            changes=tuple(applied),
+            kernel_changes=apply.kernel_changes,
+            children_entered=frozenset(apply.children_entered),
+        )
 
     # The write checks every candidate: (when, watermarks) of its last attempt.
     checking: list[tuple[float, Watermarks]] = []

@@ -24,9 +24,10 @@ __all__ = ["PrepareSessions", "drover_register_handlers"]
 class PrepareSessions(LifecycleHandler):
     """Start preparation of SCHEDULED sessions.
 
-    PREPARING sessions are fetched too but left unmentioned, so that the
-    coordinator sends them back to PENDING when preparation hangs past the
-    timeout. ``promote-to-prepared`` moves them on when their kernels are ready.
+    PREPARING sessions are watched (:attr:`watched_statuses`): fetched only
+    once preparation has hung past the timeout, and left unmentioned, so that
+    the coordinator sends them back to PENDING. ``promote-to-prepared`` moves
+    them on when their kernels are ready.
     """
 
     def __init__(self, backend: AgentBackend) -> None:
@@ -41,6 +42,11 @@ class PrepareSessions(LifecycleHandler):
     def target_session_statuses(self) -> frozenset[SessionStatus]:
         """SCHEDULED and PREPARING."""
         return frozenset({SessionStatus.SCHEDULED, SessionStatus.PREPARING})
+
+    @property
+    def watched_statuses(self) -> frozenset[str]:
+        """PREPARING: fetched only once preparation has hung past the timeout."""
+        return frozenset({SessionStatus.PREPARING})
 
     @property
     def target_kernel_statuses(self) -> list[KernelStatus] | None:

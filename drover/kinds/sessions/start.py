@@ -38,6 +38,11 @@ class StartSessions(LifecycleHandler):
         return frozenset({SessionStatus.PREPARED, SessionStatus.CREATING})
 
     @property
+    def watched_statuses(self) -> frozenset[str]:
+        """CREATING: fetched only once creation has hung past the timeout."""
+        return frozenset({SessionStatus.CREATING})
+
+    @property
     def target_kernel_statuses(self) -> list[KernelStatus] | None:
         """PREPARED and CREATING."""
         return [KernelStatus.PREPARED, KernelStatus.CREATING]

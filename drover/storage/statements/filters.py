@@ -37,6 +37,7 @@ from drover.model.filters import (
     Not,
     Parent,
     StatusAge,
+    TimedOut,
 )
 from drover.storage.schema import entities, relations
 from drover.storage.statements.children import K, kernel_exists, kernel_status_in, match_condition
@@ -85,6 +86,10 @@ def _shape(f: CandidateFilter, values: list[Any]) -> Hashable:
         if f.seconds is not None:
             values.append(float(f.seconds))
         return ("StatusAge", f.seconds is None, f.spec_key, f.data_key)
+    if isinstance(f, TimedOut):
+        if f.seconds is not None:
+            values.append(float(f.seconds))
+        return ("TimedOut", f.statuses, f.handler, f.seconds is None)
     return f
 
 
@@ -147,18 +152,46 @@ def _compile(f: CandidateFilter, postgres: bool, slots: Iterator[int]) -> sa.Col
         assert key is not None
         is_number, number = _number(column, key, postgres)
         return sa.and_(is_number, e.c.status_changed_at + number < now)
+    if isinstance(f, TimedOut):
+        return _timed_out(f, postgres, slots)
     raise TypeError(f"not a candidate filter: {f!r}")
+
+
+def _timed_out(f: TimedOut, postgres: bool, slots: Iterator[int]) -> sa.ColumnElement[bool]:
+    """Outside the statuses, or past the entity's own timeout, else the handler's."""
+    now = sa.bindparam("now", type_=sa.Double)
+    is_number, own = _number_at(e.c.spec, ("options", f.handler, "timeout"), postgres)
+    past: list[sa.ColumnElement[bool]] = [sa.and_(is_number, e.c.status_changed_at + own < now)]
+    if f.seconds is not None:
+        default = _slot(slots, sa.Double)
+        past.append(
+            sa.and_(
+                sa.not_(sa.func.coalesce(is_number, sa.false())),
+                e.c.status_changed_at + default < now,
+            )
+        )
+    return sa.or_(e.c.status.not_in(sorted(f.statuses)), *past)
 
 
 def _number(
     column: sa.Column[Any], key: str, postgres: bool
 ) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[Any]]:
     """Whether ``column[key]`` is a JSON number, and that number."""
+    return _number_at(column, (key,), postgres)
+
+
+def _number_at(
+    column: sa.Column[Any], keys: Sequence[str], postgres: bool
+) -> tuple[sa.ColumnElement[bool], sa.ColumnElement[Any]]:
+    """Whether the JSON value at ``keys`` in ``column`` is a number, and that number."""
     if postgres:
-        value = column.op("->")(sa.literal(key))
-        number = sa.cast(column.op("->>")(sa.literal(key)), sa.Double)
+        parent: sa.ColumnElement[Any] = column
+        for key in keys[:-1]:
+            parent = parent.op("->")(sa.literal(key))
+        value = parent.op("->")(sa.literal(keys[-1]))
+        number = sa.cast(parent.op("->>")(sa.literal(keys[-1])), sa.Double)
         return sa.func.jsonb_typeof(value) == "number", number
-    path = _sqlite_path((key,))
+    path = _sqlite_path(keys)
     return (
         sa.func.json_type(column, path).in_(["integer", "real"]),
         sa.func.json_extract(column, path),
