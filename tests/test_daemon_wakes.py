@@ -14,6 +14,9 @@ from contextlib import asynccontextmanager
 from enum import StrEnum
 from typing import Any
 
+import pytest
+import sqlalchemy as sa
+from conftest import PG_URL, SKIP_PG, pg_schema
 from daemon_helpers import wait_for
 from tree import Scripted, ids, plugin
 
@@ -48,6 +51,7 @@ from drover.model.promotion import PromotionRule
 from drover.model.status import KernelStatus as K
 from drover.model.values import KernelReport
 from drover.plugins.manager import make_plugin_manager
+from drover.testing import TestDatabase
 
 HOUR = 3600.0
 
@@ -463,3 +467,68 @@ async def test_a_backend_report_wakes_the_promotions_its_statuses_can_make_match
 
 async def _status(app: App, session_id: str, status: str) -> bool:
     return str((await app.repository.get_entity(session_id)).status) == status
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[Any]:
+    """A fresh PostgreSQL schema (news between processes exists only there)."""
+    async with pg_schema("news") as schema:
+        yield TestDatabase("postgresql", PG_URL, schema)
+
+
+@pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
+async def test_news_of_moves_wakes_the_handlers_of_the_moved_kind_only(pg):
+    """Another coordinator moving sessions into RUNNING wakes this daemon's handlers of
+    RUNNING sessions, not those of another kind's RUNNING (news names the kind)."""
+    app = App(
+        Config(database_url=pg.url, database_schema=pg.schema),
+        plugin_manager=make_plugin_manager(plugins=[plugin(Finish(), kinds=KINDS)]),
+        clock=SystemClock(),
+    )
+    other = App(
+        Config(database_url=pg.url, database_schema=pg.schema),
+        plugin_manager=make_plugin_manager(plugins=[plugin(Finish(), kinds=KINDS)]),
+        clock=SystemClock(),
+    )
+    ticks: Counter[str] = Counter()
+    try:
+        coordinator = await app.start()
+        daemon = Daemon(
+            coordinator,
+            app.repository,
+            default_interval=HOUR,
+            safety_interval=HOUR,
+            submission_poll=HOUR,
+            on_tick=lambda report: ticks.update([report.handler]),
+        )
+        task = asyncio.create_task(daemon.run())
+        try:
+            await wait_for(
+                lambda: _true(ticks["wk-finish"] >= 1 and ticks["detect-termination"] >= 1)
+            )
+            sid = await other.repository.create_entity("session", children=[{}])
+            await asyncio.sleep(0.5)
+            before = ticks.copy()
+            elsewhere = await other.start()
+            kernel = (await other.repository.get_session(sid)).kernels[0].id
+            async with other.repository.engine.begin() as conn:
+                await conn.execute(
+                    sa.text("UPDATE entities SET status = 'CREATING' WHERE id = :id"), {"id": sid}
+                )
+                await conn.execute(
+                    sa.text("UPDATE entities SET status = 'RUNNING' WHERE id = :id"), {"id": kernel}
+                )
+            moved = await elsewhere.tick("promote-to-running")
+            assert [c.entity_id for c in moved.changes] == [sid]
+            await wait_for(
+                lambda: _true(ticks["detect-termination"] > before["detect-termination"]),
+                what="detect-termination woken by the news",
+            )
+            await asyncio.sleep(0.5)
+            assert ticks["wk-finish"] == before["wk-finish"], ticks
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=20)
+    finally:
+        await other.close()
+        await app.close()

@@ -64,8 +64,10 @@ class CoordinatorStore(Protocol):
         *,
         now: float,
         inject_failure: Callable[[str], None] | None = None,
+        by: str | None = None,
     ) -> ApplyOutcome:
-        """Promote (up to ``limit`` of) the sessions ``rule`` matches, in one transaction."""
+        """Promote (up to ``limit`` of) the sessions ``rule`` matches, in one transaction;
+        ``by`` (the coordinator's id) is named in the news of the moves."""
         ...
 
     async def apply(

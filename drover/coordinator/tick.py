@@ -331,6 +331,7 @@ class Coordinator:
             self._options[name].batch_size,
             now=self.clock.time(),
             inject_failure=self.inject_apply_failure,
+            by=self.claim_owner,
         )
         return len(outcome.changes), outcome
 

@@ -220,13 +220,18 @@ class Apply:
             children_entered=frozenset(self.children_entered),
         )
 
-    def announce(self, applied: Sequence[AppliedChange]) -> None:
-        """Tell other coordinators (PostgreSQL ``NOTIFY``) which statuses entities moved into."""
+    def announce(self, applied: Sequence[AppliedChange], by: str | None = None) -> None:
+        """Tell other coordinators (PostgreSQL ``NOTIFY``) which ``[kind, status]`` pairs
+        entities moved into; ``by`` (default: the claim's owner) is the coordinator that
+        moved them, whose own wake-ups came first."""
         if not self.postgres:
             return
-        moved = sorted({str(c.to_status) for c in applied if c.to_status != c.from_status})
+        moved = sorted(
+            {(c.kind, str(c.to_status)) for c in applied if c.to_status != c.from_status}
+        )
         if moved:
-            notify(self.conn, {"moved": moved, "by": self.claim.owner if self.claim else None})
+            owner = by if by is not None else (self.claim.owner if self.claim else None)
+            notify(self.conn, {"moved": [list(m) for m in moved], "by": owner})
 
     def _fenced(self, ids: list[str], live: set[str]) -> dict[str, Any]:
         """Of the ids that failed the compare-and-set, those whose claim is no longer ours.
@@ -700,6 +705,7 @@ async def promote(
     *,
     probe_first: bool = True,
     window: Window | None = None,
+    by: str | None = None,
 ) -> ApplyOutcome:
     """Promote the entities ``rule`` matches, up to ``limit``, in one write transaction.
 
@@ -712,7 +718,8 @@ async def promote(
 
     With a ``window`` (:class:`~drover.storage.watermarks.Window`, the rule's
     own), the probe reads only the entities touched since the rule's last
-    empty check, and every check is recorded in it.
+    empty check, and every check is recorded in it. ``by`` names the promoting
+    coordinator in the news of the moves.
     """
 
     # Most promotion ticks find nothing: unless the last one found work
@@ -770,7 +777,7 @@ async def promote(
         apply.inject("before-history")
         apply._write_history()
         apply.inject("after-history")
-        apply.announce(applied)
+        apply.announce(applied, by)
         return ApplyOutcome(
             changes=tuple(applied),
             kernel_changes=apply.kernel_changes,

@@ -7,7 +7,8 @@ may share one server. On SQLite nothing is sent; the daemon polls instead.
 
 Payloads are small JSON objects:
 
-* ``{"moved": [status, …], "by": coordinator id}``: entities moved into these statuses;
+* ``{"moved": [[kind, status], …], "by": coordinator id}``: entities of these kinds moved
+  into these statuses;
 * ``{"new": 1}``: sessions were submitted.
 """
 

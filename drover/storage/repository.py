@@ -229,6 +229,7 @@ class Repository(Queries):
         *,
         now: float,
         inject_failure: Callable[[str], None] | None = None,
+        by: str | None = None,
     ) -> ApplyOutcome:
         """Select the sessions ``rule`` promotes and promote them, in one transaction.
 
@@ -241,7 +242,14 @@ class Repository(Queries):
         if window is None:
             window = self._windows[rule.name] = Window(self._db.postgres)
         outcome = await promote(
-            self._db, rule, limit, now, inject_failure, probe_first=not busy, window=window
+            self._db,
+            rule,
+            limit,
+            now,
+            inject_failure,
+            probe_first=not busy,
+            window=window,
+            by=by,
         )
         if outcome.changes:
             self._busy_promotions.add(rule.name)
