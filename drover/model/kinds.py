@@ -30,6 +30,7 @@ No kind is declared here: drover's own (``session``/``kernel``,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from enum import StrEnum
 from typing import Any
@@ -321,9 +322,10 @@ class EntityKind:
                 f"its statuses are {list(self.status_names)}"
             )
 
-    @property
+    @functools.cached_property
     def status_names(self) -> tuple[str, ...]:
-        """Every status, in lifecycle (declaration) order."""
+        """Every status, in lifecycle (declaration) order (computed once: it is asked for
+        per entity created and per row read)."""
         return tuple(s.value for s in self.statuses)
 
     def status(self, value: str) -> StrEnum:
@@ -335,7 +337,7 @@ class EntityKind:
         """Where new entities start unless told otherwise."""
         return self.status_names[0]
 
-    @property
+    @functools.cached_property
     def live(self) -> frozenset[str]:
         """The non-terminal statuses."""
         return frozenset(s for s in self.status_names if s not in self.terminal)
