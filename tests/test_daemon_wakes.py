@@ -350,6 +350,31 @@ async def _in(app: App, entity_id: str, status: str) -> Entity | None:
     return entity if entity.status == status else None
 
 
+@asynccontextmanager
+async def ticking(app: App, **options: Any) -> AsyncIterator[tuple[Any, Daemon, Counter[str]]]:
+    """``app`` started, with a daemon whose every interval is an hour (only wake-ups tick);
+    yields its coordinator, the daemon and the ticks per handler. The app is closed after."""
+    ticks: Counter[str] = Counter()
+    try:
+        coordinator = await app.start()
+        daemon = Daemon(
+            coordinator,
+            app.repository,
+            default_interval=HOUR,
+            safety_interval=HOUR,
+            on_tick=lambda report: ticks.update([report.handler]),
+            **options,
+        )
+        task = asyncio.create_task(daemon.run())
+        try:
+            yield coordinator, daemon, ticks
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=20)
+    finally:
+        await app.close()
+
+
 async def test_a_kernel_report_wakes_the_promotions_over_kernels_only(database):
     """Promotions are woken per child kind: the backend's kernel reports wake the session
     promotions, not an installed kind's promotion over its own children, and the other
@@ -362,38 +387,20 @@ async def test_a_kernel_report_wakes_the_promotions_over_kernels_only(database):
         plugin_manager=make_plugin_manager(plugins=[plugin(over_tasks, kinds=KINDS)]),
         clock=SystemClock(),
     )
-    ticks: Counter[str] = Counter()
-    try:
-        coordinator = await app.start()
-        daemon = Daemon(
-            coordinator,
-            app.repository,
-            default_interval=HOUR,
-            safety_interval=HOUR,
-            on_tick=lambda report: ticks.update([report.handler]),
+    async with ticking(app) as (_coordinator, daemon, ticks):
+        await wait_for(
+            lambda: _true(ticks["wk-all-done"] >= 1 and ticks["detect-termination"] >= 1)
         )
-        task = asyncio.create_task(daemon.run())
-        try:
-            await wait_for(
-                lambda: _true(ticks["wk-all-done"] >= 1 and ticks["detect-termination"] >= 1)
-            )
-            await asyncio.sleep(0.2)
-            before = ticks.copy()
-            daemon.wake_promotions("kernel")
-            await wait_for(
-                lambda: _true(ticks["detect-termination"] > before["detect-termination"])
-            )
-            await asyncio.sleep(0.2)
-            assert ticks["wk-all-done"] == before["wk-all-done"], ticks
-            assert ticks["promote-to-running"] == before["promote-to-running"] + 1
-            daemon.wake_promotions("wk-task")
-            await wait_for(lambda: _true(ticks["wk-all-done"] > before["wk-all-done"]))
-            assert ticks["detect-termination"] == before["detect-termination"] + 1
-        finally:
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=20)
-    finally:
-        await app.close()
+        await asyncio.sleep(0.2)
+        before = ticks.copy()
+        daemon.wake_promotions("kernel")
+        await wait_for(lambda: _true(ticks["detect-termination"] > before["detect-termination"]))
+        await asyncio.sleep(0.2)
+        assert ticks["wk-all-done"] == before["wk-all-done"], ticks
+        assert ticks["promote-to-running"] == before["promote-to-running"] + 1
+        daemon.wake_promotions("wk-task")
+        await wait_for(lambda: _true(ticks["wk-all-done"] > before["wk-all-done"]))
+        assert ticks["detect-termination"] == before["detect-termination"] + 1
 
 
 async def test_a_backend_report_wakes_the_promotions_its_statuses_can_make_match(database):
@@ -408,61 +415,43 @@ async def test_a_backend_report_wakes_the_promotions_its_statuses_can_make_match
         ),
         clock=SystemClock(),
     )
-    ticks: Counter[str] = Counter()
-    try:
-        coordinator = await app.start()
-        daemon = Daemon(
-            coordinator,
-            app.repository,
-            default_interval=HOUR,
-            safety_interval=HOUR,
-            on_tick=lambda report: ticks.update([report.handler]),
-        )
+    async with ticking(app) as (coordinator, daemon, _ticks):
         # The wiring run_daemon does (its daemon ticks every handler on an interval here).
         app._daemon = daemon
-        task = asyncio.create_task(daemon.run())
-        try:
-            # Its kernel's preparation never ends: it stays PREPARING until reported.
-            kernel_spec = {"cpu": 1, "sim": {"prepare": "hang"}}
-            (sid,) = await app.repository.create_sessions([{"kernels": [kernel_spec]}])
-            await wait_for(lambda: _status(app, sid, "PREPARING"), what="the session PREPARING")
-            kernel = (await app.repository.get_session(sid)).kernels[0].id
-            # What the backend reports through, and the wake-up it calls after.
-            reporter = app._reporter
-            assert reporter is not None
-            promotions = {r.name for r in BUILTIN_PROMOTIONS}
-            rules = WakeRules.build(coordinator.kinds, coordinator.handlers.values())
-            # Entering PULLING can make no session promotion match; RUNNING, only those
-            # waiting for no kernel to be in an earlier status; ERROR, the ANY-ended ones.
-            assert rules.woken("kernel", K.PULLING) & promotions == set()
-            assert rules.woken("kernel", K.RUNNING) & promotions == {
-                "promote-to-prepared",
-                "promote-to-running",
-            }
-            assert "detect-start-failure" in rules.woken("kernel", K.ERROR)
-            # A session moving between two of a rule's statuses does not wake it; one
-            # entering them from outside does.
-            assert "detect-start-failure" in rules.woken("session", "SCHEDULED")
-            assert "detect-start-failure" not in rules.woken_by_move(
-                "session", "PENDING", "SCHEDULED"
-            )
-            assert "prepare-sessions" in rules.woken_by_move("session", "PENDING", "SCHEDULED")
-            assert "promote-to-running" in rules.woken_by_move("session", "PREPARED", "CREATING")
-            # A watched status (fetched only past the timeout) wakes its handler on no entry.
-            assert "prepare-sessions" not in rules.woken("session", "PREPARING")
-            assert "start-sessions" not in rules.woken("session", "CREATING")
-            assert await reporter.report_kernel_statuses([KernelReport(kernel, K.ERROR)]) == [True]
-            app._backend_reported()
-            await wait_for(lambda: _status(app, sid, "TERMINATED"), what="the session TERMINATED")
-            rows = await app.repository.history(sid)
-            assert ("detect-start-failure", "TERMINATING") in [
-                (r.handler, str(r.to_status)) for r in rows
-            ]
-        finally:
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=20)
-    finally:
-        await app.close()
+        # Its kernel's preparation never ends: it stays PREPARING until reported.
+        kernel_spec = {"cpu": 1, "sim": {"prepare": "hang"}}
+        (sid,) = await app.repository.create_sessions([{"kernels": [kernel_spec]}])
+        await wait_for(lambda: _status(app, sid, "PREPARING"), what="the session PREPARING")
+        kernel = (await app.repository.get_session(sid)).kernels[0].id
+        promotions = {r.name for r in BUILTIN_PROMOTIONS}
+        rules = WakeRules.build(coordinator.kinds, coordinator.handlers.values())
+        # Entering PULLING can make no session promotion match; RUNNING, only those
+        # waiting for no kernel to be in an earlier status; ERROR, the ANY-ended ones.
+        assert rules.woken("kernel", K.PULLING) & promotions == set()
+        assert rules.woken("kernel", K.RUNNING) & promotions == {
+            "promote-to-prepared",
+            "promote-to-running",
+        }
+        assert "detect-start-failure" in rules.woken("kernel", K.ERROR)
+        # A session moving between two of a rule's statuses does not wake it; one
+        # entering them from outside does.
+        assert "detect-start-failure" in rules.woken("session", "SCHEDULED")
+        assert "detect-start-failure" not in rules.woken_by_move("session", "PENDING", "SCHEDULED")
+        assert "prepare-sessions" in rules.woken_by_move("session", "PENDING", "SCHEDULED")
+        assert "promote-to-running" in rules.woken_by_move("session", "PREPARED", "CREATING")
+        # A watched status (fetched only past the timeout) wakes its handler on no entry.
+        assert "prepare-sessions" not in rules.woken("session", "PREPARING")
+        assert "start-sessions" not in rules.woken("session", "CREATING")
+        # What the backend reports through, and the wake-up it calls after.
+        reporter = app._reporter
+        assert reporter is not None
+        assert await reporter.report_kernel_statuses([KernelReport(kernel, K.ERROR)]) == [True]
+        app._backend_reported()
+        await wait_for(lambda: _status(app, sid, "TERMINATED"), what="the session TERMINATED")
+        rows = await app.repository.history(sid)
+        assert ("detect-start-failure", "TERMINATING") in [
+            (r.handler, str(r.to_status)) for r in rows
+        ]
 
 
 async def _status(app: App, session_id: str, status: str) -> bool:
@@ -480,29 +469,17 @@ async def pg() -> AsyncIterator[Any]:
 async def test_news_of_moves_wakes_the_handlers_of_the_moved_kind_only(pg):
     """Another coordinator moving sessions into RUNNING wakes this daemon's handlers of
     RUNNING sessions, not those of another kind's RUNNING (news names the kind)."""
-    app = App(
-        Config(database_url=pg.url, database_schema=pg.schema),
-        plugin_manager=make_plugin_manager(plugins=[plugin(Finish(), kinds=KINDS)]),
-        clock=SystemClock(),
-    )
-    other = App(
-        Config(database_url=pg.url, database_schema=pg.schema),
-        plugin_manager=make_plugin_manager(plugins=[plugin(Finish(), kinds=KINDS)]),
-        clock=SystemClock(),
-    )
-    ticks: Counter[str] = Counter()
-    try:
-        coordinator = await app.start()
-        daemon = Daemon(
-            coordinator,
-            app.repository,
-            default_interval=HOUR,
-            safety_interval=HOUR,
-            submission_poll=HOUR,
-            on_tick=lambda report: ticks.update([report.handler]),
+
+    def make_app() -> App:
+        return App(
+            Config(database_url=pg.url, database_schema=pg.schema),
+            plugin_manager=make_plugin_manager(plugins=[plugin(Finish(), kinds=KINDS)]),
+            clock=SystemClock(),
         )
-        task = asyncio.create_task(daemon.run())
-        try:
+
+    other = make_app()
+    try:
+        async with ticking(make_app(), submission_poll=HOUR) as (_c, _daemon, ticks):
             await wait_for(
                 lambda: _true(ticks["wk-finish"] >= 1 and ticks["detect-termination"] >= 1)
             )
@@ -526,9 +503,5 @@ async def test_news_of_moves_wakes_the_handlers_of_the_moved_kind_only(pg):
             )
             await asyncio.sleep(0.5)
             assert ticks["wk-finish"] == before["wk-finish"], ticks
-        finally:
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=20)
     finally:
         await other.close()
-        await app.close()
