@@ -105,13 +105,20 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
     # bulk of a busy table's rows (PENDING -> SCHEDULED -> ... for an early-status
     # rule) are such moves.
     entered = sa.or_(h.c.from_status.not_in(wanted), h.c.result == CREATED)
+    # Only the rule's own kind's rows: a kernel's CREATED row (to_status PENDING, a
+    # session status's name too) names no candidate, and looking its id up costs.
     branches: list[sa.Select[Any]] = [
-        sa.select(h.c.entity_id).where(h.c.id > history_after, h.c.to_status.in_(wanted), entered)
+        sa.select(h.c.entity_id).where(
+            h.c.id > history_after, h.c.kind == rule.kind, h.c.to_status.in_(wanted), entered
+        )
     ]
     if moves:
         branches.append(
             sa.select(c.c.parent_id).where(
-                c.c.id > changes_after, c.c.parent_id.is_not(None), sa.or_(*moves)
+                c.c.id > changes_after,
+                c.c.parent_id.is_not(None),
+                *([c.c.kind == child_kind] if child_kind is not None else []),
+                sa.or_(*moves),
             )
         )
     if child_kind is not None:
