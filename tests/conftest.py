@@ -11,7 +11,7 @@ machine without Debian's chromium.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -52,6 +52,13 @@ def database(drover_database: Database) -> Database:
 def pg_schema(prefix: str) -> AbstractAsyncContextManager[str]:
     """A new, empty PostgreSQL schema on ``PG_URL``, dropped (with its contents) afterwards."""
     return databases.pg_schema(prefix, PG_URL)
+
+
+@pytest.fixture
+async def pg(request: pytest.FixtureRequest) -> AsyncIterator[Database]:
+    """A fresh PostgreSQL schema, for what exists only there (claims, fencing, news)."""
+    async with pg_schema(request.module.__name__.removeprefix("test_")[:12]) as schema:
+        yield Database("postgresql", PG_URL, schema)
 
 
 HarnessFactory = Callable[..., CoordinatorHarness]

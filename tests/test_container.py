@@ -14,12 +14,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
 import pytest
-from conftest import PG_URL, Database, pg_schema
+from conftest import Database
 from container_helpers import (
     IMAGE,
     REGISTRY_IMAGE,
@@ -496,13 +495,6 @@ async def test_a_pull_from_a_registry_shows_its_progress_then_the_kernel_runs(
 
 
 # -- fencing: a call whose claim no longer holds does nothing ------------------------------
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[Database]:
-    """A fresh PostgreSQL schema (claims exist only on PostgreSQL)."""
-    async with pg_schema("fence") as schema:
-        yield Database("postgresql", PG_URL, schema)
 
 
 async def test_a_fenced_create_or_destroy_starts_and_signals_nothing(

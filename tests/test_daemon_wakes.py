@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import PG_URL, SKIP_PG, pg_schema
+from conftest import SKIP_PG
 from daemon_helpers import wait_for
 from tree import Scripted, ids, plugin
 
@@ -37,7 +37,6 @@ from drover import (
 from drover.app import App
 from drover.config import BackendConfig, Config
 from drover.coordinator.daemon import Daemon
-from drover.coordinator.tick import TickReport
 from drover.coordinator.wakes import (
     WakeRules,
     child_statuses_read,
@@ -51,7 +50,6 @@ from drover.model.promotion import PromotionRule
 from drover.model.status import KernelStatus as K
 from drover.model.values import KernelReport
 from drover.plugins.manager import make_plugin_manager
-from drover.testing import TestDatabase
 
 HOUR = 3600.0
 
@@ -131,6 +129,36 @@ class Segment(Scripted):
 
 
 @asynccontextmanager
+async def ticking(
+    app: App, seed: Any = None, **options: Any
+) -> AsyncIterator[tuple[Any, Daemon, Counter[str]]]:
+    """``app`` started (then ``seed(repository)``, if given), with a daemon whose every
+    interval is an hour unless ``options`` say otherwise (only wake-ups tick); yields its
+    coordinator, the daemon and the ticks per handler. The app is closed after."""
+    ticks: Counter[str] = Counter()
+    try:
+        coordinator = await app.start()
+        if seed is not None:
+            await seed(app.repository)
+        daemon = Daemon(
+            coordinator,
+            app.repository,
+            default_interval=HOUR,
+            safety_interval=HOUR,
+            on_tick=lambda report: ticks.update([report.handler]),
+            **options,
+        )
+        task = asyncio.create_task(daemon.run())
+        try:
+            yield coordinator, daemon, ticks
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, timeout=20)
+    finally:
+        await app.close()
+
+
+@asynccontextmanager
 async def running(
     database: Any, *handlers: Scripted, seed: Any, intervals: dict[str, float] | None = None
 ) -> AsyncIterator[tuple[App, Daemon, Counter[str]]]:
@@ -144,31 +172,12 @@ async def running(
         clock=SystemClock(),
         claims=True,
     )
-    ticks: Counter[str] = Counter()
-
-    def count(report: TickReport) -> None:
-        ticks[report.handler] += 1
-
-    try:
-        coordinator = await app.start()
-        await seed(app.repository)
-        daemon = Daemon(
-            coordinator,
-            app.repository,
-            intervals=intervals,
-            default_interval=HOUR,
-            safety_interval=HOUR,
-            submission_poll=0.02,
-            on_tick=count,
-        )
-        task = asyncio.create_task(daemon.run())
-        try:
-            yield app, daemon, ticks
-        finally:
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=20)
-    finally:
-        await app.close()
+    async with ticking(app, seed=seed, intervals=intervals, submission_poll=0.02) as (
+        _coordinator,
+        daemon,
+        ticks,
+    ):
+        yield app, daemon, ticks
 
 
 async def _job_with_tasks(repository: Any, tasks: int, status: str = WTask.READY) -> str:
@@ -350,31 +359,6 @@ async def _in(app: App, entity_id: str, status: str) -> Entity | None:
     return entity if entity.status == status else None
 
 
-@asynccontextmanager
-async def ticking(app: App, **options: Any) -> AsyncIterator[tuple[Any, Daemon, Counter[str]]]:
-    """``app`` started, with a daemon whose every interval is an hour (only wake-ups tick);
-    yields its coordinator, the daemon and the ticks per handler. The app is closed after."""
-    ticks: Counter[str] = Counter()
-    try:
-        coordinator = await app.start()
-        daemon = Daemon(
-            coordinator,
-            app.repository,
-            default_interval=HOUR,
-            safety_interval=HOUR,
-            on_tick=lambda report: ticks.update([report.handler]),
-            **options,
-        )
-        task = asyncio.create_task(daemon.run())
-        try:
-            yield coordinator, daemon, ticks
-        finally:
-            daemon.stop()
-            await asyncio.wait_for(task, timeout=20)
-    finally:
-        await app.close()
-
-
 async def test_a_kernel_report_wakes_the_promotions_over_kernels_only(database):
     """Promotions are woken per child kind: the backend's kernel reports wake the session
     promotions, not an installed kind's promotion over its own children, and the other
@@ -456,13 +440,6 @@ async def test_a_backend_report_wakes_the_promotions_its_statuses_can_make_match
 
 async def _status(app: App, session_id: str, status: str) -> bool:
     return str((await app.repository.get_entity(session_id)).status) == status
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[Any]:
-    """A fresh PostgreSQL schema (news between processes exists only there)."""
-    async with pg_schema("news") as schema:
-        yield TestDatabase("postgresql", PG_URL, schema)
 
 
 @pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")

@@ -14,12 +14,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PG_URL, SKIP_PG, Database, pg_schema
+from conftest import SKIP_PG, Database
 from daemon_helpers import ends_on_word, process_alive, running_daemon, wait_for
 from scripted import Scripted
 from slurm_helpers import (  # noqa: F401  (fixtures)
@@ -46,13 +46,6 @@ K = KernelStatus
 pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
 
 BIG_AGENT = [{"id": "shared-agent", "cpu": 10_000, "mem": 10_000_000}]
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[Database]:
-    """A fresh PostgreSQL schema (claims exist only on PostgreSQL)."""
-    async with pg_schema("fence") as schema:
-        yield Database("postgresql", PG_URL, schema)
 
 
 # -- the fence itself, on both databases ---------------------------------------------------

@@ -7,13 +7,13 @@ import os
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from conftest import PG_URL, SKIP_PG, Database, pg_schema
+from conftest import SKIP_PG, Database
 from daemon_helpers import process_alive, running_daemon, wait_for
 from scripted import Scripted
 
@@ -30,13 +30,6 @@ S = SessionStatus
 K = KernelStatus
 
 pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[Database]:
-    """A fresh PostgreSQL schema (claims and fencing exist only on PostgreSQL)."""
-    async with pg_schema("mc") as schema:
-        yield Database("postgresql", PG_URL, schema)
 
 
 class Gated(Scripted):

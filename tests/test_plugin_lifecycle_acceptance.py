@@ -10,12 +10,11 @@ fetch's LIMIT), a pool (two coordinators on PostgreSQL) and result derivation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from acceptance_kinds import Attempt, Cluster, IrisPlugin, Job, Task
-from conftest import PG_URL, SKIP_PG, Database, pg_schema
+from conftest import SKIP_PG, Database
 from pool_race import tick_b_inside_a_apply
 
 from drover import BudgetUse, SchedulingResult
@@ -510,12 +509,6 @@ async def test_the_workers_pool_is_never_exceeded_by_one_coordinator(make_harnes
 
 
 pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[Database]:
-    async with pg_schema("accept") as schema:
-        yield Database("postgresql", PG_URL, schema)
 
 
 @pg_only

@@ -6,12 +6,11 @@ PostgreSQL, and two coordinators race for one pool on PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
 import pytest
-from conftest import PG_URL, SKIP_PG, Database, pg_schema
+from conftest import SKIP_PG, Database
 from peers import JOB, TASK, Job, Scripted, Task, harness, succeed
 from pool_race import tick_b_inside_a_apply
 
@@ -170,12 +169,6 @@ def test_a_pool_is_declared_soundly():
 # -- two coordinators on PostgreSQL ------------------------------------------------------------
 
 pg_only = pytest.mark.skipif(SKIP_PG, reason="DROVER_TEST_SKIP_PG=1")
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[Database]:
-    async with pg_schema("pool") as schema:
-        yield Database("postgresql", PG_URL, schema)
 
 
 class _Start(StartJobs):

@@ -401,12 +401,8 @@ class Daemon:
             for name in self._rules.woken_by_move(kind, from_status, status):
                 if name in self._wake:
                     self._wake[name].set()
-        if report.children_entered:
-            # The handlers those entries wake: the promotions they can make match.
-            self._wake_for(report.children_entered)
-        elif report.kernel_changes:
-            child = self.coordinator.kinds.child_of(self.coordinator.handlers[report.handler].kind)
-            self.wake_promotions(child.name if child is not None else None)
+        # The children it moved wake what their new statuses can make match.
+        self._wake_for(report.children_entered)
         full = report.fetched >= self.coordinator.options(report.handler).batch_size
         if report.changes and not report.error and full:
             # A full batch: there may be more waiting.
