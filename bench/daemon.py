@@ -183,7 +183,7 @@ RSS_WAVE = 10_000
 RSS_WARMUP_WAVES = 3
 RSS_TARGET = 0.10
 #: Seconds after a wave ends before RSS is read: the daemon's idle check runs every second.
-RSS_SETTLE = 2.5
+RSS_SETTLE = 3.5
 
 
 def rss_bytes() -> int:

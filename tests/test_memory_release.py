@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import ctypes.util
 import time
 from pathlib import Path
@@ -12,6 +13,34 @@ from daemon_helpers import running_daemon, wait_for
 import drover.coordinator.daemon as daemon_module
 from drover.coordinator.memory import release_free_memory
 from drover.model.status import SessionStatus as S
+
+
+def _sqlite_memory_used() -> int:
+    """SQLite's own count of the bytes it holds, in this process (``sqlite3_status64``)."""
+    lib = ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
+    current, highest = ctypes.c_int64(), ctypes.c_int64()
+    assert lib.sqlite3_status64(0, ctypes.byref(current), ctypes.byref(highest), 0) == 0
+    return current.value
+
+
+async def test_release_memory_frees_the_idle_connections_page_caches(make_harness, database):
+    """SQLite: pages a read left in the pooled connections' caches are freed, and the
+    database still answers. PostgreSQL: nothing is cached here, nothing is done."""
+    async with make_harness() as h:
+        await h.repository.create_sessions([{"kernels": [{"cpu": 1}] * 4}] * 2000)
+        # Reads on two connections at once, so that two idle connections hold pages.
+        queries = h.repository.queries
+        await asyncio.gather(*(queries.list_sessions(limit=5000) for _ in range(2)))
+        if database.kind == "postgresql":
+            assert await h.repository.release_memory() == 0
+            return
+        before = _sqlite_memory_used()
+        shrunk = await h.repository.release_memory()
+        after = _sqlite_memory_used()
+        assert shrunk >= 1
+        assert after < before - 2**20, (before, after)
+        counts = await queries.count_by_status()
+        assert counts == {S.PENDING: 2000}
 
 
 def test_release_free_memory_trims_glibc_and_says_so():
@@ -29,8 +58,17 @@ async def test_the_daemon_releases_memory_after_a_burst_not_while_idle(
     monkeypatch.setattr(daemon_module, "release_free_memory", lambda: releases.append(1) or True)
     flags = {"backend.name": "simulated", "backend.run_for": 0.0}
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
+        shrunk: list[int] = []
+        release_caches = app.repository.release_memory
+
+        async def counted() -> int:
+            shrunk.append(await release_caches())
+            return shrunk[-1]
+
+        monkeypatch.setattr(app.repository, "release_memory", counted)
         await asyncio.sleep(2.5)
         assert releases == []  # start-up ticks fetched nothing
+        assert shrunk == []
         sids = await app.repository.create_sessions([{"kernels": [{"cpu": 1}]}] * 20)
 
         async def ended() -> bool:
@@ -39,6 +77,9 @@ async def test_the_daemon_releases_memory_after_a_burst_not_while_idle(
 
         await wait_for(ended, what="the sessions TERMINATED")
         await wait_for(lambda: _released(releases), timeout=5, what="a release")
+        # The store's caches go first: on SQLite the idle connections' page caches.
+        assert len(shrunk) == len(releases)
+        assert (shrunk[0] >= 1) if database.kind == "sqlite" else (shrunk[0] == 0)
         # Quiet again: the releases stop (an idle daemon has nothing to give back).
         deadline = time.monotonic() + 20
         while True:

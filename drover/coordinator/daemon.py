@@ -520,18 +520,23 @@ class Daemon:
         while not self._stopping.is_set():
             await self._sleep_unless_stopping(1.0)
             await self._flush_ticks()
-            self._release_after_burst()
+            await self._release_after_burst()
         await self._flush_ticks()
 
-    def _release_after_burst(self) -> None:
+    async def _release_after_burst(self) -> None:
         """Give freed memory back once a burst of work is over (nothing fetched for the
-        last second), or every :data:`RELEASE_EVERY` targets under steady work."""
+        last second), or every :data:`RELEASE_EVERY` targets under steady work: the
+        store's idle caches first, then what the allocator holds free."""
         fetched = self._fetched_since_release
         idle = fetched == self._fetched_at_check
         self._fetched_at_check = fetched
         if fetched and (idle or fetched >= RELEASE_EVERY):
-            release_free_memory()
             self._fetched_since_release = self._fetched_at_check = 0
+            try:
+                await self.store.release_memory()
+            except Exception as error:  # a busy database: the next burst's release catches up
+                log.debug("releasing the store's caches failed: %s", error)
+            release_free_memory()
 
     async def _retention_loop(self) -> None:
         while not self._stopping.is_set():

@@ -169,3 +169,10 @@ class DaemonStore(CoordinatorStore, Protocol):
     async def latest_entity_id(self) -> str | None:
         """The newest id of anything created (a cheap "is there news?")."""
         ...
+
+    async def release_memory(self) -> int:
+        """Drop the caches of idle connections (SQLite's page caches), for a daemon at rest.
+
+        Returns how many connections were shrunk; ``0`` where nothing is cached.
+        """
+        ...

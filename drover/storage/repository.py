@@ -398,6 +398,11 @@ class Repository(Queries):
             on_batch=on_batch,
         )
 
+    async def release_memory(self) -> int:
+        """Free idle SQLite connections' page caches (``PRAGMA shrink_memory``); ``0`` on
+        PostgreSQL. See :meth:`drover.storage._db.Database.release_memory`."""
+        return await self._db.release_memory()
+
     async def record_ticks(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Store tick summaries (handler, started_at, duration, fetched, counts, error)."""
         await _ticks.record_ticks(self._db, rows)
