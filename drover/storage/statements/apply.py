@@ -28,7 +28,7 @@ from drover.model.status import KernelStatus
 from drover.model.values import StatusInfoRule
 from drover.storage.schema import coordinators, entities, scheduling_history, status_changes
 from drover.storage.statements.children import K, kernel_exists, kernel_status_in
-from drover.storage.statements.ids import ids_param
+from drover.storage.statements.ids import checked_only, ids_param
 
 __all__ = [
     "INSERT_HISTORY_ROWS",
@@ -103,8 +103,8 @@ def entity_guard(
     """
     guard = sa.and_(
         ids_param(e.c.id, "ids", postgres),
-        e.c.status == sa.bindparam("from_status"),
-        e.c.kind == sa.bindparam("of_kind"),
+        checked_only(e.c.status, postgres) == sa.bindparam("from_status"),
+        checked_only(e.c.kind, postgres) == sa.bindparam("of_kind"),
     )
     if fenced and solo:
         c = coordinators
@@ -253,7 +253,10 @@ def place_kernels(postgres: bool) -> sa.Update:
     """``agent_id = :agent_id`` on the PENDING kernels ``:ids``."""
     return (
         sa.update(e)
-        .where(ids_param(e.c.id, "ids", postgres), e.c.status == KernelStatus.PENDING.value)
+        .where(
+            ids_param(e.c.id, "ids", postgres),
+            checked_only(e.c.status, postgres) == KernelStatus.PENDING.value,
+        )
         .values(agent_id=sa.bindparam("agent_id"))
     )
 
@@ -266,7 +269,7 @@ def place_and_move_kernels(child: EntityKind, target: str) -> sa.Update:
     eligible = sorted(child.movable_to(target))
     return (
         sa.update(e)
-        .where(ids_param(e.c.id, "kids", False), e.c.status.in_(eligible))
+        .where(ids_param(e.c.id, "kids", False), checked_only(e.c.status, False).in_(eligible))
         .values(
             agent_id=sa.bindparam("agent_id"),
             status=sa.bindparam("to_status"),

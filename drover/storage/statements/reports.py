@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql
 from drover.model.kinds import EntityKind
 from drover.storage.schema import entities, status_changes
 from drover.storage.statements.apply import result_expression
-from drover.storage.statements.ids import ids_param
+from drover.storage.statements.ids import checked_only, ids_param
 
 __all__ = [
     "CHANGE_ARRAYS",
@@ -36,7 +36,7 @@ def reported_entities(postgres: bool, kind: str | None = None) -> sa.Select[Any]
         ids_param(e.c.id, "ids", postgres)
     )
     if kind is not None:
-        query = query.where(e.c.kind == kind)
+        query = query.where(checked_only(e.c.kind, postgres) == kind)
     return query.with_for_update() if postgres else query
 
 
@@ -70,7 +70,10 @@ def apply_reports(postgres: bool, moving: bool = True, ends: EntityKind | None =
         )
     return (
         sa.update(e)
-        .where(ids_param(e.c.id, "ids", postgres), e.c.status == sa.bindparam("from_status"))
+        .where(
+            ids_param(e.c.id, "ids", postgres),
+            checked_only(e.c.status, postgres) == sa.bindparam("from_status"),
+        )
         .values(**values)
     )
 
