@@ -332,3 +332,28 @@ async def test_the_recent_probe_does_not_grow_with_the_waiting_sessions(tmp_path
         assert rows >= 1000
         # steps() counts in hundreds of SQLite's VM steps.
         assert steps(recent) * 100 < 30 * rows, rows
+
+
+async def test_a_session_created_with_kernels_that_match_is_seen_by_the_recent_probe(
+    make_harness, database, monkeypatch
+):
+    """The recent probe skips a session's own CREATED row where a match needs a child: the
+    kernels' CREATED rows name it. A session created with an ERROR kernel (ANY) and one
+    created with every kernel PREPARED (ALL) are each found after empty checks."""
+    monkeypatch.setattr(watermarks, "PG_LAG", 0.0)
+    monkeypatch.setattr(watermarks, "RECENT_BIAS", 0.0)
+    async with make_harness(backend=SimulatedBackend(run_for=None)) as h:
+        await h.create_session()
+        for rule in ("detect-start-failure", "promote-to-prepared"):
+            assert (await h.tick(rule)).changes == ()  # the first check is full
+            assert (await h.tick(rule)).changes == ()  # then only what changed
+        failed = await h.create_session(
+            status=S.PREPARING, kernels=[{"cpu": 1, "status": K.ERROR}, {"cpu": 1}]
+        )
+        ready = await h.create_session(
+            status=S.PREPARING, kernels=[{"cpu": 1, "status": K.PREPARED}] * 2
+        )
+        report = await h.tick("detect-start-failure")
+        assert [c.session_id for c in report.changes] == [failed]
+        report = await h.tick("promote-to-prepared")
+        assert [c.session_id for c in report.changes] == [ready]

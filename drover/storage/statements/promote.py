@@ -73,12 +73,14 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
     Whether an entity matches a rule depends only on its own status and its
     children's (of kind ``child_kind``), and every change of either is
     recorded: an entity's move or creation writes a history row, a child's
-    move a ``status_changes`` row naming its parent, a child created on its
-    own a CREATED history row. So an entity that became a candidate after
-    those rows is named by a later row, and only by a row of a change that
-    can make a candidate: an entity entering one of the rule's statuses from
-    outside them (or created in one); a child entering the checked statuses
-    (ANY, ALL) or leaving them (NOT_ANY); a child created. The probe reads
+    move a ``status_changes`` row naming its parent, a child's creation (with
+    its parent or later) a CREATED history row of its own. So an entity that
+    became a candidate after those rows is named by a later row, and only by
+    a row of a change that can make a candidate: an entity entering one of
+    the rule's statuses from outside them (or created in one, where the rule
+    can match an entity without children); a child entering the checked
+    statuses (ANY, ALL) or leaving them (NOT_ANY); a child created where it
+    can make its parent match. The probe reads
     those rows by primary key and looks each entity up by id: its cost grows
     with what changed, not with how many entities wait in the rule's statuses.
 
@@ -105,6 +107,12 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
     # bulk of a busy table's rows (PENDING -> SCHEDULED -> ... for an early-status
     # rule) are such moves.
     entered = sa.or_(h.c.from_status.not_in(wanted), h.c.result == CREATED)
+    if child_kind is not None and (condition.some_in or condition.needs_kernels):
+        # A match needs a child (one in the checked statuses, or any for NOT_ANY), and
+        # every child is created with a CREATED row of its own, read below: an entity's
+        # own CREATED row cannot name a candidate those rows do not. A thousand sessions
+        # just submitted are then not looked up by every empty probe.
+        entered = h.c.from_status.not_in(wanted)
     # Only the rule's own kind's rows: a kernel's CREATED row (to_status PENDING, a
     # session status's name too) names no candidate, and looking its id up costs.
     branches: list[sa.Select[Any]] = [
@@ -123,8 +131,8 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
         )
     if child_kind is not None:
         # A child created in the checked statuses can make its parent match ANY or ALL;
-        # one created outside them, NOT_ANY (the parent had no children before). A
-        # child created with its parent is checked through the parent's own row.
+        # one created outside them, NOT_ANY (the parent had no children before or
+        # was created with it).
         born: list[sa.ColumnElement[bool]] = []
         if condition.some_in or condition.none_outside:
             born.append(h.c.to_status.in_(checked))
