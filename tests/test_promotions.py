@@ -357,3 +357,28 @@ async def test_a_session_created_with_kernels_that_match_is_seen_by_the_recent_p
         assert [c.session_id for c in report.changes] == [failed]
         report = await h.tick("promote-to-prepared")
         assert [c.session_id for c in report.changes] == [ready]
+
+
+async def test_pruning_every_row_never_hides_new_changes_from_the_recent_probe(
+    make_harness, database, monkeypatch
+):
+    """Pruning keeps the newest row of each history table: on SQLite a new row is numbered
+    after the largest id left, so deleting the newest would number new rows below the
+    watermarks of the last check, and the probe that reads after them would miss them."""
+    monkeypatch.setattr(watermarks, "PG_LAG", 0.0)
+    monkeypatch.setattr(watermarks, "RECENT_BIAS", 0.0)
+    async with make_harness(backend=SimulatedBackend(run_for=0)) as h:
+        await h.create_session()
+        await h.run_until_settled()
+        assert await h.repository.queries.count_by_status() == {S.TERMINATED: 1}
+        for _ in range(2):
+            assert (await h.tick("detect-start-failure")).changes == ()
+        h.clock.advance(100)
+        counts = await h.repository.prune_history(older_than=h.clock.time())
+        assert counts["scheduling_history"] > 0
+        assert counts["status_changes"] > 0
+        failed = await h.create_session(
+            status=S.PREPARING, kernels=[{"cpu": 1, "status": K.ERROR}, {"cpu": 1}]
+        )
+        report = await h.tick("detect-start-failure")
+        assert [c.session_id for c in report.changes] == [failed]

@@ -166,8 +166,19 @@ def prune_targets(
         changes = sa.or_(
             c.c.entity_id.in_(levels[0]), *(c.c.parent_id.in_(level) for level in levels)
         )
-        targets["scheduling_history"] = (h, sa.and_(h.c.updated_at < older_than, own))
-        targets["status_changes"] = (c, sa.and_(c.c.created_at < older_than, changes))
+        # The newest row of each table stays: SQLite numbers a new row after the largest
+        # id left, so deleting the newest would hand its ids out again, below the
+        # watermarks promotion probes read after (drover.storage.watermarks).
+        newest_h = sa.select(sa.func.max(h.c.id)).scalar_subquery()
+        newest_c = sa.select(sa.func.max(c.c.id)).scalar_subquery()
+        targets["scheduling_history"] = (
+            h,
+            sa.and_(h.c.updated_at < older_than, own, h.c.id < newest_h),
+        )
+        targets["status_changes"] = (
+            c,
+            sa.and_(c.c.created_at < older_than, changes, c.c.id < newest_c),
+        )
     if ticks_older_than is not None:
         targets["handler_ticks"] = (handler_ticks, handler_ticks.c.started_at < ticks_older_than)
     return targets
