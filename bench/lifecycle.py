@@ -698,7 +698,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--finished", type=int, help="finished sessions for scaling (1,000,000)")
     parser.add_argument("--backlog", type=int, help="PENDING backlog for scaling (100,000)")
     parser.add_argument("--pending", type=int, default=BATCH, help="PENDING per scaling tick")
-    parser.add_argument("--repeats", type=int, default=3, help="throughput repetitions (3)")
+    parser.add_argument("--repeats", type=int, default=5, help="throughput pairs (5)")
     parser.add_argument("--tick-runs", type=int, help="scaling runs per side (9; 3 if --quick)")
     parser.add_argument(
         "--quick", action="store_true", help="N=1,000, 50,000 finished, 10,000 backlog"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import time
+import weakref
 from pathlib import Path
 
 from daemon_helpers import running_daemon, wait_for
@@ -43,6 +45,29 @@ async def test_release_memory_frees_the_idle_connections_page_caches(make_harnes
         assert counts == {S.PENDING: 2000}
 
 
+def test_release_free_memory_collects_the_cycles_left_only_when_asked():
+    """Cycles wait for the collector (the daemon's thresholds are high): a release at rest
+    frees them; one under steady work (``collect=False``) leaves them to the collector."""
+
+    class Node:
+        other: object
+
+    def cycle() -> weakref.ref[Node]:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    gc.disable()
+    try:
+        kept = cycle()
+        assert release_free_memory(collect=False) is True
+        assert kept() is not None
+        assert release_free_memory() is True
+        assert kept() is None
+    finally:
+        gc.enable()
+
+
 def test_release_free_memory_trims_glibc_and_says_so():
     """On this machine's glibc the trim runs; the answer says whether it could."""
     assert ctypes.util.find_library("c") is not None
@@ -54,8 +79,10 @@ async def test_the_daemon_releases_memory_after_a_burst_not_while_idle(
 ):
     """Idle: no release. A burst of sessions, then a quiet second: a release, and no more
     while it stays quiet."""
-    releases: list[int] = []
-    monkeypatch.setattr(daemon_module, "release_free_memory", lambda: releases.append(1) or True)
+    releases: list[bool] = []
+    monkeypatch.setattr(
+        daemon_module, "release_free_memory", lambda collect: releases.append(collect) or True
+    )
     flags = {"backend.name": "simulated", "backend.run_for": 0.0}
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
         shrunk: list[int] = []
@@ -77,6 +104,7 @@ async def test_the_daemon_releases_memory_after_a_burst_not_while_idle(
 
         await wait_for(ended, what="the sessions TERMINATED")
         await wait_for(lambda: _released(releases), timeout=5, what="a release")
+        assert releases[0] is True  # at rest: the cycles are collected too
         # The store's caches go first: on SQLite the idle connections' page caches.
         assert len(shrunk) == len(releases)
         assert (shrunk[0] >= 1) if database.kind == "sqlite" else (shrunk[0] == 0)

@@ -536,7 +536,8 @@ class Daemon:
                 await self.store.release_memory()
             except Exception as error:  # a busy database: the next burst's release catches up
                 log.debug("releasing the store's caches failed: %s", error)
-            release_free_memory()
+            # A full collection only at rest: under steady work it would pause the loop.
+            release_free_memory(collect=idle)
 
     async def _retention_loop(self) -> None:
         while not self._stopping.is_set():

@@ -5,7 +5,8 @@ nearly all of them when it ends. glibc's allocator keeps what was freed for
 later (in every thread's arena, SQLite's worker threads included): a daemon
 that has moved 100,000 sessions holds on to ~100 MiB it no longer uses, and
 its resident size keeps the high-water mark of its busiest moment.
-``malloc_trim(0)`` hands whole free pages back. The daemon calls it when a
+``malloc_trim(0)`` hands whole free pages back, after a collection of the
+cycles the burst left (the daemon's collector runs rarely). The daemon calls it when a
 burst of work is over (:meth:`drover.coordinator.daemon.Daemon`), and under
 steady work once per :data:`RELEASE_EVERY` fetched targets.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 import time
 
@@ -41,12 +43,17 @@ def _malloc_trim() -> ctypes._NamedFuncPointer | None:
     return trim
 
 
-def release_free_memory() -> bool:
-    """Return the allocator's free pages to the operating system; ``False`` if it cannot."""
+def release_free_memory(collect: bool = True) -> bool:
+    """Free the cycles a burst left (``collect``), then return the allocator's free pages
+    to the operating system; ``False`` if the C library cannot."""
+    started = time.perf_counter()
+    if collect:
+        # The daemon's collector thresholds are high (drover.app.tune_gc), so cycles from
+        # a burst (tens of thousands of blocks) wait for a pass; at rest one costs little.
+        gc.collect()
     trim = _malloc_trim()
     if trim is None:
         return False
-    started = time.perf_counter()
     trim(0)
     elapsed = time.perf_counter() - started
     log.debug("returned free memory to the system in %.1f ms", elapsed * 1e3)
