@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
+import attrs
 import pytest
 from container_helpers import (
     IMAGE,
@@ -18,7 +20,10 @@ from container_helpers import (
 from daemon_helpers import ends_on_word, running_daemon, wait_for
 
 from drover import KernelStatus, SessionStatus
+from drover.backends.base import AgentInfo
+from drover.backends.devices import Devices
 from drover.config import ConfigError, load_config
+from drover.model.values import KernelInfo
 
 S = SessionStatus
 K = KernelStatus
@@ -181,3 +186,44 @@ async def test_container_kernels_get_exclusive_devices_in_their_variable(
                                what="ended")  # fmt: skip
             (k,) = s.kernels
             assert Path(k.runtime["stdout"]).read_text() == f"{k.runtime['devices']['gpu'][0]}\n"
+
+
+class _CommitDuringRead:
+    """Kernel reports as the database answers them, with kernel ``a``'s report (its devices
+    in its runtime) committing while ``b``'s device check reads the live kernels."""
+
+    def __init__(self, devices: Devices, a: KernelInfo) -> None:
+        self.devices = devices
+        self.a = a
+        self.reads = 0
+
+    async def kernels_in(self, statuses):
+        self.reads += 1
+        if self.reads == 1:  # a's own check: nothing holds devices yet
+            return []
+        # b's check: the read's snapshot is taken, then a's report commits and its
+        # backend releases the reservation, before the read returns.
+        self.a = attrs.evolve(self.a, status=K.PREPARED, runtime={"devices": {"gpu": ["7"]}})
+        self.devices.release(self.a.id)
+        await asyncio.sleep(0)
+        return []
+
+    async def kernel_statuses(self, ids):
+        return {i: self.a.status for i in ids if i == self.a.id}
+
+
+async def test_a_report_committing_during_a_device_check_never_gives_its_ids_twice():
+    """Kernel a is given gpu 7; its report commits (and its reservation is released) while
+    b's check reads the live kernels: b must still get 9, not 7."""
+    agent = AgentInfo("test-agent", {"cpu": 4, "gpu": 2}, {"gpu": ("7", "9")})
+    devices = Devices([agent], {})
+
+    def kernel(kid: str) -> KernelInfo:
+        return KernelInfo(
+            kid, f"s-{kid}", K.SCHEDULED, datetime.now(UTC), agent.id, {"cpu": 1, "gpu": 1}
+        )
+
+    a, b = kernel("a"), kernel("b")
+    reporter = _CommitDuringRead(devices, a)
+    assert await devices.assign(a, reporter) == {"gpu": ["7"]}
+    assert await devices.assign(b, reporter) == {"gpu": ["9"]}

@@ -86,6 +86,10 @@ class Devices:
     async def _assign(
         self, kernel: KernelInfo, agent: AgentInfo, reporter: KernelReporter
     ) -> dict[str, list[str]]:
+        # The reservations as they stand before the database is read: a kernel whose
+        # report commits while the read is under way is released at once, though the
+        # read may not show its devices yet.
+        before = dict(self._reserved)
         held: dict[str, set[str]] = {slot: set() for slot in agent.devices}
         recorded: set[str] = set()
         for other in await reporter.kernels_in(_HOLDING):
@@ -94,8 +98,8 @@ class Devices:
             for slot, ids in devices_of(other.runtime).items():
                 recorded.add(other.id)
                 held.setdefault(slot, set()).update(ids)
-        await self._forget_settled(reporter, recorded)
-        for kernel_id, (agent_id, chosen) in self._reserved.items():
+        live = await self._live_reservations(reporter, recorded, before)
+        for kernel_id, (agent_id, chosen) in live.items():
             if kernel_id != kernel.id and agent_id == agent.id:
                 for slot, ids in chosen.items():
                     held.setdefault(slot, set()).update(ids)
@@ -119,18 +123,33 @@ class Devices:
         self._reserved[kernel.id] = (agent.id, assigned)
         return assigned
 
-    async def _forget_settled(self, reporter: KernelReporter, recorded: set[str]) -> None:
-        """Drop reservations the database has taken over (the kernel's runtime holds
-        them) or that no longer hold (the kernel ended, or went back to PENDING)."""
+    async def _live_reservations(
+        self,
+        reporter: KernelReporter,
+        recorded: set[str],
+        before: Mapping[str, tuple[str | None, dict[str, list[str]]]],
+    ) -> dict[str, tuple[str | None, dict[str, list[str]]]]:
+        """The reservations that still hold, of those ``before`` the read and those now.
+
+        Dropped from the book: those the database has taken over (``recorded``: the
+        kernel's runtime holds them) and those that no longer hold (the kernel ended,
+        or went back to PENDING). One released meanwhile still counts while its
+        kernel holds devices: the read may predate its commit.
+        """
         for kernel_id in recorded:
             self._reserved.pop(kernel_id, None)
-        if not self._reserved:
-            return
-        statuses = await reporter.kernel_statuses(list(self._reserved))
-        for kernel_id in list(self._reserved):
+        candidates = {k: v for k, v in {**before, **self._reserved}.items() if k not in recorded}
+        if not candidates:
+            return {}
+        statuses = await reporter.kernel_statuses(list(candidates))
+        live: dict[str, tuple[str | None, dict[str, list[str]]]] = {}
+        for kernel_id, reservation in candidates.items():
             status = statuses.get(kernel_id)
-            if status is None or not (status in _HOLDING or status == _K.SCHEDULED):
-                del self._reserved[kernel_id]
+            if status is not None and (status in _HOLDING or status == _K.SCHEDULED):
+                live[kernel_id] = reservation
+            else:
+                self._reserved.pop(kernel_id, None)
+        return live
 
     def release(self, kernel_id: str) -> None:
         """Forget a reservation: its report committed (the database holds it) or failed."""
