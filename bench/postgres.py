@@ -16,8 +16,9 @@ instant simulated kernels (``backend.run_for = 0``).
    the database.
 
 Floor and drover runs interleave (``--repeats``); the summary prints units/s
-per run, the medians and drover/floor for each coordinator count, against the
-target of 0.5. Each run uses a fresh schema of ``--url`` (default: the test
+per run, the medians and drover/floor for each coordinator count; the lone
+daemon's is held to the target of 0.5 (issue 23), the others are printed
+without one. Each run uses a fresh schema of ``--url`` (default: the test
 server, ``DROVER_PG_URL`` or ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``).
 
 Run as ``.venv/bin/python bench/postgres.py [--units 10000] [--repeats 3]
@@ -309,7 +310,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "per_s": rates,
                 "median_per_s": median(rates),
                 "ratio": median(rates) / floor,
-                "ok": median(rates) / floor >= TARGET,
+                # Issue 23 holds the lone daemon to the target; more coordinators on
+                # one machine contend for its cores and rows, and are only shown.
+                "ok": median(rates) / floor >= TARGET if count == 1 else None,
             }
             for count, rates in runs.drover.items()
         },
@@ -349,10 +352,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("=" * 78)
     print(f"  floor (raw asyncpg)  {summary['floor_median_per_s']:8,.0f} units/s (median)")
     for count, figures in summary["drover"].items():
-        verdict = "OK" if figures["ok"] else "MISSED"
+        if figures["ok"] is None:
+            verdict = "(no target)"
+        else:
+            verdict = f"target >= {TARGET}  " + ("OK" if figures["ok"] else "MISSED")
         print(
             f"  drover x{count:<12}{figures['median_per_s']:8,.0f} units/s  "
-            f"drover/floor {figures['ratio']:.2f}  target >= {TARGET}  {verdict}"
+            f"drover/floor {figures['ratio']:.2f}  {verdict}"
         )
     print("=" * 78)
     print(json.dumps(summary, sort_keys=True), flush=True)
