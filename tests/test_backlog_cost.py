@@ -20,16 +20,27 @@ from sqlalchemy.dialects import sqlite
 from drover.model.status import KernelStatus as K
 from drover.model.status import SessionStatus as S
 from drover.storage.statements.apply import move_entities, place_kernels
+from drover.storage.statements.kernels import KERNEL_STATUSES
 from drover.storage.statements.reports import apply_reports
 from drover.testing import CoordinatorHarness
 
 
 def _steps(path: Path, statement: sa.Executable, params: dict[str, Any]) -> tuple[int, int]:
-    """(hundreds of VM steps, rows changed) of ``statement``, rolled back afterwards."""
-    compiled = statement.compile(dialect=sqlite.dialect())
-    bound = compiled.construct_params(params)
-    values = [bound[name] for name in compiled.positiontup or ()]
-    sql = str(compiled)
+    """(hundreds of VM steps, rows changed or read) of ``statement``, rolled back afterwards."""
+    if isinstance(statement, sa.Select):
+        # A list bound to an expanding IN: rendered in place.
+        literal = {"literal_binds": True}
+        sql, values = (
+            str(
+                statement.params(**params).compile(dialect=sqlite.dialect(), compile_kwargs=literal)
+            ),
+            [],
+        )
+    else:
+        compiled = statement.compile(dialect=sqlite.dialect())
+        bound = compiled.construct_params(params)
+        values = [bound[name] for name in compiled.positiontup or ()]
+        sql = str(compiled)
     conn = sqlite3.connect(path, isolation_level=None)
     count = 0
 
@@ -85,12 +96,14 @@ def _writes(
             place_kernels(False),
             {"ids": json.dumps(kernel_ids), "agent_id": "agent-0"},
         ),
+        # What a backend's monitor asks every few seconds of the kernels it tracks.
+        ("kernel statuses", KERNEL_STATUSES, {"ids": kernel_ids}),
     ]
 
 
 async def test_writes_by_id_do_not_read_the_backlog(tmp_path: Path):
-    """Ten sessions' compare-and-set, their kernels' report and placement: as many steps
-    behind 3,000 PENDING sessions as behind none, every row still written."""
+    """Ten sessions' compare-and-set, their kernels' report, placement and statuses read: as
+    many steps behind 3,000 PENDING sessions as behind none, every row still found."""
     path = tmp_path / "backlog.db"
     async with CoordinatorHarness(database_url=f"sqlite+aiosqlite:///{path}") as h:
         ids = await h.repository.create_sessions([{"kernels": [{"cpu": 1}]}] * 10)
