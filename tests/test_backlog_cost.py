@@ -27,14 +27,12 @@ from drover.testing import CoordinatorHarness
 
 def _steps(path: Path, statement: sa.Executable, params: dict[str, Any]) -> tuple[int, int]:
     """(hundreds of VM steps, rows changed or read) of ``statement``, rolled back afterwards."""
+    values: list[Any] = []
     if isinstance(statement, sa.Select):
         # A list bound to an expanding IN: rendered in place.
-        literal = {"literal_binds": True}
-        sql, values = (
-            str(
-                statement.params(**params).compile(dialect=sqlite.dialect(), compile_kwargs=literal)
-            ),
-            [],
+        bound_select = statement.params(**params)
+        sql = str(
+            bound_select.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True})
         )
     else:
         compiled = statement.compile(dialect=sqlite.dialect())
