@@ -118,5 +118,5 @@ async def test_the_daemon_releases_memory_after_a_burst_not_while_idle(
             assert time.monotonic() < deadline, f"still releasing: {len(releases)}"
 
 
-async def _released(releases: list[int]) -> bool:
+async def _released(releases: list[bool]) -> bool:
     return bool(releases)

@@ -5,10 +5,11 @@ nearly all of them when it ends. glibc's allocator keeps what was freed for
 later (in every thread's arena, SQLite's worker threads included): a daemon
 that has moved 100,000 sessions holds on to ~100 MiB it no longer uses, and
 its resident size keeps the high-water mark of its busiest moment.
-``malloc_trim(0)`` hands whole free pages back, after a collection of the
-cycles the burst left (the daemon's collector runs rarely). The daemon calls it when a
-burst of work is over (:meth:`drover.coordinator.daemon.Daemon`), and under
-steady work once per :data:`RELEASE_EVERY` fetched targets.
+``malloc_trim(0)`` hands whole free pages back. The daemon calls it when a
+burst of work is over (:meth:`drover.coordinator.daemon.Daemon`), after a
+collection of the cycles the burst left (the daemon's collector runs rarely),
+and under steady work, without the collection, once per :data:`RELEASE_EVERY`
+fetched targets.
 """
 
 from __future__ import annotations

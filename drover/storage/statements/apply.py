@@ -269,7 +269,7 @@ def place_and_move_kernels(child: EntityKind, target: str) -> sa.Update:
     eligible = sorted(child.movable_to(target))
     return (
         sa.update(e)
-        .where(ids_param(e.c.id, "kids", False), checked_only(e.c.status, False).in_(eligible))
+        .where(ids_param(e.c.id, "kids", False), checked_only(e.c.status).in_(eligible))
         .values(
             agent_id=sa.bindparam("agent_id"),
             status=sa.bindparam("to_status"),

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from drover.model.rules import MATCH_CONDITIONS
 from drover.model.status import KernelMatchType
 from drover.storage.schema import entities
+from drover.storage.statements.ids import checked_only
 
 __all__ = ["K", "kernel_exists", "kernel_status_in", "match_condition"]
 
@@ -29,7 +30,7 @@ def kernel_status_in(statuses: Iterable[str]) -> sa.ColumnElement[bool]:
     expression (``status || ''``) keeps it on the parent_id index. PostgreSQL
     plans the same query either way.
     """
-    return K.c.status.concat("").in_(sorted(str(s) for s in statuses))
+    return checked_only(K.c.status).in_(sorted(str(s) for s in statuses))
 
 
 def match_condition(match: KernelMatchType, check: Iterable[str]) -> sa.ColumnElement[bool]:

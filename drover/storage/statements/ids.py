@@ -32,15 +32,17 @@ def ids_param(column: sa.ColumnElement[Any], name: str, postgres: bool) -> sa.Co
     return column.in_(sa.select(values.c.value))
 
 
-def checked_only(column: sa.ColumnElement[Any], postgres: bool) -> sa.ColumnElement[Any]:
-    """``column`` for a condition checked on rows found by id, never used to find them.
+def checked_only(column: sa.ColumnElement[Any], postgres: bool = False) -> sa.ColumnElement[Any]:
+    """``column`` for a condition checked on rows found otherwise, never used to find them.
 
     Beside ``id IN (:ids)``, SQLite's planner (which keeps no statistics) would
     rather scan the ``(kind, status)`` index for ``status = :from_status``: a
     compare-and-set of 1,000 sessions then reads every session in that status,
     100,000 behind a backlog. An expression (``status || ''``) is served by no
-    index, so the rows are found by primary key. PostgreSQL plans by its
-    statistics and gets the column itself.
+    index, so the rows are found by primary key (or, in a correlated subquery,
+    by the parent index). With ``postgres``, which plans by its statistics,
+    the column itself; a statement shared by both databases takes the
+    expression on both, which PostgreSQL applies as the same filter.
     """
     return column if postgres else column.concat("")
 

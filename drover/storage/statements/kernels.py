@@ -85,7 +85,7 @@ ASSIGN_AGENT = (
     sa.update(e)
     .where(
         e.c.id.in_(sa.bindparam("ids", expanding=True)),
-        checked_only(e.c.status, False) == KernelStatus.PENDING.value,
+        checked_only(e.c.status) == KernelStatus.PENDING.value,
     )
     .values(agent_id=sa.bindparam("b_agent"))
 )
@@ -99,7 +99,7 @@ KERNELS_IN = (
 
 #: Id and status of the kernels among ``:ids`` (a list).
 KERNEL_STATUSES = sa.select(e.c.id, e.c.status).where(
-    e.c.id.in_(sa.bindparam("ids", expanding=True)), checked_only(e.c.kind, False) == KERNEL_KIND
+    e.c.id.in_(sa.bindparam("ids", expanding=True)), checked_only(e.c.kind) == KERNEL_KIND
 )
 
 #: The kernel ``:b_id`` (:data:`~drover.storage.rows.KERNEL_COLUMNS`).

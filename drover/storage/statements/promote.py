@@ -19,6 +19,7 @@ from drover.storage.entities import CREATED
 from drover.storage.schema import entities, scheduling_history, status_changes
 from drover.storage.statements.apply import status_info_expression
 from drover.storage.statements.children import K, kernel_status_in, match_condition
+from drover.storage.statements.ids import checked_only
 from drover.storage.statements.sessions import FETCH_ORDER
 
 __all__ = [
@@ -153,8 +154,8 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
         sa.select(e.c.id)
         .where(
             e.c.id.in_(sa.union_all(*branches)),
-            e.c.kind.concat("") == rule.kind,
-            e.c.status.concat("").in_(wanted),
+            checked_only(e.c.kind) == rule.kind,
+            checked_only(e.c.status).in_(wanted),
             match_condition(rule.match, rule.kernel_statuses),
         )
         .limit(1)
