@@ -10,8 +10,14 @@ Three measurements, all on temporary SQLite files with drover's schema:
 2. **Baseline.** The same seven status steps per session, with the same write
    statements drover's apply runs per group (see ``drover.storage.apply.Apply``),
    through plain ``sqlite3`` with one transaction per step per batch of 1,000.
-   The baseline fetches nothing and builds no values: it only writes.
-   Throughput repetitions interleave drover and the baseline.
+   The baseline fetches nothing and builds no values: it only writes. The
+   **reading baseline** is the same code finding its work first, as a
+   coordinator must: each lifecycle step reads its targets (the handler's
+   session and kernel statuses) and their kernels in a read transaction, each
+   promotion selects the sessions its rule matches inside its write; rows
+   stay plain tuples. Its rate over the baseline's is the most any coordinator
+   that reads its work from SQLite could reach against the write-only baseline.
+   Throughput repetitions interleave drover and the two baselines.
 3. **Scaling with the table.** The cost of single ticks moving 1,000 PENDING
    sessions, and of an empty ``detect-start-failure`` tick after them, among
    ``--finished`` TERMINATED sessions and, in a third database, behind a backlog of
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import os
@@ -48,7 +55,8 @@ from drover.backends.base import AgentInfo
 from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.tick import TickReport
 from drover.kinds.sessions.kinds import KERNEL
-from drover.model.status import KernelStatus, SessionStatus
+from drover.kinds.sessions.promotions import BUILTIN_PROMOTIONS
+from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
 from drover.storage.connect import _SQLITE_PRAGMAS, create_engine
 from drover.storage.migrate import upgrade
 from drover.testing import CoordinatorHarness
@@ -325,13 +333,19 @@ _INSERT_CHANGE = (
 )
 
 
-def apply_step(conn: sqlite3.Connection, step: Step, ids: Sequence[str], now: float) -> int:
+def apply_step(
+    conn: sqlite3.Connection, step: Step, ids: Sequence[str], now: float, *, find: bool = False
+) -> int:
     """Apply one step to one batch in one transaction, with drover's statements.
 
-    Returns how many sessions the compare-and-set moved.
+    ``find``: a promotion selects its candidates first, in the transaction, and
+    moves those instead of ``ids``. Returns how many sessions the compare-and-set
+    moved.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if find and step.handler in PROMOTION_RULES:
+            ids = [r[0] for r in conn.execute(candidates_sql(step, "id"))]
         info = f", status_info = {_STATUS_INFO_SQL}" if step.status_info else ""
         live: list[str] = []
         for chunk in chunked(ids):
@@ -374,6 +388,74 @@ def move_kernels(
         )
         if cursor.rowcount:
             conn.execute(_MOVE_KERNELS_SQL.format(*where), [target.value, now, *chunk, *eligible])
+
+
+#: The reading baseline's lifecycle steps: the session statuses each handler fetches
+#: and the kernel statuses its fetch asks one kernel to be in (as drover's handlers
+#: declare them: ``target_session_statuses``, ``target_kernel_statuses``).
+LIFECYCLE_READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "schedule-sessions": (("PENDING",), ("PENDING",)),
+    "prepare-sessions": (("PREPARING", "SCHEDULED"), ("PREPARING", "PULLING", "SCHEDULED")),
+    "start-sessions": (("CREATING", "PREPARED"), ("CREATING", "PREPARED")),
+}
+#: The reading baseline's promotions: drover's own rules.
+PROMOTION_RULES = {rule.name: rule for rule in BUILTIN_PROMOTIONS}
+# drover's fetch reads these session columns (drover.storage.rows.ENTITY_COLUMNS) and
+# these kernel columns (KERNEL_COLUMNS).
+_SESSION_COLUMNS = (
+    "id, kind, name, status, status_changed_at, priority, created_at, spec, data, "
+    "status_info, result, tries, requeues, budgets, parent_id, exit_code"
+)
+_KERNELS_OF_SQL = (
+    "SELECT id, parent_id, status, status_changed_at, agent_id, spec, exit_code, "
+    "status_info, runtime FROM entities WHERE parent_id IN ({})"
+)
+
+
+def _kernels_in(statuses: Sequence[str], negate: bool = False) -> str:
+    """``EXISTS`` a kernel of the session in (or, ``negate``, not in) ``statuses``."""
+    listed = ", ".join(f"'{s}'" for s in sorted(statuses))
+    test = "NOT IN" if negate else "IN"
+    return (
+        "EXISTS (SELECT 1 FROM entities AS k WHERE k.parent_id = entities.id "
+        f"AND (k.status || '') {test} ({listed}))"
+    )
+
+
+def candidates_sql(step: Step, columns: str) -> str:
+    """The reading baseline's select of a step's candidates, in drover's fetch order."""
+    if step.handler in LIFECYCLE_READS:
+        statuses, kernel_statuses = LIFECYCLE_READS[step.handler]
+        condition = _kernels_in(kernel_statuses)
+    else:
+        rule = PROMOTION_RULES[step.handler]
+        statuses = tuple(sorted(str(s) for s in rule.from_statuses))
+        wanted = [str(s) for s in rule.kernel_statuses]
+        has_kernel = "EXISTS (SELECT 1 FROM entities AS k WHERE k.parent_id = entities.id)"
+        condition = {
+            KernelMatchType.ANY: _kernels_in(wanted),
+            KernelMatchType.ALL: f"{has_kernel} AND NOT {_kernels_in(wanted, negate=True)}",
+            KernelMatchType.NOT_ANY: f"{has_kernel} AND NOT {_kernels_in(wanted)}",
+        }[rule.match]
+    listed = ", ".join(f"'{s}'" for s in statuses)
+    return (
+        f"SELECT {columns} FROM entities WHERE kind = 'session' AND status IN ({listed}) "
+        f"AND {condition} ORDER BY priority DESC, created_at, id LIMIT {BATCH}"
+    )
+
+
+def read_targets(conn: sqlite3.Connection, step: Step) -> list[str]:
+    """A lifecycle step's read, in its own read transaction: the targets, their kernels."""
+    conn.execute("BEGIN")
+    try:
+        rows = conn.execute(candidates_sql(step, _SESSION_COLUMNS)).fetchall()
+        ids = [r[0] for r in rows]
+        kernels: list[Any] = []
+        for chunk in chunked(ids):
+            kernels.extend(conn.execute(_KERNELS_OF_SQL.format(marks(len(chunk))), chunk))
+    finally:
+        conn.execute("COMMIT")
+    return ids
 
 
 def backend_reports(
@@ -427,9 +509,15 @@ def insert_pending(
     return [row[0] for row in session_rows]
 
 
-async def run_baseline(workdir: Path, n: int, kernels_per_session: int) -> ThroughputRun:
-    """Drive ``n`` sessions through the seven steps with raw sqlite3; time the steps only."""
-    path = workdir / "baseline-throughput.db"
+async def run_baseline(
+    workdir: Path, n: int, kernels_per_session: int, *, reads: bool = False
+) -> ThroughputRun:
+    """Drive ``n`` sessions through the seven steps with raw sqlite3; time the steps only.
+
+    ``reads``: the reading baseline, each step finding its sessions first (timed).
+    """
+    kind = "reading" if reads else "baseline"
+    path = workdir / f"{kind}-throughput.db"
     remove_database(path)
     try:
         started = time.perf_counter()
@@ -437,17 +525,20 @@ async def run_baseline(workdir: Path, n: int, kernels_per_session: int) -> Throu
         conn = connect_raw(path)
         try:
             ids = insert_pending(conn, n, kernels_per_session, int(time.time() * 1000))
-            run = ThroughputRun("baseline", n, 0, 0.0, time.perf_counter() - started)
+            run = ThroughputRun(kind, n, 0, 0.0, time.perf_counter() - started)
             for batch in chunked(ids, BATCH):
                 for step in STEPS:
                     started = time.perf_counter()
-                    moved = apply_step(conn, step, batch, time.time())
+                    targets = batch
+                    if reads and step.handler in LIFECYCLE_READS:
+                        targets = read_targets(conn, step)
+                    moved = apply_step(conn, step, targets, time.time(), find=reads)
                     elapsed = time.perf_counter() - started
                     run.seconds += elapsed
                     run.by_handler[step.handler] = run.by_handler.get(step.handler, 0.0) + elapsed
                     run.ticks += 1
                     if moved != len(batch):
-                        raise RuntimeError(f"baseline {step.handler}: moved {moved}/{len(batch)}")
+                        raise RuntimeError(f"{kind} {step.handler}: moved {moved}/{len(batch)}")
                     run.transitions += moved
                     if step.to_kernel is not None:
                         run.kernel_changes += moved * kernels_per_session
@@ -464,7 +555,7 @@ async def run_baseline(workdir: Path, n: int, kernels_per_session: int) -> Throu
     finally:
         remove_database(path)
     if bad:
-        raise RuntimeError(f"baseline left {bad} sessions not TERMINATED with SUCCESS")
+        raise RuntimeError(f"{kind} left {bad} sessions not TERMINATED with SUCCESS")
     return run
 
 
@@ -747,10 +838,11 @@ def describe(run: ThroughputRun) -> str:
 
 async def run_throughput(workdir: Path, args: argparse.Namespace) -> dict[str, list[ThroughputRun]]:
     """Repeat drover and baseline passes, interleaved, and print each one."""
-    runs: dict[str, list[ThroughputRun]] = {"drover": [], "baseline": []}
+    runs: dict[str, list[ThroughputRun]] = {"drover": [], "baseline": [], "reading": []}
     runners: dict[str, Callable[[Path, int, int], Awaitable[ThroughputRun]]] = {
         "drover": run_drover,
         "baseline": run_baseline,
+        "reading": functools.partial(run_baseline, reads=True),
     }
     print(
         f"throughput: {args.sessions:,} sessions x {args.kernels} kernels, "
@@ -758,8 +850,9 @@ async def run_throughput(workdir: Path, args: argparse.Namespace) -> dict[str, l
         flush=True,
     )
     for rep in range(args.repeats):
-        # Alternate which goes first, so drift on a noisy machine hits both alike.
-        order = ["drover", "baseline"] if rep % 2 == 0 else ["baseline", "drover"]
+        # Rotate which goes first, so drift on a noisy machine hits all alike.
+        kinds = list(runners)
+        order = kinds[rep % 3 :] + kinds[: rep % 3]
         for kind in order:
             run = await runners[kind](workdir, args.sessions, args.kernels)
             runs[kind].append(run)
@@ -820,6 +913,7 @@ def summarize_throughput(runs: dict[str, list[ThroughputRun]]) -> dict[str, Any]
     drover_rate = median([r.rate for r in runs["drover"]])
     baseline_rate = median([r.rate for r in runs["baseline"]])
     ratio = drover_rate / baseline_rate
+    reading_rate = median([r.rate for r in runs["reading"]])
     return {
         "drover_per_s": [r.rate for r in runs["drover"]],
         "baseline_per_s": [r.rate for r in runs["baseline"]],
@@ -833,7 +927,12 @@ def summarize_throughput(runs: dict[str, list[ThroughputRun]]) -> dict[str, Any]
         "ratio": ratio,
         "target": THROUGHPUT_TARGET,
         "ok": ratio >= THROUGHPUT_TARGET,
-        "runs": [asdict(r) for kind in ("drover", "baseline") for r in runs[kind]],
+        "reading_per_s": [r.rate for r in runs["reading"]],
+        "reading_median_per_s": reading_rate,
+        # The most a coordinator that reads its work could reach against the baseline.
+        "reading_ratio": reading_rate / baseline_rate,
+        "drover_to_reading": drover_rate / reading_rate,
+        "runs": [asdict(r) for kind in runs for r in runs[kind]],
     }
 
 
@@ -890,6 +989,15 @@ def print_summary(summary: dict[str, Any]) -> None:
         print(
             f"    ratio drover/baseline {t['ratio']:.2f}  target >= {t['target']}  "
             f"{verdict(t['ok'])}"
+        )
+        print(
+            f"    reading baseline {t['reading_median_per_s']:>9,.0f} transitions/s  "
+            f"(runs: {', '.join(f'{r:,.0f}' for r in t['reading_per_s'])})"
+        )
+        print(
+            f"    ratio reading/baseline {t['reading_ratio']:.2f} (raw sqlite3 finding its work "
+            f"first: the most a reading coordinator reaches); drover/reading "
+            f"{t['drover_to_reading']:.2f}"
         )
         apply_only = t["drover_apply_only_median_per_s"]
         print(
