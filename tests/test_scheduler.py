@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 from drover import AgentInfo, KernelStatus, SchedulingResult, SessionStatus, SimulatedBackend
+from drover.kinds.sessions.schedule import _most_free_fitting
 
 K = KernelStatus
 S = SessionStatus
@@ -160,3 +163,45 @@ async def test_resource_amounts_are_validated_at_creation(make_harness):
         for bad in ({"cpu": "two"}, {"mem": -1}, {"cpu": True}, {"gpu": -1000}):
             with pytest.raises(InvalidSpecError, match=r"must be a (finite )?number >= 0"):
                 await h.create_session(kernels=[bad])
+
+
+def _reference_fit(
+    free: list[list[float]], taken: dict[int, list[float]], need: list[float], cpu: int
+) -> int | None:
+    """Every agent checked: the fitting one with the most cpu left, ties to the last."""
+    best: int | None = None
+    best_cpu = 0.0
+    for agent, have in enumerate(free):
+        used = taken.get(agent, [0.0] * len(have))
+        left = [h - u for h, u in zip(have, used, strict=True)]
+        fits = all(lv >= n for lv, n in zip(left, need, strict=True))
+        if fits and (best is None or left[cpu] >= best_cpu):
+            best, best_cpu = agent, left[cpu]
+    return best
+
+
+def test_the_fit_takes_the_most_free_agent_that_fits_not_the_most_free():
+    # Agent 2 has the most cpu but too little memory: agent 1 (then 0) must be chosen.
+    free = [[4.0, 100.0], [6.0, 100.0], [9.0, 1.0]]
+    assert _most_free_fitting(free, {}, [1.0, 10.0], range(2), 0) == 1
+    # What the session already holds on agent 1 leaves agent 0 the most free.
+    assert _most_free_fitting(free, {1: [3.0, 10.0]}, [1.0, 10.0], range(2), 0) == 0
+    # Ties go to the greatest id (the last agent); nothing fits: None.
+    assert _most_free_fitting([[2.0, 5.0], [2.0, 5.0]], {}, [1.0, 1.0], range(2), 0) == 1
+    assert _most_free_fitting(free, {}, [1.0, 500.0], range(2), 0) is None
+
+
+def test_the_fit_agrees_with_checking_every_agent():
+    rng = random.Random(23)
+    for _ in range(3000):
+        agents, slots = rng.randint(1, 6), rng.randint(1, 3)
+        free = [[float(rng.randint(-2, 8)) for _ in range(slots)] for _ in range(agents)]
+        taken = {
+            a: [float(rng.randint(0, 3)) for _ in range(slots)]
+            for a in range(agents)
+            if rng.random() < 0.3
+        }
+        need = [float(rng.randint(0, 4)) for _ in range(slots)]
+        cpu = rng.randrange(slots)
+        expected = _reference_fit(free, taken, need, cpu)
+        assert _most_free_fitting(free, taken, need, range(slots), cpu) == expected
