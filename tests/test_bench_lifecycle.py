@@ -1,0 +1,50 @@
+"""bench/lifecycle.py's reading baseline reads what drover's handlers read, and runs.
+
+The benchmark's numbers are only comparable while its hand-written steps match
+the built-in lifecycle; these tests fail when a handler's declared statuses drift
+from the baseline's copy, or when the baseline's statements stop moving every
+session to TERMINATED.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "lifecycle.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_lifecycle", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_reading_baseline_reads_the_statuses_drovers_handlers_declare(bench, tmp_path):
+    async with bench.make_harness(tmp_path / "handlers.db") as h:
+        for name, (statuses, kernel_statuses) in bench.LIFECYCLE_READS.items():
+            handler = h.handlers[name]
+            assert set(statuses) == {str(s) for s in handler.target_session_statuses}, name
+            assert set(kernel_statuses) == {str(s) for s in handler.target_kernel_statuses}, name
+    # Every step the baseline times is either read as a lifecycle step or is a rule.
+    for step in bench.STEPS:
+        assert step.handler in bench.LIFECYCLE_READS or step.handler in bench.PROMOTION_RULES
+
+
+@pytest.mark.parametrize("reads", [False, True], ids=["baseline", "reading"])
+async def test_the_baselines_take_every_session_to_terminated(bench, tmp_path, reads):
+    run = await bench.run_baseline(tmp_path, 40, 2, reads=reads)
+    assert run.kind == ("reading" if reads else "baseline")
+    # Seven steps, each moving all 40 sessions (the run raises if one moves fewer).
+    assert run.transitions == 7 * 40
+    assert run.kernel_changes == 3 * 40 * 2
+    assert set(run.by_handler) == {s.handler for s in bench.STEPS}
