@@ -29,7 +29,7 @@ from typing import Any
 
 from drover.app import App
 from drover.config import load_config
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where `make podman-up` runs Podman's service.

@@ -39,7 +39,8 @@ from drover.app import App
 from drover.config import load_config
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.tick import TickReport
-from drover.model.status import SchedulingResult, SessionStatus
+from drover.kinds.sessions.values import SessionStatus
+from drover.model.status import SchedulingResult
 
 
 def _flags(workdir: Path, backend: str) -> dict[str, Any]:

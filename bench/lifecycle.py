@@ -56,7 +56,8 @@ from drover.backends.simulated import SimulatedBackend
 from drover.coordinator.tick import TickReport
 from drover.kinds.sessions.kinds import KERNEL
 from drover.kinds.sessions.promotions import BUILTIN_PROMOTIONS
-from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
+from drover.kinds.sessions.values import KernelStatus, SessionStatus
+from drover.model.status import KernelMatchType
 from drover.storage.connect import _SQLITE_PRAGMAS, create_engine
 from drover.storage.migrate import upgrade
 from drover.testing import CoordinatorHarness

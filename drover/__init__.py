@@ -25,6 +25,18 @@ if TYPE_CHECKING:
     )
     from drover.coordinator.store import CoordinatorStore
     from drover.coordinator.tick import Coordinator, TickReport
+    from drover.kinds.sessions.values import (
+        TERMINAL_KERNEL_STATUSES,
+        TERMINAL_SESSION_STATUSES,
+        KernelInfo,
+        KernelReport,
+        KernelStatus,
+        SessionStatus,
+        SessionWithKernels,
+        TransitionStatus,
+        UnknownKernelError,
+        UnknownSessionError,
+    )
     from drover.model.budgets import BudgetUse
     from drover.model.clock import Clock, ManualClock, SystemClock
     from drover.model.errors import (
@@ -33,8 +45,6 @@ if TYPE_CHECKING:
         InvalidSpecError,
         UnknownEntityError,
         UnknownHandlerError,
-        UnknownKernelError,
-        UnknownSessionError,
     )
     from drover.model.filters import (
         AllOf,
@@ -55,31 +65,20 @@ if TYPE_CHECKING:
     from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
     from drover.model.pools import Pool
     from drover.model.promotion import PromotionRule
-    from drover.model.status import (
-        TERMINAL_KERNEL_STATUSES,
-        TERMINAL_SESSION_STATUSES,
-        KernelMatchType,
-        KernelStatus,
-        SchedulingResult,
-        SessionStatus,
-    )
+    from drover.model.status import KernelMatchType, SchedulingResult
     from drover.model.values import (
         Entity,
         HandlerOptions,
         HandlerResult,
         HistoryRecord,
         KernelHistoryRecord,
-        KernelInfo,
-        KernelReport,
         MoveTo,
         NewEntity,
-        SessionWithKernels,
         StatusInfoRule,
         StatusTransitions,
         Target,
         TerminationOutcome,
         Transition,
-        TransitionStatus,
     )
     from drover.plugins.hookspecs import drover_register_kinds
     from drover.plugins.markers import hookimpl
@@ -114,8 +113,8 @@ _MODULES: dict[str, str] = {
     "InvalidSpecError": "drover.model.errors",
     "UnknownEntityError": "drover.model.errors",
     "UnknownHandlerError": "drover.model.errors",
-    "UnknownKernelError": "drover.model.errors",
-    "UnknownSessionError": "drover.model.errors",
+    "UnknownKernelError": "drover.kinds.sessions.values",
+    "UnknownSessionError": "drover.kinds.sessions.values",
     "AllOf": "drover.model.filters",
     "AnyOf": "drover.model.filters",
     "CandidateFilter": "drover.model.filters",
@@ -137,28 +136,28 @@ _MODULES: dict[str, str] = {
     "Kinds": "drover.model.kinds",
     "TerminationRule": "drover.model.kinds",
     "PromotionRule": "drover.model.promotion",
-    "TERMINAL_KERNEL_STATUSES": "drover.model.status",
-    "TERMINAL_SESSION_STATUSES": "drover.model.status",
+    "TERMINAL_KERNEL_STATUSES": "drover.kinds.sessions.values",
+    "TERMINAL_SESSION_STATUSES": "drover.kinds.sessions.values",
     "KernelMatchType": "drover.model.status",
-    "KernelStatus": "drover.model.status",
+    "KernelStatus": "drover.kinds.sessions.values",
     "SchedulingResult": "drover.model.status",
-    "SessionStatus": "drover.model.status",
+    "SessionStatus": "drover.kinds.sessions.values",
     "Entity": "drover.model.values",
     "HandlerOptions": "drover.model.values",
     "HandlerResult": "drover.model.values",
     "HistoryRecord": "drover.model.values",
     "KernelHistoryRecord": "drover.model.values",
-    "KernelInfo": "drover.model.values",
-    "KernelReport": "drover.model.values",
+    "KernelInfo": "drover.kinds.sessions.values",
+    "KernelReport": "drover.kinds.sessions.values",
     "MoveTo": "drover.model.values",
     "NewEntity": "drover.model.values",
-    "SessionWithKernels": "drover.model.values",
+    "SessionWithKernels": "drover.kinds.sessions.values",
     "StatusInfoRule": "drover.model.values",
     "StatusTransitions": "drover.model.values",
     "Target": "drover.model.values",
     "TerminationOutcome": "drover.model.values",
     "Transition": "drover.model.values",
-    "TransitionStatus": "drover.model.values",
+    "TransitionStatus": "drover.kinds.sessions.values",
     "drover_register_kinds": "drover.plugins.hookspecs",
     "hookimpl": "drover.plugins.markers",
     "HandlerRegistry": "drover.plugins.registry",

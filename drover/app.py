@@ -29,15 +29,15 @@ from drover.coordinator.daemon import Daemon
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator
+from drover.kinds.sessions.requests import new_session
+from drover.kinds.sessions.values import KernelInfo, KernelReport, KernelStatus
 from drover.model.clock import Clock, SystemClock
 from drover.model.creation import check_against_deployment, check_new_entities
 from drover.model.errors import DroverError
 from drover.model.ids import new_id
 from drover.model.kinds import Kinds
 from drover.model.plan import Claim
-from drover.model.spec import new_session
-from drover.model.status import KernelStatus
-from drover.model.values import HandlerOptions, KernelInfo, KernelReport, NewEntity
+from drover.model.values import HandlerOptions, NewEntity
 from drover.plugins.manager import (
     collect_backends,
     collect_handlers,

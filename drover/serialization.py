@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from drover.kinds.sessions.values import KernelInfo, SessionWithKernels
 from drover.model.kinds import EntityKind
 from drover.model.values import (
     CoordinatorInfo,
     Entity,
     HistoryRecord,
     KernelHistoryRecord,
-    KernelInfo,
-    SessionWithKernels,
     TerminationOutcome,
 )
 

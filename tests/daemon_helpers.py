@@ -13,7 +13,7 @@ from typing import Any
 from drover.app import App
 from drover.config import load_config
 from drover.coordinator.daemon import Daemon
-from drover.model.status import SessionStatus as S
+from drover.kinds.sessions.values import SessionStatus as S
 
 #: The built-in lifecycle a successful session takes: (handler, from, to) per step.
 LIFECYCLE = [

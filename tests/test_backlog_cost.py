@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from drover.model.status import KernelStatus as K
-from drover.model.status import SessionStatus as S
+from drover.kinds.sessions.values import KernelStatus as K
+from drover.kinds.sessions.values import SessionStatus as S
 from drover.storage.statements.apply import move_entities, place_kernels
 from drover.storage.statements.kernels import KERNEL_STATUSES
 from drover.storage.statements.reports import apply_reports

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_web import make_client  # noqa: F401  (fixture: the dashboard on this test's database)
 
 from drover.kinds.deployments.status import RouteStatus
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 
 RUNS = {"cpu": 1, "mem": 64}
 FAILS = {"cpu": 1, "mem": 64, "sim": {"run_for": 0, "exit_code": 3}}

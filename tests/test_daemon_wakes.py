@@ -44,11 +44,11 @@ from drover.coordinator.wakes import (
     waits_for_age,
 )
 from drover.kinds.sessions.promotions import BUILTIN_PROMOTIONS
+from drover.kinds.sessions.values import KernelReport
+from drover.kinds.sessions.values import KernelStatus as K
 from drover.model.clock import SystemClock
 from drover.model.kinds import Kinds
 from drover.model.promotion import PromotionRule
-from drover.model.status import KernelStatus as K
-from drover.model.values import KernelReport
 from drover.plugins.manager import make_plugin_manager
 
 HOUR = 3600.0

@@ -16,7 +16,7 @@ import pytest
 
 from drover import SchedulingResult
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 
 E, R = EndpointLifecycle, RouteStatus
 

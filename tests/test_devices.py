@@ -23,7 +23,7 @@ from drover import KernelStatus, SessionStatus
 from drover.backends.base import AgentInfo
 from drover.backends.devices import Devices
 from drover.config import ConfigError, load_config
-from drover.model.values import KernelInfo
+from drover.kinds.sessions.values import KernelInfo
 
 S = SessionStatus
 K = KernelStatus

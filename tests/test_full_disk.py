@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from daemon_helpers import ends_on_word, running_daemon, wait_for
 
-from drover.model.status import KernelStatus, SessionStatus
+from drover.kinds.sessions.values import KernelStatus, SessionStatus
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from drover.cli import main
 from drover.config import LimitsConfig
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 from drover.testing import CoordinatorHarness
 
 HUGE = "9223372036854775808"  # 2**63: past every 64-bit integer

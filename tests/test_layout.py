@@ -53,11 +53,33 @@ def test_model_is_a_leaf_and_coordinator_and_storage_never_import_each_other(pac
         for module in _drover_imports(path)
         if not module.startswith(allowed)
     }
-    assert not bad, sorted(bad)
+    assert not bad - _STORAGE_READING_SESSIONS, sorted(bad - _STORAGE_READING_SESSIONS)
+
+
+#: TEMPORARY (issue 32, removed when storage no longer reads the session kind itself):
+#: the storage modules that still read sessions and kernels into their values.
+_STORAGE_READING_SESSIONS = frozenset(
+    f"storage/{module}: drover.kinds.sessions.{what}"
+    for module, what in [
+        ("fetch.py", "values"),
+        ("kernels.py", "values"),
+        ("queries.py", "values"),
+        ("repository.py", "values"),
+        ("repository.py", "requests"),
+        ("rows.py", "values"),
+        ("sessions.py", "values"),
+        ("statements/apply.py", "values"),
+        ("statements/kernels.py", "values"),
+        ("ticks.py", "values"),
+    ]
+)
 
 
 def test_backends_import_no_storage():
-    """A backend reports through the KernelReporter it is given; it never imports storage."""
+    """A backend reports through the KernelReporter it is given; it never imports storage.
+
+    It runs the session kind's kernels, in that kind's vocabulary (its values module).
+    """
     backends = ROOT / "backends"
     bad = {
         f"{path.relative_to(backends)}: {module}"
@@ -65,6 +87,7 @@ def test_backends_import_no_storage():
         if path != backends / "plugin.py"  # the registration plugin reads the configuration
         for module in _drover_imports(path)
         if not module.startswith(("drover.model", "drover.backends"))
+        and module != "drover.kinds.sessions.values"
     }
     assert not bad, sorted(bad)
 
@@ -278,7 +301,7 @@ def test_the_engine_never_imports_the_builtin_kinds(package):
         for module in _drover_imports(path)
         if module == "drover.kinds" or module.startswith("drover.kinds.")
     }
-    assert not bad, sorted(bad)
+    assert not bad - _STORAGE_READING_SESSIONS, sorted(bad - _STORAGE_READING_SESSIONS)
 
 
 #: Modules of drover/web/ that may import drover.kinds.
@@ -288,6 +311,9 @@ _WEB_IMPORTING_KINDS = frozenset(
         "palette.py",
     }
 )
+#: What drover/web/ may import of drover.kinds elsewhere: the session kind's vocabulary,
+#: which its session pages (the dashboard's first pages) are written in.
+_WEB_VOCABULARY = "drover.kinds.sessions.values"
 
 
 def test_the_dashboard_never_imports_the_builtin_kinds():
@@ -298,7 +324,8 @@ def test_the_dashboard_never_imports_the_builtin_kinds():
         for path in _modules("web")
         if path.relative_to(web).as_posix() not in _WEB_IMPORTING_KINDS
         for module in _drover_imports(path)
-        if module == "drover.kinds" or module.startswith("drover.kinds.")
+        if (module == "drover.kinds" or module.startswith("drover.kinds."))
+        and module != _WEB_VOCABULARY
     }
     assert not bad, sorted(bad)
 
@@ -350,3 +377,74 @@ def test_the_builtin_kinds_do_not_import_storage():
         if module == "drover.storage" or module.startswith("drover.storage.")
     }
     assert not bad, sorted(bad)
+
+
+# -- the engine names no built-in kind: no literal, no constant, no default ---------------------
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of ``tree`` (a docstring may name a kind)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _kind_names_in(path: Path, names: frozenset[str]) -> list[str]:
+    """Where ``path`` spells one of ``names`` as a string (a literal, a constant's value,
+    a default), docstrings aside."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = _docstrings(tree)
+    return [
+        f"{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip
+    ]
+
+
+#: TEMPORARY (issue 32, removed when storage reads sessions through their kind): storage's
+#: session and kernel statements still name their kinds.
+_ENGINE_NAMING_KINDS = frozenset(
+    {
+        "storage/queries.py",
+        "storage/statements/sessions.py",
+        "storage/statements/kernels.py",
+    }
+)
+
+
+@pytest.mark.parametrize("package", ["model", "coordinator", "storage"])
+def test_the_engine_names_no_builtin_kind(package):
+    """model, coordinator and storage spell no built-in kind's name: not as a literal, a
+    constant or a default. (Migrations are history: the schema they built is unchanged.)"""
+    from drover.kinds import BUILTIN_KINDS
+
+    names = frozenset(k.name for k in BUILTIN_KINDS)
+    bad = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for path in _modules(package)
+        if "migrations" not in path.relative_to(ROOT).parts
+        and path.relative_to(ROOT).as_posix() not in _ENGINE_NAMING_KINDS
+        for where in _kind_names_in(path, names)
+    ]
+    assert not bad, bad
+
+
+def test_the_kind_name_check_sees_constants_and_defaults(tmp_path):
+    """A constant, a default and a literal are found; a docstring naming the kind is not."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""About the session kind: "session"."""\n'
+        'SESSION_KIND = "session"\n'
+        "def f(kind: str = 'kernel') -> None:\n"
+        '    """Default: "kernel"."""\n'
+        "    g(kind='route')\n"
+    )
+    assert _kind_names_in(sample, frozenset({"session", "kernel", "route"})) == [
+        "2: 'session'",
+        "3: 'kernel'",
+        "5: 'route'",
+    ]

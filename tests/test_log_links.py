@@ -27,7 +27,7 @@ from drover.app import App
 from drover.backends.logfiles import UnsafeLogError, create_log, open_log, read_log, tail_log
 from drover.cli import main
 from drover.config import load_config
-from drover.model.status import KernelStatus, SessionStatus
+from drover.kinds.sessions.values import KernelStatus, SessionStatus
 from drover.web import create_app
 
 SECRET = "root:$6$very-secret-hash:19000:0:99999:7:::\n"

@@ -14,7 +14,7 @@ from daemon_helpers import running_daemon, wait_for
 
 import drover.coordinator.daemon as daemon_module
 from drover.coordinator.memory import release_free_memory
-from drover.model.status import SessionStatus as S
+from drover.kinds.sessions.values import SessionStatus as S
 
 
 def _sqlite_memory_used() -> int:

@@ -19,7 +19,7 @@ from drover import (
     hookimpl,
 )
 from drover.kinds.sessions.promotions import BUILTIN_PROMOTIONS
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport
 from drover.storage import watermarks
 from drover.storage.statements.promote import (
     WATERMARKS,

@@ -11,7 +11,7 @@ from daemon_helpers import running_daemon, wait_for
 
 from drover.cli import main
 from drover.config import load_config
-from drover.model.status import SessionStatus as S
+from drover.kinds.sessions.values import SessionStatus as S
 
 
 def test_retention_is_on_by_default_and_shown_by_config_show(tmp_path, monkeypatch):
@@ -91,8 +91,7 @@ def test_logs_of_a_kernel_whose_files_were_pruned_say_why(database, tmp_path, mo
     """`drover logs` of an ended kernel whose log is gone names the retention, not nothing."""
     import asyncio
 
-    from drover.model.status import KernelStatus
-    from drover.model.values import KernelReport
+    from drover.kinds.sessions.values import KernelReport, KernelStatus
     from drover.testing import CoordinatorHarness
 
     async def build() -> str:

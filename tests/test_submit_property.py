@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from drover.backends.base import AgentInfo
 from drover.backends.simulated import SimulatedBackend
 from drover.cli import main
-from drover.model.status import TERMINAL_KERNEL_STATUSES, TERMINAL_SESSION_STATUSES
+from drover.kinds.sessions.values import TERMINAL_KERNEL_STATUSES, TERMINAL_SESSION_STATUSES
 from drover.testing import CoordinatorHarness
 
 AGENTS = [AgentInfo(f"sim-{i}", {"cpu": 8.0, "mem": 32768.0, "gpu": 1.0}) for i in (1, 2)]

@@ -26,10 +26,10 @@ from starlette.testclient import TestClient
 from drover import hookimpl
 from drover.app import App
 from drover.config import load_config
+from drover.kinds.sessions.values import KernelReport, KernelStatus, SessionStatus
 from drover.model.clock import ManualClock
 from drover.model.errors import InvalidHandlerError
-from drover.model.status import KernelStatus, SessionStatus
-from drover.model.values import CoordinatorInfo, KernelReport
+from drover.model.values import CoordinatorInfo
 from drover.plugins.graph import edges_of
 from drover.plugins.manager import make_plugin_manager
 from drover.serialization import session_json

@@ -23,8 +23,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from drover.app import App
 from drover.config import load_config
-from drover.model.status import KernelStatus, SessionStatus
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport, KernelStatus, SessionStatus
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
 

@@ -16,9 +16,8 @@ from starlette.testclient import TestClient
 
 from drover.app import App
 from drover.config import load_config
-from drover.model.status import KernelStatus
-from drover.model.status import SessionStatus as S
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport, KernelStatus
+from drover.kinds.sessions.values import SessionStatus as S
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
 

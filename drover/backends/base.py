@@ -8,9 +8,9 @@ from typing import Any, Protocol
 
 import attrs
 
+from drover.kinds.sessions.values import KernelInfo, KernelReport, KernelStatus, SessionWithKernels
 from drover.model.clock import Clock
-from drover.model.status import KernelStatus
-from drover.model.values import Claim, KernelInfo, KernelReport, SessionWithKernels
+from drover.model.values import Claim
 
 __all__ = ["AgentBackend", "AgentInfo", "BackendError", "KernelReporter", "Wake"]
 

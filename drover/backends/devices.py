@@ -16,8 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover.backends.base import AgentInfo, KernelReporter
-from drover.model.status import KernelStatus
-from drover.model.values import KernelInfo
+from drover.kinds.sessions.values import KernelInfo, KernelStatus
 
 __all__ = ["DeviceProblem", "Devices", "devices_of", "variable_for"]
 

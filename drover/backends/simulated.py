@@ -32,9 +32,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.kinds.sessions.values import (
+    TERMINAL_KERNEL_STATUSES,
+    KernelReport,
+    KernelStatus,
+    SessionWithKernels,
+)
 from drover.model.clock import Clock, SystemClock
-from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.model.values import KernelReport, SessionWithKernels
 
 __all__ = ["CALLS_KEPT", "SimulatedBackend"]
 

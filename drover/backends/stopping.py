@@ -28,9 +28,7 @@ from collections.abc import Iterable
 import attrs
 
 from drover.backends.base import BackendError, KernelReporter
-from drover.model.rules import NON_TERMINAL_KERNEL_STATUSES
-from drover.model.status import KernelStatus
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import NON_TERMINAL_KERNEL_STATUSES, KernelReport, KernelStatus
 
 __all__ = ["STOPPED", "STOPPING_FROM", "mark_stopping", "seen_end"]
 

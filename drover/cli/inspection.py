@@ -20,9 +20,9 @@ from drover.cli._common import (
     print_table,
     with_app,
 )
+from drover.kinds.sessions.values import SessionWithKernels
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
-from drover.model.values import SessionWithKernels
 
 if TYPE_CHECKING:
     from drover.app import App

@@ -16,7 +16,7 @@ from drover.cli._common import (
     print_table,
     with_app,
 )
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 
 if TYPE_CHECKING:
     from drover.app import App

@@ -206,7 +206,6 @@ def classify(
                 info,
                 requeue,
                 placed,
-                kind_name,
                 budget,
                 patches.get(sid),
                 creates.get(sid, none),
@@ -214,6 +213,7 @@ def classify(
                 results.get(sid),
                 transition.children_info if transition is not None else None,
                 result.claims.get(sid) if moves else None,
+                kind=kind_name,
             )
         )
     return changes

@@ -12,10 +12,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import attrs
+
 from drover.model.checks import is_kebab_case
+from drover.model.errors import InvalidHandlerError
 from drover.model.filters import CandidateFilter, Children
+from drover.model.kinds import Kinds
 from drover.model.promotion import PromotionRule
-from drover.model.status import KernelMatchType, KernelStatus, SessionStatus
+from drover.model.status import KernelMatchType
 from drover.model.values import (
     HandlerOptions,
     HandlerResult,
@@ -35,13 +39,15 @@ __all__ = [
     "promotion_class",
     "rule_of",
     "target_statuses",
+    "with_kind",
 ]
 
 
 class LifecycleHandler(ABC):
     """A handler that acts on entities and reports which succeeded, failed or were skipped.
 
-    :attr:`kind` says which entities (default ``"session"``). The coordinator
+    :attr:`kind` says which entities (``""``, the default: the registered default
+    kind, drover's sessions). The coordinator
     fetches those whose status is in :attr:`target_statuses` (and, if
     :attr:`target_child_statuses` is not ``None``, that have at least one
     child in those statuses, and that pass every :attr:`candidate_filters`),
@@ -56,8 +62,9 @@ class LifecycleHandler(ABC):
     :class:`~drover.model.values.Entity` values (the same attributes).
     """
 
-    #: The kind of entity this handler acts on.
-    kind: ClassVar[str] = "session"
+    #: The kind of entity this handler acts on (``""``: the default kind, set on the
+    #: handler when it is registered; see :func:`with_kind`).
+    kind: ClassVar[str] = ""
     #: What each ``status_info`` this handler writes (``HandlerResult.status_infos``)
     #: means, in words: ``drover why`` shows it beside the value.
     status_info_meanings: ClassVar[Mapping[str, str]] = {}
@@ -79,7 +86,7 @@ class LifecycleHandler(ABC):
         return None if found is None else frozenset(found)
 
     @property
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
+    def target_session_statuses(self) -> frozenset[str]:
         """The session kind's spelling of :attr:`target_statuses`."""
         raise NotImplementedError(
             f"handler {type(self).name()!r} defines neither target_statuses "
@@ -87,7 +94,7 @@ class LifecycleHandler(ABC):
         )
 
     @property
-    def target_kernel_statuses(self) -> list[KernelStatus] | None:
+    def target_kernel_statuses(self) -> Sequence[str] | None:
         """The session kind's spelling of :attr:`target_child_statuses`."""
         return None
 
@@ -129,8 +136,8 @@ class DeclaredHandler(LifecycleHandler):
     """A :class:`LifecycleHandler` that says what it is in class attributes, so that each
     handler of a plugin is a few declarations and an :meth:`execute`.
 
-    :attr:`handler` is the name, :attr:`kind` the entities (inherited, default
-    ``"session"``), :attr:`statuses` the target statuses, :attr:`filters` the candidate
+    :attr:`handler` is the name, :attr:`kind` the entities (inherited, default: the
+    default kind), :attr:`statuses` the target statuses, :attr:`filters` the candidate
     filters, :attr:`transitions` the declared moves and :attr:`options` the default
     options. A plugin's own base class sets what its handlers share; each handler the
     rest. Override a method instead (``default_options``, say) when it is computed.
@@ -217,12 +224,12 @@ class SessionPromotionHandler(ABC):
 
     @property
     @abstractmethod
-    def target_session_statuses(self) -> frozenset[SessionStatus]:
+    def target_session_statuses(self) -> frozenset[str]:
         """Session statuses to consider for promotion."""
 
     @property
     @abstractmethod
-    def check_kernel_statuses(self) -> frozenset[KernelStatus]:
+    def check_kernel_statuses(self) -> frozenset[str]:
         """Kernel statuses the match is evaluated against."""
 
     @property
@@ -232,7 +239,7 @@ class SessionPromotionHandler(ABC):
 
     @classmethod
     @abstractmethod
-    def success_session_status(cls) -> SessionStatus:
+    def success_session_status(cls) -> str:
         """The status a matching session is promoted to."""
 
     @classmethod
@@ -269,6 +276,26 @@ def kind_of(handler: Handler) -> str:
     return handler.kind
 
 
+def with_kind(handler: Handler, kinds: Kinds) -> Handler:
+    """``handler`` acting on a kind: one that names none (``kind == ""``) gets the default
+    kind of ``kinds`` (a rule is replaced, a handler gets it as its own attribute).
+
+    InvalidHandlerError when it names none and no registered kind is the default.
+    """
+    if handler.kind:
+        return handler
+    if kinds.default is None:
+        raise InvalidHandlerError(
+            f"handler {handler_name(handler)!r} names no kind, and no registered kind is "
+            f"the default one; set its kind (registered: {sorted(kinds)})"
+        )
+    if isinstance(handler, PromotionRule):
+        return attrs.evolve(handler, kind=kinds.default)
+    # The class attribute stays as declared; this handler object acts on the default kind.
+    setattr(handler, "kind", kinds.default)  # noqa: B010
+    return handler
+
+
 def rule_of(handler: SessionPromotionHandler) -> PromotionRule:
     """The :class:`PromotionRule` a :class:`SessionPromotionHandler` spells."""
     cls = type(handler)
@@ -292,20 +319,20 @@ def promotion_class(rule: PromotionRule) -> type[SessionPromotionHandler]:
             return rule.name
 
         @property
-        def target_session_statuses(self) -> frozenset[SessionStatus]:
-            return frozenset(SessionStatus(s) for s in rule.from_statuses)
+        def target_session_statuses(self) -> frozenset[str]:
+            return rule.from_statuses
 
         @property
-        def check_kernel_statuses(self) -> frozenset[KernelStatus]:
-            return frozenset(KernelStatus(s) for s in rule.kernel_statuses)
+        def check_kernel_statuses(self) -> frozenset[str]:
+            return rule.kernel_statuses
 
         @property
         def match_type(self) -> KernelMatchType:
             return rule.match
 
         @classmethod
-        def success_session_status(cls) -> SessionStatus:
-            return SessionStatus(rule.to_status)
+        def success_session_status(cls) -> str:
+            return rule.to_status
 
         @classmethod
         def status_info_rule(cls) -> StatusInfoRule | None:

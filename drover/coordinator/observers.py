@@ -19,7 +19,7 @@ import attrs
 
 from drover.coordinator.tick import TickReport
 from drover.model.clock import from_timestamp
-from drover.model.status import SchedulingResult, SessionStatus
+from drover.model.status import SchedulingResult
 
 __all__ = ["HistoryEvent", "Observer", "ObserverDispatcher", "events_of"]
 
@@ -31,20 +31,20 @@ class HistoryEvent:
     """One entity's outcome of a committed tick, as observers receive it.
 
     ``session_id`` is the entity's id (a session's for the session kind);
-    ``kind`` says which kind it is. Statuses are the kind's (strings equal to
-    :class:`SessionStatus` members for sessions); ``result`` is a
+    ``kind`` says which kind it is. Statuses are the kind's (members of its
+    status enum, strings); ``result`` is a
     :class:`SchedulingResult` or a named outcome.
     """
 
     handler: str
     session_id: str
     result: SchedulingResult | str
-    from_status: SessionStatus | str
-    to_status: SessionStatus | str
+    from_status: str
+    to_status: str
     error_code: str | None
     message: str | None
     at: datetime
-    kind: str = "session"
+    kind: str = attrs.field(kw_only=True)
 
 
 @runtime_checkable

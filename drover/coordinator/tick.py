@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from drover.coordinator.classify import classify
-from drover.coordinator.handlers import Handler, LifecycleHandler, fetch_filters
+from drover.coordinator.handlers import Handler, LifecycleHandler, fetch_filters, with_kind
 from drover.coordinator.store import CoordinatorStore
 from drover.model.checks import json_copy
 from drover.model.clock import Clock, SystemClock
@@ -115,9 +115,9 @@ class Coordinator:
         self.store = store
         #: Entities one tick may create (limits.creations_per_tick; ``None``: any number).
         self.max_creations = max_creations
-        self.handlers = dict(handlers)
         # Configured budget limits travel with the kinds (storage reads them the same way).
         self.kinds = kinds.configured(budgets)
+        self.handlers = {name: with_kind(h, self.kinds) for name, h in handlers.items()}
         self.clock: Clock = clock or SystemClock()
         self.max_requeues = max_requeues
         self._options: dict[str, HandlerOptions] = {}

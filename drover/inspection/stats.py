@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 import attrs
 
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 from drover.storage.queries import Queries
 
 __all__ = ["HandlerStats", "Stats", "StatusStats", "collect_stats"]

@@ -16,17 +16,18 @@ import attrs
 from drover.coordinator.handlers import Handler, target_statuses
 from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration
+from drover.kinds.sessions.values import (
+    TERMINAL_SESSION_STATUSES,
+    SessionStatus,
+    SessionWithKernels,
+)
 from drover.model.kinds import EntityKind
 from drover.model.options import session_options
 from drover.model.plan import STALE_STATUS
 from drover.model.promotion import PromotionRule
 from drover.model.rules import MATCH_CONDITIONS, promotion_matches
-from drover.model.status import (
-    TERMINAL_SESSION_STATUSES,
-    SchedulingResult,
-    SessionStatus,
-)
-from drover.model.values import Entity, HandlerOptions, HistoryRecord, SessionWithKernels
+from drover.model.status import SchedulingResult
+from drover.model.values import Entity, HandlerOptions, HistoryRecord
 from drover.storage.queries import Queries
 
 __all__ = [
@@ -190,7 +191,7 @@ def diagnose(
             if kernel_filter is not None and not any(
                 k.status in kernel_filter for k in session.kernels
             ):
-                listed = ", ".join(sorted(s.value for s in kernel_filter))
+                listed = ", ".join(sorted(str(s) for s in kernel_filter))
                 text += (
                     f"; but it only fetches sessions with a kernel in {listed}, and none is:"
                     " it will not act on this session"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from drover.model.deprecation import moved_names
+
 __all__ = [
     "CoordinatorConflictError",
     "DroverError",
@@ -9,9 +11,16 @@ __all__ = [
     "InvalidSpecError",
     "UnknownEntityError",
     "UnknownHandlerError",
-    "UnknownKernelError",
-    "UnknownSessionError",
 ]
+
+# The session kind's errors moved to its package (0.2).
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: "drover.kinds.sessions.values"
+        for name in ("UnknownKernelError", "UnknownSessionError")
+    },
+)
 
 
 class DroverError(Exception):
@@ -28,32 +37,12 @@ class UnknownEntityError(DroverError, LookupError):
         self.kind = kind
 
 
-class UnknownSessionError(UnknownEntityError):
-    """No session has the given id: the session kind's spelling of :class:`UnknownEntityError`."""
-
-    def __init__(self, session_id: str) -> None:
-        super().__init__(session_id, "session")
-
-    @property
-    def session_id(self) -> str:
-        """The id asked for."""
-        return self.entity_id
-
-
-class UnknownKernelError(DroverError, LookupError):
-    """No kernel has the given id."""
-
-    def __init__(self, kernel_id: str) -> None:
-        super().__init__(f"no kernel with id {kernel_id!r}")
-        self.kernel_id = kernel_id
-
-
 class UnknownHandlerError(DroverError, LookupError):
     """No loaded handler has the given name."""
 
 
 class InvalidSpecError(DroverError, ValueError):
-    """A session or kernel spec is malformed; nothing was written."""
+    """A request, a spec or an input is malformed; nothing was written."""
 
 
 class InvalidHandlerError(DroverError, ValueError):

@@ -233,6 +233,9 @@ class EntityKind:
     #: them (handler ``report``). Declaring one changes no behaviour: reports are applied
     #: whether declared or not.
     reported: frozenset[tuple[str, str]] = attrs.field(factory=frozenset, converter=_reported)
+    #: The kind a handler or promotion rule that names no kind acts on (drover's sessions,
+    #: as the design card's handlers do); at most one registered kind may say so.
+    default: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not is_kebab_case(self.name):
@@ -435,6 +438,13 @@ class Kinds(Mapping[str, EntityKind]):
             if kind.name in self._kinds and self._kinds[kind.name] is not kind:
                 raise InvalidHandlerError(f"kind {kind.name!r} is registered twice")
             self._kinds[kind.name] = kind
+        defaults = sorted(k.name for k in self._kinds.values() if k.default)
+        if len(defaults) > 1:
+            raise InvalidHandlerError(
+                f"kinds {defaults} each say they are the default kind; at most one may"
+            )
+        #: The kind handlers and promotion rules that name none act on (``None``: none is).
+        self.default: str | None = defaults[0] if defaults else None
         self._children: dict[str, EntityKind] = {}
         for kind in self._kinds.values():
             if kind.parent is None:

@@ -66,7 +66,7 @@ class Change:
     requeue: bool = False
     #: ``(kernel_id, agent_id)`` of this session's kernels to place, if applied.
     placements: tuple[tuple[str, str], ...] = ()
-    kind: str = "session"
+    kind: str = attrs.field(kw_only=True)
     budget: str | None = None
     data: Mapping[str, Any] | None = None
     creates: tuple[NewEntity, ...] = ()
@@ -122,7 +122,7 @@ class AppliedChange:
     to_status: str
     error_code: str | None
     message: str | None
-    kind: str = "session"
+    kind: str = attrs.field(kw_only=True)
 
     @property
     def session_id(self) -> str:

@@ -22,7 +22,8 @@ class PromotionRule:
 
     ``match`` is ALL, ANY or NOT_ANY of the entity's children (a session's
     kernels) being in ``kernel_statuses`` (an entity with no children never
-    matches). ``kind`` (default ``session``) says which entities.
+    matches). ``kind`` says which entities (``""``, the default: the registered
+    default kind, :attr:`~drover.model.kinds.Kinds.default`).
     ``status_info`` optionally sets the promoted sessions' ``status_info``;
     ``copy_child_info`` copies it from the matching child instead (the one in
     ``kernel_statuses`` that changed last and has one: a task FAILED with
@@ -40,5 +41,5 @@ class PromotionRule:
     status_info: StatusInfoRule | None = None
     #: Only ``batch_size`` applies to promotions.
     options: HandlerOptions = attrs.field(factory=lambda: HandlerOptions(max_retries=None))
-    kind: str = "session"
+    kind: str = ""
     copy_child_info: bool = False

@@ -4,7 +4,7 @@ A kind's own rules (lifecycle order, requeues, which children a transition
 may move, what ended children become, termination) are derived from its
 declaration in :mod:`drover.model.kinds`. Here: the promotion match, which
 storage compiles to SQL and ``drover why`` evaluates on values it has read,
-and the session-specific constants.
+and the engine's constants.
 """
 
 from __future__ import annotations
@@ -13,32 +13,28 @@ from collections.abc import Iterable
 
 import attrs
 
-from drover.model.status import (
-    TERMINAL_KERNEL_STATUSES,
-    KernelMatchType,
-    KernelStatus,
-)
+from drover.model.deprecation import moved_names
+from drover.model.status import KernelMatchType
 
 __all__ = [
     "DEFAULT_MAX_REQUEUES",
-    "HOLDING_KERNEL_STATUSES",
     "MATCH_CONDITIONS",
-    "NON_TERMINAL_KERNEL_STATUSES",
     "REQUEUE_LIMIT",
     "SETTABLE_RESULTS",
     "MatchCondition",
     "promotion_matches",
 ]
 
-NON_TERMINAL_KERNEL_STATUSES: frozenset[KernelStatus] = frozenset(
-    s for s in KernelStatus if s not in TERMINAL_KERNEL_STATUSES
+# The kernel kind's status sets moved to its package (0.2).
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: "drover.kinds.sessions.values"
+        for name in ("HOLDING_KERNEL_STATUSES", "NON_TERMINAL_KERNEL_STATUSES")
+    },
 )
-#: Kernel statuses that hold an agent's resources: placed, and neither PENDING nor ended.
-HOLDING_KERNEL_STATUSES: frozenset[KernelStatus] = NON_TERMINAL_KERNEL_STATUSES - {
-    KernelStatus.PENDING
-}
 
-#: Requeues allowed before a session is ended instead (configuration and spec override it).
+#: Requeues allowed before an entity is ended instead (configuration and spec override it).
 DEFAULT_MAX_REQUEUES = 3
 #: The ``status_info`` of an entity sent to its kind's limit status past its requeue budget.
 REQUEUE_LIMIT = "REQUEUE_LIMIT"

@@ -1,48 +1,30 @@
-"""Status enums for sessions, kernels and scheduling results."""
+"""The generic result classes of history and the promotion matches.
+
+A kind's statuses are its own ``StrEnum``, declared with the kind (the
+session kind's in :mod:`drover.kinds.sessions.values`).
+"""
 
 from __future__ import annotations
 
 from enum import Enum, StrEnum
 
-__all__ = [
-    "TERMINAL_KERNEL_STATUSES",
-    "TERMINAL_SESSION_STATUSES",
-    "KernelMatchType",
-    "KernelStatus",
-    "SchedulingResult",
-    "SessionStatus",
-]
+from drover.model.deprecation import moved_names
 
+__all__ = ["KernelMatchType", "SchedulingResult"]
 
-class SessionStatus(StrEnum):
-    """The lifecycle status of a session. Values equal names."""
-
-    PENDING = "PENDING"
-    SCHEDULED = "SCHEDULED"
-    PREPARING = "PREPARING"
-    PREPARED = "PREPARED"
-    CREATING = "CREATING"
-    RUNNING = "RUNNING"
-    TERMINATING = "TERMINATING"
-    TERMINATED = "TERMINATED"
-    CANCELLED = "CANCELLED"
-    ERROR = "ERROR"
-
-
-class KernelStatus(StrEnum):
-    """The lifecycle status of one kernel of a session. Values equal names."""
-
-    PENDING = "PENDING"
-    SCHEDULED = "SCHEDULED"
-    PREPARING = "PREPARING"
-    PULLING = "PULLING"
-    PREPARED = "PREPARED"
-    CREATING = "CREATING"
-    RUNNING = "RUNNING"
-    TERMINATING = "TERMINATING"
-    TERMINATED = "TERMINATED"
-    CANCELLED = "CANCELLED"
-    ERROR = "ERROR"
+# The session kind's statuses moved to its package (0.2).
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: "drover.kinds.sessions.values"
+        for name in (
+            "SessionStatus",
+            "KernelStatus",
+            "TERMINAL_SESSION_STATUSES",
+            "TERMINAL_KERNEL_STATUSES",
+        )
+    },
+)
 
 
 class SchedulingResult(StrEnum):
@@ -61,11 +43,3 @@ class KernelMatchType(Enum):
     ALL = "all"
     ANY = "any"
     NOT_ANY = "not_any"
-
-
-TERMINAL_SESSION_STATUSES: frozenset[SessionStatus] = frozenset(
-    {SessionStatus.TERMINATED, SessionStatus.CANCELLED, SessionStatus.ERROR}
-)
-TERMINAL_KERNEL_STATUSES: frozenset[KernelStatus] = frozenset(
-    {KernelStatus.TERMINATED, KernelStatus.CANCELLED, KernelStatus.ERROR}
-)

@@ -9,8 +9,9 @@ from typing import Any, Protocol
 import attrs
 
 from drover.model.budgets import BudgetUse
+from drover.model.deprecation import moved_names
 from drover.model.ids import new_id
-from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
+from drover.model.status import SchedulingResult
 
 __all__ = [
     "Child",
@@ -21,19 +22,24 @@ __all__ = [
     "HandlerResult",
     "HistoryRecord",
     "KernelHistoryRecord",
-    "KernelInfo",
-    "KernelReport",
     "MoveTo",
     "NewEntity",
     "Report",
-    "SessionWithKernels",
     "StatusInfoRule",
     "StatusTransitions",
     "Target",
     "TerminationOutcome",
     "Transition",
-    "TransitionStatus",
 ]
+
+# The session kind's values moved to its package (0.2).
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: "drover.kinds.sessions.values"
+        for name in ("KernelInfo", "KernelReport", "SessionWithKernels", "TransitionStatus")
+    },
+)
 
 
 class Child(Protocol):
@@ -123,26 +129,6 @@ class Transition:
     to: str | None = None
     children: str | None = None
     children_info: str | None = None
-
-
-@attrs.frozen(init=False)
-class TransitionStatus(Transition):
-    """The session kind's spelling of :class:`Transition`: ``session`` and ``kernel``."""
-
-    def __init__(
-        self, session: SessionStatus | None = None, kernel: KernelStatus | None = None
-    ) -> None:
-        self.__attrs_init__(session, kernel)
-
-    @property
-    def session(self) -> SessionStatus | None:
-        """The session's new status (``None``: kept)."""
-        return None if self.to is None else SessionStatus(self.to)
-
-    @property
-    def kernel(self) -> KernelStatus | None:
-        """The kernels' new status (``None``: kept)."""
-        return None if self.children is None else KernelStatus(self.children)
 
 
 def _outcomes(value: Mapping[str, Transition] | None) -> dict[str, Transition]:
@@ -342,37 +328,7 @@ class StatusInfoRule:
     """
 
     default: str | None = None
-    if_any_kernel: tuple[tuple[frozenset[KernelStatus], str], ...] = ()
-
-
-@attrs.frozen
-class KernelInfo:
-    """One kernel as a handler sees it.
-
-    Like every value drover hands out, treat ``spec`` and ``runtime`` as
-    read-only: kernels read together with identical specs share one object.
-    """
-
-    id: str
-    session_id: str
-    status: KernelStatus
-    status_changed_at: datetime
-    agent_id: str | None
-    spec: dict[str, Any]
-    exit_code: int | None = None
-    status_info: str | None = None
-    #: Backend bookkeeping (pid, process identity, log paths); ``None`` if none.
-    runtime: dict[str, Any] | None = None
-
-    @property
-    def kind(self) -> str:
-        """``kernel``."""
-        return "kernel"
-
-    @property
-    def parent_id(self) -> str:
-        """The session: the generic spelling."""
-        return self.session_id
+    if_any_kernel: tuple[tuple[frozenset[str], str], ...] = ()
 
 
 @attrs.frozen
@@ -395,56 +351,6 @@ class Claim:
     expires: float
     ttl: float | None = None
     solo: bool = False
-
-
-@attrs.frozen
-class SessionWithKernels:
-    """One session with all of its kernels, as a handler sees it.
-
-    ``try_count`` is the number of failures of the handler being run on this
-    session in its current status (tries are counted per handler and reset by
-    a status change). Read outside a tick (``get_session``, listings), it is
-    the highest count of any handler; ``tries`` has every handler's count.
-    ``requeues`` counts the times the session was sent back to an earlier
-    status by expiry or give-up.
-    """
-
-    id: str
-    name: str
-    status: SessionStatus
-    status_changed_at: datetime
-    try_count: int
-    priority: int
-    created_at: datetime
-    spec: dict[str, Any]
-    status_info: str | None
-    result: str | None
-    kernels: tuple[KernelInfo, ...] = ()
-    tries: dict[str, int] = attrs.field(factory=dict)
-    requeues: int = 0
-    #: Handler-owned state, patched in the apply (``None``: none yet).
-    data: dict[str, Any] | None = None
-    #: Named budgets, used and limit (the session kind declares none).
-    budgets: dict[str, BudgetUse] | None = None
-    #: The claim of the tick this value was fetched for (PostgreSQL with several
-    #: coordinators; ``None`` otherwise): backends fence side effects with it
-    #: (:mod:`drover.backends.fence`). Not part of the value's equality.
-    claim: Claim | None = attrs.field(default=None, eq=False, repr=False)
-
-    @property
-    def kind(self) -> str:
-        """``session``."""
-        return "session"
-
-    @property
-    def parent_id(self) -> str | None:
-        """Sessions have no parent."""
-        return None
-
-    @property
-    def children(self) -> tuple[KernelInfo, ...]:
-        """The kernels: the generic spelling."""
-        return self.kernels
 
 
 @attrs.frozen
@@ -497,15 +403,15 @@ class HistoryRecord:
     handler: str
     #: A :class:`SchedulingResult`, a named outcome's name, or ``CREATED``.
     result: SchedulingResult | str
-    #: Statuses of the entity's kind (:class:`SessionStatus` for sessions).
-    from_status: SessionStatus | str
-    to_status: SessionStatus | str
+    #: Statuses of the entity's kind (members of its status enum).
+    from_status: str
+    to_status: str
     error_code: str | None
     message: str | None
     attempts: int
     created_at: datetime
     updated_at: datetime
-    kind: str = "session"
+    kind: str = attrs.field(kw_only=True)
 
     @property
     def entity_id(self) -> str:
@@ -527,28 +433,10 @@ class KernelHistoryRecord:
     kernel_id: str
     session_id: str
     source: str
-    from_status: KernelStatus | str
-    to_status: KernelStatus | str
+    from_status: str
+    to_status: str
     message: str | None
     created_at: datetime
-
-
-@attrs.frozen
-class KernelReport:
-    """A backend's report of one kernel's new status.
-
-    ``expected``: apply only if the kernel is currently in one of these statuses
-    (compare-and-set); ``None`` applies to any non-terminal kernel. A terminal
-    kernel never changes again.
-    """
-
-    kernel_id: str
-    status: KernelStatus
-    expected: frozenset[KernelStatus] | None = None
-    exit_code: int | None = None
-    message: str | None = None
-    #: Replaces the kernel's ``runtime`` bookkeeping when given.
-    runtime: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -596,7 +484,7 @@ class TerminationOutcome:
     """What a termination request did to one session."""
 
     session_id: str
-    from_status: SessionStatus | str
-    to_status: SessionStatus | str
+    from_status: str
+    to_status: str
     changed: bool
-    kind: str = "session"
+    kind: str = attrs.field(kw_only=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 import pluggy
 
-from drover.coordinator.handlers import Handler, handler_name
+from drover.coordinator.handlers import Handler, handler_name, with_kind
 from drover.coordinator.observers import Observer
 from drover.model.errors import DroverError, InvalidHandlerError
 from drover.model.kinds import EntityKind, Kinds
@@ -135,7 +135,10 @@ def collect_handlers(
     whichever way they were spelled. Each handler is checked against its kind.
     """
     registry = Registry(pm, "drover_register_handlers", accept_handlers, context).call_hook()
-    registered = [entry.item for entry in registry]
+    # A handler that names no kind acts on the default one (drover's sessions).
+    registered = [
+        attrs.evolve(entry.item, handler=with_kind(entry.item.handler, kinds)) for entry in registry
+    ]
     validate_handlers(registered, kinds)
     handlers = {handler_name(e.handler): e.handler for e in registered}
     return handlers, registered

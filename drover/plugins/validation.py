@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+from drover.kinds.sessions.values import KernelStatus, SessionStatus, TransitionStatus
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
 from drover.model.filters import (
@@ -22,8 +23,8 @@ from drover.model.filters import (
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import validate_options
 from drover.model.promotion import PromotionRule
-from drover.model.status import KernelMatchType, KernelStatus, SchedulingResult, SessionStatus
-from drover.model.values import StatusTransitions, Transition, TransitionStatus
+from drover.model.status import KernelMatchType, SchedulingResult
+from drover.model.values import StatusTransitions, Transition
 
 if TYPE_CHECKING:
     from drover.plugins.registry import RegisteredHandler

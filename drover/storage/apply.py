@@ -267,7 +267,7 @@ class Apply:
                 c.from_status,
                 POOL_FULL,
                 f"{reason}; {c.result} by {self.source} not applied",
-                c.kind,
+                kind=c.kind,
             )
             for c, reason in refused
         ]
@@ -308,7 +308,7 @@ class Apply:
                     FENCED,
                     f"claim of coordinator {self.claim.owner if self.claim else '?'} lapsed "
                     f"(now held by {holder}); {change.result} by {self.source} not applied",
-                    name,
+                    kind=name,
                 )
                 out.append(row)
                 self._kept_rows.append(row)
@@ -321,7 +321,7 @@ class Apply:
                     to_status,
                     change.error_code,
                     change.message,
-                    name,
+                    kind=name,
                 )
                 written.append(row)
             else:
@@ -333,7 +333,7 @@ class Apply:
                     STALE_STATUS,
                     f"status changed underneath (no longer {from_status}); "
                     f"{change.result} by {self.source} not applied",
-                    name,
+                    kind=name,
                 )
             out.append(row)
         if not written:
@@ -468,7 +468,7 @@ class Apply:
             )
         done = SchedulingResult.SUCCESS
         rows = [
-            AppliedChange(eid, done, from_status, rule.to_status, None, None, kind.name)
+            AppliedChange(eid, done, from_status, rule.to_status, None, None, kind=kind.name)
             for eid in live_ids
         ]
         self._moved_history.append((live_ids, rows[0]))

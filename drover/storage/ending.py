@@ -93,7 +93,7 @@ def termination_changes(
         kind_name, status = found[eid]
         rule = kinds[kind_name].termination_of(status, eid in with_children, mode)
         if rule is None:
-            outcomes.append(TerminationOutcome(eid, status, status, False, kind_name))
+            outcomes.append(TerminationOutcome(eid, status, status, False, kind=kind_name))
             continue
         changes.append(
             Change(
@@ -110,7 +110,7 @@ def termination_changes(
             )
         )
         to = kinds.status(kind_name, rule.to)
-        outcomes.append(TerminationOutcome(eid, status, to, True, kind_name))
+        outcomes.append(TerminationOutcome(eid, status, to, True, kind=kind_name))
     return changes, outcomes
 
 

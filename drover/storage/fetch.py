@@ -13,10 +13,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.kinds.sessions.values import SessionWithKernels
 from drover.model.filters import CandidateFilter
 from drover.model.kinds import Kinds
 from drover.model.plan import Claim
-from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
 from drover.storage._sql import bounded_statement, driver_rows, ids_value, statement
 from drover.storage.fairness import OLDEST_SEEN, mark

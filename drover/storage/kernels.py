@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from drover.model.errors import UnknownEntityError, UnknownKernelError
-from drover.model.status import KernelStatus
-from drover.model.values import KernelInfo, KernelReport, Report
+from drover.kinds.sessions.values import KernelInfo, KernelReport, KernelStatus, UnknownKernelError
+from drover.model.errors import UnknownEntityError
+from drover.model.values import Report
 from drover.storage._db import Database
 from drover.storage._sql import chunked, statement
 from drover.storage.reports import write_reports

@@ -45,7 +45,7 @@ def move_changes(
             refused.append(
                 AppliedChange(
                     move.entity_id, SchedulingResult.SKIPPED, move.expected, move.expected,
-                    STALE_STATUS, f"no such entity; move by {source} not applied", "",
+                    STALE_STATUS, f"no such entity; move by {source} not applied", kind="",
                 )
             )  # fmt: skip
             continue
@@ -60,7 +60,7 @@ def move_changes(
             refused.append(
                 AppliedChange(
                     move.entity_id, SchedulingResult.SKIPPED, move.expected, move.expected,
-                    INVALID_MOVE, f"{problem}; move by {source} not applied", kind.name,
+                    INVALID_MOVE, f"{problem}; move by {source} not applied", kind=kind.name,
                 )
             )  # fmt: skip
             continue

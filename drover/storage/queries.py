@@ -16,17 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from drover.kinds.sessions.values import KernelInfo, KernelStatus, SessionStatus, SessionWithKernels
 from drover.model.clock import Clock
 from drover.model.kinds import Kinds
-from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
-from drover.model.values import (
-    CoordinatorInfo,
-    Entity,
-    HistoryRecord,
-    KernelHistoryRecord,
-    KernelInfo,
-    SessionWithKernels,
-)
+from drover.model.status import SchedulingResult
+from drover.model.values import CoordinatorInfo, Entity, HistoryRecord, KernelHistoryRecord
 from drover.storage import coordinators as _coordinators
 from drover.storage import entities as _entities
 from drover.storage import history as _history

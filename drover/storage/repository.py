@@ -16,18 +16,17 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from drover.kinds.sessions.requests import new_session
+from drover.kinds.sessions.values import KernelReport, KernelStatus, SessionStatus
 from drover.model.clock import Clock
 from drover.model.creation import check_spec_patch
 from drover.model.filters import CandidateFilter
 from drover.model.kinds import Kinds
 from drover.model.plan import REPORT_SOURCE, ApplyOutcome, Change, Claim, Move
 from drover.model.promotion import PromotionRule
-from drover.model.spec import new_session
-from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import (
     CoordinatorInfo,
     Entity,
-    KernelReport,
     NewEntity,
     Report,
     Target,

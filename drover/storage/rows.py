@@ -17,17 +17,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.kinds.sessions.values import KernelInfo, KernelStatus, SessionStatus, SessionWithKernels
 from drover.model.kinds import Kinds
-from drover.model.status import KernelStatus, SchedulingResult, SessionStatus
-from drover.model.values import (
-    Claim,
-    CoordinatorInfo,
-    Entity,
-    HistoryRecord,
-    KernelHistoryRecord,
-    KernelInfo,
-    SessionWithKernels,
-)
+from drover.model.status import SchedulingResult
+from drover.model.values import Claim, CoordinatorInfo, Entity, HistoryRecord, KernelHistoryRecord
 from drover.storage.schema import entities
 
 __all__ = [

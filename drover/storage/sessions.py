@@ -8,11 +8,10 @@ from typing import Any
 import attrs
 import sqlalchemy as sa
 
+from drover.kinds.sessions.values import SessionStatus, SessionWithKernels, UnknownSessionError
 from drover.model.checks import MAX_NAME_LENGTH, text_problem
-from drover.model.errors import InvalidSpecError, UnknownEntityError, UnknownSessionError
+from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.ids import ID_LENGTH
-from drover.model.status import SessionStatus
-from drover.model.values import SessionWithKernels
 from drover.storage._db import Database
 from drover.storage._sql import driver_rows, ids_value, statement
 from drover.storage.rows import sessions_with_kernels

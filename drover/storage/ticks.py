@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import sqlalchemy as sa
 
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 from drover.storage._db import Database
 from drover.storage.statements.sessions import SESSION_KIND
 from drover.storage.statements.ticks import (

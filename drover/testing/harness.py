@@ -16,15 +16,14 @@ from drover.config import Config, HandlerConfig, LimitsConfig
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator, TickReport
+from drover.kinds.sessions.values import KernelStatus, SessionStatus, SessionWithKernels
 from drover.model.clock import ManualClock
-from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import (
     Entity,
     HandlerOptions,
     HistoryRecord,
     KernelHistoryRecord,
     NewEntity,
-    SessionWithKernels,
     TerminationOutcome,
 )
 from drover.plugins.manager import make_plugin_manager

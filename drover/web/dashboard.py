@@ -30,9 +30,9 @@ from starlette.templating import Jinja2Templates
 from drover.app import App
 from drover.backends.base import KernelReporter
 from drover.coordinator.tick import Coordinator
+from drover.kinds.sessions.values import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.model.errors import DroverError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
-from drover.model.status import TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.plugins.graph import Edge, edges_of
 from drover.serialization import display_time
 from drover.storage.queries import SESSION_ORDERS, Queries

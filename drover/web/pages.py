@@ -21,8 +21,9 @@ from drover.inspection._format import duration
 from drover.inspection.history import timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
+from drover.kinds.sessions.values import SessionStatus
 from drover.model.errors import DroverError
-from drover.model.status import SchedulingResult, SessionStatus
+from drover.model.status import SchedulingResult
 from drover.model.values import Entity, HistoryRecord
 from drover.serialization import graph_json, session_json, stats_json
 from drover.web.dashboard import Dashboard, bad_request, dashboard_of, page, session_id_of

@@ -11,7 +11,7 @@ import re
 from starlette.datastructures import QueryParams
 
 from drover.inspection._format import parse_time
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 from drover.storage.queries import SESSION_ORDERS, SessionFilter
 
 __all__ = ["BadFilterError", "limit_param", "session_filter", "sort_param", "time_param"]

@@ -13,8 +13,7 @@ from typing import Any
 
 from drover.backends.container._engine import ContainerState
 from drover.backends.container._spec import MIB
-from drover.model.status import KernelStatus
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport, KernelStatus
 
 __all__ = ["AFTER_PULL", "EXIT_EXPECTED", "OWNING", "RUNNING_EXPECTED", "ended", "lost"]
 

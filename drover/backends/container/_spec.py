@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from drover.model.values import KernelInfo
+from drover.kinds.sessions.values import KernelInfo
 
 __all__ = ["MIB", "container_config", "image_of", "memory_limit", "spec_problem"]
 

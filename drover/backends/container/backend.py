@@ -51,8 +51,13 @@ from drover.backends.devices import DeviceProblem, Devices, devices_of
 from drover.backends.fence import Fence
 from drover.backends.logfiles import create_log
 from drover.backends.stopping import mark_stopping, seen_end
-from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
+from drover.kinds.sessions.values import (
+    TERMINAL_KERNEL_STATUSES,
+    KernelInfo,
+    KernelReport,
+    KernelStatus,
+    SessionWithKernels,
+)
 
 __all__ = ["ContainerBackend"]
 

@@ -19,8 +19,7 @@ import attrs
 
 from drover.backends.local._proc import describe_signal
 from drover.backends.stopping import STOPPED, seen_end
-from drover.model.status import KernelStatus
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport, KernelStatus
 
 __all__ = [
     "AFTER_SETUP",

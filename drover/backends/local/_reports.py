@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from tenacity import AsyncRetrying, before_sleep_log, retry_if_exception, wait_exponential_jitter
 
 from drover.backends.base import KernelReporter, Wake
-from drover.model.errors import UnknownKernelError
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport, UnknownKernelError
 
 __all__ = ["ReportQueue"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from drover.model.values import KernelInfo
+from drover.kinds.sessions.values import KernelInfo
 
 __all__ = ["cwd_of", "env_of", "log_paths", "spec_problem"]
 

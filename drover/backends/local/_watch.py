@@ -24,8 +24,7 @@ from drover.backends.local import _disk as disk
 from drover.backends.local._outcome import RUNNING_EXPECTED
 from drover.backends.local._proc import process_identity, session_members, signal_members
 from drover.backends.local._spec import log_paths
-from drover.model.status import KernelStatus
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport, KernelStatus
 
 __all__ = [
     "Attempt",

@@ -74,8 +74,13 @@ from drover.backends.local._watch import (
     terminate,
 )
 from drover.backends.stopping import mark_stopping
-from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
+from drover.kinds.sessions.values import (
+    TERMINAL_KERNEL_STATUSES,
+    KernelInfo,
+    KernelReport,
+    KernelStatus,
+    SessionWithKernels,
+)
 
 __all__ = ["LocalBackend", "process_identity"]
 

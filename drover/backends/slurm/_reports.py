@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from drover.backends.slurm._tools import SlurmJob
 from drover.backends.stopping import seen_end
-from drover.model.status import KernelStatus
-from drover.model.values import KernelReport
+from drover.kinds.sessions.values import KernelReport, KernelStatus
 
 __all__ = ["AFTER_START", "EARLY", "OWNING", "ended", "ends", "lost", "progress", "started"]
 

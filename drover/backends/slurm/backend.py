@@ -44,9 +44,14 @@ from drover.backends.slurm._script import SpecProblem, job_script, resource_args
 from drover.backends.slurm._settings import SlurmSettings
 from drover.backends.slurm._tools import SlurmCommandError, SlurmJob, SlurmNode, transient_retry
 from drover.backends.stopping import STOPPED, mark_stopping
-from drover.model.rules import NON_TERMINAL_KERNEL_STATUSES
-from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
-from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
+from drover.kinds.sessions.values import (
+    NON_TERMINAL_KERNEL_STATUSES,
+    TERMINAL_KERNEL_STATUSES,
+    KernelInfo,
+    KernelReport,
+    KernelStatus,
+    SessionWithKernels,
+)
 
 __all__ = ["SlurmBackend", "SlurmSettings"]
 

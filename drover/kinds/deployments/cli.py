@@ -154,8 +154,8 @@ def deploy(
 
     Example: drover deploy web --replicas 2 --wait -- sh -c 'exec python3 -m http.server $PORT'
     """
+    from drover.kinds.sessions.requests import new_session
     from drover.model.creation import check_new_entities
-    from drover.model.spec import new_session
 
     if not name.strip():
         # Deployments are found by name: an empty one could never be scaled or destroyed.

@@ -45,18 +45,17 @@ from drover.coordinator.handlers import LifecycleHandler
 from drover.kinds.deployments.deployments import ENDING_ROUTES, desired_replicas
 from drover.kinds.deployments.status import RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
+from drover.kinds.sessions.requests import new_session
+from drover.kinds.sessions.values import SessionStatus, SessionWithKernels
 from drover.model.clock import Clock
 from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.filters import StatusAge
-from drover.model.spec import new_session
-from drover.model.status import SessionStatus
 from drover.model.values import (
     Entity,
     HandlerOptions,
     HandlerResult,
     NewEntity,
-    SessionWithKernels,
     StatusTransitions,
     Transition,
 )

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from drover.backends.base import BackendError
 from drover.backends.fence import FENCED, FencedError
-from drover.model.values import HandlerResult, SessionWithKernels
+from drover.kinds.sessions.values import SessionWithKernels
+from drover.model.values import HandlerResult
 
 __all__ = ["CONCURRENCY", "run_per_session"]
 

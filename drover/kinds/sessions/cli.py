@@ -28,9 +28,9 @@ from drover.cli._common import (
     with_app,
 )
 from drover.kinds.sessions.kinds import KERNEL_DEFAULTS, with_kernel_defaults
+from drover.kinds.sessions.values import TERMINAL_KERNEL_STATUSES, SessionStatus
 from drover.model.checks import PRIORITY_RANGE
 from drover.model.errors import DroverError
-from drover.model.status import TERMINAL_KERNEL_STATUSES, SessionStatus
 
 if TYPE_CHECKING:
     from drover.app import App

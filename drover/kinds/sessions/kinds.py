@@ -2,15 +2,15 @@
 
 A session is the unit drover schedules; its kernels (child kind ``kernel``)
 are the processes a backend runs. The statuses are the design card's
-(:class:`~drover.model.status.SessionStatus`,
-:class:`~drover.model.status.KernelStatus`); what the engine does with them
+(:class:`~drover.kinds.sessions.values.SessionStatus`,
+:class:`~drover.kinds.sessions.values.KernelStatus`); what the engine does with them
 is derived from the two declarations below (:mod:`drover.model.kinds`).
 
 A kernel's spec is its resource request (every top-level number is a slot:
 ``cpu``, ``mem``, ``gpu``…) and what to run; :func:`check_kernel_spec` is the
 kernel kind's own spec check. A session request (``drover submit``,
 ``Repository.create_sessions``) becomes a new entity through
-:func:`drover.model.spec.new_session`.
+:func:`drover.kinds.sessions.requests.new_session`.
 
 The plugin manager always loads this module as the plugin
 ``drover.kinds.sessions``: its ``drover_register_kinds`` registers both kinds,
@@ -22,16 +22,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from drover.kinds.sessions.values import (
+    KERNEL_KIND,
+    SESSION_KIND,
+    TERMINAL_KERNEL_STATUSES,
+    TERMINAL_SESSION_STATUSES,
+    KernelInfo,
+    KernelStatus,
+    SessionStatus,
+    SessionWithKernels,
+)
 from drover.model.checks import is_finite, is_number
 from drover.model.errors import InvalidSpecError
 from drover.model.kinds import EntityKind, Kinds, Limit, TerminationRule
-from drover.model.status import (
-    TERMINAL_KERNEL_STATUSES,
-    TERMINAL_SESSION_STATUSES,
-    KernelStatus,
-    SessionStatus,
-)
-from drover.model.values import KernelInfo, SessionWithKernels
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import KindRegistry
 
@@ -149,7 +152,7 @@ def with_kernel_defaults(kernel: Mapping[str, Any]) -> dict[str, Any]:
 
 
 SESSION = EntityKind(
-    "session",
+    SESSION_KIND,
     SessionStatus,
     terminal=TERMINAL_SESSION_STATUSES,
     success={SessionStatus.TERMINATED},
@@ -158,6 +161,8 @@ SESSION = EntityKind(
     # limits.kernels_per_session: a session's kernels (drover submit --kernels, [[kernels]]).
     limits=(Limit("kernels_per_session", 1000),),
     value_type=SessionWithKernels,
+    # The design card's handlers name no kind: they act on sessions.
+    default=True,
     termination=(
         TerminationRule(
             SessionStatus.CANCELLED,
@@ -173,10 +178,10 @@ SESSION = EntityKind(
     ),
 )
 KERNEL = EntityKind(
-    "kernel",
+    KERNEL_KIND,
     KernelStatus,
     terminal=TERMINAL_KERNEL_STATUSES,
-    parent="session",
+    parent=SESSION_KIND,
     success={KernelStatus.TERMINATED},
     exit_codes=True,
     terminable=False,

@@ -11,9 +11,14 @@ may already have run there.
 from __future__ import annotations
 
 from drover.coordinator.handlers import promotion_class
+from drover.kinds.sessions.values import (
+    NON_TERMINAL_KERNEL_STATUSES,
+    SESSION_KIND,
+    TERMINAL_KERNEL_STATUSES,
+    KernelStatus,
+    SessionStatus,
+)
 from drover.model.promotion import PromotionRule
-from drover.model.rules import NON_TERMINAL_KERNEL_STATUSES
-from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus, SessionStatus
 from drover.model.status import KernelMatchType as M
 from drover.model.values import StatusInfoRule
 from drover.plugins.markers import hookimpl
@@ -40,6 +45,7 @@ BUILTIN_PROMOTIONS: tuple[PromotionRule, ...] = (
         {K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING},
         M.NOT_ANY,
         S.PREPARED,
+        kind=SESSION_KIND,
     ),
     PromotionRule(
         "promote-to-running",
@@ -47,6 +53,7 @@ BUILTIN_PROMOTIONS: tuple[PromotionRule, ...] = (
         {K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING, K.PREPARED, K.CREATING},
         M.NOT_ANY,
         S.RUNNING,
+        kind=SESSION_KIND,
     ),
     PromotionRule(
         "promote-to-terminated",
@@ -54,6 +61,7 @@ BUILTIN_PROMOTIONS: tuple[PromotionRule, ...] = (
         NON_TERMINAL_KERNEL_STATUSES,
         M.NOT_ANY,
         S.TERMINATED,
+        kind=SESSION_KIND,
     ),
     PromotionRule(
         "detect-termination",
@@ -62,6 +70,7 @@ BUILTIN_PROMOTIONS: tuple[PromotionRule, ...] = (
         M.ANY,
         S.TERMINATING,
         StatusInfoRule("KERNEL_EXITED", ((frozenset({K.ERROR}), "ABNORMAL_TERMINATION"),)),
+        kind=SESSION_KIND,
     ),
     PromotionRule(
         "detect-start-failure",
@@ -70,6 +79,7 @@ BUILTIN_PROMOTIONS: tuple[PromotionRule, ...] = (
         M.ANY,
         S.TERMINATING,
         StatusInfoRule("KERNEL_EXITED", ((frozenset({K.ERROR}), "START_FAILED"),)),
+        kind=SESSION_KIND,
     ),
 )
 

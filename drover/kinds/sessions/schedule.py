@@ -7,16 +7,15 @@ from typing import Protocol
 
 from drover.backends.base import AgentBackend
 from drover.coordinator.handlers import LifecycleHandler
-from drover.model.creation import amounts_text, fits_some_agent
-from drover.model.status import KernelStatus, SessionStatus
-from drover.model.values import (
-    HandlerOptions,
-    HandlerResult,
+from drover.kinds.sessions.values import (
     KernelInfo,
+    KernelStatus,
+    SessionStatus,
     SessionWithKernels,
-    StatusTransitions,
     TransitionStatus,
 )
+from drover.model.creation import amounts_text, fits_some_agent
+from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
 

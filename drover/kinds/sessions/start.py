@@ -7,14 +7,13 @@ from collections.abc import Sequence
 from drover.backends.base import AgentBackend
 from drover.coordinator.handlers import LifecycleHandler
 from drover.kinds.sessions._common import run_per_session
-from drover.model.status import KernelStatus, SessionStatus
-from drover.model.values import (
-    HandlerOptions,
-    HandlerResult,
+from drover.kinds.sessions.values import (
+    KernelStatus,
+    SessionStatus,
     SessionWithKernels,
-    StatusTransitions,
     TransitionStatus,
 )
+from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions
 from drover.plugins.markers import hookimpl
 from drover.plugins.registry import HandlerRegistry
 

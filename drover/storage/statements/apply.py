@@ -23,8 +23,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.kinds.sessions.values import KernelStatus
 from drover.model.kinds import STOP_REQUESTED, EntityKind
-from drover.model.status import KernelStatus
 from drover.model.values import StatusInfoRule
 from drover.storage.schema import coordinators, entities, scheduling_history, status_changes
 from drover.storage.statements.children import K, kernel_exists, kernel_status_in

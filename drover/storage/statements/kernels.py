@@ -13,8 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.rules import HOLDING_KERNEL_STATUSES
-from drover.model.status import KernelStatus
+from drover.kinds.sessions.values import HOLDING_KERNEL_STATUSES, KernelStatus
 from drover.storage.rows import KERNEL_COLUMNS
 from drover.storage.schema import entities
 from drover.storage.statements.ids import checked_only
