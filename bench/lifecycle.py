@@ -402,7 +402,7 @@ LIFECYCLE_READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 #: The reading baseline's promotions: drover's own rules.
 PROMOTION_RULES = {rule.name: rule for rule in BUILTIN_PROMOTIONS}
 # drover's fetch reads these session columns (drover.storage.rows.ENTITY_COLUMNS) and
-# these kernel columns (KERNEL_COLUMNS).
+# these kernel columns (CHILD_COLUMNS).
 _SESSION_COLUMNS = (
     "id, kind, name, status, status_changed_at, priority, created_at, spec, data, "
     "status_info, result, tries, requeues, budgets, parent_id, exit_code"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     )
     from drover.coordinator.store import CoordinatorStore
     from drover.coordinator.tick import Coordinator, TickReport
+    from drover.kinds.sessions.store import Queries, Repository
     from drover.kinds.sessions.values import (
         TERMINAL_KERNEL_STATUSES,
         TERMINAL_SESSION_STATUSES,
@@ -83,8 +84,6 @@ if TYPE_CHECKING:
     from drover.plugins.hookspecs import drover_register_kinds
     from drover.plugins.markers import hookimpl
     from drover.plugins.registry import HandlerRegistry, KindRegistry, RuntimeContext
-    from drover.storage.queries import Queries
-    from drover.storage.repository import Repository
 
 __version__ = "0.1.0"
 
@@ -163,8 +162,8 @@ _MODULES: dict[str, str] = {
     "HandlerRegistry": "drover.plugins.registry",
     "KindRegistry": "drover.plugins.registry",
     "RuntimeContext": "drover.plugins.registry",
-    "Queries": "drover.storage.queries",
-    "Repository": "drover.storage.repository",
+    "Queries": "drover.kinds.sessions.store",
+    "Repository": "drover.kinds.sessions.store",
 }
 
 

@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -30,13 +30,12 @@ from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator
 from drover.kinds.sessions.requests import new_session
-from drover.kinds.sessions.values import KernelInfo, KernelReport, KernelStatus
+from drover.kinds.sessions.store import SessionQueries, SessionRepository
 from drover.model.clock import Clock, SystemClock
 from drover.model.creation import check_against_deployment, check_new_entities
 from drover.model.errors import DroverError
 from drover.model.ids import new_id
 from drover.model.kinds import Kinds
-from drover.model.plan import Claim
 from drover.model.values import HandlerOptions, NewEntity
 from drover.plugins.manager import (
     collect_backends,
@@ -49,10 +48,7 @@ from drover.plugins.manager import (
 from drover.plugins.registry import RegisteredHandler, RuntimeContext
 from drover.storage.connect import Engine, create_engine, display_url
 from drover.storage.migrate import current_revision, head_revision, schema_exists, upgrade
-from drover.storage.queries import Queries
-from drover.storage.repository import Repository
 from drover.storage.retry import run_transaction
-from drover.storage.statements.kernels import KERNEL_KIND
 
 __all__ = [
     "GC_THRESHOLD",
@@ -160,7 +156,7 @@ class App:
             self.config.database_url, schema=self.config.database_schema or None
         )
         self.clock: Clock = clock or SystemClock()
-        self._repository: Repository | None = None
+        self._repository: SessionRepository | None = None
         self._backend = backend
         self._plugin_manager = plugin_manager
         self._handler_options: dict[str, Any] = {
@@ -176,11 +172,9 @@ class App:
         self.coordinator_id: str | None = new_id() if claims else None
         # The running daemon (run_daemon), woken when the backend reports kernel changes.
         self._daemon: Daemon | None = None
-        # What the backend reports through (start), noting the statuses entered.
-        self._reporter: _NotingReporter | None = None
 
     @property
-    def queries(self) -> Queries:
+    def queries(self) -> SessionQueries:
         """Read-only queries on the database: what the CLI's reads and the dashboard use."""
         return self.repository.queries
 
@@ -209,10 +203,10 @@ class App:
         return self._kinds
 
     @property
-    def repository(self) -> Repository:
+    def repository(self) -> SessionRepository:
         """The repository on this app's engine; it knows :attr:`kinds` (the plugins load first)."""
         if self._repository is None:
-            self._repository = Repository(self.engine, clock=self.clock, kinds=self.kinds)
+            self._repository = SessionRepository(self.engine, clock=self.clock, kinds=self.kinds)
         return self._repository
 
     @property
@@ -318,22 +312,23 @@ class App:
         await self.check_schema(auto_upgrade=auto_upgrade)
         coordinator = self.load_handlers()
         if not self._backend_started:
-            self._reporter = _NotingReporter(self.repository)
-            await self.backend.start(self._reporter, self._backend_reported)
+            await self.backend.start(self.repository, self._backend_reported)
             self._backend_started = True
         return coordinator
 
     def _backend_reported(self) -> None:
-        # Kernel statuses changed: the promotions over kernels decide what that means,
-        # those that the statuses entered can make match (a kernel becoming RUNNING
-        # does not wake detect-start-failure).
-        if self._reporter is None or self._daemon is None:
+        # Statuses changed: the handlers and promotions those statuses can make match
+        # decide what that means (a kernel becoming RUNNING does not wake
+        # detect-start-failure).
+        if self._daemon is None or self._repository is None:
             return
-        entered, self._reporter.entered = self._reporter.entered, set()
-        if entered:
-            self._daemon.entered(KERNEL_KIND, entered)
-        else:
-            self._daemon.wake_promotions(KERNEL_KIND)
+        entered: dict[str, set[str]] = {}
+        for kind, status in self._repository.take_entered():
+            entered.setdefault(kind, set()).add(status)
+        for kind, statuses in entered.items():
+            self._daemon.entered(kind, statuses)
+        if not entered:
+            self._daemon.wake_promotions()
 
     async def run_daemon(
         self,
@@ -482,64 +477,3 @@ class App:
         if self._repository is not None:
             await self._repository.close()
         await self.engine.dispose()
-
-
-class _NotingReporter:
-    """The repository as the backend's :class:`~drover.backends.base.KernelReporter`,
-    noting the statuses its applied kernel reports entered (for the wake-up after)."""
-
-    def __init__(self, repository: Repository) -> None:
-        self._repository = repository
-        #: Statuses applied reports moved kernels into since the last wake-up.
-        self.entered: set[str] = set()
-
-    @property
-    def clock(self) -> Clock:
-        """The repository's clock."""
-        return self._repository.clock
-
-    async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
-        """Apply the reports (the repository's), noting what the applied ones entered."""
-        applied = await self._repository.report_kernel_statuses(reports)
-        self.entered.update(str(r.status) for r, ok in zip(reports, applied, strict=True) if ok)
-        return applied
-
-    async def report(
-        self,
-        entity_id: str,
-        status: str,
-        *,
-        expected: Iterable[str] | None = None,
-        status_info: str | None = None,
-        data: Mapping[str, Any] | None = None,
-        message: str | None = None,
-        source: str = "report",
-    ) -> bool:
-        """The repository's :meth:`~drover.storage.Repository.report`."""
-        return await self._repository.report(
-            entity_id,
-            status,
-            expected=expected,
-            status_info=status_info,
-            data=data,
-            message=message,
-            source=source,
-        )
-
-    async def report_kernel_progress(
-        self, kernel_id: str, status: KernelStatus, message: str
-    ) -> bool:
-        """The repository's :meth:`~drover.storage.Repository.report_kernel_progress`."""
-        return await self._repository.report_kernel_progress(kernel_id, status, message)
-
-    async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
-        """The repository's :meth:`~drover.storage.Repository.kernels_in`."""
-        return await self._repository.kernels_in(statuses)
-
-    async def kernel_statuses(self, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
-        """The repository's :meth:`~drover.storage.Repository.kernel_statuses`."""
-        return await self._repository.kernel_statuses(kernel_ids)
-
-    async def hold_claim(self, claim: Claim, entity_id: str) -> float | None:
-        """The repository's :meth:`~drover.storage.Repository.hold_claim`."""
-        return await self._repository.hold_claim(claim, entity_id)

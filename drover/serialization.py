@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from drover.inspection.stats import Stats
     from drover.inspection.why import Diagnosis
     from drover.plugins.graph import Edge
-    from drover.storage.ticks import HandlerErrors
+    from drover.storage.stats import HandlerErrors
 
 __all__ = [
     "coordinator_json",

@@ -20,8 +20,8 @@ from sqlalchemy.dialects import sqlite
 from drover.kinds.sessions.values import KernelStatus as K
 from drover.kinds.sessions.values import SessionStatus as S
 from drover.storage.statements.apply import move_entities, place_kernels
-from drover.storage.statements.kernels import KERNEL_STATUSES
-from drover.storage.statements.reports import apply_reports
+from drover.storage.entity_reads import _STATUSES_OF_KIND
+from drover.storage.reports import _apply_reports
 from drover.testing import CoordinatorHarness
 
 
@@ -78,7 +78,7 @@ def _writes(
         ),
         (
             "backend report",
-            apply_reports(False),
+            _apply_reports(False),
             {
                 "ids": json.dumps(kernel_ids),
                 "from_status": K.PENDING.value,
@@ -92,10 +92,10 @@ def _writes(
         (
             "placement",
             place_kernels(False),
-            {"ids": json.dumps(kernel_ids), "agent_id": "agent-0"},
+            {"ids": json.dumps(kernel_ids), "agent_id": "agent-0", "placeable": "PENDING"},
         ),
         # What a backend's monitor asks every few seconds of the kernels it tracks.
-        ("kernel statuses", KERNEL_STATUSES, {"ids": kernel_ids}),
+        ("kernel statuses", _STATUSES_OF_KIND, {"ids": kernel_ids, "kind": "kernel"}),
     ]
 
 

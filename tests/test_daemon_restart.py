@@ -164,7 +164,7 @@ async def _in(repo, sid, status):
 # commit a RUNNING report: after the spawn, before the commit.
 _CRASH_BEFORE_RUNNING_COMMITS = """
 import os, signal, sys
-from drover.storage.repository import Repository
+from drover.kinds.sessions.store import SessionRepository as Repository
 
 original = Repository.report_kernel_statuses
 

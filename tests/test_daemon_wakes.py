@@ -426,9 +426,8 @@ async def test_a_backend_report_wakes_the_promotions_its_statuses_can_make_match
         # A watched status (fetched only past the timeout) wakes its handler on no entry.
         assert "prepare-sessions" not in rules.woken("session", "PREPARING")
         assert "start-sessions" not in rules.woken("session", "CREATING")
-        # What the backend reports through, and the wake-up it calls after.
-        reporter = app._reporter
-        assert reporter is not None
+        # What the backend reports through (the repository), and the wake-up it calls after.
+        reporter = app.repository
         assert await reporter.report_kernel_statuses([KernelReport(kernel, K.ERROR)]) == [True]
         app._backend_reported()
         await wait_for(lambda: _status(app, sid, "TERMINATED"), what="the session TERMINATED")

@@ -51,3 +51,22 @@ def test_an_unknown_name_is_still_an_attribute_error():
     module = importlib.import_module("drover.model.status")
     with pytest.raises(AttributeError, match="SessionStatuss"):
         module.SessionStatuss  # noqa: B018
+
+
+def test_a_record_built_without_its_kind_warns():
+    """HistoryEvent, HistoryRecord and TerminationOutcome defaulted to the session kind; built
+    without ``kind=`` they warn (the engine names no kind) and carry kind ``""``."""
+    from datetime import UTC, datetime
+
+    from drover import HistoryRecord, SchedulingResult, TerminationOutcome
+    from drover.coordinator.observers import HistoryEvent
+
+    now = datetime.now(UTC)
+    with pytest.warns(DeprecationWarning, match=r"HistoryEvent\(\) without kind= is deprecated"):
+        event = HistoryEvent("h", "e1", SchedulingResult.SUCCESS, "A", "B", None, None, now)
+    assert event.kind == ""
+    with pytest.warns(DeprecationWarning, match=r"HistoryRecord\(\) without kind="):
+        HistoryRecord(1, "e1", "h", SchedulingResult.SUCCESS, "A", "B", None, None, 1, now, now)
+    with pytest.warns(DeprecationWarning, match=r"TerminationOutcome\(\) without kind="):
+        TerminationOutcome("e1", "A", "B", True)
+    assert TerminationOutcome("e1", "A", "B", True, kind="job").kind == "job"

@@ -53,26 +53,9 @@ def test_model_is_a_leaf_and_coordinator_and_storage_never_import_each_other(pac
         for module in _drover_imports(path)
         if not module.startswith(allowed)
     }
-    assert not bad - _STORAGE_READING_SESSIONS, sorted(bad - _STORAGE_READING_SESSIONS)
+    assert not bad, sorted(bad)
 
 
-#: TEMPORARY (issue 32, removed when storage no longer reads the session kind itself):
-#: the storage modules that still read sessions and kernels into their values.
-_STORAGE_READING_SESSIONS = frozenset(
-    f"storage/{module}: drover.kinds.sessions.{what}"
-    for module, what in [
-        ("fetch.py", "values"),
-        ("kernels.py", "values"),
-        ("queries.py", "values"),
-        ("repository.py", "values"),
-        ("repository.py", "requests"),
-        ("rows.py", "values"),
-        ("sessions.py", "values"),
-        ("statements/apply.py", "values"),
-        ("statements/kernels.py", "values"),
-        ("ticks.py", "values"),
-    ]
-)
 
 
 def test_backends_import_no_storage():
@@ -136,16 +119,29 @@ def _statement_builders(path: Path) -> list[str]:
     return found
 
 
-def test_storage_builds_statements_only_in_statements():
-    """Every SQL statement builder of storage is in drover/storage/statements/ (table
-    definitions in schema.py, Alembic migrations in migrations/): the other modules
-    only execute them."""
-    storage = ROOT / "storage"
-    allowed = (storage / "statements", storage / "schema.py", storage / "migrations")
+def test_shared_statements_are_shared():
+    """A storage service keeps its statements beside the code that runs them: a module of
+    drover/storage/statements/ is there because several storage modules use it."""
+    statements = ROOT / "storage" / "statements"
+    users: dict[str, set[str]] = {}
+    for path in _modules("storage"):
+        for module in _drover_imports(path):
+            if module.startswith("drover.storage.statements."):
+                users.setdefault(module.rpartition(".")[2], set()).add(str(path))
+    lonely = {
+        path.stem: sorted(users.get(path.stem, ()))
+        for path in statements.glob("*.py")
+        if path.stem != "__init__" and len(users.get(path.stem, set()) - {str(path)}) < 2
+    }
+    assert not lonely, lonely
+
+
+def test_sql_is_built_in_storage_modules_only(tmp_path):
+    """Outside drover/storage, no module builds a statement (nor imports SQLAlchemy)."""
     bad = [
         f"{path.relative_to(ROOT)}:{where}"
-        for path in _modules("storage")
-        if not any(path == a or a in path.parents for a in allowed)
+        for path in ROOT.rglob("*.py")
+        if "storage" not in path.relative_to(ROOT).parts
         for where in _statement_builders(path)
     ]
     assert not bad, bad
@@ -301,7 +297,7 @@ def test_the_engine_never_imports_the_builtin_kinds(package):
         for module in _drover_imports(path)
         if module == "drover.kinds" or module.startswith("drover.kinds.")
     }
-    assert not bad - _STORAGE_READING_SESSIONS, sorted(bad - _STORAGE_READING_SESSIONS)
+    assert not bad, sorted(bad)
 
 
 #: Modules of drover/web/ that may import drover.kinds.
@@ -330,6 +326,11 @@ def test_the_dashboard_never_imports_the_builtin_kinds():
     assert not bad, sorted(bad)
 
 
+#: The session kind's storage layer: its spellings of the generic services
+#: (``store.py``, which ``drover.Repository`` names) and its fast row reader.
+_SESSION_STORAGE = frozenset({"kinds/sessions/store.py", "kinds/sessions/reading.py"})
+
+
 @pytest.mark.parametrize("package", ["web", "inspection", "kinds"])
 def test_readers_use_only_the_read_only_queries(package):
     """The dashboard, inspection and handlers read storage through Queries, which cannot write.
@@ -339,6 +340,7 @@ def test_readers_use_only_the_read_only_queries(package):
     bad = {
         f"{path.relative_to(ROOT)}: {module}"
         for path in _modules(package)
+        if path.relative_to(ROOT).as_posix() not in _SESSION_STORAGE
         for module in _drover_imports(path)
         if module.startswith("drover.storage") and module != "drover.storage.queries"
     }
@@ -346,14 +348,20 @@ def test_readers_use_only_the_read_only_queries(package):
 
 
 def test_queries_has_no_method_that_writes():
-    """Queries is read-only by type: none of the write store's methods is on it."""
+    """Queries is read-only by type: none of the write stores' methods is on it (nor on the
+    session kind's spelling of it)."""
+    from drover.kinds.sessions.store import SessionQueries, SessionRepository
     from drover.storage.queries import Queries
     from drover.storage.repository import Repository
 
     writes = {"apply", "promote", "create_entities", "request_termination", "update_spec",
-              "report_kernel_statuses", "record_ticks", "prune_history", "link"}  # fmt: skip
+              "report", "report_many", "report_status_info", "record_ticks", "prune_history",
+              "link", "reopen", "assign_agents", "heartbeat"}  # fmt: skip
     assert writes <= set(dir(Repository))
     assert not writes & set(dir(Queries))
+    session_writes = writes | {"create_sessions", "report_kernel_statuses", "seed_sessions"}
+    assert session_writes <= set(dir(SessionRepository))
+    assert not session_writes & set(dir(SessionQueries))
 
 
 #: Modules of drover/kinds/ that may import drover.storage.
@@ -362,6 +370,9 @@ _KINDS_READING_STORAGE = frozenset(
         # Until handlers read through their targets only: the route handlers read their
         # replica sessions (and a route's deployment) through the repository.
         "deployments/routes.py",
+        # The session kind's storage layer, built on generic storage.
+        "sessions/store.py",
+        "sessions/reading.py",
     }
 )
 
@@ -405,15 +416,6 @@ def _kind_names_in(path: Path, names: frozenset[str]) -> list[str]:
     ]
 
 
-#: TEMPORARY (issue 32, removed when storage reads sessions through their kind): storage's
-#: session and kernel statements still name their kinds.
-_ENGINE_NAMING_KINDS = frozenset(
-    {
-        "storage/queries.py",
-        "storage/statements/sessions.py",
-        "storage/statements/kernels.py",
-    }
-)
 
 
 @pytest.mark.parametrize("package", ["model", "coordinator", "storage"])
@@ -427,7 +429,6 @@ def test_the_engine_names_no_builtin_kind(package):
         f"{path.relative_to(ROOT)}:{where}"
         for path in _modules(package)
         if "migrations" not in path.relative_to(ROOT).parts
-        and path.relative_to(ROOT).as_posix() not in _ENGINE_NAMING_KINDS
         for where in _kind_names_in(path, names)
     ]
     assert not bad, bad
@@ -448,3 +449,81 @@ def test_the_kind_name_check_sees_constants_and_defaults(tmp_path):
         "3: 'kernel'",
         "5: 'route'",
     ]
+
+
+# -- no layer that only passes a call on ---------------------------------------------------------
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    args = function.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def _passes_on(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether ``function``'s body (its docstring aside) is one call taking exactly its own
+    parameters, unchanged (``self``'s attributes aside): a call passed on."""
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], ast.Return | ast.Expr):
+        return False
+    call = body[0].value
+    if isinstance(call, ast.Await):
+        call = call.value
+    if not isinstance(call, ast.Call):
+        return False
+    passed: list[str] = []
+    for arg in call.args:
+        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+            if arg.value.id == "self":
+                continue
+        if not isinstance(arg, ast.Name):
+            return False
+        passed.append(arg.id)
+    for keyword in call.keywords:
+        if not isinstance(keyword.value, ast.Name) or keyword.arg not in (None, keyword.value.id):
+            return False
+        passed.append(keyword.value.id)
+    return sorted(passed) == sorted(_parameters(function))
+
+
+def _forwarders(paths: list[Path]) -> list[str]:
+    found = []
+    for path in paths:
+        for cls in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(cls, ast.ClassDef):
+                found += [
+                    f"{path.name}:{cls.name}.{f.name}"
+                    for f in cls.body
+                    if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and _passes_on(f)
+                ]
+    return found
+
+
+#: At most this many methods of storage and the app only pass a call on (issue 32: the
+#: storage services are the implementation; there were 60).
+MAX_FORWARDERS = 10
+
+
+def test_storage_and_the_app_pass_few_calls_on():
+    """Storage's services and the App are the implementation, not layers over it."""
+    found = _forwarders([*_modules("storage"), ROOT / "app.py"])
+    assert len(found) <= MAX_FORWARDERS, found
+
+
+def test_the_forwarder_check_sees_a_pass_through(tmp_path):
+    """A method passing its parameters on is found; one that adds or changes one is not."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "class A:\n"
+        "    async def f(self, x, *, y):\n"
+        '        """Doc."""\n'
+        "        return await self._db.f(self._db, x, y=y)\n"
+        "    def g(self, x):\n"
+        "        return h(x, 1)\n"
+        "    def k(self, x):\n"
+        "        return h(x.y)\n"
+    )
+    assert [f.rpartition(".")[2] for f in _forwarders([sample])] == ["f"]

@@ -210,7 +210,7 @@ async def test_two_coordinators_on_postgresql_never_spawn_twice_nor_kill_a_live_
 # ended: the exit is on disk, in its supervisor's record, and nowhere else.
 _CRASH_BEFORE_AN_END_COMMITS = """
 import os, signal, sys
-from drover.storage.repository import Repository
+from drover.kinds.sessions.store import SessionRepository as Repository
 
 original = Repository.report_kernel_statuses
 

@@ -84,7 +84,7 @@ def _event(i: int) -> HistoryEvent:
 
     return HistoryEvent(
         "h", f"s{i}", SchedulingResult.SUCCESS, S.PENDING, S.SCHEDULED, None, None,
-        datetime.now(UTC),
+        datetime.now(UTC), kind="session",
     )  # fmt: skip
 
 

@@ -33,8 +33,8 @@ from drover.model.values import CoordinatorInfo
 from drover.plugins.graph import edges_of
 from drover.plugins.manager import make_plugin_manager
 from drover.serialization import session_json
-from drover.storage.repository import Repository
-from drover.storage.ticks import BUCKETS
+from drover.kinds.sessions.store import SessionRepository as Repository
+from drover.storage.stats import BUCKETS
 from drover.testing import CoordinatorHarness
 from drover.web import create_app, dashboard_of, page
 from drover.web.palette import STATUS_COLOURS

@@ -50,7 +50,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 
     async def work(
         app: App,
-    ) -> tuple[list[Any], dict[str, int], list[Any], dict[SessionStatus, int]]:
+    ) -> tuple[list[Any], dict[str, int], list[Any], dict[Any, int]]:
         alive = await app.repository.coordinators(alive_within=window)
         claims = await app.repository.claims_by_owner()
         errors = await recent_handler_errors(app.repository, time.time())

@@ -19,6 +19,7 @@ import attrs
 
 from drover.coordinator.tick import TickReport
 from drover.model.clock import from_timestamp
+from drover.model.deprecation import warn_kindless
 from drover.model.status import SchedulingResult
 
 __all__ = ["HistoryEvent", "Observer", "ObserverDispatcher", "events_of"]
@@ -44,7 +45,11 @@ class HistoryEvent:
     error_code: str | None
     message: str | None
     at: datetime
-    kind: str = attrs.field(kw_only=True)
+    kind: str = attrs.field(default="", kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.kind:
+            warn_kindless(self)
 
 
 @runtime_checkable

@@ -1,7 +1,11 @@
 """What the coordinator needs from storage: a narrow protocol, implemented in ``drover.storage``.
 
-The coordinator never imports storage; :class:`drover.storage.Repository`
-satisfies these protocols, and a test may pass anything else that does.
+The coordinator never imports storage. These protocols are the contract (their
+docstrings are the documentation); :class:`drover.storage.tick_store.TickStore`
+implements :class:`CoordinatorStore`, and with
+:class:`drover.storage.daemon_store.DaemonStore` the daemon's
+:class:`DaemonStore` (a :class:`drover.storage.repository.Repository` is both). A
+test may pass anything else that satisfies them.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ class CoordinatorStore(Protocol):
     ) -> Sequence[Target]:
         """Entities of ``kind`` in ``statuses`` passing ``filters``, in fetch order.
 
-        Each is its kind's ``value_type``: :class:`~drover.model.values.SessionWithKernels`
-        for sessions, :class:`~drover.model.values.Entity` for other kinds. Each target's
+        Each is its kind's ``value_type``, built by its kind's reader
+        (:class:`~drover.model.values.Entity` for a kind without one). Each target's
         ``try_count`` is ``handler``'s count; ``now`` is the time filters on
         ages compare with. With ``claim``, only entities no other tick holds
         are fetched, and they are claimed (a store with one coordinator, such

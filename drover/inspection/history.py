@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from drover.kinds.sessions.values import KERNEL_KIND
 from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord
 from drover.serialization import history_json, kernel_history_json
@@ -30,7 +31,7 @@ async def search_history(
     ``kernel_id`` restricts to the history of that kernel's session.
     """
     if kernel_id is not None:
-        kernel = await repo.get_kernel(kernel_id)
+        kernel = await repo.read_one(KERNEL_KIND, kernel_id)
         session_id = kernel.session_id
     return await repo.search_history(
         kind=kind,
@@ -61,7 +62,7 @@ async def timeline(
                 {"kind": "session", "at": history_json(row)["created_at"], **history_json(row)},
             )
         )
-    for krow in await repo.kernel_history(session_id=session_id):
+    for krow in await repo.changes(parent_id=session_id):
         data = kernel_history_json(krow)
         items.append(
             (krow.created_at.timestamp(), 1, {"kind": "kernel", "at": data["created_at"], **data})

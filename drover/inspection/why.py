@@ -17,6 +17,7 @@ from drover.coordinator.handlers import Handler, target_statuses
 from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration
 from drover.kinds.sessions.values import (
+    SESSION_KIND,
     TERMINAL_SESSION_STATUSES,
     SessionStatus,
     SessionWithKernels,
@@ -325,7 +326,7 @@ async def diagnose_session(
     repo: Queries, coordinator: Coordinator, session_id: str, now: float
 ) -> Diagnosis:
     """Read the session and its history, then :func:`diagnose` it with the loaded handlers."""
-    session = await repo.get_session(session_id)
+    session = await repo.read_one(SESSION_KIND, session_id)
     rows = await repo.history(session_id)
     return diagnose(
         session,

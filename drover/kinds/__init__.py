@@ -22,33 +22,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from drover._lazy import lazy_attributes
-from drover.kinds.deployments import kinds as deployment_kinds
-from drover.kinds.deployments.kinds import DEPLOYMENT, ROUTE
-from drover.kinds.sessions import kinds as session_kinds
-from drover.kinds.sessions.kinds import KERNEL, SESSION
-from drover.model.kinds import EntityKind
 
 if TYPE_CHECKING:
     from drover.kinds._plugins import BUILTIN_PLUGINS
+    from drover.kinds.builtin import BUILTIN_KINDS, KIND_PLUGINS
 
 __all__ = ["BUILTIN_KINDS", "BUILTIN_PLUGINS", "KIND_PLUGINS", "short_name"]
 
-# BUILTIN_PLUGINS (every built-in handler plugin, in lifecycle order) imports
-# every handler, and so SQLAlchemy: it is read on first use, which the command
-# line's ``--help`` never makes.
-__getattr__ = lazy_attributes(__name__, {"BUILTIN_PLUGINS": "drover.kinds._plugins"})
-
-#: ``(plugin name, plugin)`` of the plugins every plugin manager loads, whatever
-#: it is told (they cannot be blocked): each package's kinds
-#: (``drover_register_kinds``), their commands (``drover_register_commands``)
-#: and the deployments' dashboard pages (``drover_register_web``).
-KIND_PLUGINS: list[tuple[str, object]] = [
-    ("drover.kinds.sessions", session_kinds),
-    ("drover.kinds.deployments", deployment_kinds),
-]
-
-#: drover's own kinds, in the order their plugins register them.
-BUILTIN_KINDS: tuple[EntityKind, ...] = (SESSION, KERNEL, DEPLOYMENT, ROUTE)
+# Read on first use: importing one kind's vocabulary (a backend importing
+# drover.kinds.sessions.values) loads no other kind, and BUILTIN_PLUGINS imports
+# every handler, and so SQLAlchemy, which the command line's ``--help`` never needs.
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "BUILTIN_PLUGINS": "drover.kinds._plugins",
+        "BUILTIN_KINDS": "drover.kinds.builtin",
+        "KIND_PLUGINS": "drover.kinds.builtin",
+    },
+)
 
 
 def short_name(plugin_name: str) -> str:

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["moved_names", "warn_moved"]
+__all__ = ["moved_names", "warn_kindless", "warn_moved"]
 
 
 def warn_moved(old: str, new: str, *, stacklevel: int = 3) -> None:
@@ -23,6 +23,20 @@ def warn_moved(old: str, new: str, *, stacklevel: int = 3) -> None:
         f"{old} is deprecated: use {new} (the old spelling goes in a later minor version)",
         DeprecationWarning,
         stacklevel=stacklevel,
+    )
+
+
+def warn_kindless(value: object) -> None:
+    """Warn that ``value`` (a record drover builds) was built without ``kind=``.
+
+    Its kind used to default to the session kind's; the engine names no kind
+    now, so a kind-less record's ``kind`` is ``""`` until ``kind=`` is required.
+    """
+    warnings.warn(
+        f"{type(value).__name__}() without kind= is deprecated: pass the entity's kind "
+        "(it defaulted to 'session'; it is '' now, and required in a later minor version)",
+        DeprecationWarning,
+        stacklevel=4,
     )
 
 

@@ -40,8 +40,9 @@ import attrs
 from drover.model.budgets import BudgetUse
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
+from drover.model.kind_parts import Budget, Limit, TerminationRule
 from drover.model.pools import Pool, PoolHolders
-from drover.model.values import Entity, Transition
+from drover.model.values import Entity
 
 __all__ = [
     "RESULT_FROM",
@@ -90,78 +91,6 @@ def _limits(values: Iterable[Limit]) -> tuple[Limit, ...]:
 
 def _reported(values: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
     return frozenset((str(a), str(b)) for a, b in values)
-
-
-@attrs.frozen
-class Limit:
-    """An upper bound on a count one request can ask for, so no request eats the machine.
-
-    ``name`` is its configuration key (``[limits]``, :class:`drover.config.LimitsConfig`),
-    whose value replaces ``bound`` when a system is assembled
-    (:meth:`Kinds.with_limits`). ``spec_key`` is the whole-number spec key it
-    bounds (a deployment's ``replicas``); without one it bounds the number of
-    children a new entity is created with (a session's kernels). The creation
-    check and every spec update enforce it.
-    """
-
-    name: str
-    bound: int
-    spec_key: str | None = None
-
-
-@attrs.frozen
-class Budget:
-    """A named budget of a kind: failures (and named outcomes) that name it spend it.
-
-    ``limit`` is the default number of charges allowed (configuration under
-    ``[budgets.<kind>]`` and an entity's ``spec["budgets"]`` override it);
-    ``None``: no limit, a counter that never gives up. The charge that goes
-    past the limit gives up: with the budget's own ``give_up`` transition if it
-    declares one (Iris: ``FAILED`` when the failure budget is spent,
-    ``PREEMPTED`` when the preemption budget is), else the handler's.
-
-    A budget is cumulative over the entity's whole life unless it is
-    refilled: ``resets=True`` refills it on every status change (as
-    per-handler tries are); ``resets_on={...}`` only when the entity enters
-    one of those statuses (dstack: the resubmission attempt starts over
-    once the run reaches PROVISIONING). The two do not go together.
-    """
-
-    name: str
-    limit: int | None
-    resets: bool = False
-    give_up: Transition | None = None
-    resets_on: frozenset[str] = attrs.field(default=frozenset(), converter=_frozen_str)
-
-    def refills_on(self, to_status: str | None) -> bool:
-        """Whether a move into ``to_status`` refills this budget."""
-        return self.resets or (to_status is not None and to_status in self.resets_on)
-
-
-@attrs.frozen
-class TerminationRule:
-    """How a termination request moves an entity in one of ``from_statuses``.
-
-    ``from_statuses`` of ``None`` means every live status except ``to``.
-    ``children`` (optional) is what its children become at once.
-    ``if_childless`` (optional) replaces ``to`` for an entity with no children:
-    nothing would ever finish its cleanup. ``status_info`` (optional) is the
-    entity's ``status_info`` instead of who asked (``USER_REQUESTED``,
-    ``REQUESTED_BY_<HANDLER>``).
-
-    ``mode`` (optional) names the termination mode the rule serves
-    (``drover terminate --mode abort``): a request in a mode uses only that
-    mode's rules, a plain request only the rules without one. The modes a kind
-    accepts are the ones its rules name (:attr:`EntityKind.termination_modes`).
-    """
-
-    to: str
-    from_statuses: frozenset[str] | None = attrs.field(default=None, converter=_maybe_frozen)
-    children: str | None = None
-    if_childless: str | None = None
-    message: str = "termination requested"
-    status_info: str | None = None
-    mode: str | None = None
 
 
 @attrs.frozen
@@ -225,6 +154,11 @@ class EntityKind:
     #: The class its entities are read into: :class:`~drover.model.values.Entity`, or
     #: a kind's own spelling with the same attributes (sessions: ``SessionWithKernels``).
     value_type: type[Any] = Entity
+    #: How rows become ``value_type`` values when it is the kind's own class: called by
+    #: storage with the entities' rows, their children's rows, the handler whose try
+    #: count they carry and the tick's claim (the row layouts and the call are
+    #: :class:`drover.storage.rows.Reader`'s). ``None``: storage reads :class:`Entity`.
+    reader: Callable[..., list[Any]] | None = attrs.field(default=None, eq=False)
     #: Pools of counter tokens its entities hold while in some statuses (:mod:`drover.model.pools`).
     pools: tuple[Pool, ...] = attrs.field(default=(), converter=_pools)
     #: Status changes that only pushed reports make (``Repository.report``: a backend or an

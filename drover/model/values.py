@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import attrs
 
 from drover.model.budgets import BudgetUse
-from drover.model.deprecation import moved_names
+from drover.model.deprecation import moved_names, warn_kindless
 from drover.model.ids import new_id
 from drover.model.status import SchedulingResult
 
@@ -129,6 +129,9 @@ class Transition:
     to: str | None = None
     children: str | None = None
     children_info: str | None = None
+
+    #: What the two sides are called in messages (a kind's spelling may name them).
+    sides: ClassVar[tuple[str, str]] = ("to", "children")
 
 
 def _outcomes(value: Mapping[str, Transition] | None) -> dict[str, Transition]:
@@ -411,7 +414,11 @@ class HistoryRecord:
     attempts: int
     created_at: datetime
     updated_at: datetime
-    kind: str = attrs.field(kw_only=True)
+    kind: str = attrs.field(default="", kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.kind:
+            warn_kindless(self)
 
     @property
     def entity_id(self) -> str:
@@ -487,4 +494,8 @@ class TerminationOutcome:
     from_status: str
     to_status: str
     changed: bool
-    kind: str = attrs.field(kw_only=True)
+    kind: str = attrs.field(default="", kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.kind:
+            warn_kindless(self)

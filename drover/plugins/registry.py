@@ -33,8 +33,8 @@ from drover.plugins.validation import validate_promotion_handler
 if TYPE_CHECKING:
     from drover.backends.base import AgentBackend, KernelReporter
     from drover.config import Config
+    from drover.kinds.sessions.store import Queries
     from drover.model.clock import Clock
-    from drover.storage.queries import Queries
 
 __all__ = [
     "BackendFactory",

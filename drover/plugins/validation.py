@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
-from drover.kinds.sessions.values import KernelStatus, SessionStatus, TransitionStatus
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
 from drover.model.filters import (
@@ -45,7 +45,7 @@ def _check_name(name: object, where: str) -> None:
         raise InvalidHandlerError(f"{where}: name() must return a kebab-case string")
 
 
-def _check_targets(targets: object, what: str, where: str, enum: type = SessionStatus) -> None:
+def _check_targets(targets: object, what: str, where: str, enum: type) -> None:
     if not isinstance(targets, frozenset):
         raise InvalidHandlerError(f"{where}: {what} must be a frozenset")
     _check_members(targets, enum, what, where)
@@ -58,13 +58,12 @@ def _check_transition(
 ) -> None:
     if value is None:
         return
-    session_spelling = isinstance(value, TransitionStatus)
     if not isinstance(value, Transition):
         raise InvalidHandlerError(
             f"{where}: status_transitions().{field} is {value!r}, not a Transition "
             "(TransitionStatus for sessions) or None"
         )
-    own, theirs = ("session", "kernel") if session_spelling else ("to", "children")
+    own, theirs = value.sides
     if value.to is not None and not isinstance(value.to, kind.statuses):
         raise InvalidHandlerError(
             f"{where}: status_transitions().{field}.{own} is {value.to!r}, "
@@ -201,17 +200,19 @@ def validate_promotion_handler(handler: SessionPromotionHandler, plugin: str) ->
     where = f"handler {name!r} of plugin {plugin!r}"
     _check_name(name, where)
     targets = handler.target_session_statuses
-    _check_targets(targets, "target_session_statuses", where)
+    # Statuses of a kind's enum; which kind's is checked once the rule is registered.
+    _check_targets(targets, "target_session_statuses", where, StrEnum)
     validate_options(cls.default_options(), where=f"{where}: default_options()")
-    _check_members(handler.check_kernel_statuses, KernelStatus, "check_kernel_statuses", where)
+    _check_members(handler.check_kernel_statuses, StrEnum, "check_kernel_statuses", where)
     if not handler.check_kernel_statuses:
         raise InvalidHandlerError(f"{where}: check_kernel_statuses is empty")
     if not isinstance(handler.match_type, KernelMatchType):
         raise InvalidHandlerError(f"{where}: match_type must be a KernelMatchType")
     success = cls.success_session_status()
-    if not isinstance(success, SessionStatus):
+    if not isinstance(success, StrEnum):
         raise InvalidHandlerError(
-            f"{where}: success_session_status() returned {success!r}, not a SessionStatus"
+            f"{where}: success_session_status() returned {success!r}, not a status (a StrEnum "
+            "member, such as SessionStatus.RUNNING)"
         )
     if success in targets:
         raise InvalidHandlerError(

@@ -27,7 +27,6 @@ its ids as one parameter.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,11 +48,10 @@ from drover.model.pools import POOL_FULL
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
 from drover.model.values import NewEntity, TerminationOutcome
-from drover.storage._db import Database
 from drover.storage._sql import ids_value, statement
+from drover.storage.descendants import ChildMoves
 from drover.storage.ending import termination_changes
-from drover.storage.entities import insert_new_entities, merge_patch
-from drover.storage.fetch import release_claims
+from drover.storage.inserts import insert_new_entities, merge_patch
 from drover.storage.journal import history_row, write_history
 from drover.storage.moves import move_changes
 from drover.storage.notify import notify
@@ -68,26 +66,17 @@ from drover.storage.statements.apply import (
     latest_history,
     lock_entities,
     move_entities,
-    move_kernels,
-    place_and_move_kernels,
-    place_kernels,
     record_own_moves,
     reset_tries,
     set_entity_data,
-    set_moved_results,
     set_result,
     spend_budget,
 )
 from drover.storage.statements.coordinators import SOLO_HELD
-from drover.storage.statements.promote import (
-    WATERMARKS,
-    promote_entities,
-    promotion_probe,
-    recent_promotion_probe,
-)
-from drover.storage.watermarks import Watermarks, Window
+from drover.storage.statements.fetch import release_rows
+from drover.storage.statements.promote import promote_entities
 
-__all__ = ["Apply", "promote"]
+__all__ = ["Apply", "release_claims"]
 
 
 def _children_side(change: Change, kinds: Kinds) -> str | None:
@@ -110,6 +99,18 @@ def _leaves_no_live_kernel(rule: PromotionRule, child: EntityKind | None) -> boo
     return child is None or (
         rule.match is KernelMatchType.NOT_ANY and rule.kernel_statuses >= child.live
     )
+
+
+def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
+    """Release a tick's claim on ``ids`` (PostgreSQL), inside an open transaction.
+
+    A solo tick's (:attr:`Claim.solo`) marked no row: there is nothing to release.
+    """
+    if ids:
+        conn.execute(
+            statement(("release-claims",), release_rows),
+            {"ids": ids_value(ids, True), "b_claim_token": token},
+        )
 
 
 # -- the apply ----------------------------------------------------------------------------
@@ -142,8 +143,8 @@ class Apply:
         self.postgres = postgres
         self.kinds = kinds
         self.inject = inject_failure or (lambda _step: None)
-        self.kernel_changes = 0
-        self.children_entered: set[tuple[str, str]] = set()
+        #: The children this apply moves (and what they entered).
+        self.children = ChildMoves(conn, source, now, postgres=postgres, kinds=kinds)
         # History of status changes, all alike per group: (ids, row).
         self._moved_history: list[tuple[list[str], AppliedChange]] = []
         self._moved_rows: list[AppliedChange] = []
@@ -216,8 +217,8 @@ class Apply:
         self.announce(applied)
         return ApplyOutcome(
             changes=tuple(applied),
-            kernel_changes=self.kernel_changes,
-            children_entered=frozenset(self.children_entered),
+            kernel_changes=self.children.kernel_changes,
+            children_entered=frozenset(self.children.children_entered),
         )
 
     def announce(self, applied: Sequence[AppliedChange], by: str | None = None) -> None:
@@ -365,10 +366,10 @@ class Apply:
         placements = [p for c in group if c.entity_id in live for p in c.placements]
         to_children = _children_side(first, self.kinds)
         if placements and (pg or to_children is None):
-            self._place_kernels(placements)
+            self.children.place(kind, placements)
             placements = []
         if to_children is not None:
-            self._move_kernels(kind, live_ids, to_children, placements, first.children_info)
+            self.children.move(kind, live_ids, to_children, placements, first.children_info)
             self.inject("after-kernels")
         if first.changes_status and kind.parent is not None:
             # A child moved by a handler of its own kind: its parent's view records it.
@@ -415,18 +416,6 @@ class Apply:
                 self._creates.extend(change.creates)
                 self._ends.extend(change.terminates)
 
-    def ended(self, kind: EntityKind, ids: list[str], status: str) -> None:
-        """What follows ``ids`` of ``kind`` ending in ``status`` outside a tick (a report):
-        their live children end, down the tree, and their result is set."""
-        child = self.kinds.child_of(kind.name)
-        if child is not None:
-            self._move_kernels(kind, ids, child.end_status_for(status))
-        pg = self.postgres
-        self.conn.execute(
-            statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
-            {"ids": self._ids(ids)},
-        )
-
     def _patch_data(self, patches: dict[str, Any]) -> None:
         """Merge-patch the entities' ``data`` (read and written in this transaction)."""
         pg = self.postgres
@@ -460,7 +449,7 @@ class Apply:
         if rule.to_status in kind.terminal:
             child = self.kinds.child_of(kind.name)
             if child is not None and not _leaves_no_live_kernel(rule, child):
-                self._move_kernels(kind, live_ids, child.end_status_for(rule.to_status))
+                self.children.move(kind, live_ids, child.end_status_for(rule.to_status))
                 self.inject("after-kernels")
             self.conn.execute(
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
@@ -517,111 +506,6 @@ class Apply:
             self._released.update(live)
         return live
 
-    def _place_kernels(self, placements: list[tuple[str, str]]) -> None:
-        """Set the agents of PENDING kernels: one statement per agent."""
-        by_agent: dict[str, list[str]] = defaultdict(list)
-        for kernel_id, agent_id in placements:
-            by_agent[agent_id].append(kernel_id)
-        pg = self.postgres
-        stmt = statement(("place-kernels", pg), lambda: place_kernels(pg))
-        for agent_id, kernel_ids in by_agent.items():
-            self.conn.execute(stmt, {"ids": self._ids(kernel_ids), "agent_id": agent_id})
-
-    def _move_kernels(
-        self,
-        kind: EntityKind,
-        entity_ids: list[str],
-        target: str,
-        placements: Sequence[tuple[str, str]] = (),
-        info: str | None = None,
-    ) -> None:
-        """Record and move the entities' eligible children (SQLite: placing them as they move).
-
-        On SQLite the kernels being placed are moved by the statement that sets
-        their agent, one per agent: each row is written once, not twice.
-        """
-        pg = self.postgres
-        child = self.kinds.child_of(kind.name)
-        if child is None:
-            return
-        noted = info is not None
-        record, *move = statement(
-            ("move-kernels", pg, child, target, noted),
-            lambda: move_kernels(pg, child, target, info=noted),
-        )
-        params = {
-            "ids": self._ids(entity_ids),
-            "to_status": str(target),
-            "now": self.now,
-            "source": self.source,
-        }
-        if noted:
-            params["children_info"] = info
-        recorded = max(self.conn.execute(record, params).rowcount, 0)
-        moved = 0
-        if placements:
-            place = statement(
-                ("place-and-move", child, target), lambda: place_and_move_kernels(child, target)
-            )
-            by_agent: dict[str, list[str]] = defaultdict(list)
-            for kernel_id, agent_id in placements:
-                by_agent[agent_id].append(kernel_id)
-            for agent_id, kernel_ids in by_agent.items():
-                values = {"kids": self._ids(kernel_ids), "agent_id": agent_id}
-                result = self.conn.execute(
-                    place, {**values, "to_status": str(target), "now": self.now}
-                )
-                moved += max(result.rowcount, 0)
-        if move and recorded > moved:
-            self.conn.execute(move[0], params)
-        self.kernel_changes += recorded
-        if recorded:
-            self.children_entered.add((child.name, str(target)))
-        if recorded and target in child.terminal:
-            self._end_descendants(child, target, params, (target,))
-            self._set_moved_results(child, params, (), target)
-
-    def _end_descendants(
-        self, kind: EntityKind, status: str, params: dict[str, Any], path: tuple[str, ...]
-    ) -> None:
-        """End the live children of ``kind``'s entities just ended in ``status``, down the tree.
-
-        Each descendant kind applies its own rule (:meth:`EntityKind.end_status_for`):
-        a cancelled job's tasks end, and so do their attempts.
-        """
-        child = self.kinds.child_of(kind.name)
-        if child is None:
-            return
-        pg = self.postgres
-        end = child.end_status_for(status)
-        noted = "children_info" in params
-        statements = statement(
-            ("move-descendants", pg, child, end, path, noted),
-            lambda: move_kernels(pg, child, end, path, info=noted),
-        )
-        values = {**params, "to_status": str(end)}
-        recorded = max(self.conn.execute(statements[0], values).rowcount, 0)
-        for more in statements[1:]:
-            self.conn.execute(more, values)
-        self.kernel_changes += recorded
-        if recorded:
-            self.children_entered.add((child.name, str(end)))
-        if recorded:
-            self._end_descendants(child, end, params, (*path, end))
-            self._set_moved_results(child, params, path, end)
-
-    def _set_moved_results(
-        self, kind: EntityKind, params: dict[str, Any], path: tuple[str, ...], status: str
-    ) -> None:
-        """Results of the children (at ``path``) a transition just ended in ``status``."""
-        pg = self.postgres
-        child = self.kinds.child_of(kind.name)
-        query = statement(
-            ("moved-results", pg, kind, child, path),
-            lambda: set_moved_results(pg, kind, child, path),
-        )
-        self.conn.execute(query, {"ids": params["ids"], "to_status": str(status)})
-
     def end(
         self,
         ids: Sequence[str],
@@ -644,6 +528,18 @@ class Apply:
         if changes:
             self.run(changes)
         return outcomes
+
+    def finish_promotion(self, applied: list[AppliedChange], by: str | None = None) -> ApplyOutcome:
+        """The rest of a promotion's apply once its entities moved: history, news."""
+        self.inject("before-history")
+        self._write_history()
+        self.inject("after-history")
+        self.announce(applied, by)
+        return ApplyOutcome(
+            changes=tuple(applied),
+            kernel_changes=self.children.kernel_changes,
+            children_entered=frozenset(self.children.children_entered),
+        )
 
     def _write_history(self) -> None:
         pg = self.postgres
@@ -694,100 +590,3 @@ class Apply:
             row.entity_id, row.kind, self.source, str(row.result), str(row.from_status),
             str(row.to_status), row.error_code, row.message, self.now if at is None else at,
         )  # fmt: skip
-
-
-async def promote(
-    db: Database,
-    rule: PromotionRule,
-    limit: int,
-    now: float,
-    inject_failure: Callable[[str], None] | None = None,
-    *,
-    probe_first: bool = True,
-    window: Window | None = None,
-    by: str | None = None,
-) -> ApplyOutcome:
-    """Promote the entities ``rule`` matches, up to ``limit``, in one write transaction.
-
-    No value is built for the entities and no id list goes back and forth: for
-    each of the rule's from statuses one ``UPDATE … WHERE id IN (SELECT …
-    LIMIT)`` selects and moves the entities (the selection locks and skips
-    locked rows on PostgreSQL), then their children, result and history follow
-    as in any apply. The statuses are taken one after another, each in fetch
-    order.
-
-    With a ``window`` (:class:`~drover.storage.watermarks.Window`, the rule's
-    own), the probe reads only the entities touched since the rule's last
-    empty check, and every check is recorded in it. ``by`` names the promoting
-    coordinator in the news of the moves.
-    """
-
-    # Most promotion ticks find nothing: unless the last one found work
-    # (``probe_first=False``), a read probe first keeps them from taking the
-    # write lock (SQLite has one writer) for nothing.
-    full = statement(("promote-probe", rule), lambda: promotion_probe(rule))
-    child = db.kinds.child_of(rule.kind)
-    child_kind = child.name if child is not None else None
-    recent = statement(
-        ("promote-recent", rule, child_kind), lambda: recent_promotion_probe(rule, child_kind)
-    )
-
-    def marks(conn: sa.Connection) -> Watermarks:
-        row = conn.execute(WATERMARKS).one()
-        return int(row[0]), int(row[1])
-
-    def any_candidate(conn: sa.Connection) -> tuple[bool, Watermarks | None, bool]:
-        if window is None:
-            return conn.execute(full).first() is not None, None, True
-        seen = marks(conn)
-        after = window.start(seen)
-        started = time.perf_counter()
-        if after is None:
-            found = conn.execute(full).first() is not None
-        else:
-            params = {"changes_after": after[0], "history_after": after[1]}
-            found = conn.execute(recent, params).first() is not None
-        window.timed(seen, after, time.perf_counter() - started)
-        return found, seen, after is None
-
-    if probe_first:
-        began = time.monotonic()
-        found, seen, swept = await db.read(any_candidate)
-        if window is not None and seen is not None:
-            window.checked(began, seen, full=swept, found=found)
-        if not found:
-            return ApplyOutcome(changes=())
-
-    def work(conn: sa.Connection) -> ApplyOutcome:
-        if window is not None:
-            checking.append((time.monotonic(), marks(conn)))
-        apply = Apply(
-            conn,
-            rule.name,
-            now,
-            postgres=db.postgres,
-            kinds=db.kinds,
-            inject_failure=inject_failure,
-        )
-        applied: list[AppliedChange] = []
-        for from_status in sorted(rule.from_statuses):
-            if len(applied) >= limit:
-                break
-            applied.extend(apply.promote(rule, from_status, limit - len(applied)))
-        apply.inject("before-history")
-        apply._write_history()
-        apply.inject("after-history")
-        apply.announce(applied, by)
-        return ApplyOutcome(
-            changes=tuple(applied),
-            kernel_changes=apply.kernel_changes,
-            children_entered=frozenset(apply.children_entered),
-        )
-
-    # The write checks every candidate: (when, watermarks) of its last attempt.
-    checking: list[tuple[float, Watermarks]] = []
-    outcome = await db.write(work)
-    if window is not None and checking:
-        # Promoting fewer than the limit means none is left; found work may hide more.
-        window.checked(*checking[-1], full=True, found=bool(outcome.changes))
-    return outcome

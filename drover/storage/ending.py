@@ -1,12 +1,14 @@
 """What a termination request does: each kind's rule, turned into changes for the apply.
 
 Used by :meth:`drover.storage.apply.Apply.end`, for ``drover terminate`` (the API,
-:mod:`drover.storage.termination`) and for a handler's ``HandlerResult.terminate``.
+:meth:`drover.storage.entity_writes.EntityWrites.request_termination`) and for a
+handler's ``HandlerResult.terminate``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -16,12 +18,30 @@ from drover.model.plan import Change
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule, TerminationOutcome
 from drover.storage._sql import chunked, statement
-from drover.storage.entities import API_SOURCE
-from drover.storage.statements.ending import PARENTS_AMONG, entity_states
+from drover.storage.inserts import API_SOURCE
+from drover.storage.schema import entities
 
-__all__ = ["termination_changes"]
+__all__ = ["entity_states", "termination_changes"]
 
 _USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
+
+e = entities
+
+
+def entity_states(postgres: bool) -> sa.Select[Any]:
+    """Id, kind and status of the entities among ``:ids`` (a list), locked on PostgreSQL."""
+    query = sa.select(e.c.id, e.c.kind, e.c.status).where(
+        e.c.id.in_(sa.bindparam("ids", expanding=True))
+    )
+    return query.with_for_update() if postgres else query
+
+
+#: The entities among ``:ids`` (a list) that are the parent of some entity.
+_PARENTS_AMONG = (
+    sa.select(e.c.parent_id)
+    .where(e.c.parent_id.in_(sa.bindparam("ids", expanding=True)))
+    .distinct()
+)
 
 
 def termination_changes(
@@ -55,7 +75,7 @@ def termination_changes(
     for chunk in chunked(wanted):
         for eid, kind, status in conn.execute(states, {"ids": chunk}):
             found[eid] = (kind, kinds.status(kind, status))
-        with_children.update(r[0] for r in conn.execute(PARENTS_AMONG, {"ids": chunk}))
+        with_children.update(r[0] for r in conn.execute(_PARENTS_AMONG, {"ids": chunk}))
     for eid in wanted:
         if eid not in found:
             if strict:

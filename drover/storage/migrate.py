@@ -18,17 +18,27 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.storage.connect import WRITE_OPTION
-from drover.storage.statements.migrate import (
-    ALEMBIC_VERSION,
-    SCHEMA_EXISTS,
-    VERSION_TABLE,
-    create_schema,
-)
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 __all__ = ["alembic_config", "current_revision", "head_revision", "schema_exists", "upgrade"]
+
+
+#: Alembic's table of the database's revision (in the engine's schema on PostgreSQL).
+VERSION_TABLE = "alembic_version"
+
+#: The database's revision: what Alembic's ``MigrationContext.get_current_revision`` reads.
+ALEMBIC_VERSION = sa.text(f"SELECT version_num FROM {VERSION_TABLE}")
+
+#: One row if PostgreSQL has the schema ``:name``.
+SCHEMA_EXISTS = sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :name")
+
+
+def create_schema(name: str) -> sa.schema.CreateSchema:
+    """``CREATE SCHEMA IF NOT EXISTS name`` (PostgreSQL), before the migrations run in it."""
+    return sa.schema.CreateSchema(name, if_not_exists=True)
+
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")

@@ -23,7 +23,7 @@ from drover.model.plan import INVALID_MOVE, MOVED, STALE_STATUS, AppliedChange, 
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule
 from drover.storage._sql import chunked, statement
-from drover.storage.statements.ending import entity_states
+from drover.storage.ending import entity_states
 
 __all__ = ["move_changes"]
 

@@ -24,13 +24,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.storage._db import Database
-from drover.storage.statements.notify import CURRENT_SCHEMA, NOTIFY
 
 __all__ = ["CHANNEL_PREFIX", "Subscription", "notify", "subscribe"]
 
 log = logging.getLogger("drover.storage")
 
 CHANNEL_PREFIX = "drover."
+#: Send ``:payload`` on the channel ``:prefix`` + the current schema, when the transaction
+#: commits.
+_NOTIFY = sa.text("SELECT pg_notify(:prefix || current_schema(), :payload)")
+#: The schema the connection's ``search_path`` selects (its channel's suffix).
+_CURRENT_SCHEMA = sa.text("SELECT current_schema()")
 
 
 def notify(conn: sa.Connection, payload: dict[str, Any]) -> None:
@@ -38,7 +42,7 @@ def notify(conn: sa.Connection, payload: dict[str, Any]) -> None:
     if conn.dialect.name != "postgresql":
         return
     conn.execute(
-        NOTIFY,
+        _NOTIFY,
         {"prefix": CHANNEL_PREFIX, "payload": json.dumps(payload, separators=(",", ":"))},
     )
 
@@ -70,7 +74,7 @@ async def subscribe(db: Database, on_news: Callable[[dict[str, Any]], None]) -> 
         return None
     conn = await db.engine.connect()
     try:
-        schema = (await conn.execute(CURRENT_SCHEMA)).scalar_one()
+        schema = (await conn.execute(_CURRENT_SCHEMA)).scalar_one()
         await conn.commit()
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None

@@ -1,8 +1,9 @@
 """Pushed reports: outside events move entities of any kind (one path for all of them).
 
 A worker's heartbeat, a webhook, an agent, an operator's script
-(``drover report``, ``POST /api/report``) and a backend's kernel reports
-(:func:`drover.storage.kernels.report_kernel_statuses`) all come here.
+(``drover report``, ``POST /api/report``) and a backend's kernel reports all
+come to :class:`ReportSink`, one of the services
+:class:`~drover.storage.repository.Repository` is made of.
 
 Each report is compare-and-set: it applies only if the entity has not ended
 and (when ``expected`` is given) is in an expected status. An applied report
@@ -15,62 +16,252 @@ one call apply in order; each entity is written once, in its final state.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+import attrs
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
+from drover.model.creation import check_spec_patch
 from drover.model.errors import InvalidSpecError, UnknownEntityError
-from drover.model.kinds import Kinds
+from drover.model.kinds import EntityKind, Kinds
 from drover.model.plan import REPORT_SOURCE
 from drover.model.values import Report
+from drover.storage._service import Service
 from drover.storage._sql import ids_value, statement
-from drover.storage.apply import Apply
-from drover.storage.entities import merge_patch
-from drover.storage.statements.apply import entity_data, set_entity_data
-from drover.storage.statements.reports import (
-    CHANGE_ARRAYS,
-    INSERT_STATUS_CHANGES,
-    SET_RUNTIME,
-    apply_reports,
-    insert_status_changes,
-    reported_entities,
+from drover.storage.descendants import ChildMoves
+from drover.storage.inserts import merge_patch
+from drover.storage.schema import entities, status_changes
+from drover.storage.statements.apply import entity_data, result_expression, set_entity_data
+from drover.storage.statements.ids import checked_only, ids_param
+
+__all__ = ["REPORT_SOURCE", "ReportSink"]
+
+e = entities
+
+
+def _reported_entities(postgres: bool, kind: str | None = None) -> sa.Select[Any]:
+    """Id, kind, parent and status of the entities ``:ids`` (locked on PostgreSQL);
+    of ``kind`` only, when given."""
+    query = sa.select(e.c.id, e.c.kind, e.c.parent_id, e.c.status).where(
+        ids_param(e.c.id, "ids", postgres)
+    )
+    if kind is not None:
+        query = query.where(checked_only(e.c.kind, postgres) == kind)
+    return query.with_for_update() if postgres else query
+
+
+def _apply_reports(
+    postgres: bool, moving: bool = True, ends: EntityKind | None = None
+) -> sa.Update:
+    """Move the entities ``:ids`` from ``:from_status`` as their reports say.
+
+    ``moving``: to ``:to_status`` at ``:now``, forgetting tries and result (a
+    live entity has none; one that ends gets it right after); else the status
+    is kept. ``ends``: the entities, of that kind without children, end, and
+    their result is set in the same statement (a kernel's row is written once).
+    ``:exit_code`` and ``:info`` (the ``status_info``) when not null; the agent
+    cleared when ``:clear_agent``.
+    """
+    values: dict[str, Any] = {
+        "exit_code": sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
+        "status_info": sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
+        "agent_id": sa.case(
+            (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
+        ),
+    }
+    if moving:
+        values.update(
+            status=sa.bindparam("to_status"),
+            status_changed_at=sa.bindparam("now", type_=sa.Double),
+            tries=None,
+            result=None
+            if ends is None
+            else result_expression(
+                ends, None, postgres, sa.bindparam("to_status", type_=sa.String)
+            ),
+        )
+    return (
+        sa.update(e)
+        .where(
+            ids_param(e.c.id, "ids", postgres),
+            checked_only(e.c.status, postgres) == sa.bindparam("from_status"),
+        )
+        .values(**values)
+    )
+
+
+#: ``runtime = :rt`` of the entity ``:kid`` (executed with many rows).
+_SET_RUNTIME = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("kid"))
+    .values(runtime=sa.bindparam("rt", type_=e.c.runtime.type))
 )
 
-__all__ = ["REPORT_SOURCE", "write_reports"]
+#: Status changes recorded one by one (executed with many rows).
+_INSERT_STATUS_CHANGES = sa.insert(status_changes)
 
 
-def write_reports(
+#: The columns of ``status_changes`` that :func:`insert_status_changes` takes as arrays.
+_CHANGE_ARRAYS = ("entity_id", "kind", "parent_id", "source", "from_status", "to_status", "message")
+
+
+def _insert_status_changes() -> sa.Insert:
+    """Many status changes as ONE statement (PostgreSQL): ``INSERT … SELECT`` from
+    ``unnest`` of one array per column in :data:`_CHANGE_ARRAYS` (bound as ``:<column>s``),
+    with ``:created_at`` the same for every row.
+
+    asyncpg runs an executemany as one execution per row: a backend's report
+    of a thousand kernels would be a thousand statements.
+    """
+    text_array = postgresql.ARRAY(sa.Text())
+    rows = (
+        sa.func.unnest(*(sa.bindparam(f"{name}s", type_=text_array) for name in _CHANGE_ARRAYS))
+        .table_valued(*_CHANGE_ARRAYS)
+        .render_derived()
+    )
+    created_at = sa.bindparam("created_at", type_=sa.Double)
+    return sa.insert(status_changes).from_select(
+        [*_CHANGE_ARRAYS, "created_at"], sa.select(*(rows.c[c] for c in _CHANGE_ARRAYS), created_at)
+    )
+
+
+#: ``status_info = :info`` of the entity ``:eid`` while it is still in ``:b_status`` (a
+#: backend's progress words; no status change, so no history row).
+_SET_STATUS_INFO = (
+    sa.update(e)
+    .where(e.c.id == sa.bindparam("eid"), e.c.status == sa.bindparam("b_status"))
+    .values(status_info=sa.bindparam("info", type_=sa.Text))
+)
+
+
+@attrs.define
+class _Final:
+    """What the reports of one call leave an entity as: written once, in one statement."""
+
+    before: str
+    to: str
+    exit_code: int | None = None
+    info: str | None = None
+    clear_agent: bool = False
+    runtime: dict[str, Any] | None = None
+    data: dict[str, Any] | None = None
+
+
+class ReportSink(Service):
+    """Reports pushed by backends and outside systems, applied with compare-and-set."""
+
+    @functools.cached_property
+    def _entered(self) -> set[tuple[str, str]]:
+        return set()
+
+    def take_entered(self) -> set[tuple[str, str]]:
+        """The ``(kind, status)`` pairs applied reports moved entities into since the last
+        call (what a wake-up after a backend's reports looks at)."""
+        entered = set(self._entered)
+        self._entered.clear()
+        return entered
+
+    async def report(
+        self,
+        entity_id: str,
+        status: str,
+        *,
+        expected: Iterable[str] | None = None,
+        status_info: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        message: str | None = None,
+        source: str = REPORT_SOURCE,
+    ) -> bool:
+        """Push an outside event's news about one entity of any kind; return whether it applied.
+
+        Compare-and-set: it moves the entity to ``status`` only if it has not
+        ended and (with ``expected``) is in one of those statuses; ``data``
+        merge-patches its data (a report of its current status with ``data``
+        only patches it). Recorded as a status change by ``source``; an entity
+        it ends gets its result and ends its children. Raises
+        UnknownEntityError or InvalidSpecError (an unknown status), writing
+        nothing.
+        """
+        report = Report(
+            entity_id,
+            str(status),
+            expected=None if expected is None else frozenset(str(s) for s in expected),
+            status_info=status_info,
+            data=None if data is None else check_spec_patch(data),
+            message=message,
+        )
+        (ok,) = await self.report_many([report], source=source)
+        return ok
+
+    async def report_many(
+        self, reports: Sequence[Report], *, source: str = REPORT_SOURCE, of_kind: str | None = None
+    ) -> list[bool]:
+        """Push many reports in one transaction (see :meth:`report`); per report, whether it
+        applied. ``of_kind``: the entities must be of that kind (UnknownEntityError of it)."""
+        if not reports:
+            return []
+        now, db = self._db.clock.time(), self._db
+
+        def work(conn: sa.Connection) -> tuple[list[bool], set[tuple[str, str]]]:
+            return _write_reports(conn, reports, source, now, db.kinds, db.postgres, of_kind)
+
+        applied, entered = await db.write(work)
+        self._entered.update(entered)
+        return applied
+
+    async def report_status_info(self, entity_id: str, status: str, message: str) -> bool:
+        """Set the entity's ``status_info`` to ``message`` while it is in ``status`` (a
+        backend's progress words: no status change, no history row); whether it was."""
+        params = {"eid": entity_id, "b_status": str(status), "info": message}
+        return await self._db.write(
+            lambda conn: bool(conn.execute(_SET_STATUS_INFO, params).rowcount)
+        )
+
+
+def _write_reports(
     conn: sa.Connection,
     reports: Sequence[Report],
     source: str,
     now: float,
-    *,
     kinds: Kinds,
     postgres: bool,
-    of_kind: str | None = None,
-) -> list[bool]:
-    """Apply ``reports`` in the caller's write transaction; per report, whether it applied.
-
-    Raises UnknownEntityError (of ``of_kind``, when given) for an unknown id
-    and InvalidSpecError for a status the entity's kind lacks, before anything
-    is written.
-    """
-    if not reports:
-        return []
+    of_kind: str | None,
+) -> tuple[list[bool], set[tuple[str, str]]]:
+    """Apply ``reports`` in the caller's transaction: per report, whether it applied, and
+    the ``(kind, status)`` pairs entered. Raises before anything is written."""
     ids = list(dict.fromkeys(r.entity_id for r in reports))
     query = statement(
-        ("reported-entities", postgres, of_kind), lambda: reported_entities(postgres, of_kind)
+        ("reported-entities", postgres, of_kind), lambda: _reported_entities(postgres, of_kind)
     )
     current: dict[str, tuple[str, str | None, str]] = {
         eid: (kind, parent, status)
         for eid, kind, parent, status in conn.execute(query, {"ids": ids_value(ids, postgres)})
     }
+    applied, finals, changes = _plan(reports, current, kinds, source, now, of_kind)
+    if finals:
+        _write_finals(conn, finals, current, kinds, postgres, now)
+        _record_changes(conn, changes, postgres, now)
+        _ended(conn, finals, current, source, now, kinds=kinds, postgres=postgres)
+    entered = {(c["kind"], c["to_status"]) for c in changes}
+    return applied, entered
+
+
+def _plan(
+    reports: Sequence[Report],
+    current: dict[str, tuple[str, str | None, str]],
+    kinds: Kinds,
+    source: str,
+    now: float,
+    of_kind: str | None,
+) -> tuple[list[bool], dict[str, _Final], list[dict[str, Any]]]:
+    """Each report against the entity's state so far: applied?, the finals, the changes."""
     applied: list[bool] = []
-    # entity id -> [status before the call, to, exit_code, info, clear agent, runtime, data]
-    finals: dict[str, list[Any]] = {}
+    finals: dict[str, _Final] = {}
     changes: list[dict[str, Any]] = []
     for report in reports:
         if report.entity_id not in current:
@@ -93,74 +284,81 @@ def write_reports(
         if not ok:
             continue
         current[report.entity_id] = (kind_name, parent, to)
-        final = finals.setdefault(report.entity_id, [status, status, None, None, False, None, None])
-        final[1] = to
-        if report.exit_code is not None:
-            final[2] = report.exit_code
-        if report.status_info is not None:
-            final[3] = report.status_info
-        if moves and kind.resource_slots is not None and to == kind.first_status:
-            # Placed children that start over give their agent's capacity back.
-            final[4] = True
-        if report.runtime is not None:
-            final[5] = report.runtime
-        if report.data is not None:
-            final[6] = merge_patch(final[6], report.data) if final[6] else report.data
+        final = finals.setdefault(report.entity_id, _Final(status, status))
+        _fold(final, report, to, moves, kind)
         if moves:
-            changes.append(
-                {
-                    "entity_id": report.entity_id,
-                    "kind": kind_name,
-                    "parent_id": parent,
-                    "source": source,
-                    "from_status": status,
-                    "to_status": to,
-                    "message": report.message,
-                    "created_at": now,
-                }
-            )
-    if not finals:
-        return applied
-    # Entities alike are written together (a backend reports many kernels the same way).
+            changes.append({
+                "entity_id": report.entity_id, "kind": kind_name, "parent_id": parent,
+                "source": source, "from_status": status, "to_status": to,
+                "message": report.message, "created_at": now,
+            })  # fmt: skip
+    return applied, finals, changes
+
+
+def _fold(final: _Final, report: Report, to: str, moves: bool, kind: EntityKind) -> None:
+    """``final`` with one more applied report."""
+    final.to = to
+    if report.exit_code is not None:
+        final.exit_code = report.exit_code
+    if report.status_info is not None:
+        final.info = report.status_info
+    if moves and kind.resource_slots is not None and to == kind.first_status:
+        # Placed children that start over give their agent's capacity back.
+        final.clear_agent = True
+    if report.runtime is not None:
+        final.runtime = report.runtime
+    if report.data is not None:
+        final.data = merge_patch(final.data, report.data) if final.data else report.data
+
+
+def _write_finals(
+    conn: sa.Connection,
+    finals: dict[str, _Final],
+    current: dict[str, tuple[str, str | None, str]],
+    kinds: Kinds,
+    postgres: bool,
+    now: float,
+) -> None:
+    """Write the entities alike together (a backend reports many kernels the same way)."""
     groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
     runtimes: list[dict[str, Any]] = []
     patches: dict[str, Any] = {}
-    for eid, (before, to, code, info, clear, runtime, data) in finals.items():
-        groups[(current[eid][0], before, to, code, info, clear)].append(eid)
-        if runtime is not None:
-            runtimes.append({"kid": eid, "rt": runtime})
-        if data is not None:
-            patches[eid] = data
+    for eid, f in finals.items():
+        groups[(current[eid][0], f.before, f.to, f.exit_code, f.info, f.clear_agent)].append(eid)
+        if f.runtime is not None:
+            runtimes.append({"kid": eid, "rt": f.runtime})
+        if f.data is not None:
+            patches[eid] = f.data
     for (kind_name, before, to, code, info, clear), group in groups.items():
         moving = before != to
         # An entity without children that ends gets its result in the same write.
         kind = kinds[kind_name]
         ends = kind if moving and to in kind.terminal and not kinds.child_of(kind_name) else None
-        build = partial(apply_reports, postgres, moving, ends)
+        build = partial(_apply_reports, postgres, moving, ends)
         update = statement(("apply-reports", postgres, moving, ends), build)
         params = {
-            "ids": ids_value(group, postgres),
-            "from_status": before,
-            "exit_code": code,
-            "info": info,
-            "clear_agent": clear,
-        }
+            "ids": ids_value(group, postgres), "from_status": before, "exit_code": code,
+            "info": info, "clear_agent": clear,
+        }  # fmt: skip
         if moving:
             params.update(to_status=to, now=now)
         conn.execute(update, params)
     if runtimes:
-        conn.execute(SET_RUNTIME, runtimes)
+        conn.execute(_SET_RUNTIME, runtimes)
     if patches:
         _patch_data(conn, patches, postgres)
+
+
+def _record_changes(
+    conn: sa.Connection, changes: list[dict[str, Any]], postgres: bool, now: float
+) -> None:
     if changes and postgres:
-        arrays: dict[str, Any] = {f"{name}s": [c[name] for c in changes] for name in CHANGE_ARRAYS}
-        batch = statement(("insert-status-changes",), insert_status_changes)
+        arrays = {f"{name}s": [c[name] for c in changes] for name in _CHANGE_ARRAYS}
+        batch = statement(("insert-status-changes",), _insert_status_changes)
         conn.execute(batch, {**arrays, "created_at": now})
     elif changes:
         # pysqlite's executemany runs one prepared statement over every row.
-        conn.execute(INSERT_STATUS_CHANGES, changes)
-    _ended(conn, finals, current, source, now, kinds=kinds, postgres=postgres)
-    return applied
+        conn.execute(_INSERT_STATUS_CHANGES, changes)
 
 
 def _patch_data(conn: sa.Connection, patches: dict[str, Any], postgres: bool) -> None:
@@ -174,7 +372,7 @@ def _patch_data(conn: sa.Connection, patches: dict[str, Any], postgres: bool) ->
 
 def _ended(
     conn: sa.Connection,
-    finals: dict[str, list[Any]],
+    finals: dict[str, _Final],
     current: dict[str, tuple[str, str | None, str]],
     source: str,
     now: float,
@@ -187,9 +385,9 @@ def _ended(
     for eid, final in finals.items():
         kind_name = current[eid][0]
         childless = kinds.child_of(kind_name) is None  # their result is already set
-        if not childless and final[1] != final[0] and final[1] in kinds[kind_name].terminal:
-            ended[(kind_name, final[1])].append(eid)
+        if not childless and final.to != final.before and final.to in kinds[kind_name].terminal:
+            ended[(kind_name, final.to)].append(eid)
     if ended:
-        apply = Apply(conn, source, now, postgres=postgres, kinds=kinds)
+        moves = ChildMoves(conn, source, now, postgres=postgres, kinds=kinds)
         for (kind_name, status), ids in ended.items():
-            apply.ended(kinds[kind_name], ids, status)
+            moves.ended(kinds[kind_name], ids, status)

@@ -13,29 +13,28 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from drover.kinds.sessions.values import KernelInfo, KernelStatus, SessionStatus, SessionWithKernels
 from drover.model.kinds import Kinds
 from drover.model.status import SchedulingResult
 from drover.model.values import Claim, CoordinatorInfo, Entity, HistoryRecord, KernelHistoryRecord
 from drover.storage.schema import entities
 
 __all__ = [
+    "CHILD_COLUMNS",
     "ENTITY_COLUMNS",
-    "KERNEL_COLUMNS",
     "MOVED",
+    "Reader",
     "Times",
     "coordinator_from_row",
+    "decode_json",
     "entities_with_children",
     "entity_from_row",
     "history_from_row",
-    "kernel_from_row",
     "kernel_history_from_row",
     "moved_from_change",
-    "sessions_with_kernels",
 ]
 
 _e = entities
@@ -46,8 +45,8 @@ def _text(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
     return sa.type_coerce(column, sa.Text).label(column.name)
 
 
-#: Any kind's entities (and their children), read by :func:`entities_with_children`, and
-#: sessions by :func:`sessions_with_kernels` (with their kernels' :data:`KERNEL_COLUMNS`).
+#: Any kind's entities, in this order: :func:`entities_with_children` reads them (their
+#: children too), and so does a kind's own :attr:`~drover.model.kinds.EntityKind.reader`.
 ENTITY_COLUMNS = (
     _e.c.id,
     _e.c.kind,
@@ -65,8 +64,12 @@ ENTITY_COLUMNS = (
     _text(_e.c.budgets),
     _e.c.parent_id,
     _e.c.exit_code,
+    _e.c.agent_id,
+    _text(_e.c.runtime),
 )
-KERNEL_COLUMNS = (
+#: The children a kind's own reader is given, in this order: the narrow columns a child
+#: kind's value needs (a session's kernels), a tick reading thousands of them.
+CHILD_COLUMNS = (
     _e.c.id,
     _e.c.parent_id,
     _e.c.status,
@@ -80,8 +83,8 @@ KERNEL_COLUMNS = (
 _loads = json.loads
 
 
-def _json(text: Any) -> Any:
-    # asyncpg hands PostgreSQL's JSON over already decoded; SQLite's is text.
+def decode_json(text: Any) -> Any:
+    """A JSON column's value: asyncpg hands PostgreSQL's over decoded, SQLite's is text."""
     if text.__class__ is not str:
         return text
     if text == "{}":
@@ -89,9 +92,25 @@ def _json(text: Any) -> Any:
     return _loads(text)
 
 
-_SESSION_STATUS: dict[str, SessionStatus] = {s.value: s for s in SessionStatus}
-_KERNEL_STATUS: dict[str, KernelStatus] = {s.value: s for s in KernelStatus}
+_json = decode_json
 _RESULT: dict[str, SchedulingResult] = {r.value: r for r in SchedulingResult}
+
+
+class Reader(Protocol):
+    """A kind's own reader (:attr:`~drover.model.kinds.EntityKind.reader`): its values, in
+    the order of ``rows``, from rows of :data:`ENTITY_COLUMNS` and its children's rows of
+    :data:`CHILD_COLUMNS` (in no particular order); ``handler``'s try count; ``claim``
+    the tick's, given to each value."""
+
+    def __call__(
+        self,
+        rows: Sequence[Sequence[Any]],
+        child_rows: Sequence[Sequence[Any]],
+        handler: str | None,
+        claim: Claim | None,
+    ) -> list[Any]:
+        """The values of ``rows``."""
+        ...
 
 
 class Times:
@@ -106,21 +125,6 @@ class Times:
         if value is None:
             value = self._seen[ts] = datetime.fromtimestamp(ts, UTC)
         return value
-
-
-def kernel_from_row(row: Sequence[Any], times: Times) -> KernelInfo:
-    """A :class:`KernelInfo` from a row of :data:`KERNEL_COLUMNS`."""
-    return KernelInfo(
-        row[0],
-        row[1],
-        _KERNEL_STATUS[row[2]],
-        times(row[3]),
-        row[4],
-        _json(row[5]),
-        row[6],
-        row[7],
-        _json(row[8]),
-    )
 
 
 def entity_from_row(
@@ -183,101 +187,6 @@ def entities_with_children(
         )
         for r in rows
     ]
-
-
-def sessions_with_kernels(
-    session_rows: Iterable[Sequence[Any]],
-    kernel_rows: Iterable[Sequence[Any]],
-    handler: str | None = None,
-    claim: Claim | None = None,
-) -> list[SessionWithKernels]:
-    """Sessions (rows of :data:`ENTITY_COLUMNS`) in order, each with its kernels in id order.
-
-    The hot path of every lifecycle tick (a thousand sessions and four
-    thousand kernels a tick): the per-row work is inlined, the timestamp
-    cache of :class:`Times` included, because a method call per column costs
-    more than the lookup it wraps. Kernels read together with identical spec
-    text share one decoded, read-only spec. ``try_count`` is ``handler``'s
-    count, or the highest of any handler. ``claim``: the tick's, given to each session.
-    """
-    seen_times: dict[float, datetime] = {}
-    seen_specs: dict[str, Any] = {}
-    from_ts = datetime.fromtimestamp
-    kernel_status = _KERNEL_STATUS
-    by_session: dict[str, list[KernelInfo]] = {}
-    for kid, sid, status, changed, agent, spec, code, info, runtime in kernel_rows:
-        at = seen_times.get(changed)
-        if at is None:
-            at = seen_times[changed] = from_ts(changed, UTC)
-        if spec.__class__ is str:
-            text = spec
-            spec = seen_specs.get(text)
-            if spec is None:
-                spec = seen_specs[text] = _json(text)
-        kernel = KernelInfo(
-            kid,
-            sid,
-            kernel_status[status],
-            at,
-            agent,
-            spec,
-            code,
-            info,
-            runtime if runtime is None else _json(runtime),
-        )
-        found = by_session.get(sid)
-        if found is None:
-            by_session[sid] = [kernel]
-        else:
-            found.append(kernel)
-    for kernels in by_session.values():
-        if len(kernels) > 1:
-            # Ids are time-ordered: id order is creation order. Rows mostly
-            # arrive in it already, which a sort sees in one pass.
-            kernels.sort(key=_kernel_id)
-    session_status = _SESSION_STATUS
-    no_kernels: list[KernelInfo] = []
-    out: list[SessionWithKernels] = []
-    append = out.append
-    for row in session_rows:
-        (sid, _kind, name, status, changed, priority, created, spec, data, info, result,
-         tries_text, requeues, budgets, _parent, _code) = row  # fmt: skip
-        tries: dict[str, int] = _json(tries_text) if tries_text is not None else {}
-        if handler is not None:
-            try_count = tries.get(handler, 0) if tries else 0
-        else:
-            try_count = max(tries.values(), default=0)
-        at = seen_times.get(changed)
-        if at is None:
-            at = seen_times[changed] = from_ts(changed, UTC)
-        born = seen_times.get(created)
-        if born is None:
-            born = seen_times[created] = from_ts(created, UTC)
-        append(
-            SessionWithKernels(
-                sid,
-                name or "",
-                session_status[status],
-                at,
-                try_count,
-                priority,
-                born,
-                _json(spec),
-                info,
-                result,
-                tuple(by_session.get(sid, no_kernels)),
-                tries or {},
-                requeues,
-                None if data is None else _json(data),
-                None if budgets is None else _json(budgets),
-                claim,
-            )
-        )
-    return out
-
-
-def _kernel_id(kernel: KernelInfo) -> str:
-    return kernel.id
 
 
 def history_from_row(row: Any, kinds: Kinds) -> HistoryRecord:

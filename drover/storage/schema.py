@@ -12,10 +12,14 @@ datetimes at the edge.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 __all__ = [
+    "FETCH_ORDER",
+    "LIST_ORDERS",
     "coordinators",
     "entities",
     "fetch_marks",
@@ -94,6 +98,16 @@ sa.Index(
     entities.c.created_at,
     entities.c.id,
 )
+
+#: The order handlers see their candidates in: highest priority, then oldest (the
+#: order of ``ix_entities_queue``). Promotions take theirs in it too.
+FETCH_ORDER = (entities.c.priority.desc(), entities.c.created_at, entities.c.id)
+#: Orders a person may list entities in (``drover sessions --sort``, the dashboard).
+LIST_ORDERS: dict[str, tuple[Any, ...]] = {
+    "newest": (entities.c.created_at.desc(), entities.c.id.desc()),
+    "oldest": (entities.c.created_at, entities.c.id),
+    "priority": FETCH_ORDER,
+}
 
 # Links between entities: ``source`` depends on / belongs to ``target``, by name.
 relations = sa.Table(

@@ -16,6 +16,7 @@ from drover.config import Config, HandlerConfig, LimitsConfig
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator, TickReport
+from drover.kinds.sessions.store import SessionRepository
 from drover.kinds.sessions.values import KernelStatus, SessionStatus, SessionWithKernels
 from drover.model.clock import ManualClock
 from drover.model.values import (
@@ -28,7 +29,6 @@ from drover.model.values import (
 )
 from drover.plugins.manager import make_plugin_manager
 from drover.plugins.registry import RegisteredHandler
-from drover.storage.repository import Repository
 
 __all__ = ["CoordinatorHarness"]
 
@@ -140,7 +140,7 @@ class CoordinatorHarness:
         return self._app
 
     @property
-    def repository(self) -> Repository:
+    def repository(self) -> SessionRepository:
         """The repository on the harness's database."""
         return self.app.repository
 
@@ -175,7 +175,7 @@ class CoordinatorHarness:
         """Create a session in any status; each kernel dict is its spec.
 
         A kernel's optional ``"status"`` and ``"agent_id"`` keys start it there
-        (see :meth:`~drover.storage.Repository.seed_sessions`); the checks on
+        (see :meth:`~drover.kinds.sessions.store.SessionRepository.seed_sessions`); the checks on
         everything else are those of ``drover submit``.
         """
         (sid,) = await self.repository.seed_sessions(
@@ -276,7 +276,7 @@ class CoordinatorHarness:
         Each child is a mapping with optional ``kind`` (default: the kind's
         child kind), ``status`` and ``spec``. ``links`` are ``(relation,
         target_id)`` pairs, say ``("depends_on", other)``. The entity is
-        checked as every creation is (:meth:`Repository.seed_entities`).
+        checked as every creation is (:meth:`~drover.storage.repository.Repository.seed_entities`).
         """
         _ = self.app.kinds
         new = NewEntity(

@@ -15,6 +15,7 @@ from drover.inspection.health import recent_handler_errors
 from drover.inspection.history import search_history, timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
+from drover.kinds.sessions.values import SESSION_KIND
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
 from drover.model.values import CoordinatorInfo
@@ -49,14 +50,14 @@ async def sessions(request: Request) -> Response:
         f = session_filter(request.query_params, dashboard.now())
     except BadFilterError as error:
         return bad_request(request, str(error), api=True)
-    return JSONResponse([session_json(s) for s in await dashboard.repo.filtered_sessions(f)])
+    return JSONResponse([session_json(s) for s in await dashboard.repo.read(SESSION_KIND, f)])
 
 
 async def session(request: Request) -> Response:
     """``/api/sessions/{session_id}``: one session with its kernels and history."""
     repo = dashboard_of(request).repo
     sid = await session_id_of(request)
-    data = session_json(await repo.get_session(sid))
+    data = session_json(await repo.read_one(SESSION_KIND, sid))
     data["history"] = [history_json(r) for r in await repo.history(sid)]
     return JSONResponse(data)
 
@@ -92,7 +93,7 @@ async def history(request: Request) -> Response:
             ) from None
         session_id = (params.get("session") or "").strip() or None
         if session_id is not None:
-            session_id = await dashboard.repo.resolve_session_id(session_id)
+            session_id = await dashboard.repo.resolve_entity_id(session_id, SESSION_KIND)
         rows = await search_history(
             dashboard.repo,
             session_id=session_id,

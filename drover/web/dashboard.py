@@ -30,12 +30,12 @@ from starlette.templating import Jinja2Templates
 from drover.app import App
 from drover.backends.base import KernelReporter
 from drover.coordinator.tick import Coordinator
-from drover.kinds.sessions.values import TERMINAL_SESSION_STATUSES, SessionStatus
+from drover.kinds.sessions.values import SESSION_KIND, TERMINAL_SESSION_STATUSES, SessionStatus
 from drover.model.errors import DroverError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
 from drover.plugins.graph import Edge, edges_of
 from drover.serialization import display_time
-from drover.storage.queries import SESSION_ORDERS, Queries
+from drover.storage.queries import LIST_ORDERS, Queries
 from drover.web.logs import LOG_TAIL_BYTES
 from drover.web.palette import STATUS_COLOURS
 from drover.web.svg_graph import render_svg
@@ -145,7 +145,7 @@ def _templates(dashboard: Dashboard, template_dirs: Sequence[Path]) -> Jinja2Tem
     env.globals["terminal_statuses"] = {s.value for s in TERMINAL_SESSION_STATUSES}
     env.globals["url"] = _url
     env.globals["login_required"] = dashboard.auth_token is not None
-    env.globals["sort_orders"] = list(SESSION_ORDERS)
+    env.globals["sort_orders"] = list(LIST_ORDERS)
     env.globals["log_tail_kib"] = LOG_TAIL_BYTES // 1024
     return templates
 
@@ -207,7 +207,7 @@ async def session_id_of(request: Request) -> str:
     """
     prefix = request.path_params["session_id"]
     try:
-        return str(await dashboard_of(request).repo.resolve_session_id(prefix))
+        return str(await dashboard_of(request).repo.resolve_entity_id(prefix, SESSION_KIND))
     except UnknownEntityError:
         raise HTTPException(404, f"no session {prefix!r}") from None
     except DroverError as error:

@@ -21,7 +21,7 @@ from drover.inspection._format import duration
 from drover.inspection.history import timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
-from drover.kinds.sessions.values import SessionStatus
+from drover.kinds.sessions.values import SESSION_KIND, SessionStatus
 from drover.model.errors import DroverError
 from drover.model.status import SchedulingResult
 from drover.model.values import Entity, HistoryRecord
@@ -63,9 +63,9 @@ async def overview(request: Request) -> Response:
         return bad_request(request, str(error), api=False)
     if linked is not None:
         f = attrs.evolve(f, linked_to=linked.id)
-    found = await repo.filtered_sessions(f)
-    counts = await repo.count_by_status()
-    results = await repo.count_by_result()
+    found = await repo.read(SESSION_KIND, f)
+    counts = await repo.count_by_status(SESSION_KIND)
+    results = await repo.count_by_result(SESSION_KIND)
     # Why each PENDING session waits: its latest history row (the scheduler's reason).
     waiting = [s.id for s in found if s.status == SessionStatus.PENDING]
     reasons = {
@@ -73,7 +73,7 @@ async def overview(request: Request) -> Response:
         for sid, (result, message) in (await repo.latest_messages(waiting)).items()
     }
     params = {
-        "status": [s.value for s in f.statuses],
+        "status": list(f.statuses),
         "name": request.query_params.get("name", ""),
         "handler": request.query_params.get("handler", ""),
         "since": request.query_params.get("since", ""),
@@ -96,7 +96,7 @@ async def overview(request: Request) -> Response:
             "total": sum(counts.values()),
             "failed": results.get("FAILURE", 0),
             "filters": params,
-            "selected": {s.value for s in f.statuses},
+            "selected": set(f.statuses),
             "handler_names": handler_names,
             "result_choices": sorted({"SUCCESS", "FAILURE", *results}),
             "reasons": reasons,
@@ -125,7 +125,7 @@ async def session_page(request: Request) -> Response:
     repo = dashboard.repo
     now = dashboard.now()
     sid = await session_id_of(request)
-    session = await repo.get_session(sid)
+    session = await repo.read_one(SESSION_KIND, sid)
     data = session_json(session)
     why_lines: list[str] = []
     why_error = None
@@ -292,7 +292,7 @@ async def graph_svg(request: Request) -> Response:
 async def kernel_log(request: Request) -> Response:
     """``/sessions/{id}/kernels/{n}/{stream}?bytes=N``: the end of a kernel's log as text."""
     sid = await session_id_of(request)
-    session = await dashboard_of(request).repo.get_session(sid)
+    session = await dashboard_of(request).repo.read_one(SESSION_KIND, sid)
     index = int(request.path_params["index"])
     if not 1 <= index <= len(session.kernels):
         raise HTTPException(404, f"session {sid} has no kernel {index}")

@@ -12,7 +12,7 @@ from starlette.datastructures import QueryParams
 
 from drover.inspection._format import parse_time
 from drover.kinds.sessions.values import SessionStatus
-from drover.storage.queries import SESSION_ORDERS, SessionFilter
+from drover.storage.queries import LIST_ORDERS, EntityFilter
 
 __all__ = ["BadFilterError", "limit_param", "session_filter", "sort_param", "time_param"]
 
@@ -49,12 +49,12 @@ def limit_param(params: QueryParams, default: int = 100) -> int:
 def sort_param(params: QueryParams) -> str:
     """``sort``: one of the session orders, ``newest`` when absent."""
     raw = (params.get("sort") or "newest").strip().lower()
-    if raw not in SESSION_ORDERS:
-        raise BadFilterError(f"sort: {raw!r} is not one of {', '.join(SESSION_ORDERS)}")
+    if raw not in LIST_ORDERS:
+        raise BadFilterError(f"sort: {raw!r} is not one of {', '.join(LIST_ORDERS)}")
     return raw
 
 
-def session_filter(params: QueryParams, now: float) -> SessionFilter:
+def session_filter(params: QueryParams, now: float) -> EntityFilter:
     """The filter ``status`` (repeated or comma-separated), ``name``, ``handler``, ``since``,
     ``until``, ``limit``, ``sort``, ``result`` (``-``: none yet) and ``linked_to`` (an
     entity id or name, kept as given: the caller resolves it) describe."""
@@ -69,7 +69,7 @@ def session_filter(params: QueryParams, now: float) -> SessionFilter:
                 raise BadFilterError(
                     f"status: {part!r} is not one of {', '.join(s.value for s in SessionStatus)}"
                 ) from None
-    return SessionFilter(
+    return EntityFilter(
         statuses=tuple(statuses),
         name=(params.get("name") or "").strip() or None,
         handler=(params.get("handler") or "").strip() or None,

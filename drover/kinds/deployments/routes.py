@@ -46,7 +46,7 @@ from drover.kinds.deployments.deployments import ENDING_ROUTES, desired_replicas
 from drover.kinds.deployments.status import RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.kinds.sessions.requests import new_session
-from drover.kinds.sessions.values import SessionStatus, SessionWithKernels
+from drover.kinds.sessions.values import SESSION_KIND, SessionStatus, SessionWithKernels
 from drover.model.clock import Clock
 from drover.model.creation import check_new_entities
 from drover.model.errors import DroverError, InvalidSpecError
@@ -114,7 +114,7 @@ async def _sessions_of(repo: Queries, routes: Sequence[Entity]) -> dict[str, Ses
         if not isinstance(sid, str):
             continue
         try:
-            out[route.id] = await repo.get_session(sid)
+            out[route.id] = await repo.read_one(SESSION_KIND, sid)
         except DroverError:
             continue
     return out

@@ -151,6 +151,19 @@ def with_kernel_defaults(kernel: Mapping[str, Any]) -> dict[str, Any]:
     return {**KERNEL_DEFAULTS, **kernel}
 
 
+def _read_sessions(*args: Any) -> list[Any]:
+    # Imported on first read: the command line loads this module to list its commands.
+    from drover.kinds.sessions.reading import read_sessions
+
+    return read_sessions(*args)
+
+
+def _read_kernels(*args: Any) -> list[Any]:
+    from drover.kinds.sessions.reading import read_kernels
+
+    return read_kernels(*args)
+
+
 SESSION = EntityKind(
     SESSION_KIND,
     SessionStatus,
@@ -161,6 +174,7 @@ SESSION = EntityKind(
     # limits.kernels_per_session: a session's kernels (drover submit --kernels, [[kernels]]).
     limits=(Limit("kernels_per_session", 1000),),
     value_type=SessionWithKernels,
+    reader=_read_sessions,
     # The design card's handlers name no kind: they act on sessions.
     default=True,
     termination=(
@@ -188,6 +202,7 @@ KERNEL = EntityKind(
     check_spec=check_kernel_spec,
     created_in={KernelStatus.PENDING},
     value_type=KernelInfo,
+    reader=_read_kernels,
     resource_slots=KERNEL_DEFAULTS,
 )
 #: The session lifecycle's kinds on their own: what a session another package creates

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -115,6 +115,8 @@ class UnknownKernelError(DroverError, LookupError):
 @attrs.frozen(init=False)
 class TransitionStatus(Transition):
     """The session kind's spelling of :class:`Transition`: ``session`` and ``kernel``."""
+
+    sides: ClassVar[tuple[str, str]] = ("session", "kernel")
 
     def __init__(
         self, session: SessionStatus | None = None, kernel: KernelStatus | None = None

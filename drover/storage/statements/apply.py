@@ -23,7 +23,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.kinds.sessions.values import KernelStatus
 from drover.model.kinds import STOP_REQUESTED, EntityKind
 from drover.model.values import StatusInfoRule
 from drover.storage.schema import coordinators, entities, scheduling_history, status_changes
@@ -250,12 +249,13 @@ def record_own_moves(postgres: bool) -> sa.Insert:
 
 
 def place_kernels(postgres: bool) -> sa.Update:
-    """``agent_id = :agent_id`` on the PENDING kernels ``:ids``."""
+    """``agent_id = :agent_id`` on the children ``:ids`` still in ``:placeable`` (their
+    kind's first status: a session's PENDING kernels)."""
     return (
         sa.update(e)
         .where(
             ids_param(e.c.id, "ids", postgres),
-            checked_only(e.c.status, postgres) == KernelStatus.PENDING.value,
+            checked_only(e.c.status, postgres) == sa.bindparam("placeable", type_=sa.String),
         )
         .values(agent_id=sa.bindparam("agent_id"))
     )

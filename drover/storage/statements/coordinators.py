@@ -1,4 +1,5 @@
-"""The statements of :mod:`drover.storage.coordinators`: coordinator rows and their claims.
+"""Coordinator rows and their claims: statements of the daemon's store, the tick store and
+the stats.
 
 A coordinator registers (:data:`INSERT_COORDINATOR`), beats
 (:data:`HEARTBEAT`) and stops (:data:`STOPPED`); on SQLite a new one finds

@@ -1,10 +1,9 @@
-"""The statements of the fetch (:mod:`drover.storage.fetch`): a lifecycle handler's targets.
+"""The statements of the fetch (:mod:`drover.storage.tick_store`): a lifecycle handler's targets.
 
 :func:`targets_query` reads the batch (claiming it on PostgreSQL with
 :func:`claim_rows`; an apply drops the claim with :func:`release_rows`; a
-backend's fence reads it back with :data:`CLAIM_TOKEN`), and
-:func:`children_of` reads the children of the batch's entities (sessions'
-kernels have their own read, :func:`drover.storage.statements.sessions.kernels_of`).
+backend's fence reads it back with :data:`CLAIM_TOKEN`). The batch's values are read
+by :func:`drover.storage._reading.values_of`, as every read of entities is.
 """
 
 from __future__ import annotations
@@ -14,20 +13,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.filters import CandidateFilter
+from drover.storage.fairness import oldest_seen_order
 from drover.storage.rows import ENTITY_COLUMNS
-from drover.storage.schema import coordinators, entities, relations
-from drover.storage.statements.fairness import oldest_seen_order
+from drover.storage.schema import FETCH_ORDER, coordinators, entities
 from drover.storage.statements.filters import compile_filters
 from drover.storage.statements.ids import ids_param
-from drover.storage.statements.sessions import FETCH_ORDER
 
 __all__ = [
     "CLAIM_TOKEN",
     "RENEW_CLAIM",
-    "children_of",
     "claim_rows",
     "clear_lapsed_claims",
-    "links_of",
     "release_rows",
     "renew_rows",
     "targets_query",
@@ -125,16 +121,6 @@ def release_rows() -> sa.Update:
     )
 
 
-def links_of(postgres: bool) -> sa.Select[Any]:
-    """``source_id, name, target_id`` of the links from the entities ``:ids``, sorted."""
-    r = relations
-    return (
-        sa.select(r.c.source_id, r.c.name, r.c.target_id)
-        .where(ids_param(r.c.source_id, "ids", postgres))
-        .order_by(r.c.source_id, r.c.name, r.c.target_id)
-    )
-
-
 #: The claim token the entity ``:b_id`` carries now (a backend's fence check).
 CLAIM_TOKEN = sa.select(e.c.claim_token).where(e.c.id == sa.bindparam("b_id"))
 
@@ -158,8 +144,3 @@ def renew_rows() -> sa.Update:
         )
         .values(claim_expires=sa.bindparam("b_until"))
     )
-
-
-def children_of(postgres: bool) -> sa.Select[Any]:
-    """The children of the entities ``:ids``, as :data:`~drover.storage.rows.ENTITY_COLUMNS`."""
-    return sa.select(*ENTITY_COLUMNS).where(ids_param(e.c.parent_id, "ids", postgres))

@@ -15,12 +15,11 @@ import sqlalchemy as sa
 
 from drover.model.promotion import PromotionRule
 from drover.model.rules import MATCH_CONDITIONS
-from drover.storage.entities import CREATED
-from drover.storage.schema import entities, scheduling_history, status_changes
+from drover.storage.inserts import CREATED
+from drover.storage.schema import FETCH_ORDER, entities, scheduling_history, status_changes
 from drover.storage.statements.apply import status_info_expression
 from drover.storage.statements.children import K, kernel_status_in, match_condition
 from drover.storage.statements.ids import checked_only
-from drover.storage.statements.sessions import FETCH_ORDER
 
 __all__ = [
     "WATERMARKS",

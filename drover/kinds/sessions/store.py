@@ -1,0 +1,261 @@
+"""The session kind's reads and writes, spelled as the design card spells them.
+
+Storage is generic: it reads and writes entities of any kind
+(:class:`~drover.storage.queries.Queries`, :class:`~drover.storage.repository.Repository`).
+The session kind adds its own spellings on top: sessions with their kernels,
+kernel reports from backends (:class:`~drover.backends.base.KernelReporter`),
+counts of sessions, placements of kernels on agents. Each is a generic
+operation with the session or kernel kind filled in; the sessions' fast reader
+is :mod:`drover.kinds.sessions.reading`, declared on the kinds.
+
+:class:`SessionQueries` and :class:`SessionRepository` are what
+:class:`drover.app.App` builds, and what ``drover.Queries`` and
+``drover.Repository`` name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from drover.kinds.sessions.requests import new_session
+from drover.kinds.sessions.values import (
+    HOLDING_KERNEL_STATUSES,
+    KERNEL_KIND,
+    SESSION_KIND,
+    KernelInfo,
+    KernelReport,
+    KernelStatus,
+    SessionStatus,
+    SessionWithKernels,
+    UnknownKernelError,
+    UnknownSessionError,
+)
+from drover.model.errors import UnknownEntityError
+from drover.model.values import KernelHistoryRecord, Report
+from drover.storage.queries import EntityFilter
+from drover.storage.queries import Queries as _Queries
+from drover.storage.repository import Repository as _Repository
+
+__all__ = [
+    "BACKEND_SOURCE",
+    "Queries",
+    "Repository",
+    "SessionFilter",
+    "SessionQueries",
+    "SessionRepository",
+]
+
+#: ``source`` of the status changes a backend reports.
+BACKEND_SOURCE = "backend"
+#: The dashboard's session filters: an :class:`~drover.storage.queries.EntityFilter`.
+SessionFilter = EntityFilter
+
+
+class SessionQueries(_Queries):
+    """:class:`~drover.storage.queries.Queries` with the session kind's reads."""
+
+    async def get_session(self, session_id: str) -> SessionWithKernels:
+        """One session with its kernels, or UnknownSessionError."""
+        try:
+            found: SessionWithKernels = await self.read_one(SESSION_KIND, session_id)
+        except UnknownEntityError:
+            raise UnknownSessionError(session_id) from None
+        return found
+
+    async def resolve_session_id(self, ref: str) -> str:
+        """The id of the session ``ref`` names: its id, its name, or an id prefix
+        (see :meth:`resolve_entity_id`)."""
+        return await self.resolve_entity_id(ref, SESSION_KIND)
+
+    async def list_sessions(
+        self,
+        *,
+        statuses: Iterable[SessionStatus] | None = None,
+        limit: int | None = None,
+        order: str = "priority",
+        name: str | None = None,
+    ) -> list[SessionWithKernels]:
+        """Sessions (with kernels), optionally filtered by status and name, in ``order``.
+
+        ``order``: ``priority`` (fetch order, the default), ``newest`` or ``oldest``.
+        ``name``: a pattern, shell-style with ``*`` and ``?`` (whole name), else a
+        substring; case-insensitive.
+        """
+        wanted = None if statuses is None else tuple(str(s) for s in statuses)
+        if wanted == ():
+            return []
+        f = EntityFilter(statuses=wanted or (), limit=limit, sort=order, name=name)
+        return await self.read(SESSION_KIND, f)
+
+    async def filtered_sessions(self, f: EntityFilter) -> list[SessionWithKernels]:
+        """Sessions (with kernels) matching the dashboard's filters, in ``f.sort`` order."""
+        return await self.read(SESSION_KIND, f)
+
+    async def count_by_status(self, kind: str = SESSION_KIND) -> dict[StrEnum | str, int]:
+        """The number of sessions (or entities of ``kind``) in each status, keyed by the
+        kind's status members (:class:`SessionStatus` for sessions)."""
+        return await super().count_by_status(kind)
+
+    async def count_by_result(self, kind: str = SESSION_KIND) -> dict[str, int]:
+        """The number of ended sessions (or entities of ``kind``) per result."""
+        return await super().count_by_result(kind)
+
+    async def status_ages(
+        self, now: float, kind: str = SESSION_KIND
+    ) -> dict[Any, tuple[int, float, float]]:
+        """Per status of the sessions (or of ``kind``): entities, and the p50 / p95 of the
+        time they have held it."""
+        return await super().status_ages(now, kind)
+
+    async def kernels_in(self, statuses: Iterable[KernelStatus]) -> list[KernelInfo]:
+        """Every kernel currently in one of ``statuses``, in id order (a backend's view at
+        start-up)."""
+        wanted = tuple(str(s) for s in statuses)
+        if not wanted:
+            return []
+        return await self.read(KERNEL_KIND, EntityFilter(statuses=wanted, sort="id", limit=None))
+
+    async def kernel_statuses(self, kernel_ids: Sequence[str]) -> dict[str, KernelStatus]:
+        """Current status of each of ``kernel_ids`` (unknown ids are left out)."""
+        found = await self.statuses_of(kernel_ids, KERNEL_KIND)
+        return {kid: KernelStatus(status) for kid, status in found.items()}
+
+    async def get_kernel(self, kernel_id: str) -> KernelInfo:
+        """One kernel, or UnknownKernelError."""
+        try:
+            found: KernelInfo = await self.read_one(KERNEL_KIND, kernel_id)
+        except UnknownEntityError:
+            raise UnknownKernelError(kernel_id) from None
+        return found
+
+    async def agent_usage(self, slots: Iterable[str]) -> dict[str, dict[str, float]]:
+        """Resources held per agent: the sum of each slot over its placed, live kernels
+        (neither PENDING nor ended: :data:`HOLDING_KERNEL_STATUSES`)."""
+        return await self.usage_per_agent(KERNEL_KIND, HOLDING_KERNEL_STATUSES, slots)
+
+    async def kernel_history(
+        self, *, kernel_id: str | None = None, session_id: str | None = None
+    ) -> list[KernelHistoryRecord]:
+        """Status changes of a kernel or of a session's kernels, oldest first."""
+        return await self.changes(entity_id=kernel_id, parent_id=session_id)
+
+    async def search_kernel_history(
+        self,
+        *,
+        kernel_id: str,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100,
+    ) -> list[KernelHistoryRecord]:
+        """One kernel's status changes, newest first."""
+        return await self.search_changes(entity_id=kernel_id, since=since, until=until, limit=limit)
+
+
+class SessionRepository(_Repository, SessionQueries):
+    """:class:`~drover.storage.repository.Repository` with the session kind's writes: the
+    :class:`~drover.backends.base.KernelReporter` backends report through."""
+
+    @property
+    def queries(self) -> SessionQueries:
+        """A read-only view of this repository's database (the same connections)."""
+        return SessionQueries.sharing(self._db)
+
+    async def create_session(
+        self,
+        *,
+        kernels: Sequence[Mapping[str, Any]],
+        name: str | None = None,
+        priority: int = 0,
+        status: SessionStatus = SessionStatus.PENDING,
+        spec: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Create one PENDING session with its kernels and return its id.
+
+        Each kernel mapping is the kernel's spec (``cpu``, ``mem``, ``command``…),
+        checked as :meth:`create_entities` checks every new entity. ``status``
+        is there for tests: anything but PENDING is refused; :meth:`seed_sessions`
+        starts elsewhere.
+        """
+        request = {
+            "kernels": kernels, "name": name, "priority": priority, "status": status, "spec": spec
+        }  # fmt: skip
+        (sid,) = await self.create_sessions([request])
+        return sid
+
+    async def create_sessions(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Create many sessions in one transaction; each request has create_session's keywords.
+
+        A request becomes a new entity (:func:`~drover.kinds.sessions.requests.new_session`)
+        created like any: one bad request raises InvalidSpecError and nothing is written.
+        """
+        return await self.create_entities([new_session(r) for r in requests])
+
+    async def seed_sessions(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Like :meth:`create_sessions`, for tests and benchmarks: start anywhere.
+
+        A request's ``status`` sets the session's initial status, and a
+        kernel's ``"status"`` and ``"agent_id"`` keys its own (kernels otherwise
+        follow the session).
+        """
+        return await self.seed_entities([new_session(r, seeding=True) for r in requests])
+
+    async def report_kernel_statuses(self, reports: Sequence[KernelReport]) -> list[bool]:
+        """Apply backend reports in one transaction; return, per report, whether it applied.
+
+        A kernel report is a pushed report with source ``backend``:
+        compare-and-set (not terminal, and in ``expected`` when given), a
+        recorded status change, ``message`` as the kernel's ``status_info``.
+        Raises UnknownKernelError, writing nothing, for an unknown kernel id.
+        """
+        pushed = [
+            Report(
+                r.kernel_id, r.status, r.expected, r.message, None, r.message, r.exit_code,
+                r.runtime,
+            )
+            for r in reports
+        ]  # fmt: skip
+        try:
+            return await self.report_many(pushed, source=BACKEND_SOURCE, of_kind=KERNEL_KIND)
+        except UnknownEntityError as error:
+            raise UnknownKernelError(error.entity_id) from None
+
+    async def report_kernel_status(
+        self,
+        kernel_id: str,
+        status: KernelStatus,
+        *,
+        expected: Iterable[KernelStatus] | None = None,
+        exit_code: int | None = None,
+        message: str | None = None,
+    ) -> bool:
+        """Report one kernel's new status, as a backend would (see report_kernel_statuses)."""
+        report = KernelReport(
+            kernel_id=kernel_id,
+            status=status,
+            expected=frozenset(expected) if expected is not None else None,
+            exit_code=exit_code,
+            message=message,
+        )
+        (ok,) = await self.report_kernel_statuses([report])
+        return ok
+
+    async def report_kernel_progress(
+        self, kernel_id: str, status: KernelStatus, message: str
+    ) -> bool:
+        """A backend's progress words for a kernel still in ``status`` (its ``status_info``;
+        no status change, no history row)."""
+        return await self.report_status_info(kernel_id, status, message)
+
+    async def assign_agents(
+        self, placements: Mapping[str, str], *, status: str = KernelStatus.PENDING
+    ) -> int:
+        """Set ``agent_id`` on PENDING kernels (``kernel_id -> agent_id``); return how many."""
+        return await super().assign_agents(placements, status=status)
+
+
+#: What ``drover.Queries`` and ``drover.Repository`` name: storage's services with the
+#: session kind's spellings (the design card's API plugins were written against).
+Queries = SessionQueries
+Repository = SessionRepository
