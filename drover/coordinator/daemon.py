@@ -20,6 +20,8 @@
   :mod:`drover.coordinator.presence`.
 * Sessions ending wake the handlers that target PENDING: capacity was freed.
 * Every ``safety_interval`` seconds all handlers are woken unconditionally.
+* Every ``prune_interval`` seconds, what is older than its retention is
+  deleted (:mod:`drover.coordinator.retention`).
 * Ticks of one handler never overlap (one task per handler).
 * A tick that raises (the database went away, say) is logged and retried with
   tenacity's exponential backoff; the daemon goes on.
@@ -51,6 +53,7 @@ from tenacity import (
 
 from drover.coordinator.memory import RELEASE_EVERY, release_free_memory
 from drover.coordinator.presence import Presence
+from drover.coordinator.retention import Retention
 from drover.coordinator.store import DaemonStore, Subscription
 from drover.coordinator.tick import Coordinator, TickReport
 from drover.coordinator.wakes import WakeRules
@@ -107,13 +110,6 @@ class Daemon:
         #: Called with every tick's report (observers, metrics, benchmarks).
         self.on_tick = on_tick
         self._submission_poll = submission_poll
-        # Retention, each in seconds (None: keep): history of ended entities, tick
-        # records, and kernel files (``prune_files``, the backend's).
-        self._retention = retention
-        self._ticks_retention = ticks_retention
-        self._prune_files = prune_files if files_retention is not None else None
-        self._files_retention = files_retention
-        self._prune_interval = prune_interval
         # Tick summaries for `drover stats`, written in batches off the tick path.
         self._tick_rows: list[dict[str, object]] = []
         self._wake = {n: asyncio.Event() for n in self.names}
@@ -123,6 +119,16 @@ class Daemon:
             store,
             self.id,
             heartbeat_interval=heartbeat_interval,
+            stopping=self._stopping,
+            sleep=self._sleep_unless_stopping,
+        )
+        self._retention = Retention(
+            store,
+            history=retention,
+            ticks=ticks_retention,
+            prune_files=prune_files,
+            files=files_retention,
+            interval=prune_interval,
             stopping=self._stopping,
             sleep=self._sleep_unless_stopping,
         )
@@ -209,12 +215,8 @@ class Daemon:
             helpers.append(
                 asyncio.create_task(self._presence.hold_solo_lease(), name="drover-solo")
             )
-        if (
-            self._retention is not None
-            or self._ticks_retention is not None
-            or self._prune_files is not None
-        ):
-            helpers.append(asyncio.create_task(self._retention_loop(), name="drover-retention"))
+        if self._retention.enabled:
+            helpers.append(asyncio.create_task(self._retention.run(), name="drover-retention"))
         try:
             await self._stopping.wait()
         finally:
@@ -459,37 +461,6 @@ class Daemon:
                 log.debug("releasing the store's caches failed: %s", error)
             # A full collection only at rest: under steady work it would pause the loop.
             release_free_memory(collect=idle)
-
-    async def _retention_loop(self) -> None:
-        while not self._stopping.is_set():
-            await self._prune_once()
-            await self._sleep_unless_stopping(self._prune_interval)
-
-    async def _prune_once(self) -> None:
-        """One retention pass; a line is logged only when something was deleted."""
-        now = time.time()
-        if self._retention is not None or self._ticks_retention is not None:
-            try:
-                report = await self.store.prune_history(
-                    older_than=None if self._retention is None else now - self._retention,
-                    ticks_older_than=(
-                        None if self._ticks_retention is None else now - self._ticks_retention
-                    ),
-                )
-            except Exception as error:
-                log.error("history retention failed: %s: %s", type(error).__name__, error)
-            else:
-                if any(report.values()):
-                    deleted = ", ".join(f"{n} {table}" for table, n in report.items() if n)
-                    log.info("retention: deleted %s", deleted, extra={"pruned": report})
-        if self._prune_files is not None and self._files_retention is not None:
-            try:
-                removed = await self._prune_files(now - self._files_retention)
-            except Exception as error:
-                log.error("kernel files retention failed: %s: %s", type(error).__name__, error)
-            else:
-                if removed:
-                    log.info("retention: deleted the files of %d ended kernel(s)", removed)
 
     async def _submission_loop(self) -> None:
         subscription: Subscription | None = None
