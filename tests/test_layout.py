@@ -448,3 +448,98 @@ def test_the_kind_name_check_sees_constants_and_defaults(tmp_path):
         "3: 'kernel'",
         "5: 'route'",
     ]
+
+
+# -- sizes: no module over 600 lines, no function over 100 (DEVELOPERS.md) ----------------------
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 100
+
+#: TEMPORARY: the modules and functions over the limits when the size checks came (issue 32),
+#: which others are reshaping. Removed by the lead after the merges of issue 32; nothing is
+#: ever added here.
+_OVERSIZED_UNTIL_ISSUE_32_IS_MERGED = frozenset(
+    {
+        "backends/container/backend.py",
+        "backends/local/backend.py",
+        "model/kinds.py",
+        "storage/apply.py",
+        "coordinator/classify.py:classify",
+        "storage/reports.py:write_reports",
+    }
+)
+
+
+class _FunctionLengths(ast.NodeVisitor):
+    """Every function and method, by qualified name (``Class.method``, ``outer.inner``), with
+    its length: from its ``def`` line to its last line, decorators not counted."""
+
+    def __init__(self) -> None:
+        self.scope: list[str] = []
+        self.lengths: list[tuple[str, int]] = []
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.scope.append(node.name)
+        assert node.end_lineno is not None
+        self.lengths.append((".".join(self.scope), node.end_lineno - node.lineno + 1))
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+
+def _long_functions(source: str, limit: int) -> list[tuple[str, int]]:
+    """The functions of ``source`` longer than ``limit`` lines, in source order."""
+    visitor = _FunctionLengths()
+    visitor.visit(ast.parse(source))
+    return [(name, length) for name, length in visitor.lengths if length > limit]
+
+
+def test_no_module_is_over_600_lines():
+    """A module has one job; past 600 lines it has several (split it by what it holds)."""
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES and module not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED:
+            bad.append(f"{module}: {lines} lines")
+    assert not bad, bad
+
+
+def test_no_function_is_over_100_lines():
+    """A function or method past 100 lines (decorators not counted) is split into helpers."""
+    bad = [
+        f"{module}:{name}: {length} lines"
+        for path in sorted(ROOT.rglob("*.py"))
+        if (module := path.relative_to(ROOT).as_posix())
+        for name, length in _long_functions(path.read_text(), MAX_FUNCTION_LINES)
+        if f"{module}:{name}" not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED
+    ]
+    assert not bad, bad
+
+
+def test_the_function_check_measures_from_def_to_last_line():
+    """Decorators are not counted; methods, async and nested functions are each measured,
+    by their qualified names; a function of exactly the limit passes."""
+
+    def body(indent: str, lines: int) -> str:
+        return f"{indent}x = 1\n" * lines
+
+    source = (
+        "@decorator\n@another\ndef fits():\n" + body("    ", 99)
+        + "@decorator\ndef too_long():\n" + body("    ", 100)
+        + "class C:\n    @staticmethod\n    async def run():\n" + body("        ", 100)
+        + "def outer():\n    def inner():\n" + body("        ", 100) + "    return inner\n"
+    )  # fmt: skip
+    assert _long_functions(source, 100) == [
+        ("too_long", 101),
+        ("C.run", 101),
+        ("outer", 103),
+        ("outer.inner", 101),
+    ]
+    assert _long_functions(source, 101) == [("outer", 103)]
