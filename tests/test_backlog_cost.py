@@ -19,9 +19,9 @@ from sqlalchemy.dialects import sqlite
 
 from drover.kinds.sessions.values import KernelStatus as K
 from drover.kinds.sessions.values import SessionStatus as S
-from drover.storage.statements.apply import move_entities, place_kernels
 from drover.storage.entity_reads import _STATUSES_OF_KIND
 from drover.storage.reports import _apply_reports
+from drover.storage.statements.apply import move_entities, place_kernels
 from drover.testing import CoordinatorHarness
 
 

@@ -56,8 +56,6 @@ def test_model_is_a_leaf_and_coordinator_and_storage_never_import_each_other(pac
     assert not bad, sorted(bad)
 
 
-
-
 def test_backends_import_no_storage():
     """A backend reports through the KernelReporter it is given; it never imports storage.
 
@@ -416,8 +414,6 @@ def _kind_names_in(path: Path, names: frozenset[str]) -> list[str]:
     ]
 
 
-
-
 @pytest.mark.parametrize("package", ["model", "coordinator", "storage"])
 def test_the_engine_names_no_builtin_kind(package):
     """model, coordinator and storage spell no built-in kind's name: not as a literal, a
@@ -476,9 +472,9 @@ def _passes_on(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         return False
     passed: list[str] = []
     for arg in call.args:
-        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
-            if arg.value.id == "self":
-                continue
+        is_attribute = isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name)
+        if is_attribute and arg.value.id == "self":  # type: ignore[attr-defined]
+            continue
         if not isinstance(arg, ast.Name):
             return False
         passed.append(arg.id)
@@ -527,3 +523,95 @@ def test_the_forwarder_check_sees_a_pass_through(tmp_path):
         "        return h(x.y)\n"
     )
     assert [f.rpartition(".")[2] for f in _forwarders([sample])] == ["f"]
+
+
+# -- sizes: no module over 600 lines, no function over 100 (DEVELOPERS.md) ----------------------
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 100
+
+#: TEMPORARY: the modules and functions over the limits when the size checks came (issue 32),
+#: which others are reshaping. Removed by the lead after the merges of issue 32; nothing is
+#: ever added here.
+_OVERSIZED_UNTIL_ISSUE_32_IS_MERGED = frozenset(
+    {
+        "backends/container/backend.py",
+        "backends/local/backend.py",
+        "coordinator/classify.py:classify",
+    }
+)
+
+
+class _FunctionLengths(ast.NodeVisitor):
+    """Every function and method, by qualified name (``Class.method``, ``outer.inner``), with
+    its length: from its ``def`` line to its last line, decorators not counted."""
+
+    def __init__(self) -> None:
+        self.scope: list[str] = []
+        self.lengths: list[tuple[str, int]] = []
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.scope.append(node.name)
+        assert node.end_lineno is not None
+        self.lengths.append((".".join(self.scope), node.end_lineno - node.lineno + 1))
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+
+def _long_functions(source: str, limit: int) -> list[tuple[str, int]]:
+    """The functions of ``source`` longer than ``limit`` lines, in source order."""
+    visitor = _FunctionLengths()
+    visitor.visit(ast.parse(source))
+    return [(name, length) for name, length in visitor.lengths if length > limit]
+
+
+def test_no_module_is_over_600_lines():
+    """A module has one job; past 600 lines it has several (split it by what it holds)."""
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES and module not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED:
+            bad.append(f"{module}: {lines} lines")
+    assert not bad, bad
+
+
+def test_no_function_is_over_100_lines():
+    """A function or method past 100 lines (decorators not counted) is split into helpers."""
+    bad = [
+        f"{module}:{name}: {length} lines"
+        for path in sorted(ROOT.rglob("*.py"))
+        if (module := path.relative_to(ROOT).as_posix())
+        for name, length in _long_functions(path.read_text(), MAX_FUNCTION_LINES)
+        if f"{module}:{name}" not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED
+    ]
+    assert not bad, bad
+
+
+def test_the_function_check_measures_from_def_to_last_line():
+    """Decorators are not counted; methods, async and nested functions are each measured,
+    by their qualified names; a function of exactly the limit passes."""
+
+    def body(indent: str, lines: int) -> str:
+        return f"{indent}x = 1\n" * lines
+
+    source = (
+        "@decorator\n@another\ndef fits():\n" + body("    ", 99)
+        + "@decorator\ndef too_long():\n" + body("    ", 100)
+        + "class C:\n    @staticmethod\n    async def run():\n" + body("        ", 100)
+        + "def outer():\n    def inner():\n" + body("        ", 100) + "    return inner\n"
+    )  # fmt: skip
+    assert _long_functions(source, 100) == [
+        ("too_long", 101),
+        ("C.run", 101),
+        ("outer", 103),
+        ("outer.inner", 101),
+    ]
+    assert _long_functions(source, 101) == [("outer", 103)]

@@ -26,6 +26,7 @@ from starlette.testclient import TestClient
 from drover import hookimpl
 from drover.app import App
 from drover.config import load_config
+from drover.kinds.sessions.store import SessionRepository as Repository
 from drover.kinds.sessions.values import KernelReport, KernelStatus, SessionStatus
 from drover.model.clock import ManualClock
 from drover.model.errors import InvalidHandlerError
@@ -33,7 +34,6 @@ from drover.model.values import CoordinatorInfo
 from drover.plugins.graph import edges_of
 from drover.plugins.manager import make_plugin_manager
 from drover.serialization import session_json
-from drover.kinds.sessions.store import SessionRepository as Repository
 from drover.storage.stats import BUCKETS
 from drover.testing import CoordinatorHarness
 from drover.web import create_app, dashboard_of, page

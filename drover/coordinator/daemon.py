@@ -16,8 +16,12 @@
   seconds (the newest id is polled: one index lookup).
 * Each lifecycle tick claims its targets under this daemon's id (on
   PostgreSQL several coordinators may share a database; see docs/scaling.md).
+  Its coordinator row, heartbeat and solo lease are kept by
+  :mod:`drover.coordinator.presence`.
 * Sessions ending wake the handlers that target PENDING: capacity was freed.
 * Every ``safety_interval`` seconds all handlers are woken unconditionally.
+* Every ``prune_interval`` seconds, what is older than its retention is
+  deleted (:mod:`drover.coordinator.retention`).
 * Ticks of one handler never overlap (one task per handler).
 * A tick that raises (the database went away, say) is logged and retried with
   tenacity's exponential backoff; the daemon goes on.
@@ -35,14 +39,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-import attrs
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -52,12 +52,13 @@ from tenacity import (
 )
 
 from drover.coordinator.memory import RELEASE_EVERY, release_free_memory
+from drover.coordinator.presence import Presence
+from drover.coordinator.retention import Retention
 from drover.coordinator.store import DaemonStore, Subscription
 from drover.coordinator.tick import Coordinator, TickReport
 from drover.coordinator.wakes import WakeRules
 from drover.model.ids import new_id
 from drover.model.promotion import PromotionRule
-from drover.model.values import Claim, CoordinatorInfo
 
 __all__ = ["MAX_KEPT_REWAKES", "Daemon"]
 
@@ -106,23 +107,31 @@ class Daemon:
         self.version = version
         # Claims name this daemon, so `drover status` shows what each coordinator holds.
         self.id = coordinator.claim_owner or new_id()
-        self._registered = False
         #: Called with every tick's report (observers, metrics, benchmarks).
         self.on_tick = on_tick
         self._submission_poll = submission_poll
-        # Retention, each in seconds (None: keep): history of ended entities, tick
-        # records, and kernel files (``prune_files``, the backend's).
-        self._retention = retention
-        self._ticks_retention = ticks_retention
-        self._prune_files = prune_files if files_retention is not None else None
-        self._files_retention = files_retention
-        self._prune_interval = prune_interval
         # Tick summaries for `drover stats`, written in batches off the tick path.
         self._tick_rows: list[dict[str, object]] = []
         self._wake = {n: asyncio.Event() for n in self.names}
         self._stopping = asyncio.Event()
-        # Set when another coordinator joins: the solo lease is to be left at once.
-        self._solo_wake = asyncio.Event()
+        self._presence = Presence(
+            coordinator,
+            store,
+            self.id,
+            heartbeat_interval=heartbeat_interval,
+            stopping=self._stopping,
+            sleep=self._sleep_unless_stopping,
+        )
+        self._retention = Retention(
+            store,
+            history=retention,
+            ticks=ticks_retention,
+            prune_files=prune_files,
+            files=files_retention,
+            interval=prune_interval,
+            stopping=self._stopping,
+            sleep=self._sleep_unless_stopping,
+        )
         self._in_tick: set[str] = set()
         #: Consecutive ticks of each handler whose execute() raised.
         self.errors: dict[str, int] = dict.fromkeys(self.names, 0)
@@ -187,25 +196,7 @@ class Daemon:
         :meth:`run` calls it if it has not been; ``drover run`` calls it before
         the backend starts, so a refused daemon touches no kernel.
         """
-        if self._registered:
-            return
-        now = datetime.now(UTC)
-        note = await self.store.register_coordinator(
-            CoordinatorInfo(
-                id=self.id,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                started_at=now,
-                heartbeat_at=now,
-                version=self.version,
-                stopped_at=None,
-                handlers=tuple(self.names),
-            ),
-            stale_after=3 * self.heartbeat_interval,
-        )
-        self._registered = True
-        if note:
-            log.warning("%s", note)
+        await self._presence.register(version=self.version, handlers=self.names)
 
     async def run(self) -> None:
         """Run until :meth:`stop`; then finish in-flight ticks within the grace period."""
@@ -216,18 +207,16 @@ class Daemon:
         ]
         helpers = [
             asyncio.create_task(self._safety_loop(), name="drover-safety"),
-            asyncio.create_task(self._heartbeat_loop(), name="drover-heartbeat"),
+            asyncio.create_task(self._presence.beat(), name="drover-heartbeat"),
             asyncio.create_task(self._submission_loop(), name="drover-submissions"),
             asyncio.create_task(self._record_loop(), name="drover-tick-records"),
         ]
         if self.coordinator.claim_owner is not None:
-            helpers.append(asyncio.create_task(self._solo_loop(), name="drover-solo"))
-        if (
-            self._retention is not None
-            or self._ticks_retention is not None
-            or self._prune_files is not None
-        ):
-            helpers.append(asyncio.create_task(self._retention_loop(), name="drover-retention"))
+            helpers.append(
+                asyncio.create_task(self._presence.hold_solo_lease(), name="drover-solo")
+            )
+        if self._retention.enabled:
+            helpers.append(asyncio.create_task(self._retention.run(), name="drover-retention"))
         try:
             await self._stopping.wait()
         finally:
@@ -245,8 +234,7 @@ class Daemon:
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await self.store.coordinator_stopped(self.id)
+            await self._presence.mark_stopped()
             log.info("coordinator %s stopped", self.id)
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
@@ -326,8 +314,8 @@ class Daemon:
             )
         if news.get("new"):
             self.wake(*self._newcomers)
-        if news.get("joined") and self.coordinator.solo_claim is not None:
-            self._solo_wake.set()
+        if news.get("joined"):
+            self._presence.another_joined()
         if news.get("unleased"):
             # Our fetches found nothing while another coordinator held the solo lease.
             self.wake()
@@ -441,71 +429,6 @@ class Daemon:
             if not self._stopping.is_set():
                 self.wake()
 
-    async def _heartbeat_loop(self) -> None:
-        while not self._stopping.is_set():
-            await self._sleep_unless_stopping(self.heartbeat_interval)
-            if self._stopping.is_set():
-                return
-            try:
-                await self.store.heartbeat(self.id)
-            except Exception as error:
-                log.error("heartbeat failed: %s: %s", type(error).__name__, error)
-
-    async def _solo_loop(self) -> None:
-        """Hold the solo lease while no other coordinator runs (PostgreSQL; docs/scaling.md).
-
-        Alone, a coordinator's ticks need not mark their rows with claims (a
-        third of a lone coordinator's database work went to claiming and
-        releasing). It takes the lease when no other coordinator beat within
-        three heartbeats (checked at start and every step), renews it every
-        step, and leaves it as soon as another coordinator joins (its
-        registration notifies) or beats, or the lease was revoked (this
-        process stopped renewing it: it was paused): its solo ticks finish,
-        then it gives the lease up and the others' ticks fetch again.
-        """
-        coordinator = self.coordinator
-        owner = coordinator.claim_owner
-        assert owner is not None
-        ttl = coordinator.claim_ttl
-        step = min(self.heartbeat_interval, ttl / 3)
-        quiet = 3 * self.heartbeat_interval
-        first = True
-        try:
-            while not self._stopping.is_set():
-                if not first:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._solo_wake.wait(), timeout=step)
-                    self._solo_wake.clear()
-                first = False
-                if self._stopping.is_set():
-                    return
-                now = coordinator.clock.time()
-                until, alive_since = now + ttl, now - quiet
-                held = coordinator.solo_claim
-                try:
-                    if held is not None:
-                        if await self.store.keep_solo(
-                            owner, held.token, until=until, alive_since=alive_since
-                        ):
-                            coordinator.solo_claim = attrs.evolve(held, expires=until)
-                        else:
-                            log.info("another coordinator runs: claiming rows again")
-                            await coordinator.leave_solo()
-                            await self.store.drop_solo(owner, held.token)
-                    else:
-                        token = new_id()
-                        if await self.store.take_solo(
-                            owner, token, until=until, alive_since=alive_since
-                        ):
-                            log.info("no other coordinator runs: ticking without row claims")
-                            coordinator.solo_claim = Claim(owner, token, until, ttl, solo=True)
-                except Exception as error:
-                    log.error("solo lease: %s: %s", type(error).__name__, error)
-        finally:
-            held = coordinator.solo_claim
-            if held is not None:
-                await coordinator.leave_solo()
-
     async def _flush_ticks(self) -> None:
         rows, self._tick_rows = self._tick_rows, []
         if rows:
@@ -538,37 +461,6 @@ class Daemon:
                 log.debug("releasing the store's caches failed: %s", error)
             # A full collection only at rest: under steady work it would pause the loop.
             release_free_memory(collect=idle)
-
-    async def _retention_loop(self) -> None:
-        while not self._stopping.is_set():
-            await self._prune_once()
-            await self._sleep_unless_stopping(self._prune_interval)
-
-    async def _prune_once(self) -> None:
-        """One retention pass; a line is logged only when something was deleted."""
-        now = time.time()
-        if self._retention is not None or self._ticks_retention is not None:
-            try:
-                report = await self.store.prune_history(
-                    older_than=None if self._retention is None else now - self._retention,
-                    ticks_older_than=(
-                        None if self._ticks_retention is None else now - self._ticks_retention
-                    ),
-                )
-            except Exception as error:
-                log.error("history retention failed: %s: %s", type(error).__name__, error)
-            else:
-                if any(report.values()):
-                    deleted = ", ".join(f"{n} {table}" for table, n in report.items() if n)
-                    log.info("retention: deleted %s", deleted, extra={"pruned": report})
-        if self._prune_files is not None and self._files_retention is not None:
-            try:
-                removed = await self._prune_files(now - self._files_retention)
-            except Exception as error:
-                log.error("kernel files retention failed: %s: %s", type(error).__name__, error)
-            else:
-                if removed:
-                    log.info("retention: deleted the files of %d ended kernel(s)", removed)
 
     async def _submission_loop(self) -> None:
         subscription: Subscription | None = None

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.handlers import Handler, target_statuses
+from drover.coordinator.handlers import Handler, LifecycleHandler, target_statuses
 from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration
 from drover.kinds.sessions.values import (
@@ -136,6 +136,77 @@ def _promotion_wait(rule: PromotionRule, session: SessionWithKernels) -> str:
     return f"{rule.name} → {rule.to_status}: {wanted}; {state}"
 
 
+def _lifecycle_owner(
+    name: str,
+    handler: LifecycleHandler,
+    session: SessionWithKernels,
+    options: HandlerOptions,
+    held: float,
+) -> tuple[dict[str, Any], str]:
+    """A lifecycle handler owning the session's status: its ``owners`` entry and its line
+    (its timeout, the session's tries, and whether its kernel filter lets it fetch the
+    session at all)."""
+    opts = session_options(options, session, name)
+    owner: dict[str, Any] = {
+        "handler": name,
+        "kind": "lifecycle",
+        "timeout_s": opts.timeout,
+        "max_retries": opts.max_retries,
+    }
+    text = f"{name} owns {session.status}"
+    if opts.timeout is None:
+        text += " (no timeout)"
+    else:
+        left = opts.timeout - held
+        owner["expires_in_s"] = round(left, 3)
+        if left > 0:
+            text += f"; expires in {duration(left)} (timeout {duration(opts.timeout)})"
+        else:
+            text += (
+                f"; its timeout ({duration(opts.timeout)}) passed {duration(-left)} ago:"
+                " it expires at the handler's next tick"
+            )
+    limit = "no limit" if opts.max_retries is None else f"max_retries {opts.max_retries}"
+    tries = session.tries.get(name, 0)
+    owner["tries"] = tries
+    text += f"; tries {tries} ({limit})"
+    kernel_filter = handler.target_kernel_statuses
+    if kernel_filter is not None and not any(k.status in kernel_filter for k in session.kernels):
+        listed = ", ".join(sorted(str(s) for s in kernel_filter))
+        text += (
+            f"; but it only fetches sessions with a kernel in {listed}, and none is:"
+            " it will not act on this session"
+        )
+        owner["fetches_it"] = False
+    else:
+        owner["fetches_it"] = True
+    return owner, text
+
+
+#: How the last problem's result reads in ``last: <verb> …``.
+_PROBLEM_VERBS: dict[str, str] = {
+    SchedulingResult.SKIPPED: "skipped",
+    SchedulingResult.NEED_RETRY: "failed",
+    SchedulingResult.EXPIRED: "expired",
+    SchedulingResult.GIVE_UP: "gave up",
+}
+
+
+def _problem(row: HistoryRecord) -> tuple[str, dict[str, Any]]:
+    """The session's last problem in its status: its ``last: …`` line and its JSON."""
+    verb = _PROBLEM_VERBS.get(row.result, str(row.result).lower())
+    times = "once" if row.attempts == 1 else f"{row.attempts} times"
+    reason = row.message or row.error_code or "no reason given"
+    last = {
+        "handler": row.handler,
+        "result": str(row.result),
+        "attempts": row.attempts,
+        "error_code": row.error_code,
+        "message": row.message,
+    }
+    return f"last: {verb} {times} by {row.handler}: {reason}", last
+
+
 def diagnose(
     session: SessionWithKernels,
     rows: list[HistoryRecord],
@@ -164,42 +235,7 @@ def diagnose(
                 waits.append(_promotion_wait(handler, session))
             continue
         if handler.kind == session.kind and session.status in handler.target_statuses:
-            opts = session_options(options_for(name), session, name)
-            owner: dict[str, Any] = {
-                "handler": name,
-                "kind": "lifecycle",
-                "timeout_s": opts.timeout,
-                "max_retries": opts.max_retries,
-            }
-            text = f"{name} owns {session.status}"
-            if opts.timeout is None:
-                text += " (no timeout)"
-            else:
-                left = opts.timeout - held
-                owner["expires_in_s"] = round(left, 3)
-                if left > 0:
-                    text += f"; expires in {duration(left)} (timeout {duration(opts.timeout)})"
-                else:
-                    text += (
-                        f"; its timeout ({duration(opts.timeout)}) passed {duration(-left)} ago:"
-                        " it expires at the handler's next tick"
-                    )
-            limit = "no limit" if opts.max_retries is None else f"max_retries {opts.max_retries}"
-            tries = session.tries.get(name, 0)
-            owner["tries"] = tries
-            text += f"; tries {tries} ({limit})"
-            kernel_filter = handler.target_kernel_statuses
-            if kernel_filter is not None and not any(
-                k.status in kernel_filter for k in session.kernels
-            ):
-                listed = ", ".join(sorted(str(s) for s in kernel_filter))
-                text += (
-                    f"; but it only fetches sessions with a kernel in {listed}, and none is:"
-                    " it will not act on this session"
-                )
-                owner["fetches_it"] = False
-            else:
-                owner["fetches_it"] = True
+            owner, text = _lifecycle_owner(name, handler, session, options_for(name), held)
             lines.append(text)
             owners.append(owner)
     if not owners:
@@ -213,23 +249,8 @@ def diagnose(
     problem = _last_problem(rows, session.status)
     last: dict[str, Any] | None = None
     if problem is not None:
-        verbs: dict[str, str] = {
-            SchedulingResult.SKIPPED: "skipped",
-            SchedulingResult.NEED_RETRY: "failed",
-            SchedulingResult.EXPIRED: "expired",
-            SchedulingResult.GIVE_UP: "gave up",
-        }
-        verb = verbs.get(problem.result, str(problem.result).lower())
-        times = "once" if problem.attempts == 1 else f"{problem.attempts} times"
-        reason = problem.message or problem.error_code or "no reason given"
-        lines.append(f"last: {verb} {times} by {problem.handler}: {reason}")
-        last = {
-            "handler": problem.handler,
-            "result": str(problem.result),
-            "attempts": problem.attempts,
-            "error_code": problem.error_code,
-            "message": problem.message,
-        }
+        line, last = _problem(problem)
+        lines.append(line)
     lines.append(f"kernels: {_kernel_summary(session)}")
     for wait in waits:
         lines.append(f"next: {wait}")

@@ -36,8 +36,8 @@ def _json(column: str, postgres: bool) -> str:
     return f"NULLIF({column}, 'null')"
 
 
-def upgrade() -> None:
-    postgres = op.get_bind().dialect.name == "postgresql"
+def _create_entities() -> None:
+    """The one table of every kind's entities, with its queue and parent indexes."""
     op.create_table(
         "entities",
         sa.Column("id", sa.String(length=36), nullable=False),
@@ -74,6 +74,9 @@ def upgrade() -> None:
         )
         batch_op.create_index(batch_op.f("ix_entities_parent_id"), ["parent_id"])
 
+
+def _copy_sessions_and_kernels(postgres: bool) -> None:
+    """Every session, then every kernel (its parent: its session), into ``entities``."""
     spec = _json("spec", postgres)
     op.execute(
         "INSERT INTO entities (id, kind, parent_id, name, status, status_changed_at, priority, "
@@ -90,6 +93,9 @@ def upgrade() -> None:
         "FROM kernels k JOIN sessions s ON s.id = k.session_id"
     )
 
+
+def _create_status_changes() -> None:
+    """The status changes of every kind (``kernel_history`` held kernels' only), indexed."""
     op.create_table(
         "status_changes",
         sa.Column("id", _BigId, autoincrement=True, nullable=False),
@@ -107,6 +113,10 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_status_changes_created_at"), ["created_at"])
         batch_op.create_index(batch_op.f("ix_status_changes_entity_id_id"), ["entity_id", "id"])
         batch_op.create_index(batch_op.f("ix_status_changes_parent_id_id"), ["parent_id", "id"])
+
+
+def _copy_kernel_history(postgres: bool) -> None:
+    """``kernel_history`` into ``status_changes``, with the rows' ids."""
     op.execute(
         "INSERT INTO status_changes (id, entity_id, kind, parent_id, source, from_status, "
         "to_status, message, created_at) SELECT id, kernel_id, 'kernel', session_id, source, "
@@ -119,6 +129,10 @@ def upgrade() -> None:
             "COALESCE((SELECT max(id) FROM status_changes), 0) + 1, false)"
         )
 
+
+def _scheduling_history_of_any_kind(postgres: bool) -> None:
+    """``scheduling_history`` names an entity of any kind: ``entity_id`` and ``kind``, and
+    room for other kinds' statuses (32) and results (64)."""
     # Renamed natively (SQLite >= 3.25 rewrites the index too): a rename inside
     # a batch recreate trips over the index on the renamed column.
     if postgres:
@@ -149,9 +163,16 @@ def upgrade() -> None:
         )
         batch_op.create_index(batch_op.f("ix_scheduling_history_entity_id_id"), ["entity_id", "id"])
 
+
+def upgrade() -> None:
+    postgres = op.get_bind().dialect.name == "postgresql"
+    _create_entities()
+    _copy_sessions_and_kernels(postgres)
+    _create_status_changes()
+    _copy_kernel_history(postgres)
+    _scheduling_history_of_any_kind(postgres)
     with op.batch_alter_table("handler_ticks", schema=None) as batch_op:
         batch_op.add_column(sa.Column("error", sa.Text(), nullable=True))
-
     op.drop_table("kernel_history")
     op.drop_table("kernels")
     op.drop_table("sessions")
