@@ -14,10 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from drover._lazy import lazy_attributes
+from drover._version import DISTRIBUTION_NAME, __version__
 
 if TYPE_CHECKING:
     from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
     from drover.backends.simulated import SimulatedBackend
+    from drover.builtin_plugins import make_plugin_manager
     from drover.coordinator.handlers import (
         DeclaredHandler,
         LifecycleHandler,
@@ -87,11 +89,6 @@ if TYPE_CHECKING:
     from drover.storage.queries import Queries
     from drover.storage.repository import Repository
 
-__version__ = "0.1.0"
-
-#: The name drover is installed under (``pip install``, a plugin's ``dependencies``); the
-#: import package is ``drover``. The PyPI name ``drover`` belongs to an unrelated project.
-DISTRIBUTION_NAME = "drover-coordinator"
 
 #: Where each public name lives.
 _MODULES: dict[str, str] = {
@@ -100,6 +97,7 @@ _MODULES: dict[str, str] = {
     "BackendError": "drover.backends.base",
     "KernelReporter": "drover.backends.base",
     "SimulatedBackend": "drover.backends.simulated",
+    "make_plugin_manager": "drover.builtin_plugins",
     "DeclaredHandler": "drover.coordinator.handlers",
     "LifecycleHandler": "drover.coordinator.handlers",
     "SessionPromotionHandler": "drover.coordinator.handlers",
@@ -246,4 +244,5 @@ __all__ = [
     "__version__",
     "drover_register_kinds",
     "hookimpl",
+    "make_plugin_manager",
 ]

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
-from drover import hookimpl
+from drover import hookimpl, make_plugin_manager
 from drover.app import App
 from drover.config import load_config
 from drover.model.clock import ManualClock
@@ -31,7 +31,6 @@ from drover.model.errors import InvalidHandlerError
 from drover.model.status import KernelStatus, SessionStatus
 from drover.model.values import CoordinatorInfo, KernelReport
 from drover.plugins.graph import edges_of
-from drover.plugins.manager import make_plugin_manager
 from drover.serialization import session_json
 from drover.storage.repository import Repository
 from drover.storage.ticks import BUCKETS
@@ -533,8 +532,9 @@ def test_healthz_without_a_database(tmp_path, monkeypatch):
 def test_the_graph_is_laid_out_by_graphviz(harness, make_client):
     """/graph.svg comes from `dot`: every status a node with its colour, every pair one labelled
     arrow, and the same SVG inlined in /graph (no external file, no script)."""
+    from drover import make_plugin_manager
     from drover.kinds.sessions import SESSION
-    from drover.plugins.manager import collect_handlers, collect_kinds, make_plugin_manager
+    from drover.plugins.manager import collect_handlers, collect_kinds
     from drover.plugins.registry import RuntimeContext
 
     harness(lambda h: asyncio.sleep(0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import pluggy
 
-from drover import DISTRIBUTION_NAME, __version__
+from drover._version import DISTRIBUTION_NAME, __version__
 from drover.cli._common import CliState
 from drover.cli.db import db
 from drover.cli.entity import show, terminate
@@ -92,7 +92,8 @@ def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = Non
     """
     import os
 
-    from drover.plugins.manager import PluginLoadError, load_entry_points, make_plugin_manager
+    from drover.builtin_plugins import make_plugin_manager
+    from drover.plugins.manager import PluginLoadError, load_entry_points
 
     def names(var: str) -> list[str] | None:
         raw = os.environ.get(var)
