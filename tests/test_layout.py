@@ -281,22 +281,13 @@ def test_the_engine_never_imports_the_builtin_kinds(package):
     assert not bad, sorted(bad)
 
 
-#: Modules of drover/web/ that may import drover.kinds.
-_WEB_IMPORTING_KINDS = frozenset(
-    {
-        # The one colour per status: every built-in kind's status must have one.
-        "palette.py",
-    }
-)
-
-
 def test_the_dashboard_never_imports_the_builtin_kinds():
-    """A kind package adds its pages through drover_register_web; drover.web knows none."""
+    """A kind package adds its pages (and its statuses' colours) through drover_register_web;
+    drover.web knows none."""
     web = ROOT / "web"
     bad = {
         f"{path.relative_to(web)}: {module}"
         for path in _modules("web")
-        if path.relative_to(web).as_posix() not in _WEB_IMPORTING_KINDS
         for module in _drover_imports(path)
         if module == "drover.kinds" or module.startswith("drover.kinds.")
     }

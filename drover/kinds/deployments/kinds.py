@@ -98,8 +98,8 @@ def drover_register_commands(cli: click.Group) -> None:
 @hookimpl(tryfirst=True)
 def drover_register_web(register: WebRegistry) -> None:
     """Add ``/deployments``, ``/deployments/{name}`` and ``/api/deployments…`` to the dashboard."""
-    # Imported only now, as the dashboard is built: the pages use drover.web, which
-    # imports drover.app (and so the plugin manager, which loads this module).
+    # Imported only now, as the dashboard is built: the pages import Starlette, which
+    # every other plugin manager (the command line's, the daemon's) does without.
     from drover.kinds.deployments.web import register_web
 
     register_web(register)
