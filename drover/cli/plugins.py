@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from drover._version import DISTRIBUTION_NAME, __version__
-from drover.cli._common import CliState, emit_json, json_option, print_table
+from drover.cli.kit import CliState, emit_json, json_option, print_table
 from drover.model.errors import DroverError
 from drover.model.promotion import PromotionRule
 
@@ -73,7 +73,7 @@ def _load(ctx: click.Context, path: Path | None = None) -> App:
     from drover.builtin_plugins import make_plugin_manager
     from drover.plugins.manager import load_entry_points
 
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    state = CliState.of(ctx)
     config = state.loaded()
     pm = None
     if path is not None:

@@ -84,9 +84,9 @@ def drover_register_kinds(register: KindRegistry) -> None:
 @hookimpl(tryfirst=True)
 def drover_register_commands(cli: click.Group) -> None:
     """Add ``deploy``, ``deployments``, ``scale``, ``destroy`` and ``routes`` to ``drover``."""
-    # Imported only now, as the command line is built: the commands use the CLI's
-    # helpers (importing drover.cli builds the command line, which calls this hook),
-    # and every plugin manager, the harness's too, loads this module.
+    # Imported only now, as the command line is built: every plugin manager, the
+    # daemon's and the harness's too, loads this module, and only the command line
+    # needs the commands (and click).
     from drover.kinds.deployments.cli import COMMANDS
 
     for command in COMMANDS:

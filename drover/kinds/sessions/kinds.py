@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from drover.kinds.sessions.defaults import KERNEL_DEFAULTS, with_kernel_defaults
 from drover.model.checks import is_finite, is_number
 from drover.model.errors import InvalidSpecError
 from drover.model.kinds import EntityKind, Kinds, Limit, TerminationRule
@@ -78,9 +79,6 @@ ENGINE_KERNEL_KEYS = frozenset(
         "budgets",
     }
 )
-
-#: What a kernel asks for when it does not say (``drover submit`` flags and files alike).
-KERNEL_DEFAULTS: Mapping[str, float] = {"cpu": 1.0, "mem": 256.0}
 
 
 def check_kernel_spec(spec: Mapping[str, Any], where: str) -> None:
@@ -143,11 +141,6 @@ def _check_env(env: Any, where: str) -> None:
             )
 
 
-def with_kernel_defaults(kernel: Mapping[str, Any]) -> dict[str, Any]:
-    """``kernel`` with :data:`KERNEL_DEFAULTS` for the slots it does not name."""
-    return {**KERNEL_DEFAULTS, **kernel}
-
-
 SESSION = EntityKind(
     "session",
     SessionStatus,
@@ -201,8 +194,9 @@ def drover_register_kinds(register: KindRegistry) -> None:
 @hookimpl(tryfirst=True)
 def drover_register_commands(cli: click.Group) -> None:
     """Add ``submit``, ``sessions`` and ``logs`` to ``drover``."""
-    # Imported only now, as the command line is built: the commands use the CLI's
-    # helpers (importing drover.cli builds the command line, which calls this hook).
+    # Imported only now, as the command line is built: every plugin manager, the
+    # daemon's and the harness's too, loads this module, and only the command line
+    # needs the commands (and click).
     from drover.kinds.sessions.cli import COMMANDS
 
     for command in COMMANDS:
