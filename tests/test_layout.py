@@ -341,3 +341,162 @@ def test_the_builtin_kinds_do_not_import_storage():
         if module == "drover.storage" or module.startswith("drover.storage.")
     }
     assert not bad, sorted(bad)
+
+
+# -- no import circles ------------------------------------------------------------------------
+
+
+def _module_name(path: Path, root: Path) -> str:
+    """``drover/web/app.py`` -> ``drover.web.app``; a package's ``__init__.py`` is the package."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the package at ``root`` -> the modules of that package it imports.
+
+    Every import counts: at module level, inside functions and under ``if
+    TYPE_CHECKING:``. ``from p import n`` imports ``p``, and ``p.n`` too when
+    that is a module. Each name is resolved to the longest module it starts
+    with (``from drover.web.dashboard import page`` -> ``drover.web.dashboard``).
+    The package a module sits in, which Python imports first, is not counted:
+    that alone is no dependency on what the package's ``__init__.py`` imports.
+    """
+    paths = {_module_name(path, root): path for path in root.rglob("*.py")}
+    package = root.name
+
+    def resolve(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path}:{node.lineno}: a relative import"
+                assert node.module, f"{path}:{node.lineno}: a relative import"
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for name in names:
+                if name.split(".")[0] == package and (target := resolve(name)) not in (
+                    None,
+                    module,
+                ):
+                    found.add(target)  # type: ignore[arg-type]
+        graph[module] = found
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected components of two modules or
+    more (Tarjan's algorithm), each sorted, in order of their first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component: list[str] = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def _circle_through(graph: dict[str, set[str]], component: list[str]) -> str:
+    """One shortest circle through the first module of ``component``: ``a -> b -> a``."""
+    start = component[0]
+    inside = set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        module = queue.pop(0)
+        for target in sorted(graph[module] & inside):
+            if target == start:
+                return " -> ".join([*paths[module], start])
+            if target not in paths:
+                paths[target] = [*paths[module], target]
+                queue.append(target)
+    raise AssertionError(f"no circle through {start}")
+
+
+#: TEMPORARY: the import circles other engineers are removing on their branches (issue 32).
+#: The lead deletes this list after merging them: there must be no circle at all then (the
+#: test fails while a module listed here is in no circle any more).
+#: - drover/storage: storage ⇄ queries ⇄ repository, gone with the lead's storage services;
+#: - drover/backends/local: the package ⇄ _watch ⇄ backend, gone with the backends rewrite.
+_CIRCLES_BEING_REMOVED = frozenset(
+    {
+        "drover.storage",
+        "drover.storage.queries",
+        "drover.storage.repository",
+        "drover.backends.local",
+        "drover.backends.local._watch",
+        "drover.backends.local.backend",
+    }
+)
+
+
+def test_no_import_circle_between_drovers_modules():
+    """No module of drover imports, however indirectly, a module that imports it back (every
+    import counts, see _import_graph): each circle is listed with one path around it."""
+    graph = _import_graph(ROOT)
+    circles = _cycles(graph)
+    bad = [
+        f"{', '.join(component)}: {_circle_through(graph, component)}"
+        for component in circles
+        if not set(component) <= _CIRCLES_BEING_REMOVED
+    ]
+    assert not bad, "import circles:\n" + "\n".join(bad)
+    in_circles = {module for component in circles for module in component}
+    assert in_circles >= _CIRCLES_BEING_REMOVED, (
+        f"no longer in an import circle: {sorted(_CIRCLES_BEING_REMOVED - in_circles)}; "
+        "take them out of _CIRCLES_BEING_REMOVED"
+    )
+
+
+def test_the_import_circle_check_sees_every_spelling(tmp_path):
+    """The check is not blind: a circle through a function-level import, a TYPE_CHECKING
+    import and an ``import a.b as b``; one through ``from package import module`` and the
+    package's own TYPE_CHECKING import; and not the implicit import of a module's package."""
+    checking = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+    files = {
+        "__init__.py": checking + "    from pkg.e import E\n",
+        "e.py": "from pkg import a\n",
+        "a.py": "def f():\n    from pkg.b import B\n",
+        "b.py": checking + "    from pkg.c import C\n",
+        "c.py": "import os\nimport pkg.a as a\n",
+        "sub/__init__.py": "from pkg.sub.m import M\n",
+        "sub/m.py": "from pkg.sub.n import N\n",
+        "sub/n.py": "N = 1\n",
+    }
+    root = tmp_path / "pkg"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    graph = _import_graph(root)
+    assert graph["pkg.e"] == {"pkg", "pkg.a"}
+    assert graph["pkg.sub.m"] == {"pkg.sub.n"}
+    assert _cycles(graph) == [["pkg", "pkg.e"], ["pkg.a", "pkg.b", "pkg.c"]]
+    assert _circle_through(graph, ["pkg.a", "pkg.b", "pkg.c"]) == "pkg.a -> pkg.b -> pkg.c -> pkg.a"
