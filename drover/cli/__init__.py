@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from drover._lazy import lazy_attributes
+from drover._lazy import lazy_reexports
 
 if TYPE_CHECKING:
-    from drover.cli.main import main
+    from drover.cli.main import main as main
 
-__all__ = ["main"]
-
-__getattr__ = lazy_attributes(__name__, {"main": "drover.cli.main"})
+if not TYPE_CHECKING:  # as in drover/__init__.py: type checkers see the import above
+    __getattr__ = lazy_reexports(__name__, __file__)
