@@ -102,7 +102,8 @@ class CliState:
     def of(cls, ctx: click.Context) -> CliState:
         """The state of the ``drover`` group ``ctx`` runs under."""
         state = ctx.find_object(cls)
-        assert state is not None, "a drover command runs under the drover group"
+        if state is None:
+            raise RuntimeError("a drover command runs under the drover group")
         return state
 
     def loaded(self, **more_flags: Any) -> LoadedConfig:
