@@ -46,13 +46,13 @@ from drover import (
     StatusTransitions,
     TransitionStatus,
     hookimpl,
+    make_plugin_manager,
 )
 from drover.app import App
 from drover.backends.base import AgentInfo
 from drover.backends.simulated import SimulatedBackend
 from drover.config import Config
 from drover.coordinator.daemon import Daemon
-from drover.plugins.manager import make_plugin_manager
 from drover.storage.connect import create_engine
 
 PG_URL = os.environ.get("DROVER_TEST_PG_URL") or "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

@@ -4,244 +4,100 @@ Handlers say which sessions they succeeded on, failed on or skipped; the
 coordinator applies their declared transitions, judges retries and timeouts,
 and writes a scheduling-history row for every outcome.
 
-Every public name is imported from its module on first use (PEP 562
-``__getattr__``): the command line imports this package, and ``drover --help``
-must not pay for SQLAlchemy, Alembic or Starlette.
+Every public name is listed once, as a re-export (``from module import Name as
+Name``). Those of the ``if TYPE_CHECKING:`` block (type checkers read it) are
+imported from their module on first use (PEP 562 ``__getattr__``, which reads
+this file for where each name lives and for ``__all__``): the command line
+imports this package, and ``drover --help`` must not pay for SQLAlchemy,
+Alembic or Starlette.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from drover._lazy import lazy_attributes
+from drover._lazy import lazy_reexports
+from drover._version import DISTRIBUTION_NAME as DISTRIBUTION_NAME
+from drover._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter
-    from drover.backends.simulated import SimulatedBackend
-    from drover.coordinator.handlers import (
-        DeclaredHandler,
-        LifecycleHandler,
-        SessionPromotionHandler,
-    )
-    from drover.coordinator.store import CoordinatorStore
-    from drover.coordinator.tick import Coordinator, TickReport
-    from drover.kinds.sessions.store import Queries, Repository
-    from drover.kinds.sessions.values import (
-        TERMINAL_KERNEL_STATUSES,
-        TERMINAL_SESSION_STATUSES,
-        KernelInfo,
-        KernelReport,
-        KernelStatus,
-        SessionStatus,
-        SessionWithKernels,
-        TransitionStatus,
-        UnknownKernelError,
-        UnknownSessionError,
-    )
-    from drover.model.budgets import BudgetUse
-    from drover.model.clock import Clock, ManualClock, SystemClock
-    from drover.model.errors import (
-        DroverError,
-        InvalidHandlerError,
-        InvalidSpecError,
-        UnknownEntityError,
-        UnknownHandlerError,
-    )
-    from drover.model.filters import (
-        AllOf,
-        AnyOf,
-        CandidateFilter,
-        ChildCount,
-        Children,
-        DependenciesFailed,
-        DependenciesSucceeded,
-        Dependents,
-        Field,
-        LatestChild,
-        Not,
-        Parent,
-        StatusAge,
-        TimedOut,
-    )
-    from drover.model.kinds import Budget, EntityKind, Kinds, TerminationRule
-    from drover.model.pools import Pool
-    from drover.model.promotion import PromotionRule
-    from drover.model.status import KernelMatchType, SchedulingResult
-    from drover.model.values import (
-        Entity,
-        HandlerOptions,
-        HandlerResult,
-        HistoryRecord,
-        KernelHistoryRecord,
-        MoveTo,
-        NewEntity,
-        StatusInfoRule,
-        StatusTransitions,
-        Target,
-        TerminationOutcome,
-        Transition,
-    )
-    from drover.plugins.hookspecs import drover_register_kinds
-    from drover.plugins.markers import hookimpl
-    from drover.plugins.registry import HandlerRegistry, KindRegistry, RuntimeContext
+    from drover.app import App as App
+    from drover.backends.base import AgentBackend as AgentBackend
+    from drover.backends.base import AgentInfo as AgentInfo
+    from drover.backends.base import BackendError as BackendError
+    from drover.backends.base import KernelReporter as KernelReporter
+    from drover.backends.simulated import SimulatedBackend as SimulatedBackend
+    from drover.builtin_plugins import make_plugin_manager as make_plugin_manager
+    from drover.config import load_config as load_config
+    from drover.coordinator.handlers import DeclaredHandler as DeclaredHandler
+    from drover.coordinator.handlers import LifecycleHandler as LifecycleHandler
+    from drover.coordinator.handlers import SessionPromotionHandler as SessionPromotionHandler
+    from drover.coordinator.store import CoordinatorStore as CoordinatorStore
+    from drover.coordinator.tick import Coordinator as Coordinator
+    from drover.coordinator.tick import TickReport as TickReport
+    from drover.kinds.sessions.store import Queries as Queries
+    from drover.kinds.sessions.store import Repository as Repository
+    from drover.kinds.sessions.values import TERMINAL_KERNEL_STATUSES as TERMINAL_KERNEL_STATUSES
+    from drover.kinds.sessions.values import TERMINAL_SESSION_STATUSES as TERMINAL_SESSION_STATUSES
+    from drover.kinds.sessions.values import KernelInfo as KernelInfo
+    from drover.kinds.sessions.values import KernelReport as KernelReport
+    from drover.kinds.sessions.values import KernelStatus as KernelStatus
+    from drover.kinds.sessions.values import SessionStatus as SessionStatus
+    from drover.kinds.sessions.values import SessionWithKernels as SessionWithKernels
+    from drover.kinds.sessions.values import TransitionStatus as TransitionStatus
+    from drover.kinds.sessions.values import UnknownKernelError as UnknownKernelError
+    from drover.kinds.sessions.values import UnknownSessionError as UnknownSessionError
+    from drover.model.budgets import BudgetUse as BudgetUse
+    from drover.model.clock import Clock as Clock
+    from drover.model.clock import ManualClock as ManualClock
+    from drover.model.clock import SystemClock as SystemClock
+    from drover.model.errors import DroverError as DroverError
+    from drover.model.errors import InvalidHandlerError as InvalidHandlerError
+    from drover.model.errors import InvalidSpecError as InvalidSpecError
+    from drover.model.errors import UnknownEntityError as UnknownEntityError
+    from drover.model.errors import UnknownHandlerError as UnknownHandlerError
+    from drover.model.filters import AllOf as AllOf
+    from drover.model.filters import AnyOf as AnyOf
+    from drover.model.filters import CandidateFilter as CandidateFilter
+    from drover.model.filters import ChildCount as ChildCount
+    from drover.model.filters import Children as Children
+    from drover.model.filters import DependenciesFailed as DependenciesFailed
+    from drover.model.filters import DependenciesSucceeded as DependenciesSucceeded
+    from drover.model.filters import Dependents as Dependents
+    from drover.model.filters import Field as Field
+    from drover.model.filters import LatestChild as LatestChild
+    from drover.model.filters import Not as Not
+    from drover.model.filters import Parent as Parent
+    from drover.model.filters import StatusAge as StatusAge
+    from drover.model.filters import TimedOut as TimedOut
+    from drover.model.kinds import Budget as Budget
+    from drover.model.kinds import EntityKind as EntityKind
+    from drover.model.kinds import Kinds as Kinds
+    from drover.model.kinds import Limit as Limit
+    from drover.model.kinds import TerminationRule as TerminationRule
+    from drover.model.pools import Pool as Pool
+    from drover.model.promotion import PromotionRule as PromotionRule
+    from drover.model.status import KernelMatchType as KernelMatchType
+    from drover.model.status import SchedulingResult as SchedulingResult
+    from drover.model.values import Entity as Entity
+    from drover.model.values import HandlerOptions as HandlerOptions
+    from drover.model.values import HandlerResult as HandlerResult
+    from drover.model.values import HistoryRecord as HistoryRecord
+    from drover.model.values import KernelHistoryRecord as KernelHistoryRecord
+    from drover.model.values import MoveTo as MoveTo
+    from drover.model.values import NewEntity as NewEntity
+    from drover.model.values import StatusInfoRule as StatusInfoRule
+    from drover.model.values import StatusTransitions as StatusTransitions
+    from drover.model.values import Target as Target
+    from drover.model.values import TerminationOutcome as TerminationOutcome
+    from drover.model.values import Transition as Transition
+    from drover.plugins.hookspecs import drover_register_kinds as drover_register_kinds
+    from drover.plugins.markers import hookimpl as hookimpl
+    from drover.plugins.registry import HandlerRegistry as HandlerRegistry
+    from drover.plugins.registry import KindRegistry as KindRegistry
+    from drover.plugins.registry import RuntimeContext as RuntimeContext
 
-__version__ = "0.1.0"
-
-#: The name drover is installed under (``pip install``, a plugin's ``dependencies``); the
-#: import package is ``drover``. The PyPI name ``drover`` belongs to an unrelated project.
-DISTRIBUTION_NAME = "drover-coordinator"
-
-#: Where each public name lives.
-_MODULES: dict[str, str] = {
-    "AgentBackend": "drover.backends.base",
-    "AgentInfo": "drover.backends.base",
-    "BackendError": "drover.backends.base",
-    "KernelReporter": "drover.backends.base",
-    "SimulatedBackend": "drover.backends.simulated",
-    "DeclaredHandler": "drover.coordinator.handlers",
-    "LifecycleHandler": "drover.coordinator.handlers",
-    "SessionPromotionHandler": "drover.coordinator.handlers",
-    "CoordinatorStore": "drover.coordinator.store",
-    "Coordinator": "drover.coordinator.tick",
-    "TickReport": "drover.coordinator.tick",
-    "Clock": "drover.model.clock",
-    "ManualClock": "drover.model.clock",
-    "SystemClock": "drover.model.clock",
-    "DroverError": "drover.model.errors",
-    "InvalidHandlerError": "drover.model.errors",
-    "InvalidSpecError": "drover.model.errors",
-    "UnknownEntityError": "drover.model.errors",
-    "UnknownHandlerError": "drover.model.errors",
-    "UnknownKernelError": "drover.kinds.sessions.values",
-    "UnknownSessionError": "drover.kinds.sessions.values",
-    "AllOf": "drover.model.filters",
-    "AnyOf": "drover.model.filters",
-    "CandidateFilter": "drover.model.filters",
-    "ChildCount": "drover.model.filters",
-    "Children": "drover.model.filters",
-    "DependenciesFailed": "drover.model.filters",
-    "DependenciesSucceeded": "drover.model.filters",
-    "Dependents": "drover.model.filters",
-    "Parent": "drover.model.filters",
-    "Field": "drover.model.filters",
-    "LatestChild": "drover.model.filters",
-    "Not": "drover.model.filters",
-    "StatusAge": "drover.model.filters",
-    "TimedOut": "drover.model.filters",
-    "Budget": "drover.model.kinds",
-    "BudgetUse": "drover.model.budgets",
-    "Pool": "drover.model.pools",
-    "EntityKind": "drover.model.kinds",
-    "Kinds": "drover.model.kinds",
-    "TerminationRule": "drover.model.kinds",
-    "PromotionRule": "drover.model.promotion",
-    "TERMINAL_KERNEL_STATUSES": "drover.kinds.sessions.values",
-    "TERMINAL_SESSION_STATUSES": "drover.kinds.sessions.values",
-    "KernelMatchType": "drover.model.status",
-    "KernelStatus": "drover.kinds.sessions.values",
-    "SchedulingResult": "drover.model.status",
-    "SessionStatus": "drover.kinds.sessions.values",
-    "Entity": "drover.model.values",
-    "HandlerOptions": "drover.model.values",
-    "HandlerResult": "drover.model.values",
-    "HistoryRecord": "drover.model.values",
-    "KernelHistoryRecord": "drover.model.values",
-    "KernelInfo": "drover.kinds.sessions.values",
-    "KernelReport": "drover.kinds.sessions.values",
-    "MoveTo": "drover.model.values",
-    "NewEntity": "drover.model.values",
-    "SessionWithKernels": "drover.kinds.sessions.values",
-    "StatusInfoRule": "drover.model.values",
-    "StatusTransitions": "drover.model.values",
-    "Target": "drover.model.values",
-    "TerminationOutcome": "drover.model.values",
-    "Transition": "drover.model.values",
-    "TransitionStatus": "drover.kinds.sessions.values",
-    "drover_register_kinds": "drover.plugins.hookspecs",
-    "hookimpl": "drover.plugins.markers",
-    "HandlerRegistry": "drover.plugins.registry",
-    "KindRegistry": "drover.plugins.registry",
-    "RuntimeContext": "drover.plugins.registry",
-    "Queries": "drover.kinds.sessions.store",
-    "Repository": "drover.kinds.sessions.store",
-}
-
-
-__getattr__ = lazy_attributes(__name__, _MODULES)
-
-
-__all__ = [
-    "DISTRIBUTION_NAME",
-    "TERMINAL_KERNEL_STATUSES",
-    "TERMINAL_SESSION_STATUSES",
-    "AgentBackend",
-    "AgentInfo",
-    "AllOf",
-    "AnyOf",
-    "BackendError",
-    "Budget",
-    "BudgetUse",
-    "CandidateFilter",
-    "ChildCount",
-    "Children",
-    "Clock",
-    "Coordinator",
-    "CoordinatorStore",
-    "DeclaredHandler",
-    "DependenciesFailed",
-    "DependenciesSucceeded",
-    "Dependents",
-    "DroverError",
-    "Entity",
-    "EntityKind",
-    "Field",
-    "HandlerOptions",
-    "HandlerRegistry",
-    "HandlerResult",
-    "HistoryRecord",
-    "InvalidHandlerError",
-    "InvalidSpecError",
-    "KernelHistoryRecord",
-    "KernelInfo",
-    "KernelMatchType",
-    "KernelReport",
-    "KernelReporter",
-    "KernelStatus",
-    "KindRegistry",
-    "Kinds",
-    "LatestChild",
-    "LifecycleHandler",
-    "ManualClock",
-    "MoveTo",
-    "NewEntity",
-    "Not",
-    "Parent",
-    "Pool",
-    "PromotionRule",
-    "Queries",
-    "Repository",
-    "RuntimeContext",
-    "SchedulingResult",
-    "SessionPromotionHandler",
-    "SessionStatus",
-    "SessionWithKernels",
-    "SimulatedBackend",
-    "StatusAge",
-    "StatusInfoRule",
-    "StatusTransitions",
-    "SystemClock",
-    "Target",
-    "TerminationOutcome",
-    "TerminationRule",
-    "TickReport",
-    "TimedOut",
-    "Transition",
-    "TransitionStatus",
-    "UnknownEntityError",
-    "UnknownHandlerError",
-    "UnknownKernelError",
-    "UnknownSessionError",
-    "__version__",
-    "drover_register_kinds",
-    "hookimpl",
-]
+if not TYPE_CHECKING:
+    # Hidden from type checkers: they take a module's __getattr__ to mean that any name
+    # exists, and `from drover import Typo` must be an error.
+    __getattr__ = lazy_reexports(__name__, __file__)

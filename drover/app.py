@@ -22,8 +22,9 @@ from typing import Any
 import attrs
 import pluggy
 
-from drover import __version__
+from drover._version import __version__
 from drover.backends.base import AgentBackend
+from drover.builtin_plugins import make_plugin_manager
 from drover.config import Config, LoadedConfig, retention_seconds
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.handlers import Handler
@@ -43,7 +44,6 @@ from drover.plugins.manager import (
     collect_kinds,
     collect_observers,
     load_entry_points,
-    make_plugin_manager,
 )
 from drover.plugins.registry import RegisteredHandler, RuntimeContext
 from drover.storage.connect import Engine, create_engine, display_url

@@ -139,10 +139,10 @@ async def test_configured_limits_reach_what_handlers_see(database):
     """``[budgets.attempt]``: the coordinator judges, and handlers see, the same limit."""
     from peers import plugin
 
+    from drover import make_plugin_manager
     from drover.app import App
     from drover.config import Config
     from drover.model.clock import ManualClock
-    from drover.plugins.manager import make_plugin_manager
 
     run = RunAttempts(preempt)
     config = Config(

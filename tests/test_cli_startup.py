@@ -68,3 +68,25 @@ def test_sessions_imports_no_alembic_and_no_web(tmp_path):
     heavy, output = _imports(["sessions"], tmp_path)
     assert "id\tname\tstatus" in output
     assert not {"alembic", "starlette", "uvicorn", "jinja2"} & set(heavy), output
+
+
+def test_importing_drover_and_reading_its_names_imports_no_heavy_library():
+    """``import drover``, ``drover.__all__`` and what a plugin module imports from it
+    (kinds, handlers, hookimpl) cost no heavy library: each name loads on first use."""
+    probe = (
+        "import json, sys, drover\n"
+        "names = drover.__all__\n"
+        "from drover import EntityKind, LifecycleHandler, Limit, hookimpl\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & set(json.loads(sys.argv[1])))\n"
+        "print(json.dumps([len(names), heavy]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    count, heavy = json.loads(done.stdout)
+    assert count > 70
+    assert heavy == [], done.stdout

@@ -33,6 +33,7 @@ from drover import (
     StatusAge,
     StatusTransitions,
     Transition,
+    make_plugin_manager,
 )
 from drover.app import App
 from drover.config import BackendConfig, Config
@@ -49,7 +50,6 @@ from drover.kinds.sessions.values import KernelStatus as K
 from drover.model.clock import SystemClock
 from drover.model.kinds import Kinds
 from drover.model.promotion import PromotionRule
-from drover.plugins.manager import make_plugin_manager
 
 HOUR = 3600.0
 

@@ -12,12 +12,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from scripted import ScriptedPlugin
 from starlette.testclient import TestClient
 
+from drover import make_plugin_manager
 from drover.app import App
 from drover.cli import main
 from drover.config import Config, load_config
 from drover.coordinator.daemon import Daemon
 from drover.model.clock import SystemClock
-from drover.plugins.manager import make_plugin_manager
 from drover.testing import CoordinatorHarness
 from drover.web import create_app
 

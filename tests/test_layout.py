@@ -192,11 +192,78 @@ def test_no_code_outside_a_backend_checks_which_backend_it_has():
     assert not bad, bad
 
 
+#: drover.__all__ before issue 32: the public API is a contract, and no name of it may go (a
+#: name that moves keeps working, with a DeprecationWarning naming its replacement).
+_PUBLIC_BEFORE = frozenset(
+    {
+        "DISTRIBUTION_NAME", "TERMINAL_KERNEL_STATUSES", "TERMINAL_SESSION_STATUSES",
+        "AgentBackend", "AgentInfo", "AllOf", "AnyOf", "BackendError", "Budget", "BudgetUse",
+        "CandidateFilter", "ChildCount", "Children", "Clock", "Coordinator", "CoordinatorStore",
+        "DeclaredHandler", "DependenciesFailed", "DependenciesSucceeded", "Dependents",
+        "DroverError", "Entity", "EntityKind", "Field", "HandlerOptions", "HandlerRegistry",
+        "HandlerResult", "HistoryRecord", "InvalidHandlerError", "InvalidSpecError",
+        "KernelHistoryRecord", "KernelInfo", "KernelMatchType", "KernelReport", "KernelReporter",
+        "KernelStatus", "KindRegistry", "Kinds", "LatestChild", "LifecycleHandler", "ManualClock",
+        "MoveTo", "NewEntity", "Not", "Parent", "Pool", "PromotionRule", "Queries", "Repository",
+        "RuntimeContext", "SchedulingResult", "SessionPromotionHandler", "SessionStatus",
+        "SessionWithKernels", "SimulatedBackend", "StatusAge", "StatusInfoRule",
+        "StatusTransitions", "SystemClock", "Target", "TerminationOutcome", "TerminationRule",
+        "TickReport", "TimedOut", "Transition", "TransitionStatus", "UnknownEntityError",
+        "UnknownHandlerError", "UnknownKernelError", "UnknownSessionError", "__version__",
+        "drover_register_kinds", "hookimpl",
+    }
+)  # fmt: skip
+
+
+def _reexports(tree: ast.Module) -> list[tuple[str, str]]:
+    """(module, name) of each ``from module import name as name`` in ``tree``, in order."""
+    return [
+        (node.module or "", alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname == alias.name
+    ]
+
+
+def test_the_public_api_is_listed_once():
+    """drover/__init__.py names each public name once, as a re-export (``from m import X as
+    X``): ``__all__`` and where the lazy ``__getattr__`` finds each name are read from there,
+    and no other list of names (``__all__ = [...]``, a table of modules) repeats them."""
+    tree = ast.parse((ROOT / "__init__.py").read_text())
+    names = [name for _module, name in _reexports(tree)]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert drover.__all__ == sorted(names)
+    repeated = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+    }
+    assert not repeated, f"named again as text in drover/__init__.py: {sorted(repeated)}"
+    assert not [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign)
+        and "__all__" in ast.unparse(node)
+    ], "__all__ is read from the re-exports"
+
+
 def test_the_public_api_is_explicit():
-    """drover/__init__.py lists every public name, and each one is importable."""
-    assert len(drover.__all__) == len(set(drover.__all__))
-    for name in drover.__all__:
-        assert getattr(drover, name) is not None, name
+    """Each public name is its module's, imported on first use; none of the names public
+    before went, and what plugin authors and embedders use is there."""
+    import importlib
+
+    for module, name in _reexports(ast.parse((ROOT / "__init__.py").read_text())):
+        assert getattr(drover, name) is getattr(importlib.import_module(module), name), name
+    assert set(drover.__all__) >= _PUBLIC_BEFORE, sorted(_PUBLIC_BEFORE - set(drover.__all__))
+    # Every example's demo.py builds an App from load_config; docs/plugins/kinds.md
+    # declares a kind's limits with Limit; programs that run drover build its plugin manager.
+    assert {"App", "load_config", "Limit", "make_plugin_manager"} <= set(drover.__all__)
+    star: dict[str, object] = {}
+    exec("from drover import *", star)
+    assert set(drover.__all__) <= set(star)
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        _ = drover.Nope
 
 
 # -- drover.kinds: the built-in lifecycles are plugins, and the rest does not know them ----------
@@ -298,25 +365,18 @@ def test_the_engine_never_imports_the_builtin_kinds(package):
     assert not bad, sorted(bad)
 
 
-#: Modules of drover/web/ that may import drover.kinds.
-_WEB_IMPORTING_KINDS = frozenset(
-    {
-        # The one colour per status: every built-in kind's status must have one.
-        "palette.py",
-    }
-)
-#: What drover/web/ may import of drover.kinds elsewhere: the session kind's vocabulary,
-#: which its session pages (the dashboard's first pages) are written in.
+#: What drover/web/ may import of drover.kinds: the session kind's vocabulary, which its
+#: session pages (the dashboard's first pages) are written in.
 _WEB_VOCABULARY = "drover.kinds.sessions.values"
 
 
 def test_the_dashboard_never_imports_the_builtin_kinds():
-    """A kind package adds its pages through drover_register_web; drover.web knows none."""
+    """A kind package adds its pages (and its statuses' colours) through drover_register_web;
+    drover.web knows none (but the session kind's vocabulary)."""
     web = ROOT / "web"
     bad = {
         f"{path.relative_to(web)}: {module}"
         for path in _modules("web")
-        if path.relative_to(web).as_posix() not in _WEB_IMPORTING_KINDS
         for module in _drover_imports(path)
         if (module == "drover.kinds" or module.startswith("drover.kinds."))
         and module != _WEB_VOCABULARY
@@ -615,3 +675,159 @@ def test_the_function_check_measures_from_def_to_last_line():
         ("outer.inner", 101),
     ]
     assert _long_functions(source, 101) == [("outer", 103)]
+
+
+# -- no import circles ------------------------------------------------------------------------
+
+
+def _module_name(path: Path, root: Path) -> str:
+    """``drover/web/app.py`` -> ``drover.web.app``; a package's ``__init__.py`` is the package."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the package at ``root`` -> the modules of that package it imports.
+
+    Every import counts: at module level, inside functions and under ``if
+    TYPE_CHECKING:``. ``from p import n`` imports ``p``, and ``p.n`` too when
+    that is a module. Each name is resolved to the longest module it starts
+    with (``from drover.web.dashboard import page`` -> ``drover.web.dashboard``).
+    The package a module sits in, which Python imports first, is not counted:
+    that alone is no dependency on what the package's ``__init__.py`` imports.
+    """
+    paths = {_module_name(path, root): path for path in root.rglob("*.py")}
+    package = root.name
+
+    def resolve(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path}:{node.lineno}: a relative import"
+                assert node.module, f"{path}:{node.lineno}: a relative import"
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for name in names:
+                if name.split(".")[0] == package and (target := resolve(name)) not in (
+                    None,
+                    module,
+                ):
+                    found.add(target)  # type: ignore[arg-type]
+        graph[module] = found
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected components of two modules or
+    more (Tarjan's algorithm), each sorted, in order of their first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component: list[str] = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def _circle_through(graph: dict[str, set[str]], component: list[str]) -> str:
+    """One shortest circle through the first module of ``component``: ``a -> b -> a``."""
+    start = component[0]
+    inside = set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        module = queue.pop(0)
+        for target in sorted(graph[module] & inside):
+            if target == start:
+                return " -> ".join([*paths[module], start])
+            if target not in paths:
+                paths[target] = [*paths[module], target]
+                queue.append(target)
+    raise AssertionError(f"no circle through {start}")
+
+
+#: TEMPORARY: the import circles other engineers are removing on their branches (issue 32).
+#: The lead deletes this list after merging them: there must be no circle at all then (the
+#: test fails while a module listed here is in no circle any more).
+#: - drover/storage: storage ⇄ queries ⇄ repository, gone with the lead's storage services;
+#: - drover/backends/local: the package ⇄ _watch ⇄ backend, gone with the backends rewrite.
+_CIRCLES_BEING_REMOVED = frozenset(
+    {
+        "drover.backends.local",
+        "drover.backends.local._watch",
+        "drover.backends.local.backend",
+    }
+)
+
+
+def test_no_import_circle_between_drovers_modules():
+    """No module of drover imports, however indirectly, a module that imports it back (every
+    import counts, see _import_graph): each circle is listed with one path around it."""
+    graph = _import_graph(ROOT)
+    circles = _cycles(graph)
+    bad = [
+        f"{', '.join(component)}: {_circle_through(graph, component)}"
+        for component in circles
+        if not set(component) <= _CIRCLES_BEING_REMOVED
+    ]
+    assert not bad, "import circles:\n" + "\n".join(bad)
+    in_circles = {module for component in circles for module in component}
+    assert in_circles >= _CIRCLES_BEING_REMOVED, (
+        f"no longer in an import circle: {sorted(_CIRCLES_BEING_REMOVED - in_circles)}; "
+        "take them out of _CIRCLES_BEING_REMOVED"
+    )
+
+
+def test_the_import_circle_check_sees_every_spelling(tmp_path):
+    """The check is not blind: a circle through a function-level import, a TYPE_CHECKING
+    import and an ``import a.b as b``; one through ``from package import module`` and the
+    package's own TYPE_CHECKING import; and not the implicit import of a module's package."""
+    checking = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+    files = {
+        "__init__.py": checking + "    from pkg.e import E\n",
+        "e.py": "from pkg import a\n",
+        "a.py": "def f():\n    from pkg.b import B\n",
+        "b.py": checking + "    from pkg.c import C\n",
+        "c.py": "import os\nimport pkg.a as a\n",
+        "sub/__init__.py": "from pkg.sub.m import M\n",
+        "sub/m.py": "from pkg.sub.n import N\n",
+        "sub/n.py": "N = 1\n",
+    }
+    root = tmp_path / "pkg"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    graph = _import_graph(root)
+    assert graph["pkg.e"] == {"pkg", "pkg.a"}
+    assert graph["pkg.sub.m"] == {"pkg.sub.n"}
+    assert _cycles(graph) == [["pkg", "pkg.e"], ["pkg.a", "pkg.b", "pkg.c"]]
+    assert _circle_through(graph, ["pkg.a", "pkg.b", "pkg.c"]) == "pkg.a -> pkg.b -> pkg.c -> pkg.a"

@@ -23,6 +23,7 @@ from drover import (
     StatusTransitions,
     TransitionStatus,
     hookimpl,
+    make_plugin_manager,
 )
 from drover.app import App, UnknownBackendError
 from drover.backends.simulated import SimulatedBackend
@@ -33,7 +34,6 @@ from drover.coordinator.observers import HistoryEvent, ObserverDispatcher
 from drover.kinds import BUILTIN_PLUGINS, short_name
 from drover.kinds.sessions import SESSION
 from drover.plugins.graph import check_graph, edges_of
-from drover.plugins.manager import make_plugin_manager
 from drover.storage.scratch import asyncpg_dsn
 from drover.testing import CoordinatorHarness, database_kinds, fresh_database
 from drover.testing.databases import pg_url

@@ -76,7 +76,7 @@ async def test_builtins_are_nine_plugins_registered_through_the_hook():
 
 def test_builtin_kinds_are_registered_by_their_packages_through_the_hook():
     """drover's kinds come from its kind packages' drover_register_kinds, even without handlers."""
-    from drover.plugins.manager import make_plugin_manager
+    from drover import make_plugin_manager
     from drover.plugins.registry import Registry, accept_kinds
 
     pm = make_plugin_manager(include_builtins=False)
@@ -96,13 +96,44 @@ def test_builtin_kinds_are_registered_by_their_packages_through_the_hook():
 
 def test_a_builtin_handler_plugin_is_blocked_by_its_full_or_short_name():
     """block= takes `drover.kinds.sessions.prepare-sessions` or `prepare-sessions` alike."""
-    from drover.plugins.manager import make_plugin_manager
+    from drover import make_plugin_manager
 
     for name in ("prepare-sessions", "drover.kinds.sessions.prepare-sessions", "routes"):
         pm = make_plugin_manager(block=[name])
         loaded = {n for n, plugin in pm.list_name_plugin() if plugin is not None}
         assert not {n for n in loaded if n.rpartition(".")[2] == name.rpartition(".")[2]}
         assert "drover.kinds.sessions.start-sessions" in loaded
+
+
+def test_the_plugin_manager_loads_only_what_it_is_handed():
+    """drover.plugins knows no lifecycle: build_plugin_manager registers the plugins it is
+    given, and blocks the other names of block= (an entry point, say)."""
+    from drover.kinds.sessions import kinds as session_kinds
+    from drover.plugins.manager import build_plugin_manager, collect_kinds
+
+    assert list(collect_kinds(build_plugin_manager())) == []
+    pm = build_plugin_manager(
+        [("drover.kinds.sessions", session_kinds)], block=["drover.kinds.sessions", "other"]
+    )
+    assert list(collect_kinds(pm)) == ["session", "kernel"]
+    assert pm.is_blocked("other")
+    assert not pm.is_blocked("drover.kinds.sessions")
+
+
+@pytest.mark.parametrize("module", ["drover.plugins", "drover.plugins.manager"])
+def test_make_plugin_manager_where_it_was_still_works_and_names_its_new_place(module):
+    """The old spelling warns (DeprecationWarning) naming drover.make_plugin_manager, and
+    still builds a manager with drover's own plugins."""
+    import importlib
+
+    said = rf"^{module}\.make_plugin_manager is deprecated: use drover\.make_plugin_manager$"
+    with pytest.warns(DeprecationWarning, match=said):
+        old = importlib.import_module(module).make_plugin_manager
+    pm = old(block=["prepare-sessions"])
+    loaded = {name for name, plugin in pm.list_name_plugin() if plugin is not None}
+    assert {"drover.backends", "drover.kinds.sessions"} <= loaded
+    assert "drover.kinds.sessions.start-sessions" in loaded
+    assert "drover.kinds.sessions.prepare-sessions" not in loaded
 
 
 async def test_builtins_can_be_left_out_and_plugins_added():

@@ -126,10 +126,10 @@ async def test_a_promotion_into_a_pool_moves_only_as_many_as_there_are_tokens(ma
 async def test_configuration_sets_a_pools_capacity(database, tmp_path):
     from peers import plugin
 
+    from drover import make_plugin_manager
     from drover.app import App
     from drover.config import load_config
     from drover.model.clock import ManualClock
-    from drover.plugins.manager import make_plugin_manager
 
     path = tmp_path / "drover.toml"
     path.write_text("[pools]\ngpu-slots = 3\n")

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
-from drover import hookimpl
+from drover import hookimpl, make_plugin_manager
 from drover.app import App
 from drover.config import load_config
 from drover.kinds.sessions.store import SessionRepository as Repository
@@ -32,12 +32,12 @@ from drover.model.clock import ManualClock
 from drover.model.errors import InvalidHandlerError
 from drover.model.values import CoordinatorInfo
 from drover.plugins.graph import edges_of
-from drover.plugins.manager import make_plugin_manager
+from drover.plugins.manager import collect_kinds, collect_web
 from drover.serialization import session_json
 from drover.storage.stats import BUCKETS
 from drover.testing import CoordinatorHarness
 from drover.web import create_app, dashboard_of, page
-from drover.web.palette import STATUS_COLOURS
+from drover.web.palette import STATUS_COLOURS, with_plugin_colours
 from drover.web.security import public_bind_warning
 from drover.web.svg_graph import dot_source, render_svg
 
@@ -533,8 +533,9 @@ def test_healthz_without_a_database(tmp_path, monkeypatch):
 def test_the_graph_is_laid_out_by_graphviz(harness, make_client):
     """/graph.svg comes from `dot`: every status a node with its colour, every pair one labelled
     arrow, and the same SVG inlined in /graph (no external file, no script)."""
+    from drover import make_plugin_manager
     from drover.kinds.sessions import SESSION
-    from drover.plugins.manager import collect_handlers, collect_kinds, make_plugin_manager
+    from drover.plugins.manager import collect_handlers, collect_kinds
     from drover.plugins.registry import RuntimeContext
 
     harness(lambda h: asyncio.sleep(0))
@@ -850,6 +851,80 @@ def test_a_plugin_page_is_served_behind_the_token_with_its_nav_link(
         assert '<a href="/hello" >Hello there</a>' in overview.text
         # drover's own deployments link is registered the same way, before the plugin's.
         assert overview.text.index(">Deployments</a>") < overview.text.index(">Hello there</a>")
+
+
+def test_every_status_of_drovers_kinds_has_a_colour():
+    """drover's palette and the colours its kind packages register cover every status of
+    every kind drover registers (a badge or a box is never the unknown grey)."""
+    pm = make_plugin_manager()
+    colours = with_plugin_colours(collect_web(pm).status_colours)
+    missing = {
+        (kind.name, status)
+        for kind in collect_kinds(pm).values()
+        for status in kind.status_names
+        if status not in colours
+    }
+    assert not missing, sorted(missing)
+
+
+class _Colours:
+    """A plugin giving statuses their dashboard colours."""
+
+    def __init__(self, colours):
+        self.colours = colours
+
+    @hookimpl
+    def drover_register_web(self, register):
+        register.colours(self.colours)
+
+
+def test_a_plugin_gives_its_statuses_their_colours(database, monkeypatch, tmp_path):
+    """register.colours: the plugin's statuses get badge classes in /palette.css, after
+    drover's own; a colour drover already gives a status, given again alike, is accepted."""
+    monkeypatch.chdir(tmp_path)
+    flags = {"database_url": database.url, "database_schema": database.schema or ""}
+    plugin = _Colours({"QUEUED": ("#123456", "#FEDCBA"), "RUNNING": STATUS_COLOURS["RUNNING"]})
+    pm = make_plugin_manager(plugins=[plugin])
+    app = App(load_config(None, environ={}, flags=flags), plugin_manager=pm)
+    web = create_app(app, close_app_on_shutdown=True)
+    with TestClient(web, base_url="http://127.0.0.1:8080") as client:
+        css = client.get("/palette.css").text.splitlines()
+    assert css[-1] == ".badge-QUEUED { background: #123456; color: #FEDCBA; }"
+    assert css[0] == ".badge-PENDING { background: #f59e0b; color: #1f1300; }"
+    assert ".badge-READY { background: #1d4ed8; color: #ffffff; }" in css  # the deployments'
+    assert sum(line.startswith(".badge-RUNNING ") for line in css) == 1
+
+
+def test_a_status_has_one_colour(database, monkeypatch, tmp_path):
+    """A plugin giving a status another colour than drover's is an error naming both."""
+    monkeypatch.chdir(tmp_path)
+    flags = {"database_url": database.url, "database_schema": database.schema or ""}
+    pm = make_plugin_manager(plugins=[_Colours({"RUNNING": ("#000000", "#ffffff")})])
+    app = App(load_config(None, environ={}, flags=flags), plugin_manager=pm)
+    with pytest.raises(
+        InvalidHandlerError,
+        match=r"^plugin '.*' gives status 'RUNNING' the colours \('#000000', '#ffffff'\); "
+        r"'drover' gave it \('#1d4ed8', '#ffffff'\)$",
+    ):
+        create_app(app)
+    asyncio.run(app.close())
+
+
+@pytest.mark.parametrize(
+    ("colours", "said"),
+    [
+        ({"NOT A NAME": ("#000000", "#ffffff")}, "'NOT A NAME' is not a status name"),
+        ({"QUEUED": ("red", "#ffffff")}, "the colours of 'QUEUED' must be a pair"),
+        ({"QUEUED": ("#000000",)}, "the colours of 'QUEUED' must be a pair"),
+        ({"QUEUED": "#000000"}, "the colours of 'QUEUED' must be a pair"),
+        ([("QUEUED", ("#000000", "#ffffff"))], "colours must be a mapping"),
+    ],
+)
+def test_register_colours_refuses_what_css_and_dot_cannot_take(colours, said):
+    """A status name and colours go into CSS and DOT: anything else names the plugin."""
+    pm = make_plugin_manager(plugins=[_Colours(colours)], include_builtins=False)
+    with pytest.raises(TypeError, match=rf"^plugin '.*': .*{re.escape(said)}"):
+        collect_web(pm)
 
 
 def test_a_plugin_may_not_take_a_path_of_drovers_own(database, monkeypatch, tmp_path):

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from drover.cli._common import database_option, with_app
+from drover.cli.kit import database_option, with_app
 
 if TYPE_CHECKING:
     from drover.app import App

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.cli._common import database_option, emit_json, json_option, print_table, with_app
+from drover.cli.kit import database_option, emit_json, json_option, print_table, with_app
 from drover.kinds.sessions.values import SessionWithKernels
 from drover.model.errors import InvalidSpecError
 from drover.model.values import Entity, HistoryRecord

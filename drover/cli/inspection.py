@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.cli._common import (
+from drover.cli.kit import (
     CliState,
     count_range,
     database_option,
@@ -391,7 +391,7 @@ def graph(ctx: click.Context, fmt: str, kind_name: str) -> None:
     from drover.plugins.graph import edges_of, render_dot, render_mermaid, render_text
     from drover.serialization import graph_json
 
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    state = CliState.of(ctx)
     try:
         app = App(state.loaded())
         coordinator = app.load_handlers()

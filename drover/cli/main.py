@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 import pluggy
 
-from drover import DISTRIBUTION_NAME, __version__
-from drover.cli._common import CliState
+from drover._version import DISTRIBUTION_NAME, __version__
 from drover.cli.db import db
 from drover.cli.entity import show, terminate
 from drover.cli.inspection import entities, graph, history, stats, why
+from drover.cli.kit import CliState
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
 from drover.cli.report import report
@@ -17,7 +19,19 @@ from drover.cli.run import run
 from drover.cli.serve import serve
 from drover.cli.status import config, status
 
+if TYPE_CHECKING:
+    from drover.app import App
+    from drover.config import LoadedConfig
+
 __all__ = ["main"]
+
+
+def _open_app(loaded: LoadedConfig) -> App:
+    """The app a command works on (``with_app``)."""
+    # Imported here: the app imports SQLAlchemy, which `drover --help` never needs.
+    from drover.app import App
+
+    return App(loaded)
 
 
 @click.group(
@@ -47,7 +61,7 @@ def main(ctx: click.Context, config_path: str | None, database_url: str | None) 
     RUNNING → TERMINATING → TERMINATED, driven by handler plugins.
     """
     flags = {"database_url": database_url} if database_url else {}
-    ctx.obj = CliState(config_path, flags)
+    ctx.obj = CliState(config_path, flags, open_app=_open_app)
     warning = getattr(ctx.command, _DEFERRED_WARNING, None)
     if warning and ctx.invoked_subcommand not in _LOAD_PLUGINS_THEMSELVES:
         click.echo(warning, err=True)
@@ -92,7 +106,8 @@ def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = Non
     """
     import os
 
-    from drover.plugins.manager import PluginLoadError, load_entry_points, make_plugin_manager
+    from drover.builtin_plugins import make_plugin_manager
+    from drover.plugins.manager import PluginLoadError, load_entry_points
 
     def names(var: str) -> list[str] | None:
         raw = os.environ.get(var)

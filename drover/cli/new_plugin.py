@@ -9,7 +9,7 @@ from string import Template
 
 import click
 
-from drover import DISTRIBUTION_NAME, __version__
+from drover._version import DISTRIBUTION_NAME, __version__
 
 __all__ = ["new_plugin", "render_plugin", "validate_plugin_name"]
 

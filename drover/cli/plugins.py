@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover import DISTRIBUTION_NAME, __version__
-from drover.cli._common import CliState, emit_json, json_option, print_table
+from drover._version import DISTRIBUTION_NAME, __version__
+from drover.cli.kit import CliState, emit_json, json_option, print_table
 from drover.model.errors import DroverError
 from drover.model.promotion import PromotionRule
 
@@ -70,9 +70,10 @@ def _describe(app: App) -> list[dict[str, Any]]:
 
 def _load(ctx: click.Context, path: Path | None = None) -> App:
     from drover.app import App
-    from drover.plugins.manager import load_entry_points, make_plugin_manager
+    from drover.builtin_plugins import make_plugin_manager
+    from drover.plugins.manager import load_entry_points
 
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    state = CliState.of(ctx)
     config = state.loaded()
     pm = None
     if path is not None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.cli._common import database_option, emit_json, json_option, with_app
+from drover.cli.kit import database_option, emit_json, json_option, with_app
 from drover.model.plan import REPORT_SOURCE
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from drover.cli._common import CliState, database_option, run_async
+from drover.cli.kit import CliState, database_option, run_async
 from drover.cli.serve import allowed_host_option
 
 __all__ = ["run"]
@@ -84,7 +84,7 @@ def run(
     from drover.app import App
     from drover.logs import setup_logging
 
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    state = CliState.of(ctx)
     flags: dict[str, Any] = {
         "database_url": database_url,
         "log_format": log_format,

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from drover.cli._common import CliState, database_option, run_async
+from drover.cli.kit import CliState, database_option, run_async
 
 __all__ = ["allowed_host_option", "serve"]
 
@@ -75,7 +75,7 @@ def serve(
     from drover.logs import setup_logging
     from drover.web.security import public_bind_warning
 
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    state = CliState.of(ctx)
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
     setup_logging(loaded.config.log_format, loaded.config.log_level)
     warning = public_bind_warning(host, auth_token)

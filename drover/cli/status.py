@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drover.cli._common import (
+from drover.cli.kit import (
     CliState,
     database_option,
     emit_json,
@@ -44,7 +44,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     from drover.inspection.health import recent_handler_errors
     from drover.serialization import coordinator_json, handler_errors_json, iso
 
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    state = CliState.of(ctx)
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
     window = 3 * loaded.config.heartbeat_interval
 
@@ -133,7 +133,7 @@ def config_show(ctx: click.Context, as_json: bool) -> None:
     """
     from drover.config import flatten_config
 
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    state = CliState.of(ctx)
     loaded = state.loaded()
     flat = flatten_config(loaded.config)
     if as_json:

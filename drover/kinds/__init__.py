@@ -12,9 +12,8 @@ Nothing below ``drover.model``, ``drover.coordinator`` or ``drover.storage``
 knows these kinds: they arrive through the hooks (``drover_register_kinds``,
 ``drover_register_handlers``, ``drover_register_commands``,
 ``drover_register_web``), and
-:class:`drover.app.App` collects them from the plugin manager
-(:func:`drover.plugins.manager.make_plugin_manager`), which loads the
-plugins listed here.
+:class:`drover.app.App` collects them from a plugin manager that is handed
+the plugins listed here (:func:`drover.make_plugin_manager`).
 """
 
 from __future__ import annotations

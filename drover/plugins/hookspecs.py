@@ -112,7 +112,9 @@ def drover_register_web(register: WebRegistry) -> None:
     ``bad_request(...)``, or raises ``HTTPException`` (a JSON error under
     ``/api/``, else the error page). ``nav="Label"`` adds a link to the top
     navigation; ``register.templates(directory)`` adds a template directory,
-    searched after drover's own (a page may extend ``base.html``).
+    searched after drover's own (a page may extend ``base.html``);
+    ``register.colours({status: (background, text)})`` gives statuses their
+    colours (badges, state-graph boxes).
     drover's deployment pages come this way too (:mod:`drover.kinds.deployments`).
     Example::
 

@@ -10,11 +10,14 @@ from collections.abc import Iterable, Sequence
 import attrs
 import pluggy
 
+# By its full name: ``from drover.plugins import hookspecs`` would import the package,
+# which imports this module (an import circle).
+import drover.plugins.hookspecs as hookspecs
+from drover._lazy import moved_attributes
 from drover.coordinator.handlers import Handler, handler_name, with_kind
 from drover.coordinator.observers import Observer
 from drover.model.errors import DroverError, InvalidHandlerError
 from drover.model.kinds import EntityKind, Kinds
-from drover.plugins import hookspecs
 from drover.plugins.markers import PROJECT
 from drover.plugins.registry import (
     BackendFactory,
@@ -35,20 +38,20 @@ __all__ = [
     "TRACE_ENV",
     "Backends",
     "PluginLoadError",
+    "build_plugin_manager",
     "collect_backends",
     "collect_handlers",
     "collect_kinds",
     "collect_observers",
     "collect_web",
     "load_entry_points",
-    "make_plugin_manager",
 ]
 
 log = logging.getLogger("drover.plugins")
 
 #: Entry-point group external plugins are loaded from.
 ENTRY_POINT_GROUP = "drover"
-#: Name prefix of the built-in plugins (those of :mod:`drover.kinds`).
+#: Name prefix of the built-in handler and kind plugins (those of :mod:`drover.kinds`).
 BUILTIN_PREFIX = "drover.kinds."
 #: Set to 1 to print every hook call pluggy makes (and what it returned) to stderr.
 TRACE_ENV = "DROVER_TRACE_PLUGINS"
@@ -58,47 +61,32 @@ class PluginLoadError(DroverError):
     """An installed plugin could not be loaded; the message names it and the cause."""
 
 
-def make_plugin_manager(
+def build_plugin_manager(
+    builtins: Sequence[tuple[str, object]] = (),
     *,
     plugins: Sequence[object] = (),
-    include_builtins: bool = True,
     load_entrypoints: bool = False,
     block: Iterable[str] = (),
 ) -> pluggy.PluginManager:
-    """Build a plugin manager with drover's hookspecs and the requested plugins.
+    """A plugin manager with drover's hookspecs and the plugins it is handed.
 
-    The built-in backends (``drover.backends``) and the built-in kinds'
-    plugins (:data:`drover.kinds.KIND_PLUGINS`) are always loaded; the
-    built-in handlers' plugins (:data:`drover.kinds.BUILTIN_PLUGINS`) with
-    ``include_builtins``. ``block`` lists plugin names that must not load
-    (built-in handlers or external). A built-in may be named in full
-    (``drover.kinds.sessions.prepare-sessions``) or by its handler name
-    (``prepare-sessions``). With ``DROVER_TRACE_PLUGINS=1`` pluggy's
-    hook-call tracing goes to stderr.
+    ``builtins`` are ``(name, plugin)`` pairs registered first, in order,
+    whatever ``block`` says: the caller leaves out those it blocks (drover's
+    own are chosen by :func:`drover.builtin_plugins.make_plugin_manager`;
+    this module knows no lifecycle). Every other name in ``block`` is never
+    registered (an entry point, say). Then the installed plugins
+    (``load_entrypoints``) and ``plugins``. With ``DROVER_TRACE_PLUGINS=1``
+    pluggy's hook-call tracing goes to stderr.
     """
-    # Imported here: drover.kinds imports drover.plugins (hookimpl, the registries).
-    from drover.backends import plugin as backends_plugin
-    from drover.kinds import KIND_PLUGINS, short_name
-
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
     if os.environ.get(TRACE_ENV) == "1":
         pm.trace.root.setwriter(sys.stderr.write)
         pm.enable_tracing()
-    # The built-in backends and kinds are always available; blocking them is not supported.
-    always = [("drover.backends", backends_plugin), *KIND_PLUGINS]
-    for name, plugin in always:
+    for name, plugin in builtins:
         pm.register(plugin, name=name)
-    blocked = set(block)
-    for name in blocked - {name for name, _plugin in always}:
+    for name in set(block) - {name for name, _plugin in builtins}:
         pm.set_blocked(name)
-    if include_builtins:
-        # Imported only here: the handlers import SQLAlchemy, which ``drover --help`` never needs.
-        from drover.kinds import BUILTIN_PLUGINS
-
-        for name, plugin in BUILTIN_PLUGINS:
-            if name not in blocked and short_name(name) not in blocked:
-                pm.register(plugin, name=name)
     if load_entrypoints:
         pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     for plugin in plugins:
@@ -230,3 +218,8 @@ def load_entry_points(
     except pluggy.PluginValidationError as error:
         raise PluginLoadError(f"plugin {error.plugin!r}: {error}") from error
     return loaded
+
+
+# Deprecated: the plugin manager with drover's own plugins is drover.builtin_plugins' (this
+# package knows no lifecycle); imported on use only, so nothing here imports one.
+__getattr__ = moved_attributes(__name__, {"make_plugin_manager": "drover.make_plugin_manager"})

@@ -9,6 +9,7 @@ implementation's frame on the stack, so that errors can name the plugin.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +47,7 @@ __all__ = [
     "RegisteredHandler",
     "Registry",
     "RuntimeContext",
+    "StatusColour",
     "WebRegistry",
     "WebRoute",
     "accept_backend",
@@ -135,6 +137,21 @@ class WebRoute:
     page_of: str | None = None
 
 
+@attrs.frozen
+class StatusColour:
+    """The colours a plugin gives a status on the dashboard (``register.colours(...)``):
+    its badges' and its state-graph boxes' ``background`` and ``text``, as ``#rrggbb``."""
+
+    status: str
+    background: str
+    text: str
+
+
+# What a status name and a colour may be: they are written into CSS and into DOT.
+_STATUS_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_COLOUR = re.compile(r"#[0-9a-fA-F]{6}")
+
+
 #: ``accept(plugin, *args, **kwargs)`` checks one call of ``register`` and returns its items.
 Accept = Callable[..., Sequence[T]]
 
@@ -193,11 +210,13 @@ class Registry(Generic[T]):
         return iter(self._entries)
 
 
-class WebRegistry(Registry[WebRoute | Path]):
-    """``register`` of ``drover_register_web``: ``.route(...)`` and ``.templates(...)``.
+class WebRegistry(Registry[WebRoute | Path | StatusColour]):
+    """``register`` of ``drover_register_web``: ``.route(...)``, ``.templates(...)`` and
+    ``.colours(...)``.
 
-    It collects :class:`WebRoute`\\ s (pages and JSON endpoints) and template
-    directories (:class:`~pathlib.Path`), each attributed to the plugin that
+    It collects :class:`WebRoute`\\ s (pages and JSON endpoints), template
+    directories (:class:`~pathlib.Path`) and :class:`StatusColour`\\ s, each
+    attributed to the plugin that
     registered it. The dashboard (:func:`drover.web.create_app`) serves the
     routes after its own, behind the same Host check, token gate and headers.
     """
@@ -254,16 +273,50 @@ class WebRegistry(Registry[WebRoute | Path]):
         """The registered routes, in order, with their plugins."""
         return [Registered(e.item, e.plugin) for e in self if isinstance(e.item, WebRoute)]
 
+    def colours(self, colours: Mapping[str, tuple[str, str]]) -> None:
+        """Give statuses their dashboard colours: ``{status: (background, text)}``, ``#rrggbb``.
+
+        A kind's statuses are shown in these colours (badges, state-graph boxes);
+        a status without one is grey. A status has one colour on the whole
+        dashboard: giving one that drover or another plugin gave differently is
+        an error when the dashboard starts.
+        """
+        plugin = self._calling_plugin(sys._getframe(1))
+        if not isinstance(colours, Mapping):
+            raise TypeError(f"plugin {plugin!r}: colours must be a mapping, got {colours!r}")
+        for status, pair in colours.items():
+            if not isinstance(status, str) or not _STATUS_NAME.fullmatch(status):
+                raise TypeError(
+                    f"plugin {plugin!r}: {status!r} is not a status name "
+                    "(letters, digits, '_' and '-')"
+                )
+            if (
+                not isinstance(pair, tuple)
+                or len(pair) != 2
+                or not all(isinstance(c, str) and _COLOUR.fullmatch(c) for c in pair)
+            ):
+                raise TypeError(
+                    f"plugin {plugin!r}: the colours of {status!r} must be a pair "
+                    f"(background, text) of '#rrggbb', got {pair!r}"
+                )
+            self._entries.append(Registered(StatusColour(status, *pair), plugin))
+
     @property
     def template_dirs(self) -> list[Path]:
         """The registered template directories, in order."""
         return [e.item for e in self if isinstance(e.item, Path)]
 
+    @property
+    def status_colours(self) -> list[Registered[StatusColour]]:
+        """The registered status colours, in order, with their plugins."""
+        return [Registered(e.item, e.plugin) for e in self if isinstance(e.item, StatusColour)]
 
-def _accept_nothing(plugin: str, *args: Any, **kwargs: Any) -> list[WebRoute | Path]:
+
+def _accept_nothing(plugin: str, *args: Any, **kwargs: Any) -> list[WebRoute | Path | StatusColour]:
     raise TypeError(
-        f"plugin {plugin!r}: call register.route(path, endpoint, ...) or "
-        "register.templates(directory) in drover_register_web"
+        f"plugin {plugin!r}: call register.route(path, endpoint, ...), "
+        "register.templates(directory) or register.colours({status: (background, text)}) "
+        "in drover_register_web"
     )
 
 

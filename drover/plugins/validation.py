@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from drover.coordinator.handlers import LifecycleHandler, SessionPromotionHandler
+from drover.coordinator.handlers import Handler, LifecycleHandler, SessionPromotionHandler
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
 from drover.model.filters import (
@@ -26,10 +26,20 @@ from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
 from drover.model.values import StatusTransitions, Transition
 
-if TYPE_CHECKING:
-    from drover.plugins.registry import RegisteredHandler
+__all__ = ["Registration", "validate_handlers", "validate_promotion_handler"]
 
-__all__ = ["validate_handlers", "validate_promotion_handler"]
+
+class Registration(Protocol):
+    """What the checks read of a registered handler
+    (:class:`~drover.plugins.registry.RegisteredHandler` is one)."""
+
+    @property
+    def handler(self) -> Handler:
+        """The handler, or the promotion rule."""
+
+    @property
+    def plugin(self) -> str:
+        """The name of the plugin that registered it."""
 
 
 def _check_members(values: Iterable[object], enum: type, what: str, where: str) -> None:
@@ -264,14 +274,14 @@ def _validate_rule(rule: PromotionRule, plugin: str, kinds: Kinds) -> str:
     return rule.name
 
 
-def validate_handlers(entries: Sequence[RegisteredHandler], kinds: Kinds) -> None:
+def validate_handlers(entries: Sequence[Registration], kinds: Kinds) -> None:
     """Raise InvalidHandlerError for the first invalid handler or duplicate name.
 
     Each handler is checked against its kind among ``kinds`` (statuses, child
     statuses, transitions and named outcomes).
     """
     known = kinds
-    seen: dict[str, RegisteredHandler] = {}
+    seen: dict[str, Registration] = {}
     for entry in entries:
         handler = entry.handler
         if isinstance(handler, PromotionRule):

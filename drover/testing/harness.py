@@ -12,6 +12,7 @@ from typing import Any
 from drover.app import App
 from drover.backends.base import AgentBackend
 from drover.backends.simulated import SimulatedBackend
+from drover.builtin_plugins import make_plugin_manager
 from drover.config import Config, HandlerConfig, LimitsConfig
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
@@ -27,7 +28,6 @@ from drover.model.values import (
     NewEntity,
     TerminationOutcome,
 )
-from drover.plugins.manager import make_plugin_manager
 from drover.plugins.registry import RegisteredHandler
 
 __all__ = ["CoordinatorHarness"]

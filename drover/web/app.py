@@ -1,7 +1,8 @@
 """The read-only web dashboard: server-rendered pages, a JSON API, metrics and health.
 
-:func:`create_app` builds a Starlette application over an :class:`~drover.app.App`
-(its repository, configuration and loaded handlers). It never writes to the
+:func:`create_app` builds a Starlette application over a
+:class:`~drover.web.dashboard.DashboardApp` (an :class:`~drover.app.App`: its
+read-only queries, configuration and loaded handlers). It never writes to the
 database. ``drover serve`` runs it alone; ``drover run --http PORT`` runs it in
 the daemon's event loop.
 
@@ -24,12 +25,16 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from drover.app import App
+# Each module by its full name: ``from drover.web import …`` would import the package,
+# which imports this module (an import circle).
+import drover.web.api as api
+import drover.web.pages as pages
+import drover.web.report as report
 from drover.model.errors import InvalidHandlerError
 from drover.plugins.manager import collect_web
 from drover.plugins.registry import Registered, WebRoute
-from drover.web import api, pages, report
-from drover.web.dashboard import Dashboard, http_error
+from drover.web.dashboard import Dashboard, DashboardApp, http_error
+from drover.web.palette import with_plugin_colours
 from drover.web.security import security_middleware
 
 __all__ = ["create_app"]
@@ -79,7 +84,7 @@ def _plugin_routes(own: list[BaseRoute], found: list[Registered[WebRoute]]) -> l
 
 
 def create_app(
-    app: App,
+    app: DashboardApp,
     *,
     auth_token: str | None = None,
     refresh_seconds: float = 3.0,
@@ -96,7 +101,7 @@ def create_app(
     application's shutdown closes ``app`` too. The plugins' pages and endpoints
     (``drover_register_web``) come after drover's own routes, their template
     directories after drover's templates, their ``nav`` labels in the top
-    navigation.
+    navigation, their statuses in the colours they gave them.
     """
     plugins = collect_web(app.plugin_manager)
     own = _routes()
@@ -108,6 +113,7 @@ def create_app(
         template_dirs=plugins.template_dirs,
         nav=[(e.item.nav, e.item.path) for e in plugins.routes if e.item.nav],
         entity_pages={e.item.page_of: e.item.path for e in plugins.routes if e.item.page_of},
+        colours=with_plugin_colours(plugins.status_colours),
     )
 
     @contextlib.asynccontextmanager

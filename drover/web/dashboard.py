@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlencode
 
 from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, select_autoescape
@@ -27,7 +27,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
-from drover.app import App
 from drover.backends.base import KernelReporter
 from drover.coordinator.tick import Coordinator
 from drover.kinds.sessions.values import SESSION_KIND, TERMINAL_SESSION_STATUSES, SessionStatus
@@ -40,8 +39,14 @@ from drover.web.logs import LOG_TAIL_BYTES
 from drover.web.palette import STATUS_COLOURS
 from drover.web.svg_graph import render_svg
 
+if TYPE_CHECKING:
+    import pluggy
+
+    from drover.config import Config
+
 __all__ = [
     "Dashboard",
+    "DashboardApp",
     "bad_request",
     "dashboard_of",
     "http_error",
@@ -50,6 +55,44 @@ __all__ = [
 ]
 
 _TEMPLATES = Path(__file__).parent / "templates"
+
+
+class DashboardApp(Protocol):
+    """The running drover a dashboard shows: :class:`drover.app.App` is one.
+
+    A protocol, so that the dashboard imports nothing of how drover is assembled
+    (the app runs the dashboard in the daemon: ``drover run --http``).
+    """
+
+    @property
+    def config(self) -> Config:
+        """The effective configuration."""
+
+    @property
+    def queries(self) -> Queries:
+        """Read-only queries on the database."""
+
+    @property
+    def repository(self) -> KernelReporter:
+        """Where pushed reports (``POST /api/report``) go."""
+
+    @property
+    def kinds(self) -> Kinds:
+        """The registered entity kinds."""
+
+    @property
+    def coordinator(self) -> Coordinator | None:
+        """The daemon's coordinator, once built."""
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        """The loaded plugins (their pages: ``drover_register_web``)."""
+
+    def load_handlers(self) -> Coordinator:
+        """The coordinator of the loaded handlers, built on first use."""
+
+    async def close(self) -> None:
+        """Release the database and the backend."""
 
 
 class Dashboard:
@@ -61,18 +104,21 @@ class Dashboard:
     ``template_dirs`` are the plugins' template directories, searched after
     drover's own; ``nav`` the plugins' ``(label, path)`` links for the top
     navigation (``drover_register_web``); ``entity_pages`` the path of the page
-    of one entity of a kind, by kind (``page_of``; sessions have drover's own).
+    of one entity of a kind, by kind (``page_of``; sessions have drover's own);
+    ``colours`` each status's (background, text), drover's and the plugins'
+    (:func:`~drover.web.palette.with_plugin_colours`; drover's own if None).
     """
 
     def __init__(
         self,
-        app: App,
+        app: DashboardApp,
         *,
         auth_token: str | None = None,
         refresh_seconds: float = 3.0,
         template_dirs: Sequence[Path] = (),
         nav: Sequence[tuple[str, str]] = (),
         entity_pages: Mapping[str, str] | None = None,
+        colours: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         self._app = app
         self.repo: Queries = app.queries
@@ -88,6 +134,8 @@ class Dashboard:
         #: Kind -> path of the page showing one entity of it (``/deployments/{name}``).
         self.entity_pages: dict[str, str] = {"session": "/sessions/{session_id}"}
         self.entity_pages.update(entity_pages or {})
+        #: Status -> (background, text): the badges (``/palette.css``) and the graph boxes.
+        self.colours: dict[str, tuple[str, str]] = dict(colours or STATUS_COLOURS)
         self.templates = _templates(self, template_dirs)
         # The loaded handlers never change in a process: dot runs once per kind.
         self._svg: dict[str, str] = {}
@@ -123,7 +171,7 @@ class Dashboard:
         """The state graph of ``kind`` from the loaded handlers, laid out by Graphviz (cached)."""
         if kind.name not in self._svg:
             edges = edges_of(self.coordinator().handlers, kind=kind)
-            self._svg[kind.name] = await render_svg(edges, kind)
+            self._svg[kind.name] = await render_svg(edges, kind, self.colours)
         return self._svg[kind.name]
 
 
@@ -138,7 +186,7 @@ def _templates(dashboard: Dashboard, template_dirs: Sequence[Path]) -> Jinja2Tem
     )
     templates = Jinja2Templates(env=env)
     env.globals["statuses"] = [s.value for s in SessionStatus]
-    env.globals["status_colours"] = STATUS_COLOURS
+    env.globals["status_colours"] = dashboard.colours
     env.globals["iso"] = display_time
     env.globals["at"] = _at
     env.globals["refresh_ms"] = int(dashboard.refresh_seconds * 1000)

@@ -314,4 +314,4 @@ async def kernel_log(request: Request) -> Response:
 
 async def palette_css(request: Request) -> Response:
     """``/palette.css``: a badge class per status colour (the CSP allows no inline style)."""
-    return Response(badge_css() + "\n", media_type="text/css")
+    return Response(badge_css(dashboard_of(request).colours) + "\n", media_type="text/css")

@@ -1,17 +1,22 @@
 """The one colour per status used everywhere on the dashboard (badges, graph boxes).
 
-Colour is never the only carrier of meaning: every badge and box shows the
-status name too.
+drover's own are the session and kernel statuses the dashboard's own pages
+show; a kind package gives its statuses theirs through ``drover_register_web``
+(``register.colours(...)``), as drover's deployments do. Colour is never the
+only carrier of meaning: every badge and box shows the status name too.
 """
 
 from __future__ import annotations
 
-from drover.kinds import BUILTIN_KINDS
+from collections.abc import Iterable, Mapping
 
-__all__ = ["STATUS_COLOURS", "badge_css", "colour_of"]
+from drover.model.errors import InvalidHandlerError
+from drover.plugins.registry import Registered, StatusColour
 
-#: status name -> (background, text colour). Kernel-only statuses share a
-#: session status's colour (PULLING is a kind of PREPARING).
+__all__ = ["STATUS_COLOURS", "badge_css", "colour_of", "with_plugin_colours"]
+
+#: status name -> (background, text colour): the session and kernel statuses. Kernel-only
+#: statuses share a session status's colour (PULLING is a kind of PREPARING).
 STATUS_COLOURS: dict[str, tuple[str, str]] = {
     "PENDING": ("#f59e0b", "#1f1300"),  # amber
     "SCHEDULED": ("#ea580c", "#ffffff"),  # orange
@@ -24,33 +29,40 @@ STATUS_COLOURS: dict[str, tuple[str, str]] = {
     "TERMINATED": ("#15803d", "#ffffff"),  # green
     "CANCELLED": ("#6b7280", "#ffffff"),  # grey
     "ERROR": ("#b91c1c", "#ffffff"),  # red
-    # Deployments and routes: the same meanings, the same colours.
-    "CREATED": ("#f59e0b", "#1f1300"),  # amber, as PENDING
-    "SCALING": ("#7e22ce", "#ffffff"),  # purple: being prepared
-    "DEPLOYING": ("#4338ca", "#ffffff"),  # indigo
-    "READY": ("#1d4ed8", "#ffffff"),  # blue: serving
-    "DESTROYING": ("#475569", "#ffffff"),  # slate: ending
-    "DESTROYED": ("#15803d", "#ffffff"),  # green: ended
-    "PROVISIONING": ("#ea580c", "#ffffff"),  # orange
-    "DEGRADED": ("#ca8a04", "#1f1300"),  # yellow: not answering yet
-    "HEALTHY": ("#1d4ed8", "#ffffff"),  # blue: serving
-    "UNHEALTHY": ("#b91c1c", "#ffffff"),  # red
-    "FAILED_TO_START": ("#7f1d1d", "#ffffff"),  # dark red
 }
-
-assert set(STATUS_COLOURS) >= {s for kind in BUILTIN_KINDS for s in kind.status_names}
 
 _FALLBACK = ("#e5e7eb", "#111827")
 
 
-def colour_of(status: str) -> tuple[str, str]:
+def with_plugin_colours(found: Iterable[Registered[StatusColour]]) -> dict[str, tuple[str, str]]:
+    """drover's colours, then those the plugins gave their statuses (in plugin order).
+
+    Raises InvalidHandlerError for a status given a colour other than the one
+    drover or an earlier plugin gave it.
+    """
+    colours = dict(STATUS_COLOURS)
+    owners = dict.fromkeys(STATUS_COLOURS, "drover")
+    for entry in found:
+        given = entry.item
+        pair = (given.background, given.text)
+        if colours.setdefault(given.status, pair) != pair:
+            raise InvalidHandlerError(
+                f"plugin {entry.plugin!r} gives status {given.status!r} the colours {pair}; "
+                f"{owners[given.status]!r} gave it {colours[given.status]}"
+            )
+        owners.setdefault(given.status, entry.plugin)
+    return colours
+
+
+def colour_of(
+    status: str, colours: Mapping[str, tuple[str, str]] = STATUS_COLOURS
+) -> tuple[str, str]:
     """(background, text) for a status name; a neutral grey for anything unknown."""
-    return STATUS_COLOURS.get(str(status), _FALLBACK)
+    return colours.get(str(status), _FALLBACK)
 
 
-def badge_css() -> str:
-    """One ``.badge-<STATUS>`` rule per status, from :data:`STATUS_COLOURS`."""
+def badge_css(colours: Mapping[str, tuple[str, str]] = STATUS_COLOURS) -> str:
+    """One ``.badge-<STATUS>`` rule per status of ``colours``."""
     return "\n".join(
-        f".badge-{name} {{ background: {bg}; color: {fg}; }}"
-        for name, (bg, fg) in STATUS_COLOURS.items()
+        f".badge-{name} {{ background: {bg}; color: {fg}; }}" for name, (bg, fg) in colours.items()
     )

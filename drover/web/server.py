@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 
 import uvicorn
 
-from drover.app import App
 from drover.web.app import create_app
+from drover.web.dashboard import DashboardApp
 
 __all__ = ["EmbeddedServer", "make_server"]
 
@@ -26,7 +26,7 @@ class EmbeddedServer(uvicorn.Server):
 
 
 def make_server(
-    app: App,
+    app: DashboardApp,
     *,
     host: str,
     port: int,

@@ -13,7 +13,7 @@ import asyncio
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from drover.model.errors import DroverError
 from drover.model.kinds import EntityKind
@@ -33,9 +33,14 @@ class GraphvizError(DroverError):
     """``dot`` is missing or failed; the message says which and what to do."""
 
 
-def dot_source(edges: Iterable[Edge], kind: EntityKind) -> str:
-    """The DOT text the dashboard lays out: one labelled arrow per pair of statuses."""
-    return render_dot(edges, kind, grouped=True, colours=STATUS_COLOURS, rankdir="TB")
+def dot_source(
+    edges: Iterable[Edge],
+    kind: EntityKind,
+    colours: Mapping[str, tuple[str, str]] = STATUS_COLOURS,
+) -> str:
+    """The DOT text the dashboard lays out: one labelled arrow per pair of statuses, each
+    status in its ``colours``."""
+    return render_dot(edges, kind, grouped=True, colours=colours, rankdir="TB")
 
 
 def _run_dot(source: str) -> str:
@@ -71,10 +76,14 @@ def _inline(svg: str, kind: str) -> str:
     ).strip()
 
 
-async def render_svg(edges: Iterable[Edge], kind: EntityKind) -> str:
+async def render_svg(
+    edges: Iterable[Edge],
+    kind: EntityKind,
+    colours: Mapping[str, tuple[str, str]] = STATUS_COLOURS,
+) -> str:
     """The state graph of ``edges`` (of ``kind``) as an ``<svg>`` element, laid out by Graphviz.
 
     Raises :class:`GraphvizError` when ``dot`` is missing or fails.
     """
-    source = dot_source(edges, kind)
+    source = dot_source(edges, kind, colours)
     return _inline(await asyncio.to_thread(_run_dot, source), kind.name)

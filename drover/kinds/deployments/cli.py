@@ -11,11 +11,12 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from drover.cli._common import (
+from drover.cli.kit import (
+    CommandApp,
     count_range,
     database_option,
     emit_json,
@@ -30,9 +31,6 @@ from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.model.errors import DroverError, InvalidSpecError
 from drover.model.values import Entity
 
-if TYPE_CHECKING:
-    from drover.app import App
-
 __all__ = [
     "COMMANDS",
     "deploy",
@@ -46,11 +44,11 @@ __all__ = [
 _E = EndpointLifecycle
 
 
-async def find_deployment(app: App, ref: str) -> Entity:
+async def find_deployment(app: CommandApp, ref: str) -> Entity:
     """The deployment ``ref`` names: its id, its name (the live one, else the newest), or
     an id prefix (the repository's one resolver)."""
-    repo = app.repository
-    return await repo.get_entity(await repo.resolve_entity_id(ref, "deployment"))
+    queries = app.queries
+    return await queries.get_entity(await queries.resolve_entity_id(ref, "deployment"))
 
 
 def _positive(value: float | None, flag: str) -> float | None:
@@ -190,9 +188,9 @@ def deploy(
     }
     spec["max_replacements"] = max_replacements
 
-    async def work(app: App) -> tuple[str, str]:
+    async def work(app: CommandApp) -> tuple[str, str]:
         _ = app.kinds
-        for existing in await app.repository.find_by_name("deployment", name):
+        for existing in await app.queries.find_by_name("deployment", name):
             if existing.status in (_E.DESTROYING, _E.DESTROYED):
                 if existing.status == _E.DESTROYING:
                     raise DroverError(
@@ -215,7 +213,7 @@ def deploy(
         _wait(ctx, database_url, name, timeout, _deployed)
 
 
-async def _update(app: App, existing: Entity, spec: dict[str, Any]) -> str:
+async def _update(app: CommandApp, existing: Entity, spec: dict[str, Any]) -> str:
     """Change a live deployment's spec to ``spec``; say what that does."""
     from drover.kinds.deployments.deployments import ROUTE_KEYS, revision
 
@@ -266,12 +264,12 @@ def _wait(
 ) -> None:
     """Poll the deployment until ``judge`` says done, with a progress line on stderr."""
 
-    async def work(app: App) -> tuple[bool, str]:
+    async def work(app: CommandApp) -> tuple[bool, str]:
         deployment = await find_deployment(app, ref)
         progress = _Progress(ref)
         deadline = time.monotonic() + timeout
         while True:
-            deployment = await app.repository.get_entity(deployment.id)
+            deployment = await app.queries.get_entity(deployment.id)
             done, text = judge(deployment)
             progress.show(text)
             if done or time.monotonic() >= deadline:
@@ -323,8 +321,8 @@ def deployments(
     """
     from drover.kinds.deployments.serialization import deployment_json
 
-    async def work(app: App) -> list[Entity]:
-        found = await app.repository.list_entities("deployment", limit=None)
+    async def work(app: CommandApp) -> list[Entity]:
+        found = await app.queries.list_entities("deployment", limit=None)
         return [d for d in found if show_all or d.status != _E.DESTROYED]
 
     found = with_app(ctx, work, database_url=database_url)
@@ -373,7 +371,7 @@ def scale(ctx: click.Context, name: str, replicas: int, database_url: str | None
     Example: drover scale web 3
     """
 
-    async def work(app: App) -> Entity:
+    async def work(app: CommandApp) -> Entity:
         deployment = await find_deployment(app, name)
         if deployment.status in (_E.DESTROYING, _E.DESTROYED):
             raise DroverError(f"deployment {name!r} is {deployment.status}: it cannot be scaled")
@@ -403,7 +401,7 @@ def destroy(
     Example: drover destroy web --wait
     """
 
-    async def work(app: App) -> Any:
+    async def work(app: CommandApp) -> Any:
         deployment = await find_deployment(app, name)
         (outcome,) = await app.repository.request_termination([deployment.id])
         return outcome
@@ -433,7 +431,7 @@ def routes(
     """
     from drover.kinds.deployments.serialization import route_json
 
-    async def work(app: App) -> Entity:
+    async def work(app: CommandApp) -> Entity:
         return await find_deployment(app, name)
 
     deployment = with_app(ctx, work, database_url=database_url)

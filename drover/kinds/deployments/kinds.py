@@ -84,9 +84,9 @@ def drover_register_kinds(register: KindRegistry) -> None:
 @hookimpl(tryfirst=True)
 def drover_register_commands(cli: click.Group) -> None:
     """Add ``deploy``, ``deployments``, ``scale``, ``destroy`` and ``routes`` to ``drover``."""
-    # Imported only now, as the command line is built: the commands use the CLI's
-    # helpers (importing drover.cli builds the command line, which calls this hook),
-    # and every plugin manager, the harness's too, loads this module.
+    # Imported only now, as the command line is built: every plugin manager, the
+    # daemon's and the harness's too, loads this module, and only the command line
+    # needs the commands (and click).
     from drover.kinds.deployments.cli import COMMANDS
 
     for command in COMMANDS:
@@ -98,8 +98,8 @@ def drover_register_commands(cli: click.Group) -> None:
 @hookimpl(tryfirst=True)
 def drover_register_web(register: WebRegistry) -> None:
     """Add ``/deployments``, ``/deployments/{name}`` and ``/api/deployments…`` to the dashboard."""
-    # Imported only now, as the dashboard is built: the pages use drover.web, which
-    # imports drover.app (and so the plugin manager, which loads this module).
+    # Imported only now, as the dashboard is built: the pages import Starlette, which
+    # every other plugin manager (the command line's, the daemon's) does without.
     from drover.kinds.deployments.web import register_web
 
     register_web(register)

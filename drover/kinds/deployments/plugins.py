@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from drover.kinds.deployments import deployments, routes
+# Each module by its full name: ``from drover.kinds.deployments import …`` would import the
+# package, whose type-checking imports name this module (an import circle).
+import drover.kinds.deployments.deployments as deployments
+import drover.kinds.deployments.routes as routes
 
 __all__ = ["HANDLER_PLUGINS"]
 

@@ -23,6 +23,7 @@ from drover.serialization import history_json
 from drover.web import dashboard_of, page
 
 __all__ = [
+    "COLOURS",
     "TEMPLATES",
     "deployment_endpoints",
     "deployment_of",
@@ -34,6 +35,23 @@ __all__ = [
 
 #: The pages' templates (``deployments.html``, ``deployment.html``).
 TEMPLATES = Path(__file__).parent / "templates"
+
+#: The dashboard's colours of the deployment and route statuses, (background, text): the
+#: session statuses' for the same meanings. PENDING, TERMINATING and TERMINATED have
+#: drover's own (:data:`drover.web.palette.STATUS_COLOURS`).
+COLOURS: dict[str, tuple[str, str]] = {
+    "CREATED": ("#f59e0b", "#1f1300"),  # amber, as PENDING
+    "SCALING": ("#7e22ce", "#ffffff"),  # purple: being prepared
+    "DEPLOYING": ("#4338ca", "#ffffff"),  # indigo
+    "READY": ("#1d4ed8", "#ffffff"),  # blue: serving
+    "DESTROYING": ("#475569", "#ffffff"),  # slate: ending
+    "DESTROYED": ("#15803d", "#ffffff"),  # green: ended
+    "PROVISIONING": ("#ea580c", "#ffffff"),  # orange
+    "DEGRADED": ("#ca8a04", "#1f1300"),  # yellow: not answering yet
+    "HEALTHY": ("#1d4ed8", "#ffffff"),  # blue: serving
+    "UNHEALTHY": ("#b91c1c", "#ffffff"),  # red
+    "FAILED_TO_START": ("#7f1d1d", "#ffffff"),  # dark red
+}
 
 
 async def deployment_of(request: Request) -> Entity:
@@ -113,8 +131,10 @@ async def deployment_endpoints(request: Request) -> Response:
 
 
 def register_web(register: WebRegistry) -> None:
-    """Register the templates, the two pages (``Deployments`` in the navigation) and the API."""
+    """Register the templates, the two pages (``Deployments`` in the navigation), the API
+    and the statuses' colours."""
     register.templates(TEMPLATES)
+    register.colours(COLOURS)
     register.route("/deployments", deployments_page, name="deployments", nav="Deployments")
     register.route("/deployments/{name}", deployment_page, name="deployment", page_of="deployment")
     register.route("/api/deployments", deployments)

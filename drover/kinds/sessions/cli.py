@@ -12,13 +12,14 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from drover.backends.logfiles import read_log
-from drover.cli._common import (
+from drover.cli.kit import (
     CliState,
+    CommandApp,
     count_range,
     database_option,
     emit_json,
@@ -27,13 +28,10 @@ from drover.cli._common import (
     print_table,
     with_app,
 )
-from drover.kinds.sessions.kinds import KERNEL_DEFAULTS, with_kernel_defaults
+from drover.kinds.sessions.defaults import KERNEL_DEFAULTS, with_kernel_defaults
 from drover.kinds.sessions.values import TERMINAL_KERNEL_STATUSES, SessionStatus
 from drover.model.checks import PRIORITY_RANGE
 from drover.model.errors import DroverError
-
-if TYPE_CHECKING:
-    from drover.app import App
 
 __all__ = ["COMMANDS", "logs", "sessions", "submit"]
 
@@ -245,7 +243,7 @@ def submit(
         if not command:
             raise click.UsageError("nothing to run: add -- COMMAND ARGS… (or --file)")
         # Before the kernels are built: a count past the bound must not fill the memory.
-        bound = ctx.find_object(CliState).loaded().config.limits.kernels_per_session  # type: ignore[union-attr]
+        bound = CliState.of(ctx).loaded().config.limits.kernels_per_session
         if count > bound:
             raise click.BadParameter(
                 f"{count} kernels: a session may have at most {bound} (limits.kernels_per_session)",
@@ -276,7 +274,7 @@ def submit(
             "spec": spec,
         }
 
-    async def work(app: App) -> str:
+    async def work(app: CommandApp) -> str:
         (sid,) = await app.submit([request])
         return sid
 
@@ -334,8 +332,8 @@ def sessions(
 
     wanted = [SessionStatus(s.upper()) for s in statuses] or None
 
-    async def work(app: App) -> list[Any]:
-        return await app.repository.list_sessions(
+    async def work(app: CommandApp) -> list[Any]:
+        return await app.queries.list_sessions(
             statuses=wanted, limit=limit, order=sort, name=name_pattern
         )
 
@@ -388,9 +386,10 @@ def logs(
     """
     stream = "stderr" if use_stderr else "stdout"
 
-    async def work(app: App) -> None:
-        sid = await app.repository.resolve_session_id(session_id)
-        session = await app.repository.get_session(sid)
+    async def work(app: CommandApp) -> None:
+        queries = app.queries
+        sid = await queries.resolve_session_id(session_id)
+        session = await queries.get_session(sid)
         if kernel_index > len(session.kernels):
             raise DroverError(
                 f"session {sid} has {len(session.kernels)} kernel(s); no kernel {kernel_index}"
@@ -421,7 +420,7 @@ def logs(
                 sys.stdout.flush()
             if not keep_following:
                 return
-            kernel = await app.repository.get_kernel(kernel.id)
+            kernel = await queries.get_kernel(kernel.id)
             if kernel.status in TERMINAL_KERNEL_STATUSES:
                 # one last read for output written just before the exit
                 keep_following = False

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from drover.kinds.sessions.defaults import KERNEL_DEFAULTS, with_kernel_defaults
 from drover.kinds.sessions.values import (
     KERNEL_KIND,
     SESSION_KIND,
@@ -82,9 +83,6 @@ ENGINE_KERNEL_KEYS = frozenset(
     }
 )
 
-#: What a kernel asks for when it does not say (``drover submit`` flags and files alike).
-KERNEL_DEFAULTS: Mapping[str, float] = {"cpu": 1.0, "mem": 256.0}
-
 
 def check_kernel_spec(spec: Mapping[str, Any], where: str) -> None:
     """The kernel kind's spec check: no engine-owned keys, resource amounts finite and >= 0.
@@ -144,11 +142,6 @@ def _check_env(env: Any, where: str) -> None:
             raise InvalidSpecError(
                 f'{where}: env {name} must be text, got {value!r} (quote it: {name} = "...")'
             )
-
-
-def with_kernel_defaults(kernel: Mapping[str, Any]) -> dict[str, Any]:
-    """``kernel`` with :data:`KERNEL_DEFAULTS` for the slots it does not name."""
-    return {**KERNEL_DEFAULTS, **kernel}
 
 
 def _read_sessions(*args: Any) -> list[Any]:
@@ -221,8 +214,9 @@ def drover_register_kinds(register: KindRegistry) -> None:
 @hookimpl(tryfirst=True)
 def drover_register_commands(cli: click.Group) -> None:
     """Add ``submit``, ``sessions`` and ``logs`` to ``drover``."""
-    # Imported only now, as the command line is built: the commands use the CLI's
-    # helpers (importing drover.cli builds the command line, which calls this hook).
+    # Imported only now, as the command line is built: every plugin manager, the
+    # daemon's and the harness's too, loads this module, and only the command line
+    # needs the commands (and click).
     from drover.kinds.sessions.cli import COMMANDS
 
     for command in COMMANDS:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from drover.kinds.sessions import prepare, schedule, start, terminate
+# Each module by its full name: ``from drover.kinds.sessions import …`` would import the
+# package, whose type-checking imports name this module (an import circle).
+import drover.kinds.sessions.prepare as prepare
+import drover.kinds.sessions.schedule as schedule
+import drover.kinds.sessions.start as start
+import drover.kinds.sessions.terminate as terminate
 from drover.kinds.sessions.promotions import PROMOTION_PLUGINS
 
 __all__ = ["HANDLER_PLUGINS"]

@@ -33,8 +33,7 @@ from drover_lpipes import JOB_KIND, JobRequest, LanguagePipesPlugin, submit
 from drover_lpipes.measure import Measurement, counting_transactions, measure
 from sqlalchemy.engine import make_url
 
-from drover.app import App
-from drover.config import load_config
+from drover import App, load_config
 from drover.testing import CoordinatorHarness
 
 

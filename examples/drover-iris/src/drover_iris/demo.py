@@ -15,8 +15,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from drover.app import App
-from drover.config import load_config
+from drover import App, load_config
 
 from .kinds import Band
 from .submit import JobRequest, submit_job

@@ -13,8 +13,7 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 
-from drover.app import App
-from drover.config import load_config
+from drover import App, load_config
 
 from .client import JobRequest, submit
 

@@ -1,20 +1,29 @@
-"""What every CLI command shares: configuration, the app, errors and output."""
+"""The command kit: what every ``drover`` command uses, drover's own and a kind package's.
+
+The configuration (:class:`CliState`), the app a command works on
+(:func:`with_app`, typed by :class:`CommandApp`: its read-only ``queries``, and
+``repository`` and ``submit`` for writes), common options, errors and output.
+It imports nothing of how drover is assembled (:mod:`drover.app`) nor any other
+command module: the kind packages' commands (``drover_register_commands``) use
+it, and every plugin manager loads those packages.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import click
 
 from drover.model.checks import MAX_COUNT
 
 if TYPE_CHECKING:
-    from drover.app import App
     from drover.config import LoadedConfig
+    from drover.kinds.sessions.store import Queries, Repository
+    from drover.model.kinds import Kinds
 
 # The heavy modules (the app, SQLAlchemy, rich) are imported where they are
 # used: every command module imports this one, and ``drover --help`` must stay
@@ -22,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CliState",
+    "CommandApp",
     "count_range",
     "database_option",
     "emit_json",
@@ -36,13 +46,64 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class CliState:
-    """Group-level options, resolved into a configuration on first use."""
+class CommandApp(Protocol):
+    """What a command may use of the app it works on (:class:`drover.app.App` is one).
 
-    def __init__(self, config_path: str | None, flags: dict[str, Any]) -> None:
+    Reads go through ``queries``, which cannot write; ``repository`` and
+    ``submit`` write.
+    """
+
+    @property
+    def kinds(self) -> Kinds:
+        """The registered entity kinds (reading them loads the plugins)."""
+
+    @property
+    def queries(self) -> Queries:
+        """Read-only queries on the database."""
+
+    @property
+    def repository(self) -> Repository:
+        """The write store: creation, spec changes, termination requests."""
+
+    async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Create sessions as ``drover submit`` does, every check made first; their ids."""
+
+    async def check_schema(self) -> None:
+        """Raise unless the database is at drover's schema head."""
+
+    async def close(self) -> None:
+        """Release the database and the backend."""
+
+
+#: The app a command works on, as drover's own commands name it (their ``App``).
+A = TypeVar("A", bound=CommandApp)
+
+
+class CliState:
+    """Group-level options, resolved into a configuration on first use.
+
+    ``open_app`` builds the app a command works on from the configuration: the
+    ``drover`` group passes one building :class:`drover.app.App`.
+    """
+
+    def __init__(
+        self,
+        config_path: str | None,
+        flags: dict[str, Any],
+        open_app: Callable[[LoadedConfig], CommandApp],
+    ) -> None:
         self.config_path = config_path
         self.flags = flags
+        self.open_app = open_app
         self._loaded: LoadedConfig | None = None
+
+    @classmethod
+    def of(cls, ctx: click.Context) -> CliState:
+        """The state of the ``drover`` group ``ctx`` runs under."""
+        state = ctx.find_object(cls)
+        if state is None:
+            raise RuntimeError("a drover command runs under the drover group")
+        return state
 
     def loaded(self, **more_flags: Any) -> LoadedConfig:
         """The effective configuration (flags > environment > file > defaults)."""
@@ -105,19 +166,23 @@ def run_async(work: Callable[[], Awaitable[T]]) -> T:
 
 def with_app(
     ctx: click.Context,
-    work: Callable[[App], Awaitable[T]],
+    work: Callable[[A], Awaitable[T]],
     *,
     database_url: str | None = None,
     check_schema: bool = True,
 ) -> T:
-    """Build the app from the configuration, run ``work`` with it, and close it."""
-    state: CliState = ctx.find_object(CliState)  # type: ignore[assignment]
+    """Build the app from the configuration, run ``work`` with it, and close it.
+
+    ``work`` takes a :class:`CommandApp` (a kind package's commands), or drover's
+    own ``App`` (drover's commands): the app :attr:`CliState.open_app` builds.
+    """
+    state = CliState.of(ctx)
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
 
-    from drover.app import App
-
     async def runner() -> T:
-        app = App(loaded)
+        # The group's open_app builds drover's App, the one type a command's work names
+        # besides the protocol.
+        app = cast(A, state.open_app(loaded))
         try:
             _ = app.kinds
             if check_schema:
