@@ -188,13 +188,7 @@ def test_the_public_api_is_explicit():
 _KIND_NAMES = frozenset({"session", "kernel", "deployment", "route"})
 
 #: The same words compared where they do not name a kind.
-_NOT_KINDS = frozenset(
-    {
-        # The local backend's two process roles: a kernel's own process and its setup.
-        ("backends/local/backend.py", "LocalBackend._poll_once", "kernel"),
-        ("backends/local/backend.py", "LocalBackend._still_watched", "kernel"),
-    }
-)
+_NOT_KINDS: frozenset[tuple[str, str, str]] = frozenset()
 
 
 def _is_kind_name(node: ast.AST) -> bool:
