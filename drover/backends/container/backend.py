@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,14 +41,19 @@ from drover.backends.container._reports import (
     AFTER_PULL,
     OWNING,
     RUNNING_EXPECTED,
-    ended,
+    end_reports,
     lost,
 )
 from drover.backends.container._settings import ContainerSettings
-from drover.backends.container._spec import container_config, image_of, spec_problem
+from drover.backends.container._spec import (
+    container_config,
+    free_port,
+    image_of,
+    port_of,
+    spec_problem,
+)
 from drover.backends.devices import DeviceProblem, devices_of
 from drover.backends.fence import Fence
-from drover.backends.stopping import seen_end
 from drover.backends.tracking import Tracked, TrackingBackend
 from drover.model.status import TERMINAL_KERNEL_STATUSES, KernelStatus
 from drover.model.values import KernelInfo, KernelReport, SessionWithKernels
@@ -359,7 +363,7 @@ class ContainerBackend(TrackingBackend[_Container]):
         try:
             state = await self._existing(name)
             if state is None:
-                port = await asyncio.to_thread(_free_port)
+                port = await asyncio.to_thread(free_port)
                 config = container_config(
                     kernel,
                     session_id=session_id,
@@ -377,7 +381,7 @@ class ContainerBackend(TrackingBackend[_Container]):
             else:
                 self.log.info("kernel %s: adopting container %s", kernel.id, state.id[:12])
                 container_id = state.id
-                runtime.update(_port_of(state))
+                runtime.update(port_of(state.ports))
             runtime["container_id"] = container_id
             if state is None or not state.started:
                 await self._start_container(container_id, fence)
@@ -448,20 +452,13 @@ class ContainerBackend(TrackingBackend[_Container]):
                 raise
             state = None
         await end_followers(item.followers)
-        stopped = item.destroying or item.abandoned
         if state is not None:
             workdir = self.kernel_dir(item.kernel_id)
             await keep_logs(self.engine, workdir, item.kernel_id, item.container_id)
-            ends = [
-                ended(item.kernel_id, state, destroying=destroying, runtime=item.runtime)
-                for destroying in (stopped, True)
-            ]
-        else:
-            name = self._name(item.kernel_id)
-            ends = [lost(item.kernel_id, name, destroying=d) for d in (stopped, True)]
-        # Not stopped here: the destroy's verdict applies if another coordinator (or
-        # this one before a restart) asked the kernel to stop (drover.backends.stopping).
-        ends = [ends[0]] if stopped else seen_end(ends[0], ends[1])
+        ends = end_reports(
+            item.kernel_id, state, self._name(item.kernel_id),
+            stopped=item.destroying or item.abandoned, runtime=item.runtime,
+        )  # fmt: skip
         reports = ends if item.confirmed else [self._running(item), *ends]
         if not await self._deliver(reports):
             # Not committed: removal waits for the retried report (a restart
@@ -538,19 +535,3 @@ class ContainerBackend(TrackingBackend[_Container]):
         await asyncio.gather(*(self._finish(v) for v in victims))
         if any(not v.done.is_set() for v in victims):
             raise BackendError("could not record how the containers ended; will retry")
-
-
-def _port_of(state: ContainerState) -> dict[str, Any]:
-    """The ``$PORT`` an adopted container was given (its published port)."""
-    for key in state.ports:
-        number = key.split("/", 1)[0]
-        if number.isdigit():
-            return {"port": int(number)}
-    return {}
-
-
-def _free_port() -> int:
-    """A port nothing listens on now, for a kernel's ``$PORT``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -14,13 +14,26 @@ from pathlib import Path
 import attrs
 
 from drover.backends.local import _disk as disk
-from drover.backends.local._outcome import RUNNING_EXPECTED, kernel_ends, setup_ends
+from drover.backends.local._outcome import (
+    RUNNING_EXPECTED,
+    WANTS_PROCESS,
+    kernel_ends,
+    setup_ends,
+)
 from drover.backends.local._proc import process_identity
-from drover.backends.local._watch import Watch, legacy_exit, lost_reason, runtime_of
+from drover.backends.local._watch import Check, Watch, legacy_exit, lost_reason, runtime_of
 from drover.model.status import KernelStatus
 from drover.model.values import KernelInfo, KernelReport
 
-__all__ = ["Resumed", "ended_reports", "legacy_watch", "resume", "settled", "survey", "watch_of"]
+__all__ = [
+    "Resumed",
+    "ended_reports",
+    "for_destroy",
+    "resume",
+    "settled",
+    "survey",
+    "watch_of",
+]
 
 log = logging.getLogger("drover.backends.local")
 
@@ -58,7 +71,7 @@ def watch_of(
     )  # fmt: skip
 
 
-def legacy_watch(kernel: KernelInfo, workdir: Path, grace: float) -> Watch | None:
+def _legacy_watch(kernel: KernelInfo, workdir: Path, grace: float) -> Watch | None:
     """The watch of a command an older drover started under an ``sh`` wrapper, if it lives."""
     runtime = kernel.runtime or {}
     pid, identity = runtime.get("pid"), runtime.get("identity")
@@ -170,9 +183,62 @@ def resume(
 def _resume_legacy(kernel: KernelInfo, workdir: Path, grace: float) -> Resumed:
     runtime = kernel.runtime or {}
     workdir = Path(runtime.get("workdir", workdir))
-    watch = legacy_watch(kernel, workdir, grace)
+    watch = _legacy_watch(kernel, workdir, grace)
     if watch is not None:
         return Resumed("adopted", watch=watch)
     record = legacy_exit(workdir)
     ends = kernel_ends(kernel.id, record, destroying=False, runtime=runtime, lost=lost_reason(None))
     return Resumed("ended" if record is not None else "lost", tuple(ends))
+
+
+def for_destroy(
+    kernel: KernelInfo, workdir: Path, grace: float, check: Check
+) -> tuple[Watch | None, list[KernelReport]]:
+    """(worker thread) The command of a live kernel this daemon does not watch (any more),
+    for destroy: its watch if it lives (destroy stops it), else how it ended.
+
+    A command of the kernel's current attempt that already ended is reported
+    from its exit record; a supervisor that died without recording the end
+    may have left processes, which are killed (``check``, the destroy's
+    fence, first), as destroy promises.
+    """
+    runtime = kernel.runtime or {}
+    if runtime.get("token") is None and "pid" in runtime:
+        return _legacy_for_destroy(kernel, workdir, grace)
+    # Waiting lets a supervisor spawned a moment ago record its command,
+    # which is then adopted and stopped instead of escaping the destroy.
+    spawn = disk.inspect(workdir, "kernel")
+    # A kernel never reported RUNNING (a crash came first) has no token in
+    # the database; its spawn on disk is the current attempt's.
+    if spawn is None or runtime.get("token") not in (None, spawn.token):
+        return None, []
+    unstarted = kernel.status in RUNNING_EXPECTED
+    if spawn.alive:
+        if spawn.supervisor is None:
+            return None, []
+        return watch_of(kernel.id, "kernel", workdir, spawn, grace, confirmed=not unstarted), []
+    # Only a kernel that wants a process has its current attempt's spawn
+    # on disk: an earlier attempt's would be reset by its preparation.
+    if kernel.status not in WANTS_PROCESS or not (spawn.started or spawn.exit is not None):
+        return None, []
+    if spawn.exit is None and spawn.started:
+        check()
+        disk.kill_supervised(workdir, "kernel", spawn)
+    return None, ended_reports(kernel.id, workdir, spawn, destroying=True, unstarted=unstarted)
+
+
+def _legacy_for_destroy(
+    kernel: KernelInfo, workdir: Path, grace: float
+) -> tuple[Watch | None, list[KernelReport]]:
+    runtime = kernel.runtime or {}
+    if not isinstance(runtime.get("pid"), int) or not isinstance(runtime.get("identity"), str):
+        return None, []
+    workdir = Path(runtime.get("workdir", workdir))
+    watch = _legacy_watch(kernel, workdir, grace)
+    if watch is not None:
+        return watch, []
+    # An older drover's wrapper that ended: its exit file, if it wrote one.
+    record = legacy_exit(workdir)
+    if record is None:
+        return None, []
+    return None, kernel_ends(kernel.id, record, destroying=True, runtime=runtime)

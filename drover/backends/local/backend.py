@@ -45,17 +45,11 @@ from drover.backends.base import AgentInfo, BackendError, KernelReporter
 from drover.backends.devices import DeviceProblem
 from drover.backends.fence import Fence, FencedError
 from drover.backends.local import _disk as disk
-from drover.backends.local._found import (
-    ended_reports,
-    legacy_watch,
-    resume,
-    settled,
-    survey,
-    watch_of,
-)
+from drover.backends.local._found import for_destroy, resume, settled, survey, watch_of
 from drover.backends.local._outcome import (
     AFTER_SETUP,
     RUNNING_EXPECTED,
+    WANTS_PROCESS,
     kernel_ends,
     setup_ends,
 )
@@ -68,7 +62,6 @@ from drover.backends.local._watch import (
     Watch,
     kernel_port,
     kill_now,
-    legacy_exit,
     read_end,
     record_devices,
     recorded_devices,
@@ -84,8 +77,6 @@ __all__ = ["LocalBackend", "process_identity"]
 _K = KernelStatus
 #: Kernel statuses in which this backend may own a process or a setup.
 _LIVE = frozenset({_K.PREPARING, _K.PULLING, _K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING})
-#: Kernel statuses that still want their command's process.
-_WANTS_PROCESS = frozenset({_K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING})
 _STDERR_TAIL = 2000
 # Seconds destroy waits past a supervisor's own grace before killing it too.
 _KILL_MARGIN = 5.0
@@ -200,6 +191,7 @@ class LocalBackend(TrackingBackend[Watch]):
                 raise outcome
 
     def _setup_failed(self, kernel_id: str, message: str) -> None:
+        """Queue the kernel's ERROR: its preparation failed (``message`` says why)."""
         self._reports.add(
             [KernelReport(kernel_id, _K.ERROR, expected=AFTER_SETUP, message=message)]
         )
@@ -214,30 +206,23 @@ class LocalBackend(TrackingBackend[Watch]):
             raise  # not the kernel's failure: another coordinator may own it now
         except Exception as error:
             self.log.exception("preparing kernel %s failed", kernel.id)
-            message = f"prepare failed: {type(error).__name__}: {error}"
-            self._reports.add(
-                [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message)]
-            )
+            self._setup_failed(kernel.id, f"prepare failed: {type(error).__name__}: {error}")
         finally:
             self._busy.discard(kernel.id)
 
     async def _prepare_now(self, session_id: str, kernel: KernelInfo, fence: Fence) -> None:
         problem = spec_problem(kernel.spec)
         if problem:
-            self._reports.add(
-                [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=problem)]
-            )
+            self._setup_failed(kernel.id, problem)
             return
         workdir = self.kernel_dir(kernel.id)
         runtime: dict[str, Any] = {"workdir": str(workdir), **log_paths(workdir)}
-        devices: dict[str, list[str]] = {}
-        if self.devices.wanted(kernel):
-            assert self.reporter is not None
-            try:
-                devices = await self.devices.assign(kernel, self.reporter)
-            except DeviceProblem as problem:
-                self._setup_failed(kernel.id, str(problem))
-                return
+        try:
+            devices = await self._assign_devices(kernel)
+        except DeviceProblem as problem:
+            self._setup_failed(kernel.id, str(problem))
+            return
+        if devices:
             runtime["devices"] = devices
         setup = kernel.spec.get("setup")
         await fence.check()
@@ -288,10 +273,7 @@ class LocalBackend(TrackingBackend[Watch]):
                 setup_ends(kernel.id, attempt.spawn.exit, destroying=False, stderr_tail=tail)
             )
             return
-        message = f"setup failed to start: {attempt.message or 'lost'}"
-        self._reports.add(
-            [KernelReport(kernel.id, _K.ERROR, expected=AFTER_SETUP, message=message)]
-        )
+        self._setup_failed(kernel.id, f"setup failed to start: {attempt.message or 'lost'}")
 
     # -- create ------------------------------------------------------------------
 
@@ -426,7 +408,7 @@ class LocalBackend(TrackingBackend[Watch]):
 
     def _wants(self, item: Watch, status: KernelStatus | None) -> bool:
         # A kernel the database does not know is left alone.
-        wanted = AFTER_SETUP if item.role == "setup" else _WANTS_PROCESS
+        wanted = AFTER_SETUP if item.role == "setup" else WANTS_PROCESS
         return status is None or status in wanted
 
     async def _abandon(self, item: Watch) -> None:
@@ -451,7 +433,13 @@ class LocalBackend(TrackingBackend[Watch]):
             setup = self._setups.get(kernel.id)
             watch = self._tracked.get(kernel.id)
             if watch is None and kernel.status not in TERMINAL_KERNEL_STATUSES:
-                watch = await self._adopt_for_destroy(kernel, ended, fence)
+                workdir = self.kernel_dir(kernel.id)
+                watch, reports = await asyncio.to_thread(
+                    for_destroy, kernel, workdir, self.kill_grace, fence.check_clock
+                )
+                ended.extend(reports)
+                if watch is not None:
+                    self._tracked[kernel.id] = watch
             victims.extend(v for v in (setup, watch) if v is not None)
         # Queued like every end, so that _destroyed commits them (or the queue retries).
         self._reports.add(ended)
@@ -505,64 +493,3 @@ class LocalBackend(TrackingBackend[Watch]):
                 await self._reports.flush(only=ids)
             except Exception as error:
                 raise BackendError(f"could not record how the kernels ended: {error}") from error
-
-    async def _adopt_for_destroy(
-        self, kernel: KernelInfo, ended: list[KernelReport], fence: Fence
-    ) -> Watch | None:
-        """Watch a kernel's live command that this daemon does not watch yet.
-
-        A command of the kernel's current attempt that already ended is not
-        watched: how it ended (read from its exit record) is added to ``ended``.
-        """
-        runtime = kernel.runtime or {}
-        if runtime.get("token") is None and "pid" in runtime:
-            pid, identity = runtime.get("pid"), runtime.get("identity")
-            if not isinstance(pid, int) or not isinstance(identity, str):
-                return None
-            workdir = Path(runtime.get("workdir", self.kernel_dir(kernel.id)))
-            legacy = legacy_watch(kernel, workdir, self.kill_grace)
-            if legacy is None:
-                # An older drover's wrapper that ended: its exit file, if it wrote one.
-                record = await asyncio.to_thread(legacy_exit, workdir)
-                if record is not None:
-                    ended.extend(kernel_ends(kernel.id, record, destroying=True, runtime=runtime))
-                return None
-            self._tracked[kernel.id] = legacy
-            return legacy
-        workdir = self.kernel_dir(kernel.id)
-        # Waiting lets a supervisor spawned a moment ago record its command,
-        # which is then adopted and stopped instead of escaping the destroy.
-        spawn = await asyncio.to_thread(disk.inspect, workdir, "kernel")
-        if spawn is None:
-            return None
-        # A kernel never reported RUNNING (a crash came first) has no token in
-        # the database; its spawn on disk is the current attempt's.
-        if runtime.get("token") not in (None, spawn.token):
-            return None
-        if not spawn.alive:
-            # Only a kernel that wants a process has its current attempt's spawn
-            # on disk: an earlier attempt's would be reset by its preparation.
-            if kernel.status in _WANTS_PROCESS and (spawn.started or spawn.exit is not None):
-                ended.extend(await asyncio.to_thread(self._ended_for_destroy, kernel, spawn, fence))
-            return None
-        if spawn.supervisor is None:
-            return None
-        confirmed = kernel.status not in RUNNING_EXPECTED
-        watch = watch_of(kernel.id, "kernel", workdir, spawn, self.kill_grace, confirmed=confirmed)
-        self._tracked[kernel.id] = watch
-        return watch
-
-    def _ended_for_destroy(
-        self, kernel: KernelInfo, spawn: disk.DiskSpawn, fence: Fence
-    ) -> list[KernelReport]:
-        """(worker thread) How an unwatched kernel's command ended, for destroy to commit.
-
-        A supervisor that died without recording the end may have left
-        processes: they are killed, as destroy promises.
-        """
-        workdir = self.kernel_dir(kernel.id)
-        if spawn.exit is None and spawn.started:
-            fence.check_clock()
-            disk.kill_supervised(workdir, "kernel", spawn)
-        unstarted = kernel.status in RUNNING_EXPECTED
-        return ended_reports(kernel.id, workdir, spawn, destroying=True, unstarted=unstarted)
