@@ -69,6 +69,20 @@ def test_backends_import_no_storage():
     assert not bad, sorted(bad)
 
 
+def test_the_real_backends_share_one_loop():
+    """The local, container and slurm backends are TrackingBackends: none of them runs a
+    loop, a destroy, a start, a stop or a file retention of its own (the base's, once)."""
+    from drover.backends.container import ContainerBackend
+    from drover.backends.local import LocalBackend
+    from drover.backends.slurm import SlurmBackend
+    from drover.backends.tracking import TrackingBackend
+
+    shared = {"start", "stop", "destroy", "prune_files", "_watch", "_stop", "_deliver"}
+    for backend in (LocalBackend, ContainerBackend, SlurmBackend):
+        assert issubclass(backend, TrackingBackend), backend
+        assert not shared & set(vars(backend)), (backend, sorted(shared & set(vars(backend))))
+
+
 def test_sql_is_built_only_in_storage():
     """Outside drover.storage, nothing imports SQLAlchemy (storage exports its error and
     engine types)."""
