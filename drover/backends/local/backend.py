@@ -347,7 +347,7 @@ class LocalBackend(TrackingBackend[Watch]):
                     self.log.warning("kernel %s: RUNNING not applied", report.kernel_id)
 
     def _started(self, command: Command, attempt: Attempt) -> list[KernelReport]:
-        """The reports for one kernel command after ``_start``."""
+        """The reports for one kernel command the starter adopted, judged or spawned."""
         kid, spawn = command.kernel_id, attempt.spawn
         if attempt.kind == "failed" or spawn is None:
             return [
@@ -366,11 +366,8 @@ class LocalBackend(TrackingBackend[Watch]):
     # -- watching ends -------------------------------------------------------------
 
     async def _poll(self) -> None:
-        ended = [
-            w
-            for w in (*self._tracked.values(), *self._setups.values())
-            if not w.reporting and w.ended()
-        ]
+        """Queue the ends of the commands and setups whose supervisors are gone."""
+        ended = [w for w in self._watched() if not w.reporting and w.ended()]
         if not ended:
             return
         for w in ended:
@@ -404,6 +401,7 @@ class LocalBackend(TrackingBackend[Watch]):
         await super()._sweep()
 
     def _watched(self) -> list[Watch]:
+        """The kernels' commands and their setups."""
         return [*self._tracked.values(), *self._setups.values()]
 
     def _wants(self, item: Watch, status: KernelStatus | None) -> bool:
