@@ -327,9 +327,11 @@ class TrackingBackend(AgentBackend, Generic[T]):
 
     async def _stop(self, victims: Sequence[T], fence: Fence) -> None:
         """Signal the work, wait for its grace, kill what did not stop and wait again."""
+        # Checked (and the claim renewed) even with nothing to signal: the ends
+        # committed next are the claim holder's to commit.
+        await fence.check()
         if not victims:
             return
-        await fence.check()
         await self._signal(victims, fence, kill=False)
         stuck = await self._wait_ended(victims, self._grace(victims))
         if not stuck:
