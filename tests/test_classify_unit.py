@@ -157,3 +157,13 @@ def test_per_session_options_are_used():
         kind=SESSION,
     )
     assert change.result == R.NEED_RETRY
+
+
+def test_a_change_is_built_by_keyword_only():
+    """Two ``str | None`` fields side by side must never swap silently by position."""
+    from drover.model.plan import Change
+
+    with pytest.raises(TypeError):
+        Change("s1", "session", S.SCHEDULED, R.SUCCESS)  # type: ignore[misc]
+    change = Change(entity_id="s1", kind="session", from_status=S.SCHEDULED, result=R.SUCCESS)
+    assert (change.message, change.error_code, change.to_status) == (None, None, None)

@@ -68,10 +68,10 @@ async def reopen(
                 f"({parent_status}); reopen that first"
             )
         change = Change(
-            entity_id,
-            kind.status(current),
-            REOPENED,
-            kind.status(status),
+            entity_id=entity_id,
+            from_status=kind.status(current),
+            result=REOPENED,
+            to_status=kind.status(status),
             message=message or f"reopened by {source}",
             kind=kind.name,
         )
