@@ -17,7 +17,7 @@ from drover import (
     StatusTransitions,
     TransitionStatus,
 )
-from drover.coordinator.classify import classify
+from drover.coordinator.classify import Rules, classify
 from drover.kinds.sessions import SESSION
 from drover.model.plan import TryCount
 
@@ -65,9 +65,14 @@ def run(
     options: HandlerOptions = HandlerOptions(max_retries=2, timeout=60.0),  # noqa: B008
     max_requeues: int | None = 3,
 ):
-    return classify(
-        targets, result, TRANSITIONS, lambda s: options, NOW, lambda s: max_requeues, kind=SESSION
+    rules = Rules(
+        kind=SESSION,
+        transitions=TRANSITIONS,
+        now=NOW,
+        options_for=lambda s: options,
+        max_requeues_for=lambda s: max_requeues,
     )
+    return classify(targets, result.per_target(), rules)
 
 
 def test_success_takes_the_success_transition_and_resets_tries():
@@ -148,13 +153,9 @@ def test_status_infos_apply_only_to_status_changes():
 
 def test_per_session_options_are_used():
     slow = HandlerOptions(max_retries=None, timeout=None)
+    rules = Rules(kind=SESSION, transitions=TRANSITIONS, now=NOW, options_for=lambda s: slow)
     (change,) = classify(
-        [session(tries=99, held=1e6)],
-        HandlerResult(failures=["s1"]),
-        TRANSITIONS,
-        lambda s: slow,
-        NOW,
-        kind=SESSION,
+        [session(tries=99, held=1e6)], HandlerResult(failures=["s1"]).per_target(), rules
     )
     assert change.result == R.NEED_RETRY
 
