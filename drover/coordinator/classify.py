@@ -194,6 +194,31 @@ def decide(
             to_status, to_children = rules.kind.limit_status, None
             info = StatusInfoRule(default=REQUEUE_LIMIT)
     # A change of status resets every try count in storage.
+    if (
+        message is None
+        and code is None
+        and info is None
+        and budget is None
+        and not requeue
+        and outcome.data is None
+        and not outcome.creates
+        and outcome.terminates is None
+        and outcome.result is None
+        and outcome.claims is None
+    ):
+        # The common change, a plain one, passes only the fields it sets: CPython 3.11
+        # spends about 45 ns per keyword argument, and this runs for every target.
+        return Change(
+            entity_id=target.id,
+            kind=rules.kind.name,
+            from_status=target.status,
+            result=result,
+            to_status=to_status,
+            to_children=to_children,
+            children_info=children_info,
+            try_count=tries,
+            placements=placements,
+        )
     return Change(
         entity_id=target.id,
         kind=rules.kind.name,

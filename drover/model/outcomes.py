@@ -45,9 +45,7 @@ class Reported(Enum):
     NOTHING = "nothing"
 
 
-# Not slotted: a frozen slotted class sets each field through object.__setattr__, a third
-# slower to build, and a result may carry a thousand distinct messages per tick.
-@attrs.frozen(kw_only=True, slots=False)
+@attrs.frozen(kw_only=True)
 class TargetOutcome:
     """Everything one :class:`~drover.model.values.HandlerResult` says about one entity id.
 
