@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drover import HandlerResult, NewEntity
 from drover.model.outcomes import UNMENTIONED, Reported, TargetOutcome
 
@@ -126,6 +128,11 @@ def test_values_a_target_carries_are_checked():
     """A data patch must be a JSON mapping, a result SUCCESS or FAILURE, a claim >= 1."""
     assert (
         HandlerResult(successes=["a"], data={"a": [1]}).per_target().problem({"a"})
+        == "data patch for a is not a mapping"
+    )
+    null: dict[str, Any] = {"a": None}
+    assert (
+        HandlerResult(successes=["a"], data=null).per_target().problem({"a"})
         == "data patch for a is not a mapping"
     )
     assert (

@@ -124,6 +124,9 @@ _SUCCEEDED = TargetOutcome(reported=Reported.SUCCESS)
 _FAILED = TargetOutcome(reported=Reported.FAILURE)
 _SKIPPED = TargetOutcome(reported=Reported.SKIPPED)
 _CHARGEABLE = frozenset({Reported.FAILURE, Reported.NAMED})
+#: A data patch given as ``None``: kept apart from "no patch", to be refused as any
+#: patch that is not a mapping is.
+_NULL_PATCH = object()
 
 
 def _uncredited(new: NewEntity) -> str:
@@ -257,6 +260,9 @@ def _detail(
     for entity_id in dict.fromkeys(ids):
         base = by_id.get(entity_id, UNMENTIONED)
         ending = ends.get(entity_id)
+        patch: Any = patches.get(entity_id)
+        if patch is None and entity_id in patches:
+            patch = _NULL_PATCH
         by_id[entity_id] = TargetOutcome(
             reported=base.reported,
             name=base.name,
@@ -264,7 +270,7 @@ def _detail(
             error_code=codes.get(entity_id),
             status_info=infos.get(entity_id),
             budget=budgets.get(entity_id),
-            data=patches.get(entity_id),
+            data=patch,
             terminates=None if ending is None else tuple(ending),
             result=results.get(entity_id),
             claims=claims.get(entity_id),
