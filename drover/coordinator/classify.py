@@ -155,11 +155,7 @@ def decide(
     if reported is _SUCCEEDED:
         result, tries = _SUCCESS, _RESET
     elif reported is _NAMED and outcome.name is not None:
-        result = outcome.name
-        if outcome.budget is not None:
-            over, note, budget = _charge(target, outcome.budget, rules)
-            if over:
-                result, spent, message = _GIVE_UP, outcome.budget, _join(message, note)
+        result, message, budget, spent = _named(target, outcome.name, outcome, rules)
     elif reported is _FAILED:
         result, tries, message, budget, spent = _failed(target, outcome, rules)
     else:
@@ -182,17 +178,10 @@ def decide(
     if moves and outcome.status_info is not None:
         info = StatusInfoRule(default=outcome.status_info)
     requeue = False
-    if (
-        to_status is not None
-        and moves
-        and result in _SENDS_BACK
-        and rules.kind.is_requeue(target.status, to_status)
-    ):
-        requeue, past = _requeue(target, to_status, rules)
-        if past is not None:
-            message = _join(message, past)
-            to_status, to_children = rules.kind.limit_status, None
-            info = StatusInfoRule(default=REQUEUE_LIMIT)
+    if to_status is not None and moves and result in _SENDS_BACK:
+        requeue, to_status, to_children, info, message = _requeue(
+            target, to_status, to_children, info, message, rules
+        )
     # A change of status resets every try count in storage.
     if (
         message is None
@@ -242,6 +231,19 @@ def decide(
     )
 
 
+def _named(
+    target: Target, name: str, outcome: TargetOutcome, rules: Rules
+) -> tuple[SchedulingResult | str, str | None, str | None, str | None]:
+    """A named outcome's (result, message, budget spent, budget spent past its limit): past
+    the limit of the budget it charges, GIVE_UP instead."""
+    if outcome.budget is None:
+        return name, outcome.message, None, None
+    over, note, budget = _charge(target, outcome.budget, rules)
+    if over:
+        return _GIVE_UP, _join(outcome.message, note), budget, outcome.budget
+    return name, outcome.message, budget, None
+
+
 def _failed(
     target: Target, outcome: TargetOutcome, rules: Rules
 ) -> tuple[SchedulingResult, TryCount, str | None, str | None, str | None]:
@@ -279,16 +281,28 @@ def _charge(target: Target, budget: str, rules: Rules) -> tuple[bool, str, str |
     return over, f"spent budget {budget!r} {count} times ({bound})", budget
 
 
-def _requeue(target: Target, to_status: str, rules: Rules) -> tuple[bool, str | None]:
-    """Whether sending ``target`` back to ``to_status`` counts as a requeue, or else the
-    note saying it went past its requeue budget (to the kind's limit status instead)."""
+def _requeue(
+    target: Target,
+    to_status: str,
+    to_children: str | None,
+    info: StatusInfoRule | None,
+    message: str | None,
+    rules: Rules,
+) -> tuple[bool, str | None, str | None, StatusInfoRule | None, str | None]:
+    """A move of an EXPIRED or GIVE_UP outcome, as ``(requeue, to_status, to_children,
+    status_info, message)``: sending ``target`` back in its lifecycle is a requeue, or, past
+    its requeue budget, a move to its kind's limit status instead."""
+    if not rules.kind.is_requeue(target.status, to_status):
+        return False, to_status, to_children, info, message
     limit = rules.max_requeues_for(target)
     if limit is None or target.requeues < limit:
-        return True, None
-    return False, (
+        return True, to_status, to_children, info, message
+    end = rules.kind.limit_status
+    past = (
         f"sent back to {to_status} {target.requeues} time(s) already "
-        f"(max_requeues={limit}): {rules.kind.limit_status} instead"
+        f"(max_requeues={limit}): {end} instead"
     )
+    return False, end, None, StatusInfoRule(default=REQUEUE_LIMIT), _join(message, past)
 
 
 def _timeout_note(session: Target, options: HandlerOptions, now: float) -> str:
