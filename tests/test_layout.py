@@ -598,15 +598,6 @@ def test_the_forwarder_check_sees_a_pass_through(tmp_path):
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 100
 
-#: TEMPORARY: the modules and functions over the limits when the size checks came (issue 32),
-#: which others are reshaping. Removed by the lead after the merges of issue 32; nothing is
-#: ever added here.
-_OVERSIZED_UNTIL_ISSUE_32_IS_MERGED = frozenset(
-    {
-        "coordinator/classify.py:classify",
-    }
-)
-
 
 class _FunctionLengths(ast.NodeVisitor):
     """Every function and method, by qualified name (``Class.method``, ``outer.inner``), with
@@ -644,7 +635,7 @@ def test_no_module_is_over_600_lines():
     for path in sorted(ROOT.rglob("*.py")):
         module = path.relative_to(ROOT).as_posix()
         lines = len(path.read_text().splitlines())
-        if lines > MAX_MODULE_LINES and module not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED:
+        if lines > MAX_MODULE_LINES:
             bad.append(f"{module}: {lines} lines")
     assert not bad, bad
 
@@ -656,7 +647,6 @@ def test_no_function_is_over_100_lines():
         for path in sorted(ROOT.rglob("*.py"))
         if (module := path.relative_to(ROOT).as_posix())
         for name, length in _long_functions(path.read_text(), MAX_FUNCTION_LINES)
-        if f"{module}:{name}" not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED
     ]
     assert not bad, bad
 
