@@ -84,7 +84,7 @@ def classify(
 ) -> list[Change]:
     """Decide each target's result class and transition from a (valid) handler result.
 
-    ``targets`` are :class:`~drover.model.values.SessionWithKernels` or
+    ``targets`` are :class:`~drover.kinds.sessions.values.SessionWithKernels` or
     :class:`~drover.model.values.Entity` values of ``kind``.
     ``max_requeues_for`` gives an entity's requeue budget (``None``: no
     limit); ``budget_limit_for(entity, name)`` a named budget's limit.
