@@ -253,3 +253,23 @@ def test_the_old_spelling_check_sees_each_form():
             "drover.plugins.make_plugin_manager",
         ]
     )
+
+
+def test_the_upgrading_page_names_every_moved_name_and_its_new_home():
+    """docs/plugins/upgrading.md tells a plugin author each old spelling and what to write
+    instead: a table row per moved name, with its new module."""
+    text = (_ROOT / "docs/plugins/upgrading.md").read_text(encoding="utf-8")
+    rows = {
+        row.split("|")[1].strip(): row.split("|")[2]
+        for row in text.splitlines()
+        if row.startswith("| `")
+    }
+    for old, name, new in MOVED:
+        row = rows.get(f"`{old}.{name}`")
+        assert row is not None, f"no row for {old}.{name}"
+        if f"`drover.{name}`" in row:  # the top-level name: the very object of its new home
+            assert getattr(drover, name) is getattr(importlib.import_module(new), name)
+        else:
+            assert f"{new}.{name}" in row, (old, name, row)
+    for spelling in ("RuntimeContext.repository", "BudgetUse.used", "make_plugin_manager"):
+        assert spelling in text
