@@ -88,8 +88,8 @@ class RuntimeContext:
 
     @property
     def repository(self) -> Repository:
-        """Deprecated since 0.2 (it went during 0.1): ``queries`` for reads, ``reporter`` for
-        pushed reports.
+        """Deprecated (it went during 0.1, is back in 0.2 and goes in 0.3): ``queries`` to
+        read, ``reporter`` for pushed reports.
 
         It is the repository drover reads and reports through: the ``reporter``
         of a context drover builds, or ``queries`` when an older caller passed
@@ -99,6 +99,7 @@ class RuntimeContext:
             "RuntimeContext.repository",
             "RuntimeContext.queries to read, RuntimeContext.reporter to report",
         )
+        # Imported on use only: importing drover.plugins imports no lifecycle.
         from drover.kinds.sessions.store import Repository
 
         for candidate in (self.reporter, self.queries):
