@@ -130,3 +130,39 @@ def live_processes(*, pgid: int | None = None, sid: int | None = None) -> list[i
         ):
             found.append(int(name))
     return found
+
+
+#: Daemon flags that prune ended kernels' files unchanged for an hour, five times a second.
+PRUNING = {"history.kernel_files_retention": "1h", "history.prune_interval": 0.2}
+
+
+def make_old(directory: Path, seconds: float = 7200.0) -> None:
+    """Date ``directory`` and everything in it ``seconds`` back (links themselves, not
+    what they name)."""
+    old = time.time() - seconds
+    for path in (directory, *directory.rglob("*")):
+        os.utime(path, (old, old), follow_symlinks=False)
+
+
+async def files_of_ended_kernels_go(app: App, data_dir: Path, ended: str, live: str) -> None:
+    """File retention, as every backend keeps it under :data:`PRUNING`: with both kernel
+    directories two hours old, the ended session's kernel directory goes, the running
+    one's stays (with its files) through many prunes and its session keeps RUNNING."""
+    done, running = await app.repository.get_session(ended), await app.repository.get_session(live)
+    assert (done.status, running.status) == (S.TERMINATED, S.RUNNING)
+    (ended_dir,) = (data_dir / "kernels" / k.id for k in done.kernels)
+    (live_dir,) = (data_dir / "kernels" / k.id for k in running.kernels)
+    assert ended_dir.is_dir()
+    assert live_dir.is_dir()
+    files = sorted(p.name for p in live_dir.iterdir())
+    # The live one first: the prune that removes the ended one has seen both old.
+    make_old(live_dir)
+    make_old(ended_dir)
+
+    async def gone() -> bool:
+        return not ended_dir.exists()
+
+    await wait_for(gone, what=f"the ended kernel's directory {ended_dir} to be pruned")
+    await asyncio.sleep(1.0)  # five more prunes
+    assert sorted(p.name for p in live_dir.iterdir()) == files
+    assert (await app.repository.get_session(live)).status == S.RUNNING

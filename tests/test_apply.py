@@ -269,6 +269,30 @@ async def test_an_id_listed_twice_makes_the_whole_result_invalid(make_harness, m
             assert (s.status, s.try_count) == (S.PENDING, 0)
 
 
+@pytest.mark.parametrize(
+    "make_result",
+    [
+        lambda a: HandlerResult(failures=[a], outcomes={a: "stale"}),
+        lambda a: HandlerResult(skipped=[a, a]),
+    ],
+    ids=["failure-and-named-outcome", "twice-in-skipped"],
+)
+async def test_an_id_listed_twice_is_named_in_the_message(make_harness, make_result):
+    """The text names the id listed twice, in the tick's error and every target's row."""
+    plugin = ScriptedPlugin()
+    async with make_harness(plugins=[plugin], include_builtin_handlers=False) as h:
+        a = await h.create_session()
+        b = await h.create_session()
+        plugin.handler.script = lambda t: make_result(a)
+        report = await h.tick("scripted")
+        text = f"invalid result: it lists session(s) {[a]} more than once"
+        assert report.error == text
+        for sid in (a, b):
+            _, row = await h.history(sid)
+            assert (row.result, row.error_code, row.message) == (R.SKIPPED, "invalid-result", text)
+            assert (await h.session(sid)).try_count == 0
+
+
 async def test_a_result_of_the_wrong_type_is_invalid(make_harness):
     """execute() returning something else than HandlerResult skips every target."""
     plugin = ScriptedPlugin()

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 
 import pytest
 
 from drover import (
+    Budget,
+    BudgetUse,
+    Entity,
+    EntityKind,
     HandlerOptions,
     HandlerResult,
     KernelStatus,
@@ -15,11 +20,13 @@ from drover import (
     SessionWithKernels,
     StatusInfoRule,
     StatusTransitions,
+    Transition,
     TransitionStatus,
 )
-from drover.coordinator.classify import classify
+from drover.coordinator.classify import Rules, classify, decide
 from drover.kinds.sessions import SESSION
-from drover.model.plan import TryCount
+from drover.model.outcomes import UNMENTIONED, Reported, TargetOutcome
+from drover.model.plan import Change, TryCount
 
 R = SchedulingResult
 S = SessionStatus
@@ -65,9 +72,14 @@ def run(
     options: HandlerOptions = HandlerOptions(max_retries=2, timeout=60.0),  # noqa: B008
     max_requeues: int | None = 3,
 ):
-    return classify(
-        targets, result, TRANSITIONS, lambda s: options, NOW, lambda s: max_requeues, kind=SESSION
+    rules = Rules(
+        kind=SESSION,
+        transitions=TRANSITIONS,
+        now=NOW,
+        options_for=lambda s: options,
+        max_requeues_for=lambda s: max_requeues,
     )
+    return classify(targets, result.per_target(), rules)
 
 
 def test_success_takes_the_success_transition_and_resets_tries():
@@ -148,12 +160,189 @@ def test_status_infos_apply_only_to_status_changes():
 
 def test_per_session_options_are_used():
     slow = HandlerOptions(max_retries=None, timeout=None)
+    rules = Rules(kind=SESSION, transitions=TRANSITIONS, now=NOW, options_for=lambda s: slow)
     (change,) = classify(
-        [session(tries=99, held=1e6)],
-        HandlerResult(failures=["s1"]),
-        TRANSITIONS,
-        lambda s: slow,
-        NOW,
-        kind=SESSION,
+        [session(tries=99, held=1e6)], HandlerResult(failures=["s1"]).per_target(), rules
     )
     assert change.result == R.NEED_RETRY
+
+
+def test_a_change_is_built_by_keyword_only():
+    """Two ``str | None`` fields side by side must never swap silently by position."""
+    with pytest.raises(TypeError):
+        Change("s1", "session", S.SCHEDULED, R.SUCCESS)  # type: ignore[misc]
+    change = Change(entity_id="s1", kind="session", from_status=S.SCHEDULED, result=R.SUCCESS)
+    assert (change.message, change.error_code, change.to_status) == (None, None, None)
+
+
+# decide() on its own: one target, one outcome, the tick's rules.
+
+
+class Attempt(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
+
+
+ATTEMPT = EntityKind(
+    "attempt",
+    Attempt,
+    terminal={Attempt.SUCCEEDED, Attempt.FAILED, Attempt.PREEMPTED},
+    budgets=(
+        Budget("failure", 1),
+        Budget("preemption", 2, give_up=Transition(Attempt.PREEMPTED)),
+    ),
+)
+ATTEMPT_RULES = Rules(
+    kind=ATTEMPT,
+    transitions=StatusTransitions(
+        success=Transition(Attempt.SUCCEEDED),
+        give_up=Transition(Attempt.FAILED),
+        outcomes={"lost": Transition(Attempt.QUEUED)},
+    ),
+    now=NOW,
+    options_for=lambda t: HandlerOptions(max_retries=1, timeout=60.0),
+    budget_limit_for=lambda t, name: {"failure": 1, "preemption": 2}[name],
+)
+
+
+def attempt(*, tries: int = 0, held: float = 0.0, used: dict[str, int] | None = None) -> Entity:
+    at = datetime.fromtimestamp(NOW - held, UTC)
+    limits = {"failure": 1, "preemption": 2}
+    return Entity(
+        id="a1",
+        kind="attempt",
+        status=Attempt.RUNNING,
+        status_changed_at=at,
+        try_count=tries,
+        priority=0,
+        created_at=at,
+        spec={},
+        data=None,
+        status_info=None,
+        result=None,
+        budgets={n: BudgetUse(used=(used or {}).get(n, 0), limit=v) for n, v in limits.items()},
+    )
+
+
+def decided(outcome: TargetOutcome, target: Entity | None = None) -> Change | None:
+    return decide(target or attempt(), outcome, ATTEMPT_RULES)
+
+
+def test_decide_a_success():
+    change = decided(TargetOutcome(reported=Reported.SUCCESS, data={"k": 1}, status_info="OK"))
+    assert change is not None
+    assert (change.result, change.to_status, change.try_count, change.data) == (
+        R.SUCCESS,
+        Attempt.SUCCEEDED,
+        TryCount.RESET,
+        {"k": 1},
+    )
+    assert (change.kind, change.from_status, change.status_info) == (
+        "attempt",
+        Attempt.RUNNING,
+        StatusInfoRule(default="OK"),
+    )
+
+
+def test_decide_a_retry_and_a_give_up_by_tries():
+    failure = TargetOutcome(reported=Reported.FAILURE, message="boom", error_code="E")
+    retry = decided(failure)
+    assert retry is not None
+    assert (retry.result, retry.to_status, retry.try_count, retry.message, retry.error_code) == (
+        R.NEED_RETRY,
+        None,
+        TryCount.INCREMENT,
+        "boom",
+        "E",
+    )
+    given_up = decided(failure, attempt(tries=1))
+    assert given_up is not None
+    assert (given_up.result, given_up.to_status, given_up.message) == (
+        R.GIVE_UP,
+        Attempt.FAILED,
+        "boom; failed 2 times (max_retries=1)",
+    )
+
+
+def test_decide_a_give_up_by_a_budget_with_its_own_give_up():
+    """Past its limit, the preemption budget ends the attempt PREEMPTED, not FAILED."""
+    charged = TargetOutcome(reported=Reported.FAILURE, budget="preemption")
+    spent = decided(charged, attempt(tries=5, used={"preemption": 1}))
+    assert spent is not None
+    assert (spent.result, spent.budget, spent.try_count) == (
+        R.NEED_RETRY,
+        "preemption",
+        TryCount.KEEP,
+    )
+    over = decided(charged, attempt(used={"preemption": 2}))
+    assert over is not None
+    assert (over.result, over.to_status, over.budget, over.message) == (
+        R.GIVE_UP,
+        Attempt.PREEMPTED,
+        "preemption",
+        "spent budget 'preemption' 3 times (limit=2)",
+    )
+    # A budget without a give_up of its own takes the handler's.
+    failure = TargetOutcome(reported=Reported.FAILURE, budget="failure")
+    failed = decided(failure, attempt(used={"failure": 1}))
+    assert failed is not None
+    assert (failed.result, failed.to_status) == (R.GIVE_UP, Attempt.FAILED)
+
+
+def test_decide_expired_skipped_and_unmentioned():
+    skipped = TargetOutcome(reported=Reported.SKIPPED, message="busy")
+    kept = decided(skipped)
+    assert kept is not None
+    assert (kept.result, kept.to_status, kept.message) == (R.SKIPPED, None, "busy")
+    assert decided(UNMENTIONED) is None
+    expired = decided(skipped, attempt(held=61.0))
+    assert expired is not None
+    assert (expired.result, expired.error_code, expired.message) == (
+        R.EXPIRED,
+        "timeout",
+        "busy; in RUNNING for 61s (timeout=60s)",
+    )
+    late = decided(UNMENTIONED, attempt(held=61.0))
+    assert late is not None
+    assert (late.result, late.error_code) == (R.EXPIRED, "timeout")
+
+
+def test_decide_a_named_outcome_sends_back_and_counts_a_requeue():
+    named = TargetOutcome(reported=Reported.NAMED, name="lost", terminates=("r1",))
+    change = decided(named)
+    assert change is not None
+    assert (change.result, change.to_status, change.requeue, change.terminates) == (
+        "lost",
+        Attempt.QUEUED,
+        False,  # only EXPIRED and GIVE_UP transitions spend requeues
+        ("r1",),
+    )
+
+
+def test_decide_a_requeue_past_the_limit_goes_to_the_limit_status():
+    rules = Rules(
+        kind=SESSION,
+        transitions=TRANSITIONS,
+        now=NOW,
+        options_for=lambda s: HandlerOptions(timeout=60.0),
+        max_requeues_for=lambda s: 3,
+    )
+    change = decide(session(held=61.0, requeues=3), UNMENTIONED, rules)
+    assert change is not None
+    assert (change.result, change.to_status, change.to_children, change.requeue) == (
+        R.EXPIRED,
+        S.ERROR,
+        None,
+        False,
+    )
+    assert change.status_info == StatusInfoRule(default="REQUEUE_LIMIT")
+    assert change.message == (
+        "in SCHEDULED for 61s (timeout=60s); "
+        "sent back to PENDING 3 time(s) already (max_requeues=3): ERROR instead"
+    )
+    below = decide(session(held=61.0, requeues=2), UNMENTIONED, rules)
+    assert below is not None
+    assert (below.to_status, below.requeue) == (S.PENDING, True)

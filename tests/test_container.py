@@ -25,7 +25,15 @@ from container_helpers import (
     Podman,
     container_flags,
 )
-from daemon_helpers import LIFECYCLE, daemon_flags, ends_on_word, running_daemon, wait_for
+from daemon_helpers import (
+    LIFECYCLE,
+    PRUNING,
+    daemon_flags,
+    ends_on_word,
+    files_of_ended_kernels_go,
+    running_daemon,
+    wait_for,
+)
 
 from drover import KernelStatus, SessionStatus
 from drover.app import App
@@ -235,6 +243,32 @@ def _started_events(podman: Podman, name: str) -> list[str]:
         "--filter", "event=start", "--format", "{{.Name}}",
     )  # fmt: skip
     return [line for line in out.splitlines() if line.strip()]
+
+
+async def test_an_ended_container_kernels_files_are_pruned_a_running_ones_never(
+    database, tmp_path: Path, podman: Podman, label_prefix: str
+):
+    """history.kernel_files_retention holds for the container backend: `kernels/<id>/` of a
+    kernel that ended (its kept logs) goes once older than the retention; that of a running
+    container stays however old. Before, only the local backend pruned."""
+    data = tmp_path / "data"
+    flags = {**container_flags(podman, label_prefix), **PRUNING}
+    async with running_daemon(database, data, **flags) as (app, _daemon):
+        done, live = await app.repository.create_sessions(
+            [
+                {"kernels": [{"command": ["sh", "-c", "echo bye"], "mem": 32}]},
+                {"kernels": [{"command": ["sleep", "600"], "mem": 32}]},
+            ]
+        )
+        ended = await wait_for(
+            lambda: _status(app, done, S.TERMINATED), timeout=60, what="TERMINATED"
+        )
+        assert Path(ended.kernels[0].runtime["stdout"]).read_text() == "bye\n"
+        await wait_for(lambda: _status(app, live, S.RUNNING), timeout=60, what="RUNNING")
+        await files_of_ended_kernels_go(app, data, done, live)
+        assert [c["State"] for c in podman.containers(label_prefix)] == ["running"]
+        await app.repository.request_termination([live])
+        await wait_for(lambda: _status(app, live, S.TERMINATED), timeout=60, what="the end")
 
 
 async def test_terminate_from_the_cli_kills_a_container_that_ignores_sigterm_after_the_grace(

@@ -132,7 +132,13 @@ async def test_the_marks_of_entities_that_left_are_forgotten(make_harness):
         jobs = [await h.create("job", status=Job.RUNNING) for _ in range(4)]
         await h.tick("poll")
         assert await marked() == set(jobs[:3])
-        done = Change(jobs[0], Job.RUNNING, SchedulingResult.SUCCESS, Job.DONE, kind="job")
+        done = Change(
+            entity_id=jobs[0],
+            from_status=Job.RUNNING,
+            result=SchedulingResult.SUCCESS,
+            to_status=Job.DONE,
+            kind="job",
+        )
         await h.repository.apply("test", [done], now=h.clock.time())
         h.clock.advance(1)
         assert _ids(h, await h.tick("poll")) == [jobs[3], jobs[1], jobs[2]]

@@ -166,7 +166,13 @@ def _keep(entity_id: str, data: dict[str, Any]) -> Any:
     from drover.model.plan import Change
     from drover.model.status import SchedulingResult
 
-    return Change(entity_id, Job.QUEUED, SchedulingResult.SKIPPED, kind="job", data=data)
+    return Change(
+        entity_id=entity_id,
+        from_status=Job.QUEUED,
+        result=SchedulingResult.SKIPPED,
+        kind="job",
+        data=data,
+    )
 
 
 async def test_child_count_against_a_number_in_the_spec(make_harness):
@@ -322,7 +328,13 @@ async def _end(h: Any, entity_id: str, status: str) -> None:
     from drover.model.plan import Change
     from drover.model.status import SchedulingResult
 
-    change = Change(entity_id, Job.RUNNING, SchedulingResult.SUCCESS, status, kind="job")
+    change = Change(
+        entity_id=entity_id,
+        from_status=Job.RUNNING,
+        result=SchedulingResult.SUCCESS,
+        to_status=status,
+        kind="job",
+    )
     await h.repository.apply("test", [change], now=h.clock.time())
 
 

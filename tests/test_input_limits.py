@@ -206,7 +206,7 @@ import pathlib
 import time
 
 from drover.coordinator.handlers import LifecycleHandler
-from drover.model.status import SessionStatus
+from drover.kinds.sessions.values import SessionStatus
 from drover.model.values import StatusTransitions, Transition
 from drover.plugins.markers import hookimpl
 

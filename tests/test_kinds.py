@@ -244,7 +244,13 @@ async def _force_status(h: Any, entity_id: str, old: str, new: str) -> None:
     """Move an entity as a one-off handler of its kind would (through the apply)."""
     from drover.model.plan import Change
 
-    change = Change(entity_id, old, SchedulingResult.SUCCESS, new, kind="job")
+    change = Change(
+        entity_id=entity_id,
+        from_status=old,
+        result=SchedulingResult.SUCCESS,
+        to_status=new,
+        kind="job",
+    )
     await h.repository.apply("test", [change], now=h.clock.time())
 
 

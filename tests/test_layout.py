@@ -73,6 +73,20 @@ def test_backends_import_no_storage():
     assert not bad, sorted(bad)
 
 
+def test_the_real_backends_share_one_loop():
+    """The local, container and slurm backends are TrackingBackends: none of them runs a
+    loop, a destroy, a start, a stop or a file retention of its own (the base's, once)."""
+    from drover.backends.container import ContainerBackend
+    from drover.backends.local import LocalBackend
+    from drover.backends.slurm import SlurmBackend
+    from drover.backends.tracking import TrackingBackend
+
+    shared = {"start", "stop", "destroy", "prune_files", "_watch", "_stop", "_deliver"}
+    for backend in (LocalBackend, ContainerBackend, SlurmBackend):
+        assert issubclass(backend, TrackingBackend), backend
+        assert not shared & set(vars(backend)), (backend, sorted(shared & set(vars(backend))))
+
+
 def test_sql_is_built_only_in_storage():
     """Outside drover.storage, nothing imports SQLAlchemy (storage exports its error and
     engine types)."""
@@ -272,13 +286,7 @@ def test_the_public_api_is_explicit():
 _KIND_NAMES = frozenset({"session", "kernel", "deployment", "route"})
 
 #: The same words compared where they do not name a kind.
-_NOT_KINDS = frozenset(
-    {
-        # The local backend's two process roles: a kernel's own process and its setup.
-        ("backends/local/backend.py", "LocalBackend._poll_once", "kernel"),
-        ("backends/local/backend.py", "LocalBackend._still_watched", "kernel"),
-    }
-)
+_NOT_KINDS: frozenset[tuple[str, str, str]] = frozenset()
 
 
 def _is_kind_name(node: ast.AST) -> bool:
@@ -590,17 +598,6 @@ def test_the_forwarder_check_sees_a_pass_through(tmp_path):
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 100
 
-#: TEMPORARY: the modules and functions over the limits when the size checks came (issue 32),
-#: which others are reshaping. Removed by the lead after the merges of issue 32; nothing is
-#: ever added here.
-_OVERSIZED_UNTIL_ISSUE_32_IS_MERGED = frozenset(
-    {
-        "backends/container/backend.py",
-        "backends/local/backend.py",
-        "coordinator/classify.py:classify",
-    }
-)
-
 
 class _FunctionLengths(ast.NodeVisitor):
     """Every function and method, by qualified name (``Class.method``, ``outer.inner``), with
@@ -638,7 +635,7 @@ def test_no_module_is_over_600_lines():
     for path in sorted(ROOT.rglob("*.py")):
         module = path.relative_to(ROOT).as_posix()
         lines = len(path.read_text().splitlines())
-        if lines > MAX_MODULE_LINES and module not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED:
+        if lines > MAX_MODULE_LINES:
             bad.append(f"{module}: {lines} lines")
     assert not bad, bad
 
@@ -650,7 +647,6 @@ def test_no_function_is_over_100_lines():
         for path in sorted(ROOT.rglob("*.py"))
         if (module := path.relative_to(ROOT).as_posix())
         for name, length in _long_functions(path.read_text(), MAX_FUNCTION_LINES)
-        if f"{module}:{name}" not in _OVERSIZED_UNTIL_ISSUE_32_IS_MERGED
     ]
     assert not bad, bad
 
@@ -775,36 +771,15 @@ def _circle_through(graph: dict[str, set[str]], component: list[str]) -> str:
     raise AssertionError(f"no circle through {start}")
 
 
-#: TEMPORARY: the import circles other engineers are removing on their branches (issue 32).
-#: The lead deletes this list after merging them: there must be no circle at all then (the
-#: test fails while a module listed here is in no circle any more).
-#: - drover/storage: storage ⇄ queries ⇄ repository, gone with the lead's storage services;
-#: - drover/backends/local: the package ⇄ _watch ⇄ backend, gone with the backends rewrite.
-_CIRCLES_BEING_REMOVED = frozenset(
-    {
-        "drover.backends.local",
-        "drover.backends.local._watch",
-        "drover.backends.local.backend",
-    }
-)
-
-
 def test_no_import_circle_between_drovers_modules():
     """No module of drover imports, however indirectly, a module that imports it back (every
     import counts, see _import_graph): each circle is listed with one path around it."""
     graph = _import_graph(ROOT)
-    circles = _cycles(graph)
     bad = [
         f"{', '.join(component)}: {_circle_through(graph, component)}"
-        for component in circles
-        if not set(component) <= _CIRCLES_BEING_REMOVED
+        for component in _cycles(graph)
     ]
     assert not bad, "import circles:\n" + "\n".join(bad)
-    in_circles = {module for component in circles for module in component}
-    assert in_circles >= _CIRCLES_BEING_REMOVED, (
-        f"no longer in an import circle: {sorted(_CIRCLES_BEING_REMOVED - in_circles)}; "
-        "take them out of _CIRCLES_BEING_REMOVED"
-    )
 
 
 def test_the_import_circle_check_sees_every_spelling(tmp_path):

@@ -319,3 +319,31 @@ async def test_other_unstartable_specs_are_kernel_failures(database, tmp_path: P
             "cannot enter working directory" if setting == "cwd" else "environment variable name"
         )
         assert expected in k.status_info, k.status_info
+
+
+async def test_a_kernel_terminated_while_it_is_being_started_keeps_its_exit_code(
+    database, tmp_path: Path
+):
+    """A termination that lands while the kernel's command is being started waits for the
+    start: the command is stopped, and its own exit code is what is recorded (a destroy that
+    looked at the kernel's disk before its spawn record existed recorded no code at all)."""
+    async with running_daemon(database, tmp_path / "data") as (app, _daemon):
+        starter = app.backend._starter
+        real_start = starter.start
+        starting = asyncio.Event()
+
+        async def slow_start(*args, **kwargs):
+            starting.set()
+            await asyncio.sleep(2.0)  # the start of a slow machine
+            return await real_start(*args, **kwargs)
+
+        starter.start = slow_start
+        (sid,) = await app.repository.create_sessions(
+            [{"kernels": [kernel(["sh", "-c", 'trap "exit 3" TERM; sleep 30 & wait'])]}]
+        )
+        await asyncio.wait_for(starting.wait(), timeout=20)
+        await app.repository.request_termination([sid])
+        s = await wait_for(lambda: _in(app, sid, S.TERMINATED), timeout=40, what="TERMINATED")
+        (k,) = s.kernels
+        assert (k.status, k.exit_code) == (K.TERMINATED, 3), (k.status_info, k.runtime)
+        assert live_processes(pgid=k.runtime["pid"]) == []

@@ -177,7 +177,8 @@ def test_the_shared_helper_refuses_links_fifos_and_linked_directories(tmp_path, 
 def test_the_container_backend_never_writes_its_logs_through_a_link(tmp_path, secret):
     """The container backend copies a container's output to the kernel's log files: a link
     planted where a log (or its partial copy) goes is refused, the linked file untouched."""
-    from drover.backends.container.backend import _open_log, _write_whole
+    from drover.backends.container._logs import open_log as _open_log
+    from drover.backends.container._logs import write_whole as _write_whole
 
     kernel = tmp_path / "kernels" / "k1"
     kernel.mkdir(parents=True)

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import attrs
 import pytest
-from daemon_helpers import LIFECYCLE, daemon_flags, ends_on_word, running_daemon, wait_for
+from daemon_helpers import (
+    LIFECYCLE,
+    PRUNING,
+    daemon_flags,
+    ends_on_word,
+    files_of_ended_kernels_go,
+    running_daemon,
+    wait_for,
+)
 from slurm_helpers import (  # noqa: F401  (fixtures)
     FINISHED,
     NODE_CPUS,
@@ -148,6 +156,33 @@ async def test_terminating_a_running_job_cancels_it(database, tmp_path: Path, jo
         assert await live_job_ids(name) == []
         (job,) = await jobs_named(name)
         assert job["job_state"] in FINISHED
+
+
+async def test_an_ended_jobs_kernel_files_are_pruned_a_running_ones_never(
+    database, tmp_path: Path, job_prefix
+):
+    """history.kernel_files_retention holds for the slurm backend: `kernels/<id>/` of a
+    kernel whose job completed (its output) goes once older than the retention; that of a
+    running job stays however old. Before, only the local backend pruned."""
+    data = tmp_path / "data"
+    flags = {**slurm_settings(job_prefix), **PRUNING}
+    async with running_daemon(database, data, **flags) as (app, _daemon):
+        done, live = await app.repository.create_sessions(
+            [
+                {"kernels": [{"command": ["sh", "-c", "echo bye"], "cpu": 1, "mem": 64}]},
+                {"kernels": [{"command": ["sleep", "600"], "cpu": 1, "mem": 64}]},
+            ]
+        )
+        ended = await wait_for(
+            lambda: _status(app, done, S.TERMINATED), timeout=40, what="TERMINATED"
+        )
+        assert Path(ended.kernels[0].runtime["stdout"]).read_text() == "bye\n"
+        running = await wait_for(lambda: _status(app, live, S.RUNNING), timeout=40, what="RUNNING")
+        await files_of_ended_kernels_go(app, data, done, live)
+        name = f"{job_prefix}{running.kernels[0].id}"
+        assert await live_job_ids(name) == [str(running.kernels[0].runtime["slurm_job_id"])]
+        await app.repository.request_termination([live])
+        await wait_for(lambda: _status(app, live, S.TERMINATED), timeout=40, what="the end")
 
 
 async def test_a_request_no_node_can_hold_waits_pending_and_is_never_submitted(

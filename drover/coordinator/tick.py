@@ -11,10 +11,9 @@ from typing import Any
 
 import attrs
 
-from drover.coordinator.classify import classify
+from drover.coordinator.classify import Rules, classify
 from drover.coordinator.handlers import Handler, LifecycleHandler, fetch_filters, with_kind
 from drover.coordinator.store import CoordinatorStore
-from drover.model.checks import json_copy
 from drover.model.clock import Clock, SystemClock
 from drover.model.creation import check_new_entities
 from drover.model.errors import InvalidSpecError, UnknownHandlerError
@@ -22,9 +21,10 @@ from drover.model.filters import CandidateFilter, TimedOut
 from drover.model.ids import new_id
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
+from drover.model.outcomes import Reported, TargetOutcomes
 from drover.model.plan import AppliedChange, ApplyOutcome, Claim, Move
 from drover.model.promotion import PromotionRule
-from drover.model.rules import DEFAULT_MAX_REQUEUES, SETTABLE_RESULTS
+from drover.model.rules import DEFAULT_MAX_REQUEUES
 from drover.model.status import SchedulingResult
 from drover.model.values import HandlerOptions, HandlerResult, StatusTransitions, Target
 
@@ -277,7 +277,7 @@ class Coordinator:
                 else None
             )
             try:
-                result, ignored, error = await _execute(
+                result, outcomes, ignored, error = await _execute(
                     name, handler, targets, transitions, kind, self.kinds, self.max_creations
                 )
             finally:
@@ -285,16 +285,15 @@ class Coordinator:
                     keeper.cancel()
                     await asyncio.gather(keeper, return_exceptions=True)
             now = self.clock.time()
-            changes = classify(
-                targets,
-                result,
-                transitions,
-                lambda s: session_options(options, s, name),
-                now,
-                self.max_requeues_for,
+            rules = Rules(
                 kind=kind,
+                transitions=transitions,
+                now=now,
+                options_for=lambda s: session_options(options, s, name),
+                max_requeues_for=self.max_requeues_for,
                 budget_limit_for=self.budget_limit_for,
             )
+            changes = classify(targets, outcomes, rules)
             moves = [Move(eid, m.expected, m.to, m.status_info) for eid, m in result.moves.items()]
             outcome = await self.store.apply(
                 name,
@@ -388,8 +387,9 @@ async def _execute(
     kind: EntityKind | None,
     kinds: Kinds,
     max_creations: int | None = None,
-) -> tuple[HandlerResult, tuple[str, ...], str | None]:
-    """Await the handler and normalise what it said. Never raises for the handler's faults.
+) -> tuple[HandlerResult, TargetOutcomes, tuple[str, ...], str | None]:
+    """Await the handler and read what it said per target. Never raises for the handler's
+    faults.
 
     A handler that raises (any Exception, SystemExit, KeyboardInterrupt, or a
     CancelledError of its own) or returns an invalid result has every target SKIPPED with an error
@@ -417,24 +417,16 @@ async def _execute(
             f"execute() returned {type(result).__name__}, not HandlerResult",
         )
     known = set(ids)
-    listed = [*result.successes, *result.failures, *result.skipped, *result.outcomes]
-    ignored = tuple(dict.fromkeys(i for i in listed if i not in known))
+    outcomes = result.per_target()
+    ignored = outcomes.ignored(known)
     if ignored:
         log.warning("handler %s reported ids that were not among its targets: %s", name, ignored)
-    seen: Counter[str] = Counter(i for i in listed if i in known)
-    # The same id twice in one list is as contradictory as in two lists.
-    duplicated = sorted(i for i, n in seen.items() if n > 1)
-    if duplicated:
-        text = f"invalid result: it lists session(s) {duplicated} more than once"
-        result, _, error_text = _faulty(name, ids, INVALID_RESULT, text)
-        return result, ignored, error_text
-    problem = _extension_problem(result, known, transitions, kind)
-    if problem is None and max_creations is not None and len(result.create) > max_creations:
-        # One tick's apply is one transaction: its size is bounded like every count.
-        problem = (
-            f"it creates {len(result.create)} entities, more than one tick may "
-            f"(limits.creations_per_tick = {max_creations})"
-        )
+    problem = (
+        outcomes.problem(known)
+        or _kind_problem(outcomes, transitions, kind)
+        or _moves_problem(result, known)
+        or _creations_problem(result, max_creations)
+    )
     if problem is None and result.create:
         try:
             checked = check_new_entities(result.create, kinds)
@@ -442,103 +434,66 @@ async def _execute(
             problem = f"cannot create: {error}"
         else:
             result = attrs.evolve(result, create=checked)
+            outcomes = result.per_target()
     if problem is not None:
-        result, _, error_text = _faulty(name, ids, INVALID_RESULT, f"invalid result: {problem}")
-        return result, ignored, error_text
-    return result, ignored, None
+        result, outcomes, _, text = _faulty(name, ids, INVALID_RESULT, f"invalid result: {problem}")
+        return result, outcomes, ignored, text
+    return result, outcomes, ignored, None
 
 
-def _extension_problem(
-    result: HandlerResult,
-    known: set[str],
-    transitions: StatusTransitions | None,
-    kind: EntityKind | None,
+def _kind_problem(
+    outcomes: TargetOutcomes, transitions: StatusTransitions | None, kind: EntityKind | None
 ) -> str | None:
-    """What is wrong with a result's outcomes, budgets, data and creators, if anything.
-
-    What is created is checked apart, by the one creation check.
-    """
-    if not (
-        result.outcomes
-        or result.budgets
-        or result.data
-        or result.create
-        or result.terminate
-        or result.results
-        or result.moves
-        or result.claims
-    ):
-        return None
+    """A named outcome the handler does not declare, or a budget or pool its kind lacks."""
     declared = transitions.outcomes if transitions is not None else {}
-    for entity_id, outcome in result.outcomes.items():
-        if outcome not in declared:
-            return f"outcome {outcome!r} (for {entity_id}) is not declared: {sorted(declared)}"
     budgets = {b.name for b in kind.budgets} if kind is not None else set()
-    chargeable = set(result.failures) | set(result.outcomes)
-    for entity_id, budget in result.budgets.items():
-        if budget not in budgets:
-            return (
-                f"budget {budget!r} (for {entity_id}) is not one of its kind's: {sorted(budgets)}"
-            )
-        if entity_id not in chargeable:
-            return (
-                f"budget {budget!r} is charged for {entity_id}, which is neither among the "
-                "failures nor given a named outcome"
-            )
-    mentioned = known & {*result.successes, *result.failures, *result.skipped, *result.outcomes}
-    for entity_id, patch in result.data.items():
-        if entity_id not in mentioned:
-            return f"data patch for {entity_id}, which is not a target with an outcome"
-        if not isinstance(patch, dict):
-            return f"data patch for {entity_id} is not a mapping"
-        try:
-            json_copy(patch, f"data patch for {entity_id}")
-        except InvalidSpecError as error:
-            return str(error)
-    for entity_id in result.terminate:
-        if entity_id not in mentioned:
-            return f"terminations asked for {entity_id}, which is not a target with an outcome"
-    for entity_id in result.moves:
-        if entity_id in known:
-            return f"move of {entity_id}, a target: report its outcome instead"
-    for entity_id, value in result.results.items():
-        if entity_id not in mentioned:
-            return f"result set for {entity_id}, which is not a target with an outcome"
-        if value not in SETTABLE_RESULTS:
-            return f"result {value!r} (for {entity_id}) is not one of {sorted(SETTABLE_RESULTS)}"
     claimed = {p.name for p in kind.pools if p.claimed} if kind is not None else set()
-    for entity_id, claims in result.claims.items():
-        if entity_id not in mentioned:
-            return f"claims for {entity_id}, which is not a target with an outcome"
-        for pool, units in claims.items():
+    for entity_id in outcomes.carrying:
+        outcome = outcomes.by_id[entity_id]
+        if outcome.reported is Reported.NAMED and outcome.name not in declared:
+            return f"outcome {outcome.name!r} (for {entity_id}) is not declared: {sorted(declared)}"
+        if outcome.budget is not None and outcome.budget not in budgets:
+            return (
+                f"budget {outcome.budget!r} (for {entity_id}) is not one of its kind's: "
+                f"{sorted(budgets)}"
+            )
+        for pool in outcome.claims or {}:
             if pool not in claimed:
                 return (
                     f"claim on pool {pool!r} (for {entity_id}) is not one of its kind's "
                     f"claimed pools: {sorted(claimed)}"
                 )
-            if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-                return f"claim on pool {pool!r} (for {entity_id}) is {units!r}, not an integer >= 1"
-    for new in result.create:
-        if new.creator is None or new.creator not in mentioned:
-            return (
-                f"entity {new.id} of kind {new.kind!r} is created by {new.creator!r}, "
-                "which is not a target with an outcome (set by= or parent_id=)"
-            )
+    return None
+
+
+def _moves_problem(result: HandlerResult, known: set[str]) -> str | None:
+    """A targeted move of one of the tick's own targets."""
+    for entity_id in result.moves:
+        if entity_id in known:
+            return f"move of {entity_id}, a target: report its outcome instead"
+    return None
+
+
+def _creations_problem(result: HandlerResult, max_creations: int | None) -> str | None:
+    """More creations than one tick may make."""
+    if max_creations is not None and len(result.create) > max_creations:
+        # One tick's apply is one transaction: its size is bounded like every count.
+        return (
+            f"it creates {len(result.create)} entities, more than one tick may "
+            f"(limits.creations_per_tick = {max_creations})"
+        )
     return None
 
 
 def _faulty(
     name: str, ids: list[str], code: str, text: str
-) -> tuple[HandlerResult, tuple[str, ...], str]:
+) -> tuple[HandlerResult, TargetOutcomes, tuple[str, ...], str]:
     if code == INVALID_RESULT:
         log.error("handler %s: %s; its targets are skipped", name, text)
-    return (
-        HandlerResult(
-            skipped=ids, messages=dict.fromkeys(ids, text), error_codes=dict.fromkeys(ids, code)
-        ),
-        (),
-        text,
+    result = HandlerResult(
+        skipped=ids, messages=dict.fromkeys(ids, text), error_codes=dict.fromkeys(ids, code)
     )
+    return result, result.per_target(), (), text
 
 
 def _fetch_filters_with_timeout(

@@ -39,9 +39,10 @@ class TryCount(Enum):
     RESET = "reset"
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Change:
-    """One entity's outcome in one tick, decided by the coordinator.
+    """One entity's outcome in one tick, decided by the coordinator. Keyword-only: several
+    fields share a type (two ``str | None`` in a row would swap silently by position).
 
     ``to_status``/``to_children`` of ``None`` keep that side's status; an
     entity moving into a terminal status never keeps live children (storage
@@ -55,27 +56,27 @@ class Change:
     """
 
     entity_id: str
+    kind: str
     from_status: str
     result: SchedulingResult | str
     to_status: str | None = None
     to_children: str | None = None
+    #: ``status_info`` of the children (and descendants) this change moves.
+    children_info: str | None = None
     try_count: TryCount = TryCount.KEEP
     message: str | None = None
     error_code: str | None = None
     status_info: StatusInfoRule | None = None
     requeue: bool = False
+    budget: str | None = None
     #: ``(kernel_id, agent_id)`` of this session's kernels to place, if applied.
     placements: tuple[tuple[str, str], ...] = ()
-    kind: str = attrs.field(kw_only=True)
-    budget: str | None = None
     data: Mapping[str, Any] | None = None
     creates: tuple[NewEntity, ...] = ()
     #: Other entities to ask to end, by their kinds' termination rules, if applied.
     terminates: tuple[str, ...] = ()
     #: The result the handler set (``HandlerResult.results``), if the entity ends up terminal.
     sets_result: str | None = None
-    #: ``status_info`` of the children (and descendants) this change moves.
-    children_info: str | None = None
     #: Claims on the kind's ``claimed`` pools decided for this move
     #: (``HandlerResult.claims``): counted instead of ``spec["pools"]``, written there if
     #: admitted. ``None``: the entity's spec decides.

@@ -11,6 +11,7 @@ import attrs
 from drover.model.budgets import BudgetUse
 from drover.model.deprecation import moved_names, warn_kindless
 from drover.model.ids import new_id
+from drover.model.outcomes import TargetOutcomes
 from drover.model.status import SchedulingResult
 
 __all__ = [
@@ -301,6 +302,21 @@ class HandlerResult:
     #: them as the entity's ``spec["pools"]`` (replacing its earlier claims), in the same
     #: transaction: two coordinators never both fill the same pool's last token.
     claims: dict[str, dict[str, int]] = attrs.field(factory=dict, converter=_claims)
+
+    def per_target(self) -> TargetOutcomes:
+        """This result as one :class:`~drover.model.outcomes.TargetOutcome` per entity id.
+
+        Every collection above, normalised: each id's outcome class (success,
+        failure, skipped, a named outcome, or none) with its message, error
+        code, ``status_info``, budget, data patch, terminations, result, claims
+        and creations, plus what contradicts itself
+        (:meth:`~drover.model.outcomes.TargetOutcomes.problem`: an id listed
+        twice, data for an id without an outcome...). It reads the result as
+        it stands, on each call: handlers often fill the lists and maps after
+        constructing the result. The coordinator reads it once per tick, when
+        ``execute()`` has returned.
+        """
+        return TargetOutcomes.read(self)
 
 
 @attrs.frozen

@@ -67,10 +67,10 @@ def move_changes(
         info = move.status_info
         changes.append(
             Change(
-                move.entity_id,
-                kind.status(move.expected),
-                MOVED,
-                kind.status(move.to),
+                entity_id=move.entity_id,
+                from_status=kind.status(move.expected),
+                result=MOVED,
+                to_status=kind.status(move.to),
                 message=f"moved by {source}" if info is None else f"moved by {source}: {info}",
                 status_info=None if info is None else StatusInfoRule(default=info),
                 kind=kind.name,

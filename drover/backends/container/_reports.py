@@ -13,9 +13,18 @@ from typing import Any
 
 from drover.backends.container._engine import ContainerState
 from drover.backends.container._spec import MIB
+from drover.backends.stopping import seen_end
 from drover.kinds.sessions.values import KernelReport, KernelStatus
 
-__all__ = ["AFTER_PULL", "EXIT_EXPECTED", "OWNING", "RUNNING_EXPECTED", "ended", "lost"]
+__all__ = [
+    "AFTER_PULL",
+    "EXIT_EXPECTED",
+    "OWNING",
+    "RUNNING_EXPECTED",
+    "end_reports",
+    "ended",
+    "lost",
+]
 
 _K = KernelStatus
 #: Kernel statuses a pull's result applies to.
@@ -86,3 +95,27 @@ def lost(kernel_id: str, container: str, *, destroying: bool) -> KernelReport:
         return KernelReport(kernel_id, _K.TERMINATED, expected=EXIT_EXPECTED, message=message)
     message = f"lost: its container {container} is gone from the engine"
     return KernelReport(kernel_id, _K.ERROR, expected=EXIT_EXPECTED, message=message)
+
+
+def end_reports(
+    kernel_id: str,
+    state: ContainerState | None,
+    container: str,
+    *,
+    stopped: bool,
+    runtime: Mapping[str, Any],
+) -> list[KernelReport]:
+    """The reports of a container's end (``state`` ``None``: it is gone from the engine).
+
+    ``stopped``: this backend stopped it (a destroy, or a kernel that no longer
+    wanted it). Otherwise the destroy's verdict follows the kernel's own, for a
+    kernel another coordinator (or this one before a restart) asked to stop
+    (:mod:`drover.backends.stopping`).
+    """
+    if state is not None:
+        own, destroyed = (
+            ended(kernel_id, state, destroying=d, runtime=runtime) for d in (stopped, True)
+        )
+    else:
+        own, destroyed = (lost(kernel_id, container, destroying=d) for d in (stopped, True))
+    return [own] if stopped else seen_end(own, destroyed)

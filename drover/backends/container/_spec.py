@@ -8,12 +8,21 @@ inside the container), ``mounts`` (``{source, target, read_only}``), and the slo
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from typing import Any
 
 from drover.kinds.sessions.values import KernelInfo
 
-__all__ = ["MIB", "container_config", "image_of", "memory_limit", "spec_problem"]
+__all__ = [
+    "MIB",
+    "container_config",
+    "free_port",
+    "image_of",
+    "memory_limit",
+    "port_of",
+    "spec_problem",
+]
 
 MIB = 1024 * 1024
 
@@ -129,3 +138,20 @@ def container_config(
             config["ExposedPorts"] = {f"{port}/tcp": {}}
             host["PortBindings"] = {f"{port}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
     return config
+
+
+def port_of(ports: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``$PORT`` an adopted container was given (its published port, from the
+    engine's ``ports`` of it); ``{}`` if none."""
+    for key in ports:
+        number = key.split("/", 1)[0]
+        if number.isdigit():
+            return {"port": int(number)}
+    return {}
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for a kernel's ``$PORT``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -27,7 +27,6 @@ import fcntl
 import json
 import os
 import secrets
-import shutil
 import signal
 import sys
 import time
@@ -49,10 +48,8 @@ __all__ = [
     "new_token",
     "read_tail",
     "remove",
-    "remove_dirs",
     "spawn_supervisor",
     "state_dir",
-    "unchanged_dirs",
 ]
 
 #: The supervisor script, run with ``python -I -S`` (see its docstring).
@@ -283,35 +280,3 @@ def read_tail(path: Path, chars: int) -> str:
     if found is None:
         return ""
     return found[0].decode(errors="replace")[-chars:].strip()
-
-
-def unchanged_dirs(root: Path, since: float) -> set[str]:
-    """Names of the directories under ``root`` in which nothing changed after ``since`` (epoch).
-
-    A directory's last change is the newest modification time of itself and
-    of anything below it (a kernel writing its log keeps it fresh).
-    """
-    found: set[str] = set()
-    try:
-        entries = list(os.scandir(root))
-    except FileNotFoundError:
-        return found
-    for entry in entries:
-        if not entry.is_dir(follow_symlinks=False):
-            continue
-        newest = entry.stat(follow_symlinks=False).st_mtime
-        for parent, dirs, files in os.walk(entry.path):
-            for name in (*dirs, *files):
-                with contextlib.suppress(OSError):
-                    newest = max(newest, os.lstat(os.path.join(parent, name)).st_mtime)
-            if newest > since:
-                break
-        if newest <= since:
-            found.add(entry.name)
-    return found
-
-
-def remove_dirs(paths: Sequence[Path]) -> None:
-    """Delete each directory tree (one that is already gone is fine)."""
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)

@@ -25,6 +25,7 @@ __all__ = [
     "AFTER_SETUP",
     "EXIT_EXPECTED",
     "RUNNING_EXPECTED",
+    "WANTS_PROCESS",
     "describe",
     "kernel_end",
     "kernel_ends",
@@ -40,6 +41,8 @@ RUNNING_EXPECTED = frozenset({_K.PREPARED, _K.CREATING})
 EXIT_EXPECTED = frozenset({_K.RUNNING, _K.CREATING, _K.TERMINATING})
 #: A setup's end applies to a kernel being prepared (even if PREPARING was not yet applied).
 AFTER_SETUP = frozenset({_K.SCHEDULED, _K.PREPARING, _K.PULLING})
+#: Kernel statuses that still want their command's process.
+WANTS_PROCESS = frozenset({_K.PREPARED, _K.CREATING, _K.RUNNING, _K.TERMINATING})
 
 
 def describe(record: Mapping[str, Any]) -> tuple[int | None, str]:

@@ -19,11 +19,12 @@ from typing import Any
 
 import attrs
 
+import drover.backends.local._disk as disk
 from drover.backends.devices import devices_of
-from drover.backends.local import _disk as disk
 from drover.backends.local._outcome import RUNNING_EXPECTED
 from drover.backends.local._proc import process_identity, session_members, signal_members
 from drover.backends.local._spec import log_paths
+from drover.backends.tracking import Tracked
 from drover.kinds.sessions.values import KernelReport, KernelStatus
 
 __all__ = [
@@ -51,7 +52,7 @@ LEGACY_EXIT_FILE = ".drover-exit"
 _STDERR_TAIL = 2000
 
 
-class Watch:
+class Watch(Tracked):
     """A supervisor this backend watches: of a kernel's command, or of its setup.
 
     A *legacy* watch (``token`` None) is a kernel started by an older drover
@@ -71,19 +72,13 @@ class Watch:
         grace: float,
         confirmed: bool,
     ) -> None:
-        self.kernel_id = kernel_id
+        super().__init__(kernel_id, runtime, confirmed=confirmed)
         self.role = role
         self.workdir = workdir
         self.supervisor_pid, self.supervisor_identity = supervisor
         self.own = own
-        self.runtime = dict(runtime)
         self.token = token
         self.grace = grace
-        self.destroying = False
-        self.abandoned = False
-        # Its RUNNING report committed (kernels only): an end is reported only
-        # after it, or together with it, or a fast exit would be refused.
-        self.confirmed = confirmed
         # create() is committing its RUNNING report right now.
         self.reporting = False
 

@@ -24,18 +24,19 @@ named after a kernel are remembered, so a kernel whose PREPARING report never
 committed (the coordinator died right after ``sbatch``) adopts its job instead
 of getting a second one. Jobs of kernels that were sent back to PENDING or
 ended are cancelled.
+
+The loop, destroy's steps and file retention are the shared
+:class:`~drover.backends.tracking.TrackingBackend`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from drover.backends.base import AgentBackend, AgentInfo, BackendError, KernelReporter, Wake
+from drover.backends.base import AgentInfo, BackendError, KernelReporter
 from drover.backends.fence import Fence
 from drover.backends.logfiles import create_log
 from drover.backends.slurm._client import SlurmClient, newest_named
@@ -43,7 +44,8 @@ from drover.backends.slurm._reports import OWNING, ended, lost, progress, starte
 from drover.backends.slurm._script import SpecProblem, job_script, resource_args
 from drover.backends.slurm._settings import SlurmSettings
 from drover.backends.slurm._tools import SlurmCommandError, SlurmJob, SlurmNode, transient_retry
-from drover.backends.stopping import STOPPED, mark_stopping
+from drover.backends.stopping import STOPPED
+from drover.backends.tracking import Tracked, TrackingBackend
 from drover.kinds.sessions.values import (
     NON_TERMINAL_KERNEL_STATUSES,
     TERMINAL_KERNEL_STATUSES,
@@ -55,30 +57,26 @@ from drover.kinds.sessions.values import (
 
 __all__ = ["SlurmBackend", "SlurmSettings"]
 
-log = logging.getLogger("drover.backends.slurm")
-
 _K = KernelStatus
-#: A tracked job missing from squeue, scontrol and the jobcomp file this many polls in a row
-#: is reported lost.
-_MISSING_POLLS = 3
 
 
-class _Tracked:
-    """A kernel's job this backend watches."""
+class _Job(Tracked):
+    """A kernel's job this backend watches (missing: from squeue, scontrol and the
+    jobcomp file)."""
 
-    def __init__(self, kernel_id: str, job_id: int, runtime: dict[str, Any]) -> None:
-        self.kernel_id = kernel_id
+    def __init__(self, kernel_id: str, job_id: int, runtime: Mapping[str, Any]) -> None:
+        super().__init__(kernel_id, runtime)
         self.job_id = job_id
-        self.runtime = runtime
         self.job: SlurmJob | None = None
-        self.destroying = False
-        self.missing = 0
         #: When the poll last cancelled it (loop time); it cancels again after kill_grace.
         self.cancelled_at: float | None = None
 
 
-class SlurmBackend(AgentBackend):
+class SlurmBackend(TrackingBackend[_Job]):
     """Kernels as Slurm batch jobs; see the module docstring."""
+
+    name = "slurm"
+    wait_step = 0.2
 
     def __init__(
         self,
@@ -87,19 +85,18 @@ class SlurmBackend(AgentBackend):
         *,
         kill_grace: float = 10.0,
     ) -> None:
+        grace = settings.kill_grace if settings.kill_grace is not None else kill_grace
+        # Agents are the partition's nodes, read from sinfo (agents()).
+        super().__init__(
+            [], data_dir, kill_grace=grace, kill_margin=grace,
+            poll_interval=settings.poll_interval, sweep_interval=settings.nodes_interval,
+        )  # fmt: skip
         self.settings = settings
-        self.data_dir = Path(data_dir).resolve()
-        self.kill_grace = settings.kill_grace if settings.kill_grace is not None else kill_grace
-        self.reporter: KernelReporter | None = None
-        self._wake: Wake = lambda: None
         self._nodes: list[SlurmNode] = []
-        self._jobs: dict[str, _Tracked] = {}
         # Jobs named after a kernel that existed when this backend started: a
         # kernel whose PREPARING report was lost adopts its job from here.
         self._found: dict[str, list[SlurmJob]] = {}
         self.slurm = SlurmClient(settings)
-        self._monitor: asyncio.Task[None] | None = None
-        self._stopping = False
 
     # -- the backend's own lifecycle ------------------------------------------------------
 
@@ -109,7 +106,7 @@ class SlurmBackend(AgentBackend):
         self._nodes = nodes
         after = {n.name for n in nodes if n.usable}
         if before != after:
-            log.info("slurm nodes offered: %s", ", ".join(sorted(after)) or "none")
+            self.log.info("slurm nodes offered: %s", ", ".join(sorted(after)) or "none")
 
     async def offered_slots(self) -> set[str] | None:
         """CPUs, memory and every GRES of the partition's nodes, read with ``sinfo`` if this
@@ -119,7 +116,7 @@ class SlurmBackend(AgentBackend):
             try:
                 await self._refresh_nodes()
             except BackendError as error:
-                log.warning("cannot read the slurm nodes to check a submission: %s", error)
+                self.log.warning("cannot read the slurm nodes to check a submission: %s", error)
                 return None
         return await super().offered_slots()
 
@@ -131,12 +128,8 @@ class SlurmBackend(AgentBackend):
             if n.usable
         ]
 
-    async def start(self, reporter: KernelReporter, wake: Wake) -> None:
-        """Read the nodes, adopt recorded jobs, cancel abandoned ones, start polling."""
-        self.reporter = reporter
-        self._wake = wake
-        self._stopping = False
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+    async def _adopt(self, reporter: KernelReporter) -> None:
+        """Read the nodes, adopt recorded jobs, cancel abandoned ones."""
         try:
             async for attempt in transient_retry():
                 with attempt:
@@ -152,18 +145,17 @@ class SlurmBackend(AgentBackend):
             self._found.setdefault(job.name[len(prefix) :], []).append(job)
         adopted = 0
         for kernel in await reporter.kernels_in(NON_TERMINAL_KERNEL_STATUSES):
-            tracked = self._adopt(kernel)
+            tracked = self._track(kernel)
             if tracked is None:
                 continue
             tracked.job = jobs.get(tracked.job_id)
             if kernel.status in OWNING:
                 adopted += 1
             elif tracked.job is None or tracked.job.finished:
-                del self._jobs[kernel.id]  # an old attempt's job, already over
+                del self._tracked[kernel.id]  # an old attempt's job, already over
             # else: an old attempt's job still running; the first poll cancels it
         await self._cancel_strays(jobs)
-        self._monitor = asyncio.create_task(self._watch(), name="drover-slurm-monitor")
-        log.info(
+        self.log.info(
             "slurm backend started: %d node(s) offered, %d job(s) adopted, jobcomp file %s",
             len(self.agents()),
             adopted,
@@ -183,46 +175,37 @@ class SlurmBackend(AgentBackend):
         for job in live:
             kernel_id = job.name[len(prefix) :]
             status = statuses.get(kernel_id)
-            tracked = self._jobs.get(kernel_id)
+            tracked = self._tracked.get(kernel_id)
             if status is None or status == _K.SCHEDULED:
                 continue  # unknown here, or waiting for prepare() to adopt it
             if status in OWNING and tracked is not None and tracked.job_id == job.job_id:
                 continue
             strays.append(job.job_id)
         if strays:
-            log.warning("cancelling slurm jobs no kernel owns: %s", strays)
+            self.log.warning("cancelling slurm jobs no kernel owns: %s", strays)
             await self.slurm.cancel(strays)
 
-    async def stop(self) -> None:
-        """Stop polling. Jobs keep running, to be adopted by the next start."""
-        self._stopping = True
-        if self._monitor is not None:
-            self._monitor.cancel()
-            await asyncio.gather(self._monitor, return_exceptions=True)
-            self._monitor = None
+    async def _close(self) -> None:
         await self.slurm.close()
 
-    def _adopt(self, kernel: KernelInfo) -> _Tracked | None:
+    def _track(self, kernel: KernelInfo) -> _Job | None:
         """Track the job recorded in the kernel's runtime, if it has one."""
-        tracked = self._jobs.get(kernel.id)
+        tracked = self._tracked.get(kernel.id)
         if tracked is not None:
             return tracked
         runtime = kernel.runtime or {}
         job_id = runtime.get("slurm_job_id")
         if not isinstance(job_id, int):
             return None
-        tracked = self._jobs[kernel.id] = _Tracked(kernel.id, job_id, dict(runtime))
+        tracked = self._tracked[kernel.id] = _Job(kernel.id, job_id, runtime)
         return tracked
 
     async def _report(self, reports: Sequence[KernelReport]) -> list[bool]:
-        assert self.reporter is not None, "SlurmBackend.start() was not called"
-        if not reports:
-            return []
-        applied = await self.reporter.report_kernel_statuses(reports)
+        """Report now; a kernel whose end applied is no longer tracked."""
+        applied = await super()._report(reports)
         for report, ok in zip(reports, applied, strict=True):
             if ok and report.status in TERMINAL_KERNEL_STATUSES:
-                self._jobs.pop(report.kernel_id, None)
-        self._wake()
+                self._tracked.pop(report.kernel_id, None)
         return applied
 
     # -- prepare: submit ------------------------------------------------------------------
@@ -239,13 +222,13 @@ class SlurmBackend(AgentBackend):
             if kernel.status == _K.SCHEDULED:
                 await self._submit(session, kernel, fence)
             elif kernel.status in OWNING:
-                self._adopt(kernel)  # submitted before a restart; the poll follows it
+                self._track(kernel)  # submitted before a restart; the poll follows it
 
     def _known_gres(self) -> list[str]:
         return sorted({name for node in self._nodes for name in node.gres})
 
     async def _submit(self, session: SessionWithKernels, kernel: KernelInfo, fence: Fence) -> None:
-        workdir = self.data_dir / "kernels" / kernel.id
+        workdir = self.kernel_dir(kernel.id)
         workdir.mkdir(parents=True, exist_ok=True)
         cwd = kernel.spec.get("cwd")
         try:
@@ -262,7 +245,7 @@ class SlurmBackend(AgentBackend):
         previous = (kernel.runtime or {}).get("slurm_job_id")
         after = previous if isinstance(previous, int) else None
         await fence.check()
-        old = self._jobs.pop(kernel.id, None)
+        old = self._tracked.pop(kernel.id, None)
         if old is not None and (old.job is None or not old.job.finished):
             # Sent back to PENDING and scheduled again: the old attempt's job goes.
             await self.slurm.cancel([old.job_id])
@@ -276,7 +259,7 @@ class SlurmBackend(AgentBackend):
         name = f"{self.settings.job_name_prefix}{kernel.id}"
         job_id = newest_named(self._found.pop(kernel.id, []), name, after)
         if job_id is not None:
-            log.info(
+            self.log.info(
                 "kernel %s: adopting slurm job %d submitted before a restart", kernel.id, job_id
             )
         else:
@@ -322,9 +305,11 @@ class SlurmBackend(AgentBackend):
             [KernelReport(kernel.id, _K.PREPARING, expected=early, runtime=runtime)]
         )
         if ok:
-            self._jobs[kernel.id] = _Tracked(kernel.id, job_id, runtime)
+            self._tracked[kernel.id] = _Job(kernel.id, job_id, runtime)
         else:
-            log.warning("kernel %s moved on during sbatch: cancelling job %d", kernel.id, job_id)
+            self.log.warning(
+                "kernel %s moved on during sbatch: cancelling job %d", kernel.id, job_id
+            )
             await self.slurm.cancel([job_id])
 
     async def _refuse(self, kernel: KernelInfo, message: str) -> None:
@@ -339,7 +324,7 @@ class SlurmBackend(AgentBackend):
         for kernel in session.kernels:
             if kernel.status in TERMINAL_KERNEL_STATUSES:
                 continue
-            tracked = self._adopt(kernel)
+            tracked = self._track(kernel)
             if tracked is None:
                 raise BackendError(f"kernel {kernel.id} has no slurm job; it was not prepared")
             if tracked.job is None or not tracked.job.allocated:
@@ -350,27 +335,16 @@ class SlurmBackend(AgentBackend):
 
     # -- watching -------------------------------------------------------------------------
 
-    async def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_nodes = loop.time() + self.settings.nodes_interval
-        while not self._stopping:
-            await asyncio.sleep(self.settings.poll_interval)
-            try:
-                if loop.time() >= next_nodes:
-                    next_nodes = loop.time() + self.settings.nodes_interval
-                    await self._refresh_nodes()
-                await self._poll_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("slurm backend: polling failed; will retry")
+    async def _sweep(self) -> None:
+        """Every ``nodes_interval``: read the nodes again (drained ones are not offered)."""
+        await self._refresh_nodes()
 
-    async def _poll_once(self) -> None:
+    async def _poll(self) -> None:
         """One ``squeue --json`` for every tracked job; report what changed."""
         assert self.reporter is not None
-        if not self._jobs:
+        if not self._tracked:
             return
-        tracked = list(self._jobs.values())
+        tracked = list(self._tracked.values())
         statuses = await self.reporter.kernel_statuses([t.kernel_id for t in tracked])
         jobs = await self.slurm.recent_jobs()
         reports: list[KernelReport] = []
@@ -381,13 +355,13 @@ class SlurmBackend(AgentBackend):
             if job is None and (item.job is None or not item.job.finished):
                 job = await self.slurm.lookup_gone(item.job_id)
                 if job is None:
-                    item.missing += 1
+                    gone = item.missed(seen=False)
                     if status not in OWNING:
-                        self._jobs.pop(item.kernel_id, None)
-                    elif item.missing >= _MISSING_POLLS:
+                        self._tracked.pop(item.kernel_id, None)
+                    elif gone:
                         reports.append(lost(item.kernel_id, item.job_id))
                     continue
-            item.missing = 0
+            item.missed(seen=True)
             item.job = job or item.job
             if status is None or status not in OWNING:
                 # Ended, or sent back to PENDING: its job is no longer wanted.
@@ -397,7 +371,7 @@ class SlurmBackend(AgentBackend):
                         item.cancelled_at = now
                         cancel.append(item.job_id)
                 else:
-                    self._jobs.pop(item.kernel_id, None)
+                    self._tracked.pop(item.kernel_id, None)
                 continue
             if item.job is not None:
                 # TERMINATING: a destroy (of this coordinator or another) stopped it.
@@ -409,71 +383,69 @@ class SlurmBackend(AgentBackend):
                     runtime=item.runtime,
                 )
         if cancel:
-            log.warning("cancelling slurm jobs of kernels that no longer want them: %s", cancel)
+            self.log.warning(
+                "cancelling slurm jobs of kernels that no longer want them: %s", cancel
+            )
             await self.slurm.cancel(cancel)
         await self._report(reports)
 
     # -- destroy --------------------------------------------------------------------------
 
-    async def destroy(self, session: SessionWithKernels) -> None:
-        """Signal the session's jobs, cancel them after ``kill_grace``, report how they ended.
-
-        The kernels are reported TERMINATING before any signal, so that a poll
-        of another coordinator calls their end destroyed too
-        (:mod:`drover.backends.stopping`); every ``scancel`` is fenced by the
-        tick's claim (:mod:`drover.backends.fence`).
-        """
-        fence = Fence.of(session, self.reporter)
-        await fence.check()
-        victims: list[_Tracked] = []
+    async def _victims(self, session: SessionWithKernels, fence: Fence) -> list[_Job]:
+        """The session's jobs that have not finished; all of its jobs are marked destroyed."""
+        victims: list[_Job] = []
         for kernel in session.kernels:
             if kernel.status in TERMINAL_KERNEL_STATUSES:
                 continue
-            tracked = self._adopt(kernel)
+            tracked = self._track(kernel)
             if tracked is not None:
                 tracked.destroying = True
                 victims.append(tracked)
         if not victims:
-            return
-        await self._refresh(victims)
-        live = [t for t in victims if t.job is None or not t.job.finished]
-        await mark_stopping(self.reporter, [t.kernel_id for t in live])
-        # A job still waiting for a node has nothing to signal: it is cancelled at once.
-        signalled = [t.job_id for t in live if t.job is not None and t.job.allocated]
-        await fence.check()
-        await self.slurm.cancel([t.job_id for t in live if t.job_id not in signalled])
-        fence.check_clock()
-        await self.slurm.cancel(signalled, signal=self.settings.signal)
-        live = await self._wait_finished(live)
-        if live:
-            log.warning(
+            return []
+        return await self._still_live(victims)
+
+    async def _signal(self, items: Sequence[_Job], fence: Fence, *, kill: bool) -> None:
+        """``scancel --signal`` (``--full``: the batch shell too) to jobs on a node, a plain
+        ``scancel`` to those still waiting for one (nothing to signal there); ``kill``:
+        ``scancel`` them all."""
+        if kill:
+            self.log.warning(
                 "slurm jobs %s outlived --signal=%s for %ss: cancelling",
-                [t.job_id for t in live],
+                [t.job_id for t in items],
                 self.settings.signal,
                 self.kill_grace,
             )
-            await fence.check()
-            await self.slurm.cancel([t.job_id for t in live])
-            live = await self._wait_finished(live)
-        # Report how they ended before the handler marks them TERMINATED without a code.
-        await self._report(
-            [
-                ended(t.kernel_id, t.job, OWNING | {_K.SCHEDULED}, destroying=True)
-                for t in victims
-                if t.job is not None and t.job.finished
-            ]
-        )
+            fence.check_clock()
+            await self.slurm.cancel([t.job_id for t in items])
+            return
+        signalled = [t.job_id for t in items if t.job is not None and t.job.allocated]
+        await self.slurm.cancel([t.job_id for t in items if t.job_id not in signalled])
+        fence.check_clock()
+        await self.slurm.cancel(signalled, signal=self.settings.signal)
 
-    async def _refresh(self, items: Sequence[_Tracked]) -> None:
+    async def _still_live(self, items: Sequence[_Job]) -> list[_Job]:
         jobs = await self.slurm.recent_jobs()
         for item in items:
             item.job = jobs.get(item.job_id, item.job)
+        return [t for t in items if t.job is None or not t.job.finished]
 
-    async def _wait_finished(self, items: list[_Tracked]) -> list[_Tracked]:
-        """Poll until the jobs finished or ``kill_grace`` passed; return those still live."""
-        deadline = asyncio.get_running_loop().time() + self.kill_grace
-        while items and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.2)
-            await self._refresh(items)
-            items = [t for t in items if t.job is None or not t.job.finished]
-        return items
+    async def _destroyed(self, session: SessionWithKernels, victims: Sequence[_Job]) -> None:
+        """Report how the finished jobs ended, before the handler marks their kernels
+        TERMINATED without a code."""
+        finished = [
+            t
+            for k in session.kernels
+            if k.status not in TERMINAL_KERNEL_STATUSES
+            and (t := self._tracked.get(k.id)) is not None
+            and t.destroying
+            and t.job is not None
+            and t.job.finished
+        ]
+        await self._report(
+            [
+                ended(t.kernel_id, t.job, OWNING | {_K.SCHEDULED}, destroying=True)
+                for t in finished
+                if t.job is not None
+            ]
+        )

@@ -1,12 +1,12 @@
 """Reports that must commit: kept, in order, until the database takes them.
 
-Private to the local backend. How a command ended (or how a setup ended)
-is known once; if the database cannot take the report at that moment (a
-transient infrastructure error), dropping it would leave the kernel RUNNING
-forever. So reports wait here and are retried with exponential backoff
-(tenacity) until they commit. A report that *applies or is refused* has
-committed: the database decided. Should the daemon stop first, the exit
-records on disk are read again at the next start.
+How a kernel's work ended (or how its preparation ended) is seen once; if
+the database cannot take the report at that moment (a transient
+infrastructure error), dropping it would leave the kernel RUNNING forever.
+So reports wait here and are retried with exponential backoff (tenacity)
+until they commit. A report that *applies or is refused* has committed: the
+database decided. Should the daemon stop first, each backend reads the end
+again at its next start (an exit record, the container, the job).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from drover.kinds.sessions.values import KernelReport, UnknownKernelError
 
 __all__ = ["ReportQueue"]
 
-log = logging.getLogger("drover.backends.local")
-
 
 class ReportQueue:
     """Per-kernel lists of reports, committed in order, retried until they commit."""
@@ -33,8 +31,10 @@ class ReportQueue:
         reporter: Callable[[], KernelReporter | None],
         wake: Callable[[], Wake],
         backoff: float,
+        log: logging.Logger,
     ) -> None:
         self._reporter = reporter
+        self._log = log
         self._wake = wake
         self._backoff = backoff
         self._queued: dict[str, list[KernelReport]] = {}
@@ -64,7 +64,7 @@ class ReportQueue:
     async def flush(self, only: Iterable[str] | None = None) -> None:
         """Commit the queued reports (of ``only`` these kernels) once; raise if that fails."""
         reporter = self._reporter()
-        assert reporter is not None, "LocalBackend.start() was not called"
+        assert reporter is not None, "the backend was not started"
         wanted = None if only is None else set(only)
         async with self._lock:
             batch = {
@@ -78,7 +78,7 @@ class ReportQueue:
                 await reporter.report_kernel_statuses(_flat(batch.values()))
             except UnknownKernelError as error:
                 # A kernel that no longer exists can never take its report.
-                log.error("local backend: dropping reports of unknown kernel %s", error.kernel_id)
+                self._log.error("dropping the reports of unknown kernel %s", error.kernel_id)
                 self._queued.pop(error.kernel_id, None)
                 raise
             for kid, sent in batch.items():
@@ -92,6 +92,7 @@ class ReportQueue:
 
     async def run(self) -> None:
         """Commit queued reports as they come; retry failures with backoff until stopped."""
+        self._stopping = False
         while not self._stopping:
             await self._pending.wait()
             self._pending.clear()
@@ -100,7 +101,7 @@ class ReportQueue:
             retrying = AsyncRetrying(
                 retry=retry_if_exception(lambda _error: not self._stopping),
                 wait=wait_exponential_jitter(multiplier=0.1, max=self._backoff, jitter=0.1),
-                before_sleep=before_sleep_log(log, logging.WARNING),
+                before_sleep=before_sleep_log(self._log, logging.WARNING),
                 reraise=True,
             )
             try:
@@ -108,7 +109,7 @@ class ReportQueue:
                     with attempt:
                         await self.flush()
             except Exception:
-                return  # only when stopping: exit records are read again at start-up
+                return  # only when stopping: the ends are read again at start-up
 
     def stop(self) -> None:
         """Let :meth:`run` return (after its current attempt)."""
