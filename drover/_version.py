@@ -6,7 +6,7 @@ checkers: drover's own modules read the version from here without importing that
 
 __all__ = ["DISTRIBUTION_NAME", "__version__"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 #: The name drover is installed under (``pip install``, a plugin's ``dependencies``); the
 #: import package is ``drover``. The PyPI name ``drover`` belongs to an unrelated project.

@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 import drover
 from drover.cli.new_plugin import render_plugin
@@ -25,12 +26,24 @@ def test_the_distribution_name_is_not_the_unrelated_pypi_drover():
 
 
 def test_plugins_depend_on_the_distribution_drover_is_installed_as():
-    """The scaffold's and the example's dependency resolves to this drover, never PyPI's drover."""
+    """The scaffold's and the example's dependency resolves to this drover, never PyPI's
+    drover; the scaffold's asks for this drover's plugin API (its minor, or this development
+    release), the example's for 0.1's, which it was written against."""
     scaffold = tomllib.loads(render_plugin("probe")["pyproject.toml"])
     example = tomllib.loads((ROOT / "examples/drover-max-duration/pyproject.toml").read_text())
     for project in (scaffold, example):
         (requirement,) = project["project"]["dependencies"]
-        assert re.fullmatch(r"drover-coordinator>=0\.1", requirement), requirement
+        parsed = Requirement(requirement)
+        assert parsed.name == "drover-coordinator", requirement
+        # As pip judges the drover already installed: a development release counts.
+        assert parsed.specifier.contains(drover.__version__, prereleases=True), requirement
+    (requirement,) = example["project"]["dependencies"]
+    assert re.fullmatch(r"drover-coordinator>=0\.1", requirement), requirement
+    (requirement,) = scaffold["project"]["dependencies"]
+    major, minor = (int(part) for part in drover.__version__.split(".")[:2])
+    if minor:
+        earlier = f"{major}.{minor - 1}.99"
+        assert not Requirement(requirement).specifier.contains(earlier), requirement
 
 
 def test_the_licence_is_an_spdx_string_with_its_file():

@@ -62,7 +62,7 @@ def render_plugin(name: str) -> dict[str, str]:
         "package": package,
         "cls": "".join(word.capitalize() for word in name.split("-")),
         "distribution": DISTRIBUTION_NAME,
-        "drover_requirement": f"{DISTRIBUTION_NAME}>={_major_minor(__version__)}",
+        "drover_requirement": f"{DISTRIBUTION_NAME}>={_api_floor(__version__)}",
     }
     scaffold = resources.files("drover.cli").joinpath("_scaffold")
     return {
@@ -73,9 +73,12 @@ def render_plugin(name: str) -> dict[str, str]:
     }
 
 
-def _major_minor(version: str) -> str:
-    """``0.1`` of ``0.1.0``: the plugin API a generated plugin was written against."""
-    return ".".join(version.split(".")[:2])
+def _api_floor(version: str) -> str:
+    """The oldest drover with the plugin API a generated plugin is written against: ``0.1``
+    of ``0.1.0``; a development release itself (``0.2.0.dev0``: 0.2 is not out, and a
+    requirement naming a pre-release is the one that admits it)."""
+    release, dev, _number = version.partition(".dev")
+    return version if dev else ".".join(release.split(".")[:2])
 
 
 def _write(target: Path, files: dict[str, str]) -> None:

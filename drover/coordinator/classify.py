@@ -121,7 +121,7 @@ def expired(session: Target, options: HandlerOptions, now: float) -> bool:
 def classify(targets: Sequence[Target], outcomes: TargetOutcomes, rules: Rules) -> list[Change]:
     """One :class:`Change` per target whose outcome changes anything, from a valid result.
 
-    ``targets`` are :class:`~drover.model.values.SessionWithKernels` or
+    ``targets`` are :class:`~drover.kinds.sessions.values.SessionWithKernels` or
     :class:`~drover.model.values.Entity` values of ``rules.kind``.
     """
     found = outcomes.by_id.get

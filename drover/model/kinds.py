@@ -39,6 +39,7 @@ import attrs
 
 from drover.model.budgets import BudgetUse
 from drover.model.checks import is_kebab_case
+from drover.model.deprecation import moved_names
 from drover.model.errors import InvalidHandlerError
 from drover.model.kind_parts import Budget, Limit, TerminationRule
 from drover.model.pools import Pool, PoolHolders
@@ -53,6 +54,18 @@ __all__ = [
     "Limit",
     "TerminationRule",
 ]
+
+# drover's own kinds moved to their packages during 0.1: back here, deprecated, in 0.2.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "SESSION": "drover.kinds.sessions.kinds",
+        "KERNEL": "drover.kinds.sessions.kinds",
+        "DEPLOYMENT": "drover.kinds.deployments.kinds",
+        "ROUTE": "drover.kinds.deployments.kinds",
+        "BUILTIN_KINDS": "drover.kinds.builtin",
+    },
+)
 
 
 #: The ``data`` key a termination request writes (who asked: ``api`` or a handler's

@@ -12,17 +12,22 @@ from drover.model.deprecation import moved_names
 
 __all__ = ["KernelMatchType", "SchedulingResult"]
 
-# The session kind's statuses moved to its package (0.2).
+# The built-in kinds' statuses moved to their packages: the deployments' during 0.1 (they
+# are back here, deprecated, in 0.2), the sessions' in 0.2.
 __getattr__ = moved_names(
     __name__,
     {
-        name: "drover.kinds.sessions.values"
-        for name in (
-            "SessionStatus",
-            "KernelStatus",
-            "TERMINAL_SESSION_STATUSES",
-            "TERMINAL_KERNEL_STATUSES",
-        )
+        **{
+            name: "drover.kinds.sessions.values"
+            for name in (
+                "SessionStatus",
+                "KernelStatus",
+                "TERMINAL_SESSION_STATUSES",
+                "TERMINAL_KERNEL_STATUSES",
+            )
+        },
+        "EndpointLifecycle": "drover.kinds.deployments.status",
+        "RouteStatus": "drover.kinds.deployments.status",
     },
 )
 

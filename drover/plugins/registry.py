@@ -27,6 +27,7 @@ from drover.coordinator.handlers import (
     rule_of,
 )
 from drover.coordinator.observers import Observer
+from drover.model.deprecation import warn_moved
 from drover.model.kinds import EntityKind
 from drover.model.promotion import PromotionRule
 from drover.plugins.validation import validate_promotion_handler
@@ -34,7 +35,7 @@ from drover.plugins.validation import validate_promotion_handler
 if TYPE_CHECKING:
     from drover.backends.base import AgentBackend, KernelReporter
     from drover.config import Config
-    from drover.kinds.sessions.store import Queries
+    from drover.kinds.sessions.store import Queries, Repository
     from drover.model.clock import Clock
 
 __all__ = [
@@ -84,6 +85,30 @@ class RuntimeContext:
     #: Entities one tick may create (limits.creations_per_tick): a handler that
     #: creates many (a deployment scaling up) creates at most this many per tick.
     creations_per_tick: int = 1000
+
+    @property
+    def repository(self) -> Repository:
+        """Deprecated (it went during 0.1, is back in 0.2 and goes in 0.3): ``queries`` to
+        read, ``reporter`` for pushed reports.
+
+        It is the repository drover reads and reports through: the ``reporter``
+        of a context drover builds, or ``queries`` when an older caller passed
+        a repository there (``RuntimeContext(repository, backend, clock)``).
+        """
+        warn_moved(
+            "RuntimeContext.repository",
+            "RuntimeContext.queries to read, RuntimeContext.reporter to report",
+        )
+        # Imported on use only: importing drover.plugins imports no lifecycle.
+        from drover.kinds.sessions.store import Repository
+
+        for candidate in (self.reporter, self.queries):
+            if isinstance(candidate, Repository):
+                return candidate
+        raise AttributeError(
+            "this RuntimeContext has no repository: read through its queries and report "
+            "through its reporter"
+        )
 
     def settings_for(self, handler: str) -> Mapping[str, Any]:
         """The settings of ``[handlers.<handler>.settings]``; empty if none were given.
