@@ -1,5 +1,5 @@
 """``python -m drover``: the same as the ``drover`` command."""
 
-from drover.cli.main import main
+from drover.cli.group import main
 
 main()

@@ -17,7 +17,7 @@ from conftest import PG_URL, SKIP_PG
 from sqlalchemy.engine import make_url
 
 from drover.cli import main
-from drover.cli.main import main as group
+from drover.cli.group import main as group
 from drover.testing import CoordinatorHarness
 
 
@@ -604,3 +604,17 @@ def test_sessions_are_listed_newest_first_unless_sorted_otherwise(cli, harness):
     assert names("--sort", "oldest") == ["first", "second", "third"]
     assert names("--sort", "priority") == ["second", "third", "first"]
     _one_error_line(cli("sessions", "--sort", "size"), "'size' is not one of")
+
+
+def test_the_drover_group_is_what_drover_cli_main_names_after_its_module_is_imported():
+    """``from drover.cli import main`` is the ``drover`` group even once the module that
+    defines it was imported (a submodule named ``main`` would have shadowed it)."""
+    import importlib
+
+    import click
+
+    importlib.import_module("drover.cli.group")
+    from drover.cli import main as named
+
+    assert isinstance(named, click.Group)
+    assert named.name == "main"

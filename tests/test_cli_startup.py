@@ -20,7 +20,7 @@ HEAVY = ("sqlalchemy", "alembic", "starlette", "uvicorn", "jinja2", "httpx2", "r
 
 _PROBE = """
 import json, sys
-from drover.cli.main import main
+from drover.cli.group import main
 try:
     main(sys.argv[1:], prog_name="drover")
 except SystemExit:

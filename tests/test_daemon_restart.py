@@ -175,7 +175,7 @@ async def crash_before_running_commits(self, reports):
 
 Repository.report_kernel_statuses = crash_before_running_commits
 sys.argv = ["drover", "--config", sys.argv[1], "run"]
-from drover.cli.main import main
+from drover.cli.group import main
 main()
 """
 

@@ -205,7 +205,7 @@ async def pause_in_prepare(self, session):
 
 Backend.prepare = pause_in_prepare
 sys.argv = ["drover", "--config", sys.argv[1], "run"]
-from drover.cli.main import main
+from drover.cli.group import main
 main()
 """
 
@@ -375,7 +375,7 @@ def terminate_then_die(watch):
 
 local.terminate = terminate_then_die
 sys.argv = ["drover", "--config", sys.argv[1], "run"]
-from drover.cli.main import main
+from drover.cli.group import main
 main()
 """
 

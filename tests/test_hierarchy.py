@@ -59,7 +59,7 @@ def test_plugins_check_counts_child_statuses_reached_through_the_parent(monkeypa
     from click.testing import CliRunner
 
     import drover.app
-    from drover.cli.main import main
+    from drover.cli.group import main
 
     the_plugin = plugin(*sound_handlers())
     real = drover.app.make_plugin_manager

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from drover import AgentInfo, SessionStatus, SimulatedBackend
-from drover.cli.main import main
+from drover.cli.group import main
 from drover.testing import CoordinatorHarness
 
 S = SessionStatus

@@ -479,7 +479,7 @@ def test_the_cli_shows_lists_explains_and_terminates_a_plugin_kind(database, mon
     from click.testing import CliRunner
 
     import drover.app
-    from drover.cli.main import main
+    from drover.cli.group import main
     from drover.testing import CoordinatorHarness
 
     start = StartJobs(lambda ts: HandlerResult(successes=[t.id for t in ts]))

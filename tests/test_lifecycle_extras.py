@@ -116,7 +116,7 @@ async def test_run_until_settled_stops_when_until_holds(make_harness):
 def test_plugins_check_path_checks_a_module_not_yet_installed(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    from drover.cli.main import main
+    from drover.cli.group import main
 
     monkeypatch.chdir(tmp_path)
     sound = tmp_path / "sound_plugin.py"

@@ -221,7 +221,7 @@ async def crash_before_an_end_commits(self, reports):
 
 Repository.report_kernel_statuses = crash_before_an_end_commits
 sys.argv = ["drover", "--config", sys.argv[1], "run"]
-from drover.cli.main import main
+from drover.cli.group import main
 main()
 """
 

@@ -27,8 +27,8 @@ from drover import (
 )
 from drover.app import App, UnknownBackendError
 from drover.backends.simulated import SimulatedBackend
-from drover.cli.main import _add_plugin_commands
-from drover.cli.main import main as cli_main
+from drover.cli.group import _add_plugin_commands
+from drover.cli.group import main as cli_main
 from drover.config import load_config
 from drover.coordinator.observers import HistoryEvent, ObserverDispatcher
 from drover.kinds import BUILTIN_PLUGINS, short_name

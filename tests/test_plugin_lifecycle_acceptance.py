@@ -290,7 +290,7 @@ def test_plugins_check_strict_accepts_the_plugin(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
     import drover.app
-    from drover.cli.main import main
+    from drover.cli.group import main
 
     plugin = IrisPlugin()
     real = drover.app.make_plugin_manager

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from peers import JOB, Job, Scripted
 
 from drover import InvalidHandlerError, StatusTransitions, Transition
-from drover.cli.main import main
+from drover.cli.group import main
 from drover.plugins.graph import check_graph, edges_of, render_text
 
 #: What a backend reports about a running job: it ended, or is being cancelled outside.

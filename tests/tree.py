@@ -183,7 +183,7 @@ def tree_cli(database: Any, monkeypatch: Any, tmp_path: Any, *handlers: object) 
     from click.testing import CliRunner
 
     import drover.app
-    from drover.cli.main import main
+    from drover.cli.group import main
     from drover.testing import CoordinatorHarness
 
     the_plugin = plugin(*handlers)

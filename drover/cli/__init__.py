@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from drover._lazy import lazy_reexports
 
 if TYPE_CHECKING:
-    from drover.cli.main import main as main
+    from drover.cli.group import main as main
 
 if not TYPE_CHECKING:  # as in drover/__init__.py: type checkers see the import above
     __getattr__ = lazy_reexports(__name__, __file__)

@@ -439,7 +439,7 @@ def test_plugins_check_strict_passes_and_graph_shows_the_kinds() -> None:
     """The installed pack: `drover plugins` lists it, `plugins check --strict` finds nothing,
     `drover graph --kind` draws each kind. Only this pack's entry point is loaded, so what
     other installed packs do cannot hide or cause a warning."""
-    from drover.cli.main import main
+    from drover.cli.group import main
 
     runner = CliRunner(env={"DROVER_LOAD_PLUGINS": "experimaestro"})
     listed = runner.invoke(main, ["plugins"])

@@ -844,7 +844,7 @@ async def test_two_coordinators_never_fill_one_workers_last_slot_twice(iris: Har
 def test_plugins_check_strict_passes_and_graph_shows_the_kinds() -> None:
     """The installed pack: `drover plugins` lists it, `plugins check --strict` finds nothing,
     `drover graph --kind` draws each kind. Only this pack's entry point is loaded."""
-    from drover.cli.main import main
+    from drover.cli.group import main
 
     runner = CliRunner(env={"DROVER_LOAD_PLUGINS": "iris"})
     listed = runner.invoke(main, ["plugins"])

@@ -614,7 +614,7 @@ async def test_drive_wakes_handlers_as_the_daemon_does(lp: Harness) -> None:
 def test_plugins_check_strict_passes_and_graph_shows_the_fsm() -> None:
     """The installed pack: `drover plugins` lists it, `plugins check --strict` finds nothing,
     `drover graph --kind` draws the seed's FSM."""
-    from drover.cli.main import main
+    from drover.cli.group import main
 
     runner = CliRunner(env={"DROVER_LOAD_PLUGINS": "lpipes"})
     listed = runner.invoke(main, ["plugins"])
