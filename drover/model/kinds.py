@@ -164,9 +164,17 @@ class EntityKind:
     #: Status changes that only pushed reports make (``Repository.report``: a backend or an
     #: outside system saying what happened), as ``(from, to)`` pairs: the graph checks
     #: (``drover plugins check``) count them as ways in and out, and ``drover graph`` draws
-    #: them (handler ``report``). Declaring one changes no behaviour: reports are applied
-    #: whether declared or not.
+    #: them (handler ``report``). With :attr:`strict_reports` they are also the only moves
+    #: into a live status an outside report may make.
     reported: frozenset[tuple[str, str]] = attrs.field(factory=frozenset, converter=_reported)
+    #: ``True``: a report from outside drover (``Repository.report``, ``drover report``,
+    #: ``POST /api/report``) may move an entity of this kind into a live status only along
+    #: a :attr:`reported` pair, so no report leaves it where nothing resolves it; ending it
+    #: is always allowed. A live status no pair enters is refused (InvalidSpecError); one
+    #: entered only from other statuses makes the report not apply, as a compare-and-set.
+    #: A backend's own kernel reports are not outside reports. ``False`` (the default):
+    #: any status of the kind.
+    strict_reports: bool = False
     #: The kind a handler or promotion rule that names no kind acts on (drover's sessions,
     #: as the design card's handlers do); at most one registered kind may say so.
     default: bool = False
@@ -268,6 +276,23 @@ class EntityKind:
     def status(self, value: str) -> StrEnum:
         """The enum member for ``value``."""
         return self.statuses(value)
+
+    def reported_from(self, to: str) -> frozenset[str]:
+        """The statuses a declared :attr:`reported` pair moves to ``to`` from."""
+        return frozenset(source for source, target in self.reported if target == to)
+
+    def report_refusal(self, entity_id: str, to: str) -> str | None:
+        """Why no outside report may move ``entity_id`` (of this kind) to ``to``, or
+        ``None`` when one may (see :attr:`strict_reports`)."""
+        if not self.strict_reports or to in self.terminal or self.reported_from(to):
+            return None
+        entered = sorted({target for _, target in self.reported if target not in self.terminal})
+        ends = ", ".join(s for s in self.status_names if s in self.terminal)
+        also = f"move it to {', '.join(entered)} or " if entered else ""
+        return (
+            f"{entity_id} is a {self.name}: a report may not move it to {to}; reports may "
+            f"{also}end it ({ends}): its other statuses are set by its handlers"
+        )
 
     @property
     def first_status(self) -> str:
