@@ -287,7 +287,10 @@ def test_a_report_may_only_end_a_session(database, client, cli):
         return await h.create_session()
 
     sid = run(database, make)
-    refusal = f"{sid} is a session: a report may not move it to RUNNING; reports may end it"
+    refusal = (
+        f"{sid} is a session: a report may not move it to RUNNING; reports may only end it "
+        "(TERMINATED, CANCELLED, ERROR): drover moves it to the others"
+    )
     body = {"entity_id": sid, "status": "RUNNING"}
     answer = client.post("/api/report", json=body, headers=TOKEN)
     assert answer.status_code == 400
@@ -295,7 +298,7 @@ def test_a_report_may_only_end_a_session(database, client, cli):
     one_error_line(cli("report", sid, "running"), refusal)
 
     async def settle(h):
-        with pytest.raises(InvalidSpecError, match="its other statuses are set by its handlers"):
+        with pytest.raises(InvalidSpecError, match="drover moves it to the others"):
             await h.repository.report(sid, S.RUNNING)
         # A heartbeat's data is no move: it still applies.
         assert await h.repository.report(sid, S.PENDING, data={"seen": True})
@@ -321,14 +324,18 @@ def test_a_kernel_moves_by_a_report_only_as_backends_move_it(database, client, c
     refused = cli("report", kid, "running")
     assert refused.exit_code == 1
     assert (
-        f"{kid}: not applied: the kernel is PENDING (a report moves a kernel to RUNNING only "
+        f"{kid}: not applied: the kernel is PENDING (a report moves it to RUNNING only "
         "from CREATING, PREPARED)" in refused.output
     )
     answer = client.post(
         "/api/report", json={"entity_id": kid, "status": "TERMINATING"}, headers=TOKEN
     )
     assert answer.status_code == 400
-    assert "may not move it to TERMINATING" in answer.json()["error"]
+    assert answer.json()["error"] == (
+        f"{kid} is a kernel: a report may not move it to TERMINATING; reports may move it to "
+        "PREPARING, PULLING, PREPARED, RUNNING, or end it (TERMINATED, CANCELLED, ERROR): "
+        "drover moves it to the others"
+    )
 
     async def settle(h):
         assert not await h.repository.report(kid, K.RUNNING)
@@ -384,3 +391,14 @@ def test_the_kernels_of_a_session_a_report_ends_are_recorded_destroyed(database,
             assert (end.source, end.from_status, end.to_status) == ("api:ci", K.RUNNING, K.ERROR)
 
     run(database, check)
+
+
+def test_a_new_entitys_spec_is_held_to_the_same_integers(database):
+    """The bound is the JSON check's: a spec's 10**400 is refused as a report's is."""
+
+    async def check(h):
+        with pytest.raises(InvalidSpecError, match="an integer of 1329 bits is out of range"):
+            await h.repository.create_session(kernels=[{"cpu": 1, "mem": 1}], spec={"n": 10**400})
+        return await h.repository.list_sessions()
+
+    assert run(database, check) == []

@@ -44,7 +44,7 @@ def _why(kind: EntityKind, now: str, wanted: str) -> str:
     froms = kind.reported_from(wanted)
     if not kind.strict_reports or wanted in kind.terminal or now in {wanted, *froms}:
         return ""
-    return f" (a report moves a {kind.name} to {wanted} only from {', '.join(sorted(froms))})"
+    return f" (a report moves it to {wanted} only from {', '.join(sorted(froms))})"
 
 
 @click.command()

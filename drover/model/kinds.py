@@ -286,12 +286,12 @@ class EntityKind:
         ``None`` when one may (see :attr:`strict_reports`)."""
         if not self.strict_reports or to in self.terminal or self.reported_from(to):
             return None
-        entered = sorted({target for _, target in self.reported if target not in self.terminal})
+        entered = [s for s in self.status_names if s not in self.terminal and self.reported_from(s)]
         ends = ", ".join(s for s in self.status_names if s in self.terminal)
-        also = f"move it to {', '.join(entered)} or " if entered else ""
+        may = f"move it to {', '.join(entered)}, or" if entered else "only"
         return (
-            f"{entity_id} is a {self.name}: a report may not move it to {to}; reports may "
-            f"{also}end it ({ends}): its other statuses are set by its handlers"
+            f"{entity_id} is a {self.name}: a report may not move it to {to}; reports may {may} "
+            f"end it ({ends}): drover moves it to the others"
         )
 
     @property
