@@ -41,10 +41,10 @@ def _source(name: str) -> str:
 def _why(kind: EntityKind, now: str, wanted: str) -> str:
     """Why a report to ``wanted`` did not apply, beyond the entity's status ``now``:
     the statuses its kind lets a report move it there from."""
-    froms = kind.reported_from(wanted)
-    if not kind.strict_reports or wanted in kind.terminal or now in {wanted, *froms}:
+    if now in {wanted, *kind.terminal} or kind.takes_report(now, wanted):
         return ""
-    return f" (a report moves it to {wanted} only from {', '.join(sorted(froms))})"
+    froms = sorted(kind.reported_from(wanted))
+    return f" (a report moves it to {wanted} only from {', '.join(froms)})"
 
 
 @click.command()

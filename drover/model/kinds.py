@@ -281,6 +281,11 @@ class EntityKind:
         """The statuses a declared :attr:`reported` pair moves to ``to`` from."""
         return frozenset(source for source, target in self.reported if target == to)
 
+    def takes_report(self, status: str, to: str) -> bool:
+        """Whether a report from outside drover may move an entity of this kind from
+        ``status`` to ``to`` (see :attr:`strict_reports`)."""
+        return not self.strict_reports or to in self.terminal or status in self.reported_from(to)
+
     def report_refusal(self, entity_id: str, to: str) -> str | None:
         """Why no outside report may move ``entity_id`` (of this kind) to ``to``, or
         ``None`` when one may (see :attr:`strict_reports`)."""

@@ -307,7 +307,7 @@ def _plan(
             status not in kind.terminal
             and (moves or report.data is not None)
             and (report.expected is None or status in report.expected)
-            and (backend or not moves or _takes(kind, status, to))
+            and (backend or not moves or kind.takes_report(status, to))
         )
         applied.append(ok)
         if not ok:
@@ -337,12 +337,6 @@ def _check_outside(report: Report, kind: EntityKind, kinds: Kinds, moves: bool) 
     refusal = kind.report_refusal(report.entity_id, str(report.status)) if moves else None
     if refusal is not None:
         raise InvalidSpecError(refusal)
-
-
-def _takes(kind: EntityKind, status: str, to: str) -> bool:
-    """Whether an outside report may move an entity of ``kind`` from ``status`` to ``to``
-    (a compare-and-set on the declared ``reported`` pairs, for a strict kind)."""
-    return not kind.strict_reports or to in kind.terminal or status in kind.reported_from(to)
 
 
 def _fold(final: _Final, report: Report, to: str, moves: bool, kind: EntityKind) -> None:
