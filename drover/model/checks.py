@@ -17,7 +17,6 @@ from typing import Any
 from drover.model.errors import InvalidSpecError
 
 __all__ = [
-    "JSON_INT_RANGE",
     "MAX_COUNT",
     "MAX_FILTER_LENGTH",
     "MAX_JSON_DEPTH",
@@ -45,9 +44,6 @@ MAX_COUNT = 2**31 - 1
 MAX_NAME_LENGTH = 255
 #: Deepest JSON drover stores: deeper is refused before Python's recursion limit is near.
 MAX_JSON_DEPTH = 64
-#: The integers JSON values may hold: 64 bits, what SQLite's JSON reads as an integer
-#: (a larger one it reads as a float, ``10**400`` as infinity; PostgreSQL keeps it exact).
-JSON_INT_RANGE = (-(2**63), 2**63 - 1)
 #: Longest text filter (a name pattern, a handler, an id), in characters: longer ones
 #: match nothing a filter could mean, and SQLite refuses a LIKE pattern past 50,000 bytes.
 MAX_FILTER_LENGTH = 1024
@@ -91,12 +87,12 @@ def json_copy(value: Any, what: str, depth: int = 0) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        low, high = JSON_INT_RANGE
-        if not low <= value <= high:
-            # Its bits, not its digits: str() of a huge int is refused (and slow).
+        if not is_finite(value):
+            # SQLite's JSON reads it as infinity (``10**400``), PostgreSQL exactly. Its bits,
+            # not its digits: str() of a huge int is refused (and slow).
             raise InvalidSpecError(
-                f"{what}: an integer of {value.bit_length()} bits is out of range; "
-                f"JSON integers must fit 64 bits ({low} to {high})"
+                f"{what}: an integer of {value.bit_length()} bits is not a finite number "
+                "(SQLite would read it as infinity)"
             )
         return value
     if isinstance(value, str):
