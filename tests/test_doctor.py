@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from tree import JOB, KINDS, TASK, Job, RunTasks, Task, harness, ids
 
 from drover import HandlerResult, Pool
-from drover.cli import main
+from drover.cli.main import main
 from drover.inspection.doctor import RULES, chain_problem, examine
 from drover.kinds.sessions.values import KernelStatus as K
 from drover.kinds.sessions.values import SessionStatus as S

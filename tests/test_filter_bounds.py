@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from drover import InvalidSpecError
 from drover.app import App
-from drover.cli import main
+from drover.cli.main import main
 from drover.config import load_config
 from drover.model.checks import MAX_FILTER_LENGTH
 from drover.storage.queries import EntityFilter

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from drover import InvalidSpecError
 from drover.app import App
-from drover.cli import main
+from drover.cli.main import main
 from drover.config import load_config
 from drover.kinds.sessions.values import KernelReport
 from drover.kinds.sessions.values import KernelStatus as K
