@@ -9,9 +9,9 @@ import json
 import attrs
 import pytest
 from click.testing import CliRunner
-from peers import JOB, Job, Scripted
+from peers import JOB, TASK, Job, Scripted, harness
 
-from drover import InvalidHandlerError, StatusTransitions, Transition
+from drover import InvalidHandlerError, InvalidSpecError, StatusTransitions, Transition
 from drover.cli.group import main
 from drover.plugins.graph import check_graph, edges_of, render_text
 
@@ -94,3 +94,22 @@ def test_plugins_check_strict_passes_once_the_reports_are_declared(tmp_path, dec
     else:
         assert checked.exit_code == 1
         assert ("unreachable", "CANCELLING") in warned
+
+
+async def test_a_strict_kind_takes_from_reports_only_its_declared_moves(make_harness):
+    """Declared pairs into a live status, compare-and-set on their sources; ends always;
+    a kind that is not strict takes any status (on both databases)."""
+    strict = attrs.evolve(JOB, reported=REPORTED, strict_reports=True)
+    async with harness(make_harness, kinds=(strict, TASK)) as h:
+        queued, running = [await h.create("job", status=s) for s in (Job.QUEUED, Job.RUNNING)]
+        with pytest.raises(InvalidSpecError, match="may not move it to RUNNING"):
+            await h.repository.report(queued, Job.RUNNING)
+        # CANCELLING is entered only from RUNNING: from QUEUED the report does not apply.
+        assert not await h.repository.report(queued, Job.CANCELLING)
+        assert await h.repository.report(running, Job.CANCELLING)
+        # An end is always taken.
+        assert await h.repository.report(queued, Job.FAILED, message="lost")
+        assert [str((await h.get(j)).status) for j in (queued, running)] == ["FAILED", "CANCELLING"]
+    async with harness(make_harness) as h:
+        queued = await h.create("job", status=Job.QUEUED)
+        assert await h.repository.report(queued, Job.RUNNING)

@@ -9,6 +9,7 @@ import pluggy
 
 from drover._version import DISTRIBUTION_NAME, __version__
 from drover.cli.db import db
+from drover.cli.doctor import doctor
 from drover.cli.entity import show, terminate
 from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.kit import CliState
@@ -89,6 +90,7 @@ for command in (
     graph,
     entities,
     serve,
+    doctor,
 ):
     main.add_command(command)
 

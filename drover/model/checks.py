@@ -8,6 +8,7 @@ SQLite would store, so those are refused here, for both. Each check raises
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -17,8 +18,11 @@ from drover.model.errors import InvalidSpecError
 
 __all__ = [
     "MAX_COUNT",
+    "MAX_FILTER_LENGTH",
+    "MAX_JSON_DEPTH",
     "MAX_NAME_LENGTH",
     "PRIORITY_RANGE",
+    "check_filter",
     "check_name",
     "check_priority",
     "check_whole",
@@ -26,6 +30,8 @@ __all__ = [
     "is_kebab_case",
     "is_number",
     "json_copy",
+    "load_json",
+    "parse_json",
     "text_problem",
 ]
 
@@ -36,8 +42,11 @@ PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 MAX_COUNT = 2**31 - 1
 #: Longest entity name, in characters (PostgreSQL's ``varchar(255)``).
 MAX_NAME_LENGTH = 255
-# Deeper JSON than this is refused before Python's recursion limit is near.
-_MAX_DEPTH = 64
+#: Deepest JSON drover stores: deeper is refused before Python's recursion limit is near.
+MAX_JSON_DEPTH = 64
+#: Longest text filter (a name pattern, a handler, an id), in characters: longer ones
+#: match nothing a filter could mean, and SQLite refuses a LIKE pattern past 50,000 bytes.
+MAX_FILTER_LENGTH = 1024
 _KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
@@ -73,9 +82,18 @@ def is_finite(value: int | float) -> bool:
 
 def json_copy(value: Any, what: str, depth: int = 0) -> Any:
     """A JSON-safe copy of ``value`` that both databases store alike, or InvalidSpecError."""
-    if depth > _MAX_DEPTH:
-        raise InvalidSpecError(f"{what} is nested more than {_MAX_DEPTH} levels deep")
-    if value is None or isinstance(value, bool | int):
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidSpecError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not is_finite(value):
+            # SQLite's JSON reads it as infinity (``10**400``), PostgreSQL exactly. Its bits,
+            # not its digits: str() of a huge int is refused (and slow).
+            raise InvalidSpecError(
+                f"{what}: an integer of {value.bit_length()} bits is not a finite number "
+                "(SQLite would read it as infinity)"
+            )
         return value
     if isinstance(value, str):
         problem = text_problem(value)
@@ -101,6 +119,41 @@ def json_copy(value: Any, what: str, depth: int = 0) -> Any:
     raise InvalidSpecError(
         f"{what} is not JSON-serializable: {type(value).__name__} {value!r} is not a JSON value"
     )
+
+
+def load_json(text: str, what: str) -> Any:
+    """``text`` parsed as JSON, or InvalidSpecError naming ``what``: never a
+    RecursionError (Python's parser recurses, and a few thousand ``[`` exceed its limit)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidSpecError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except ValueError as error:
+        raise InvalidSpecError(f"{what} is not JSON: {error}") from None
+
+
+def parse_json(text: str, what: str) -> Any:
+    """``text`` parsed as JSON (:func:`load_json`) and checked as :func:`json_copy` checks
+    a value."""
+    return json_copy(load_json(text, what), what)
+
+
+def check_filter(raw: Any, what: str) -> str | None:
+    """A text filter (a name pattern, a handler, an id) as given, ``None`` for none
+    (``""`` counts as none), or InvalidSpecError naming ``what``: past
+    :data:`MAX_FILTER_LENGTH`, or text PostgreSQL would refuse."""
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str):
+        raise InvalidSpecError(f"{what} must be text, got {type(raw).__name__}")
+    if len(raw) > MAX_FILTER_LENGTH:
+        raise InvalidSpecError(
+            f"{what} is {len(raw)} characters long; at most {MAX_FILTER_LENGTH} are allowed"
+        )
+    problem = text_problem(raw)
+    if problem:
+        raise InvalidSpecError(f"{what} {problem}")
+    return raw
 
 
 def check_whole(value: Any, where: str, *, limit: int = MAX_COUNT) -> None:

@@ -167,22 +167,30 @@ class EntityKind:
     #: The class its entities are read into: :class:`~drover.model.values.Entity`, or
     #: a kind's own spelling with the same attributes (sessions: ``SessionWithKernels``).
     value_type: type[Any] = Entity
-    #: How rows become ``value_type`` values when it is the kind's own class: called by
-    #: storage with the entities' rows, their children's rows, the handler whose try
-    #: count they carry and the tick's claim (the row layouts and the call are
-    #: :class:`drover.storage.rows.Reader`'s). ``None``: storage reads :class:`Entity`.
-    reader: Callable[..., list[Any]] | None = attrs.field(default=None, eq=False)
     #: Pools of counter tokens its entities hold while in some statuses (:mod:`drover.model.pools`).
     pools: tuple[Pool, ...] = attrs.field(default=(), converter=_pools)
     #: Status changes that only pushed reports make (``Repository.report``: a backend or an
     #: outside system saying what happened), as ``(from, to)`` pairs: the graph checks
     #: (``drover plugins check``) count them as ways in and out, and ``drover graph`` draws
-    #: them (handler ``report``). Declaring one changes no behaviour: reports are applied
-    #: whether declared or not.
+    #: them (handler ``report``). With :attr:`strict_reports` they are also the only moves
+    #: into a live status an outside report may make.
     reported: frozenset[tuple[str, str]] = attrs.field(factory=frozenset, converter=_reported)
+    #: How rows become ``value_type`` values when it is the kind's own class: called by
+    #: storage with the entities' rows, their children's rows, the handler whose try
+    #: count they carry and the tick's claim (the row layouts and the call are
+    #: :class:`drover.storage.rows.Reader`'s). ``None``: storage reads :class:`Entity`.
+    reader: Callable[..., list[Any]] | None = attrs.field(default=None, eq=False)
     #: The kind a handler or promotion rule that names no kind acts on (drover's sessions,
     #: as the design card's handlers do); at most one registered kind may say so.
     default: bool = False
+    #: ``True``: a report from outside drover (``Repository.report``, ``drover report``,
+    #: ``POST /api/report``) may move an entity of this kind into a live status only along
+    #: a :attr:`reported` pair, so no report leaves it where nothing resolves it; ending it
+    #: is always allowed. A live status no pair enters is refused (InvalidSpecError); one
+    #: entered only from other statuses makes the report not apply, as a compare-and-set.
+    #: A backend's own kernel reports are not outside reports. ``False`` (the default):
+    #: any status of the kind.
+    strict_reports: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not is_kebab_case(self.name):
@@ -281,6 +289,28 @@ class EntityKind:
     def status(self, value: str) -> StrEnum:
         """The enum member for ``value``."""
         return self.statuses(value)
+
+    def reported_from(self, to: str) -> frozenset[str]:
+        """The statuses a declared :attr:`reported` pair moves to ``to`` from."""
+        return frozenset(source for source, target in self.reported if target == to)
+
+    def takes_report(self, status: str, to: str) -> bool:
+        """Whether a report from outside drover may move an entity of this kind from
+        ``status`` to ``to`` (see :attr:`strict_reports`)."""
+        return not self.strict_reports or to in self.terminal or status in self.reported_from(to)
+
+    def report_refusal(self, entity_id: str, to: str) -> str | None:
+        """Why no outside report may move ``entity_id`` (of this kind) to ``to``, or
+        ``None`` when one may (see :attr:`strict_reports`)."""
+        if not self.strict_reports or to in self.terminal or self.reported_from(to):
+            return None
+        entered = [s for s in self.status_names if s not in self.terminal and self.reported_from(s)]
+        ends = ", ".join(s for s in self.status_names if s in self.terminal)
+        may = f"move it to {', '.join(entered)}, or" if entered else "only"
+        return (
+            f"{entity_id} is a {self.name}: a report may not move it to {to}; reports may {may} "
+            f"end it ({ends}): drover moves it to the others"
+        )
 
     @property
     def first_status(self) -> str:

@@ -47,12 +47,15 @@ class ChildMoves:
         #: The ``(kind, status)`` pairs they entered.
         self.children_entered: set[tuple[str, str]] = set()
 
-    def ended(self, kind: EntityKind, ids: list[str], status: str) -> None:
+    def ended(
+        self, kind: EntityKind, ids: list[str], status: str, *, info: str | None = None
+    ) -> None:
         """What follows ``ids`` of ``kind`` ending in ``status`` outside a tick (a report):
-        their live children end, down the tree, and their result is set."""
+        their live children end, down the tree, with ``info`` as their ``status_info``,
+        and their result is set."""
         child = self.kinds.child_of(kind.name)
         if child is not None:
-            self.move(kind, ids, child.end_status_for(status))
+            self.move(kind, ids, child.end_status_for(status), info=info)
         pg = self.postgres
         self.conn.execute(
             statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import sqlalchemy as sa
 
-from drover.model.checks import MAX_NAME_LENGTH, text_problem
+from drover.model.checks import MAX_NAME_LENGTH, check_filter, text_problem
 from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.ids import ID_LENGTH
 from drover.model.values import Entity
@@ -83,6 +83,9 @@ class EntityFilter:
     relation to that entity or to one of its children. ``sort``: a key of
     :data:`~drover.storage.schema.LIST_ORDERS` or ``"id"``; ``limit``
     (``None``: all).
+
+    A text filter longer than :data:`~drover.model.checks.MAX_FILTER_LENGTH`, or
+    holding a NUL, is refused here (InvalidSpecError), whoever builds the filter.
     """
 
     ids: tuple[str, ...] | None = None
@@ -95,6 +98,10 @@ class EntityFilter:
     sort: str = "newest"
     result: str | None = None
     linked_to: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for field in ("name", "handler", "result", "linked_to"):
+            check_filter(getattr(self, field), f"the {field} filter")
 
 
 def name_matches(pattern: str) -> sa.ColumnElement[bool]:

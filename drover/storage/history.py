@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.model.checks import check_filter
 from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord, KernelHistoryRecord
 from drover.storage._service import Service
@@ -177,8 +178,12 @@ class HistoryReads(Service):
         """History rows matching every filter given (``session_id``: the entity's id).
 
         ``since`` compares with ``updated_at``, ``until`` with ``created_at``;
-        ``after_id``: rows newer than that one.
+        ``after_id``: rows newer than that one. A text filter past
+        :data:`~drover.model.checks.MAX_FILTER_LENGTH`, or with a NUL, is refused
+        (InvalidSpecError).
         """
+        for what, text in (("handler", handler), ("result", result), ("kind", kind)):
+            check_filter(None if text is None else str(text), f"the {what} filter")
         query = _history_search(
             kind=kind,
             entity_id=session_id,
@@ -201,4 +206,5 @@ class HistoryReads(Service):
         limit: int = 100,
     ) -> list[KernelHistoryRecord]:
         """One entity's status changes, newest first."""
+        check_filter(entity_id, "the entity filter")
         return await self._change_rows(_change_search(entity_id, since, until, limit))

@@ -38,7 +38,7 @@ from drover.storage._sql import ids_value, statement
 from drover.storage.schema import entities
 from drover.storage.statements.ids import ids_param
 
-__all__ = ["PoolGate"]
+__all__ = ["PoolGate", "claimed_units", "count_holders"]
 
 
 e = entities
@@ -56,7 +56,7 @@ def lock_pool() -> sa.Select[Any]:
     return sa.select(sa.func.pg_advisory_xact_lock(key))
 
 
-def _claim(name: str, postgres: bool) -> sa.ColumnElement[Any]:
+def claimed_units(name: str, postgres: bool) -> sa.ColumnElement[Any]:
     """The units of pool ``name`` the row's ``spec["pools"]`` claims; 0 for none (or not a
     number: creation refuses that, so only a hand-written row could hold one)."""
     if postgres:
@@ -86,13 +86,15 @@ def count_holders(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:
     ]
     if not pool.claimed_by:
         return sa.select(sa.func.count()).select_from(e).where(sa.or_(*held))
-    units = sa.case((e.c.kind.in_(sorted(pool.claimed_by)), _claim(pool.name, postgres)), else_=1)
+    units = sa.case(
+        (e.c.kind.in_(sorted(pool.claimed_by)), claimed_units(pool.name, postgres)), else_=1
+    )
     return sa.select(sa.func.coalesce(sa.func.sum(units), 0)).select_from(e).where(sa.or_(*held))
 
 
 def claims_of(names: tuple[str, ...], postgres: bool) -> sa.Select[Any]:
     """Id and the units of each pool of ``names`` claimed by the entities ``:ids``."""
-    columns = [_claim(name, postgres).label(f"c{i}") for i, name in enumerate(names)]
+    columns = [claimed_units(name, postgres).label(f"c{i}") for i, name in enumerate(names)]
     return sa.select(e.c.id, *columns).where(ids_param(e.c.id, "ids", postgres))
 
 

@@ -26,10 +26,10 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from drover.model.creation import check_spec_patch
 from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.plan import REPORT_SOURCE
+from drover.model.reporting import check_report, check_source, checked_report
 from drover.model.values import Report
 from drover.storage._service import Service
 from drover.storage._sql import ids_value, statement
@@ -183,32 +183,52 @@ class ReportSink(Service):
         ended and (with ``expected``) is in one of those statuses; ``data``
         merge-patches its data (a report of its current status with ``data``
         only patches it). Recorded as a status change by ``source``; an entity
-        it ends gets its result and ends its children. Raises
-        UnknownEntityError or InvalidSpecError (an unknown status), writing
-        nothing.
+        it ends gets its result and ends its children, each recorded destroyed
+        with how. A kind with ``strict_reports`` takes only its declared moves
+        (:meth:`~drover.model.kinds.EntityKind.report_refusal`). Raises
+        UnknownEntityError, or InvalidSpecError (a field
+        :func:`~drover.model.reporting.check_report` refuses, a status its
+        kind lacks or refuses from reports), writing nothing.
         """
-        report = Report(
+        report = check_report(
             entity_id,
-            str(status),
-            expected=None if expected is None else frozenset(str(s) for s in expected),
+            status,
+            expected=expected,
             status_info=status_info,
-            data=None if data is None else check_spec_patch(data),
+            data=data,
             message=message,
         )
-        (ok,) = await self.report_many([report], source=source)
+        (ok,) = await self._report([report], check_source(source), None, backend=False)
         return ok
 
     async def report_many(
-        self, reports: Sequence[Report], *, source: str = REPORT_SOURCE, of_kind: str | None = None
+        self,
+        reports: Sequence[Report],
+        *,
+        source: str = REPORT_SOURCE,
+        of_kind: str | None = None,
+        backend: bool = False,
     ) -> list[bool]:
         """Push many reports in one transaction (see :meth:`report`); per report, whether it
-        applied. ``of_kind``: the entities must be of that kind (UnknownEntityError of it)."""
+        applied. ``of_kind``: the entities must be of that kind (UnknownEntityError of it).
+        ``backend``: a backend's own reports (``report_kernel_statuses``): drover's values,
+        taken unchecked (thousands at once), and any status of the kind."""
+        if not backend:
+            reports = [checked_report(r) for r in reports]
+            source = check_source(source)
+        return await self._report(reports, source, of_kind, backend=backend)
+
+    async def _report(
+        self, reports: Sequence[Report], source: str, of_kind: str | None, *, backend: bool
+    ) -> list[bool]:
         if not reports:
             return []
         now, db = self._db.clock.time(), self._db
 
         def work(conn: sa.Connection) -> tuple[list[bool], set[tuple[str, str]]]:
-            return _write_reports(conn, reports, source, now, db.kinds, db.postgres, of_kind)
+            return _write_reports(
+                conn, reports, source, now, db.kinds, db.postgres, of_kind, backend=backend
+            )
 
         applied, entered = await db.write(work)
         self._entered.update(entered)
@@ -231,6 +251,8 @@ def _write_reports(
     kinds: Kinds,
     postgres: bool,
     of_kind: str | None,
+    *,
+    backend: bool,
 ) -> tuple[list[bool], set[tuple[str, str]]]:
     """Apply ``reports`` in the caller's transaction: per report, whether it applied, and
     the ``(kind, status)`` pairs entered. Raises before anything is written."""
@@ -242,7 +264,7 @@ def _write_reports(
         eid: (kind, parent, status)
         for eid, kind, parent, status in conn.execute(query, {"ids": ids_value(ids, postgres)})
     }
-    applied, finals, changes = _plan(reports, current, kinds, source, now, of_kind)
+    applied, finals, changes = _plan(reports, current, kinds, source, now, of_kind, backend)
     if finals:
         _write_finals(conn, finals, current, kinds, postgres, now)
         _record_changes(conn, changes, postgres, now)
@@ -258,8 +280,12 @@ def _plan(
     source: str,
     now: float,
     of_kind: str | None,
+    backend: bool,
 ) -> tuple[list[bool], dict[str, _Final], list[dict[str, Any]]]:
-    """Each report against the entity's state so far: applied?, the finals, the changes."""
+    """Each report against the entity's state so far: applied?, the finals, the changes.
+
+    An outside report (not ``backend``) names only its kind's statuses, and moves the
+    entity only as its kind lets reports move it (``strict_reports``)."""
     applied: list[bool] = []
     finals: dict[str, _Final] = {}
     changes: list[dict[str, Any]] = []
@@ -275,10 +301,13 @@ def _plan(
                 f"({', '.join(kind.status_names)})"
             )
         moves = to != status
+        if not backend:
+            _check_outside(report, kind, kinds, moves)
         ok = (
             status not in kind.terminal
             and (moves or report.data is not None)
             and (report.expected is None or status in report.expected)
+            and (backend or not moves or kind.takes_report(status, to))
         )
         applied.append(ok)
         if not ok:
@@ -293,6 +322,21 @@ def _plan(
                 "message": report.message, "created_at": now,
             })  # fmt: skip
     return applied, finals, changes
+
+
+def _check_outside(report: Report, kind: EntityKind, kinds: Kinds, moves: bool) -> None:
+    """Refuse an outside report naming statuses its entity's kind lacks, or a move into
+    a live status no report may make (a report of the status it has moves nothing)."""
+    members = kinds.members(kind.name)
+    unknown = sorted(s for s in report.expected or () if s not in members)
+    if unknown:
+        raise InvalidSpecError(
+            f"{report.entity_id} is a {kind.name}: expected names unknown status(es) "
+            f"{unknown} ({', '.join(kind.status_names)})"
+        )
+    refusal = kind.report_refusal(report.entity_id, str(report.status)) if moves else None
+    if refusal is not None:
+        raise InvalidSpecError(refusal)
 
 
 def _fold(final: _Final, report: Report, to: str, moves: bool, kind: EntityKind) -> None:
@@ -390,4 +434,7 @@ def _ended(
     if ended:
         moves = ChildMoves(conn, source, now, postgres=postgres, kinds=kinds)
         for (kind_name, status), ids in ended.items():
-            moves.ended(kinds[kind_name], ids, status)
+            # What a termination's destroy records on each child: that it did not end
+            # on its own, and how it ended.
+            info = f"destroyed: its {kind_name} was reported {status} by {source}"
+            moves.ended(kinds[kind_name], ids, status, info=info)

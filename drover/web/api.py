@@ -28,7 +28,13 @@ from drover.serialization import (
 )
 from drover.web.dashboard import bad_request, dashboard_of, session_id_of
 from drover.web.metrics import CONTENT_TYPE_METRICS, render_metrics
-from drover.web.params import BadFilterError, limit_param, session_filter, time_param
+from drover.web.params import (
+    BadFilterError,
+    limit_param,
+    session_filter,
+    text_param,
+    time_param,
+)
 
 __all__ = [
     "graph",
@@ -91,14 +97,15 @@ async def history(request: Request) -> Response:
                 f"result: {raw_result!r} is not one of "
                 f"{', '.join(r.value for r in SchedulingResult)}"
             ) from None
-        session_id = (params.get("session") or "").strip() or None
+        session_id = text_param(params, "session")
+        kernel_id, handler = text_param(params, "kernel"), text_param(params, "handler")
         if session_id is not None:
             session_id = await dashboard.repo.resolve_entity_id(session_id, SESSION_KIND)
         rows = await search_history(
             dashboard.repo,
             session_id=session_id,
-            kernel_id=(params.get("kernel") or "").strip() or None,
-            handler=(params.get("handler") or "").strip() or None,
+            kernel_id=kernel_id,
+            handler=handler,
             result=result,
             since=time_param(params, "since", now),
             until=time_param(params, "until", now),

@@ -12,9 +12,18 @@ from starlette.datastructures import QueryParams
 
 from drover.inspection._format import parse_time
 from drover.kinds.sessions.values import SessionStatus
+from drover.model.checks import check_filter
+from drover.model.errors import InvalidSpecError
 from drover.storage.queries import LIST_ORDERS, EntityFilter
 
-__all__ = ["BadFilterError", "limit_param", "session_filter", "sort_param", "time_param"]
+__all__ = [
+    "BadFilterError",
+    "limit_param",
+    "session_filter",
+    "sort_param",
+    "text_param",
+    "time_param",
+]
 
 
 class BadFilterError(ValueError):
@@ -54,6 +63,15 @@ def sort_param(params: QueryParams) -> str:
     return raw
 
 
+def text_param(params: QueryParams, name: str) -> str | None:
+    """``name``'s text, stripped (``None`` when absent or empty), or BadFilterError past
+    :data:`~drover.model.checks.MAX_FILTER_LENGTH` or with a NUL."""
+    try:
+        return check_filter((params.get(name) or "").strip(), name)
+    except InvalidSpecError as error:
+        raise BadFilterError(str(error)) from None
+
+
 def session_filter(params: QueryParams, now: float) -> EntityFilter:
     """The filter ``status`` (repeated or comma-separated), ``name``, ``handler``, ``since``,
     ``until``, ``limit``, ``sort``, ``result`` (``-``: none yet) and ``linked_to`` (an
@@ -71,14 +89,14 @@ def session_filter(params: QueryParams, now: float) -> EntityFilter:
                 ) from None
     return EntityFilter(
         statuses=tuple(statuses),
-        name=(params.get("name") or "").strip() or None,
-        handler=(params.get("handler") or "").strip() or None,
+        name=text_param(params, "name"),
+        handler=text_param(params, "handler"),
         since=time_param(params, "since", now),
         until=time_param(params, "until", now),
         limit=limit_param(params),
         sort=sort_param(params),
         result=_result_param(params),
-        linked_to=(params.get("linked_to") or "").strip() or None,
+        linked_to=text_param(params, "linked_to"),
     )
 
 

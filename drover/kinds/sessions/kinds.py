@@ -46,6 +46,7 @@ __all__ = [
     "ENGINE_KERNEL_KEYS",
     "KERNEL",
     "KERNEL_DEFAULTS",
+    "KERNEL_REPORTED",
     "SESSION",
     "SESSION_KINDS",
     "check_kernel_spec",
@@ -157,6 +158,24 @@ def _read_kernels(*args: Any) -> list[Any]:
     return read_kernels(*args)
 
 
+_K = KernelStatus
+#: What a backend reports a kernel moving to, short of its end: its placement's progress
+#: (pulling, prepared) and its start. The only moves into a live status a report from
+#: outside drover may make: not TERMINATING (drover's intent to destroy it, recorded
+#: before its signal), nor anything from PENDING (no backend holds such a kernel).
+KERNEL_REPORTED = frozenset(
+    {
+        (_K.SCHEDULED, _K.PREPARING),
+        (_K.SCHEDULED, _K.PULLING),
+        (_K.PREPARING, _K.PULLING),
+        (_K.SCHEDULED, _K.PREPARED),
+        (_K.PREPARING, _K.PREPARED),
+        (_K.PULLING, _K.PREPARED),
+        (_K.PREPARED, _K.RUNNING),
+        (_K.CREATING, _K.RUNNING),
+    }
+)
+
 SESSION = EntityKind(
     SESSION_KIND,
     SessionStatus,
@@ -170,6 +189,8 @@ SESSION = EntityKind(
     reader=_read_sessions,
     # The design card's handlers name no kind: they act on sessions.
     default=True,
+    # No backend reports a session's status: reports from outside may only end one.
+    strict_reports=True,
     termination=(
         TerminationRule(
             SessionStatus.CANCELLED,
@@ -197,6 +218,8 @@ KERNEL = EntityKind(
     value_type=KernelInfo,
     reader=_read_kernels,
     resource_slots=KERNEL_DEFAULTS,
+    reported=KERNEL_REPORTED,
+    strict_reports=True,
 )
 #: The session lifecycle's kinds on their own: what a session another package creates
 #: (a deployment's replica) is checked against before anything is written.

@@ -217,7 +217,9 @@ class SessionRepository(_Repository, SessionQueries):
             for r in reports
         ]  # fmt: skip
         try:
-            return await self.report_many(pushed, source=BACKEND_SOURCE, of_kind=KERNEL_KIND)
+            return await self.report_many(
+                pushed, source=BACKEND_SOURCE, of_kind=KERNEL_KIND, backend=True
+            )
         except UnknownEntityError as error:
             raise UnknownKernelError(error.entity_id) from None
 
