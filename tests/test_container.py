@@ -63,7 +63,7 @@ async def test_a_container_kernel_succeeds_with_its_logs_kept_and_its_container_
 ):
     """exit 0: TERMINATED with code 0, stdout/stderr in the kernel's log files, the
     CPU quota (cpu = 0.5) visible inside, and no container left once it ended."""
-    flags = container_flags(podman, label_prefix)
+    flags = container_flags(podman, label_prefix, mount_roots=[str(tmp_path / "host")])
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
         command = ends_on_word(
             Path("/host/go"),
@@ -195,6 +195,8 @@ def _write_config(path: Path, database, data_dir: Path, podman: Podman, prefix: 
         f'label_prefix = "{prefix}"\n'
         "poll_interval = 0.2\n"
         f'default_image = "{IMAGE}"\n'
+        # The tests' host directories, which kernels mount (docs/containers.md, "Mounts").
+        f'mount_roots = ["{path.parent / "host"}"]\n'
     )
     # The CLI refuses an empty database: migrate before the daemon would.
     subprocess.run(

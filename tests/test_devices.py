@@ -142,11 +142,11 @@ async def test_container_kernels_get_exclusive_devices_in_their_variable(
 ):
     """Two ids, three concurrent kernels asking gpu = 1: two run with different ids in
     CUDA_VISIBLE_DEVICES inside their containers; the third waits until one ends."""
+    host = tmp_path / "host"
     flags = {
-        **container_flags(podman, label_prefix),
+        **container_flags(podman, label_prefix, mount_roots=[str(host)]),
         "backend.agents": [{"id": "test-agent", "cpu": 4, "mem": 4096, "gpu": ["7", "9"]}],
     }
-    host = tmp_path / "host"
     host.mkdir()
     mount = [{"source": str(host), "target": "/host"}]
 

@@ -143,6 +143,15 @@ class AgentBackend(ABC):
         """
         return {slot for agent in self.agents() for slot in agent.capacity}
 
+    def kernel_spec_problem(self, spec: Mapping[str, Any]) -> str | None:
+        """Why this backend would refuse a kernel spec, known from the spec and the
+        backend's settings alone, without :meth:`start` (``drover submit`` asks it, so a
+        kernel it would refuse is refused at submit in one line); ``None``: no objection.
+
+        The default has none. The container backend names its mount policy here.
+        """
+        return None
+
     @abstractmethod
     async def prepare(self, session: SessionWithKernels) -> None:
         """Start preparing the session's kernels (pull images, run setup)."""

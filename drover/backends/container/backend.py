@@ -37,6 +37,7 @@ from typing import Any
 from drover.backends.base import AgentInfo, BackendError, KernelReporter
 from drover.backends.container._engine import ContainerState, Engine, EngineError, Summary
 from drover.backends.container._logs import end_followers, follow, keep_logs
+from drover.backends.container._mounts import MountPolicy, MountRefused, engine_sockets
 from drover.backends.container._reports import (
     AFTER_PULL,
     OWNING,
@@ -108,7 +109,16 @@ class ContainerBackend(TrackingBackend[_Container]):
         )  # fmt: skip
         self.settings = settings
         self.engine = Engine(settings.url, settings.label_prefix, settings.api_timeout)
+        #: What kernels may mount (docs/containers.md, "Mounts").
+        self.mounts = MountPolicy(
+            settings.mount_roots, self.data_dir, engine_sockets(settings.url, os.environ)
+        )
         self._pulls: dict[str, asyncio.Task[None]] = {}
+
+    def kernel_spec_problem(self, spec: Mapping[str, Any]) -> str | None:
+        """Why a container could not run this kernel spec (no image, a mount the policy
+        refuses…), from the spec and the settings alone; ``None``: it could."""
+        return spec_problem(spec, self.settings.default_image, self.mounts)
 
     # -- adopting what runs at start-up ----------------------------------------------------
 
@@ -280,13 +290,19 @@ class ContainerBackend(TrackingBackend[_Container]):
             self.devices.release(kernel.id)
 
     async def _prepare_now(self, kernel: KernelInfo) -> KernelReport:
-        problem = spec_problem(kernel.spec, self.settings.default_image)
+        problem = self.kernel_spec_problem(kernel.spec)
         if problem:
             return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=problem)
         image = image_of(kernel.spec, self.settings.default_image)
         assert image is not None
         workdir = self.kernel_dir(kernel.id)
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+        try:
+            # Checked on this host now, so a refused mount fails before any pull.
+            await asyncio.to_thread(self.mounts.resolve, kernel.spec.get("mounts"), workdir)
+        except MountRefused as refused:
+            message = f"invalid kernel spec: {refused}"
+            return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
         runtime: dict[str, Any] = {
             "backend": "container",
             "image": image,
@@ -360,14 +376,18 @@ class ContainerBackend(TrackingBackend[_Container]):
     async def _create_kernel(
         self, session_id: str, kernel: KernelInfo, fence: Fence
     ) -> list[KernelReport]:
-        problem = spec_problem(kernel.spec, self.settings.default_image)
+        problem = self.kernel_spec_problem(kernel.spec)
         if problem:
             return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=problem)]
         name = self._name(kernel.id)
         runtime = dict(kernel.runtime or {})
+        container_id: str | None = None
         try:
             state = await self._existing(name)
             if state is None:
+                mounts = await asyncio.to_thread(
+                    self.mounts.resolve, kernel.spec.get("mounts"), self.kernel_dir(kernel.id)
+                )
                 port = await asyncio.to_thread(free_port)
                 config = container_config(
                     kernel,
@@ -380,6 +400,7 @@ class ContainerBackend(TrackingBackend[_Container]):
                     env=self.devices.env(devices_of(runtime)),
                     network=self.settings.network,
                     port=port,
+                    mounts=mounts,
                 )
                 container_id = await self._create(name, config, fence)
                 runtime["port"] = port
@@ -390,7 +411,14 @@ class ContainerBackend(TrackingBackend[_Container]):
             runtime["container_id"] = container_id
             if state is None or not state.started:
                 await self._start_container(container_id, fence)
+        except MountRefused as refused:
+            message = f"failed to start: {refused}"
+            return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=message)]
         except EngineError as error:
+            if container_id is not None:
+                # Created, never started: it would stay "Created" until the next daemon
+                # start. Its kernel ends now, and so does it.
+                await self._remove(container_id)
             message = f"failed to start: {error}"
             return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=message)]
         tracked = self._track(kernel.id, container_id, runtime)
