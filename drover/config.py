@@ -21,7 +21,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from drover.model.checks import MAX_COUNT
+from drover.model.checks import MAX_COUNT, MAX_NAME_LENGTH
 from drover.model.errors import DroverError
 
 __all__ = [
@@ -477,18 +477,15 @@ def retention_seconds(value: str | None) -> float | None:
 
 #: Log levels ``log_level`` may name (any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-#: The longest agent id (and device id): the width of the ``agent_id`` column.
-MAX_AGENT_ID = 255
-_DAY = 86400.0
-#: Control characters, never part of an id.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-#: What a variable naming a slot's devices may be called.
-_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+# An agent or device id: at most the width of the agent_id column, no control character.
+_ID = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_NAME_LENGTH}}}")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")  # a device slot's variable
 
 
-def _shown(text: str) -> str:
-    """``text`` quoted, cut after 40 characters (a value a megabyte long is not echoed)."""
-    return repr(text) if len(text) <= 40 else f"{text[:40]!r}… ({len(text)} characters)"
+def _shown(value: object) -> str:
+    """``repr(value)``, cut after 42 characters (a value a megabyte long is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= 42 else f"{text[:42]}… ({len(text)} characters)"
 
 
 def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
@@ -497,9 +494,7 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
 
     def check(key: str, value: float, *, zero_ok: bool = False, most: float = math.inf) -> None:
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok) or value > most:
-            wanted = ">= 0" if zero_ok else "> 0"
-            if math.isfinite(most):
-                wanted = f"from {0 if zero_ok else 'above 0'} to {most:g}"
+            wanted = (">= 0" if zero_ok else "> 0") if most == math.inf else f"from 0 to {most:g}"
             problems.append(
                 f"{key} = {value!r} ({_origin(key, sources)}): must be a finite number of "
                 f"seconds {wanted}"
@@ -524,11 +519,10 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
     check("shutdown_grace", config.shutdown_grace, zero_ok=True)
     check("history.prune_interval", config.history.prune_interval)
     # A day at most: a grace or a simulated delay beyond it is a mistake, not a wish.
-    check("backend.kill_grace", config.backend.kill_grace, zero_ok=True, most=_DAY)
+    check("backend.kill_grace", config.backend.kill_grace, zero_ok=True, most=86400.0)
     for key in ("pull_delay", "create_delay", "run_for"):
-        delay = getattr(config.backend, key)
-        if delay is not None:
-            check(f"backend.{key}", delay, zero_ok=True, most=_DAY)
+        if getattr(config.backend, key) is not None:
+            check(f"backend.{key}", getattr(config.backend, key), zero_ok=True, most=86400.0)
     for name, handler in sorted(config.handlers.items()):
         check(f"handlers.{name}.interval", handler.interval)
         count(f"handlers.{name}.max_retries", handler.max_retries, -1, " (-1: no limit)")
@@ -537,10 +531,10 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
             check(f"handlers.{name}.timeout", handler.timeout, zero_ok=True)
     seen: set[str] = set()
     for agent in config.backend.agents:
-        if len(agent.id) > MAX_AGENT_ID or _CONTROL.search(agent.id):
+        if agent.id and not _ID.fullmatch(agent.id):
             problems.append(
                 f"backend.agents: agent {_shown(agent.id)} ({_origin('backend.agents', sources)})"
-                f": an agent id is at most {MAX_AGENT_ID} characters, without control characters"
+                f": an agent id is at most {MAX_NAME_LENGTH} characters, without control characters"
             )
             continue
         if not agent.id or agent.id in seen:
@@ -558,22 +552,16 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
                 )
     for agent in config.backend.agents:
         for slot, ids in agent.devices.items():
-            if any(len(d) > MAX_AGENT_ID or _CONTROL.search(d) for d in ids):
+            if len(set(ids)) != len(ids) or not all(_ID.fullmatch(d) for d in ids):
                 problems.append(
-                    f"backend.agents: agent {agent.id!r} {slot} "
-                    f"({_origin('backend.agents', sources)}): a device id is at most "
-                    f"{MAX_AGENT_ID} characters, without control characters"
-                )
-            elif len(set(ids)) != len(ids) or not all(ids):
-                problems.append(
-                    f"backend.agents: agent {agent.id!r} {slot} = {list(ids)!r} "
-                    f"({_origin('backend.agents', sources)}): device ids must be distinct "
-                    "and non-empty"
+                    f"backend.agents: agent {_shown(agent.id)} {slot} = {_shown(list(ids))} "
+                    f"({_origin('backend.agents', sources)}): device ids must be distinct, "
+                    f"non-empty, at most {MAX_NAME_LENGTH} characters, no control character"
                 )
     for slot, variable in sorted(config.backend.device_variables.items()):
         if not isinstance(variable, str) or not _VARIABLE.fullmatch(variable):
             problems.append(
-                f"backend.device_variables.{slot} = {_shown(str(variable))} "
+                f"backend.device_variables.{slot} = {_shown(variable)} "
                 f"({_origin('backend.device_variables', sources)}): must be an environment "
                 "variable's name (letters, digits, '_'; at most 255)"
             )

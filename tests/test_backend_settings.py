@@ -72,12 +72,12 @@ async def test_a_backend_setting_that_makes_no_sense_is_refused_naming_the_key(
     [
         (
             {"backend.agents": [{"id": "a" * 1_000_000, "cpu": 1, "mem": 1}]},
-            "agent 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'… (1000000 characters) (from flag "
+            "agent 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa… (1000002 characters) (from flag "
             "backend.agents): an agent id is at most 255 characters",
         ),
         (
             {"backend.agents": [{"id": "a", "cpu": 1, "mem": 1, "gpu": ["0", "g" * 300]}]},
-            "agent 'a' gpu (from flag backend.agents): a device id is at most 255 characters",
+            "device ids must be distinct, non-empty, at most 255 characters, no control character",
         ),
         ({"backend.kill_grace": NAN}, "backend.kill_grace = nan (from flag backend.kill_grace)"),
         ({"backend.kill_grace": 1e12}, "must be a finite number of seconds from 0 to 86400"),
