@@ -135,7 +135,8 @@ class ContainerBackend(TrackingBackend[_Container]):
         for kernel in self._ours(kernels):
             summary = found.get(kernel.id)
             if kernel.status in (_K.PREPARING, _K.PULLING):
-                self._spawn_pull(kernel.session_id, kernel)
+                # Its devices were taken (and recorded) when it was first prepared.
+                self._spawn_pull(kernel.session_id, kernel, devices_of(kernel.runtime))
                 counts["pulls"] += 1
             elif kernel.status in (_K.RUNNING, _K.TERMINATING):
                 if summary is None:
@@ -240,9 +241,10 @@ class ContainerBackend(TrackingBackend[_Container]):
     # -- prepare: the image ---------------------------------------------------------
 
     async def prepare(self, session: SessionWithKernels) -> None:
-        """Remove an earlier attempt's container, then pull each kernel's image in the
-        background. The removal is fenced by the tick's claim (:mod:`drover.backends.fence`):
-        a fenced call removes nothing and raises :class:`~drover.backends.fence.FencedError`."""
+        """Remove an earlier attempt's container, take each kernel's devices, then pull its
+        image in the background. The removal and the devices are fenced by the tick's claim
+        (:mod:`drover.backends.fence`): a fenced call removes and takes nothing and raises
+        :class:`~drover.backends.fence.FencedError`."""
         fence = Fence.of(session, self.reporter)
         wanted = [
             k
@@ -254,7 +256,14 @@ class ContainerBackend(TrackingBackend[_Container]):
             if kernel.status == _K.SCHEDULED:
                 await self._clear_earlier(kernel, fence)
         for kernel in wanted:
-            self._spawn_pull(session.id, kernel)
+            try:
+                # Under the tick's claim, before prepare returns: the pull runs after it.
+                devices = await self._assign_devices(kernel, fence)
+            except DeviceProblem as problem:
+                error = KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=str(problem))
+                await self._deliver([error])
+                continue
+            self._spawn_pull(session.id, kernel, devices)
 
     async def _clear_earlier(self, kernel: KernelInfo, fence: Fence) -> None:
         """Remove the container of an earlier attempt (the kernel was sent back to PENDING)."""
@@ -268,28 +277,26 @@ class ContainerBackend(TrackingBackend[_Container]):
         self.log.warning("kernel %s: removing an earlier attempt's container", kernel.id)
         await self._remove(earlier.id, fence)
 
-    def _spawn_pull(self, session_id: str, kernel: KernelInfo) -> None:
+    def _spawn_pull(
+        self, session_id: str, kernel: KernelInfo, devices: dict[str, list[str]]
+    ) -> None:
+        """Pull the kernel's image in the background (``devices``: those it took)."""
         if kernel.id in self._pulls:
             return
-        task = self._spawn_task(self._prepare_kernel(session_id, kernel))
+        task = self._spawn_task(self._prepare_kernel(kernel, devices))
         self._pulls[kernel.id] = task
         task.add_done_callback(lambda _t: self._pulls.pop(kernel.id, None))
 
-    async def _prepare_kernel(self, session_id: str, kernel: KernelInfo) -> None:
+    async def _prepare_kernel(self, kernel: KernelInfo, devices: dict[str, list[str]]) -> None:
         try:
-            report = await self._prepare_now(kernel)
-        except asyncio.CancelledError:
-            self.devices.release(kernel.id)
-            raise
+            report = await self._prepare_now(kernel, devices)
         except Exception as error:
             self.log.exception("preparing kernel %s failed", kernel.id)
             message = f"prepare failed: {type(error).__name__}: {error}"
             report = KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
-        if await self._deliver([report]):
-            # Committed (or refused): the database says who holds which devices.
-            self.devices.release(kernel.id)
+        await self._deliver([report])
 
-    async def _prepare_now(self, kernel: KernelInfo) -> KernelReport:
+    async def _prepare_now(self, kernel: KernelInfo, devices: dict[str, list[str]]) -> KernelReport:
         problem = self.kernel_spec_problem(kernel.spec)
         if problem:
             return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=problem)
@@ -311,10 +318,6 @@ class ContainerBackend(TrackingBackend[_Container]):
             "stdout": str(workdir / "stdout.log"),
             "stderr": str(workdir / "stderr.log"),
         }
-        try:
-            devices = await self._assign_devices(kernel)
-        except DeviceProblem as problem:
-            return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=str(problem))
         if devices:
             runtime["devices"] = devices
         policy = self.settings.pull_policy
