@@ -2,14 +2,17 @@
 
 It runs on Docker and on Podman's Docker-compatible socket (docs/containers.md).
 
-* prepare: the image is pulled (PULLING, the engine's words in ``status_info``)
-  as ``pull_policy`` says; PREPARED once the engine has it. A failed pull (no
+* prepare: the kernel's device ids are taken (under the tick's claim), its
+  mounts checked on this host (:mod:`~drover.backends.container._mounts`), and
+  the image is pulled (PULLING, the engine's words in ``status_info``) as
+  ``pull_policy`` says; PREPARED once the engine has it. A failed pull (no
   such image, registry unreachable) is ERROR with the engine's reason.
 * create: the container ``<prefix>-<kernel id>`` is created with labels
   ``<prefix>.kernel`` and ``<prefix>.session``, ``cpu`` as a CPU quota and
   ``mem`` (MiB) as a memory limit, and started; RUNNING with the container's
   id in the kernel's ``runtime``. A container that exists already (a daemon
-  died before its RUNNING committed) is adopted, never started twice.
+  died before its RUNNING committed) is adopted, never started twice; one whose
+  start failed is removed with its kernel's ERROR.
 * logs: the container's stdout and stderr are copied as they come to files in
   ``<data_dir>/kernels/<id>/`` (``drover logs``), and copied whole once it ended.
 * exit: code 0 is TERMINATED; anything else ERROR with the engine's exit code;
@@ -136,7 +139,7 @@ class ContainerBackend(TrackingBackend[_Container]):
             summary = found.get(kernel.id)
             if kernel.status in (_K.PREPARING, _K.PULLING):
                 # Its devices were taken (and recorded) when it was first prepared.
-                self._spawn_pull(kernel.session_id, kernel, devices_of(kernel.runtime))
+                self._spawn_pull(kernel, devices_of(kernel.runtime))
                 counts["pulls"] += 1
             elif kernel.status in (_K.RUNNING, _K.TERMINATING):
                 if summary is None:
@@ -263,7 +266,7 @@ class ContainerBackend(TrackingBackend[_Container]):
                 error = KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=str(problem))
                 await self._deliver([error])
                 continue
-            self._spawn_pull(session.id, kernel, devices)
+            self._spawn_pull(kernel, devices)
 
     async def _clear_earlier(self, kernel: KernelInfo, fence: Fence) -> None:
         """Remove the container of an earlier attempt (the kernel was sent back to PENDING)."""
@@ -277,9 +280,7 @@ class ContainerBackend(TrackingBackend[_Container]):
         self.log.warning("kernel %s: removing an earlier attempt's container", kernel.id)
         await self._remove(earlier.id, fence)
 
-    def _spawn_pull(
-        self, session_id: str, kernel: KernelInfo, devices: dict[str, list[str]]
-    ) -> None:
+    def _spawn_pull(self, kernel: KernelInfo, devices: dict[str, list[str]]) -> None:
         """Pull the kernel's image in the background (``devices``: those it took)."""
         if kernel.id in self._pulls:
             return
