@@ -290,17 +290,19 @@ class App:
         The one creation check (:func:`~drover.model.creation.check_new_entities`),
         then against what this drover runs: options only for loaded handlers,
         children only asking for resource slots some agent offers, and no more
-        than some agent holds even when idle (asked of the backend without
-        starting it). One bad entity raises
-        InvalidSpecError and nothing is written.
+        than some agent holds even when idle, and nothing the backend would
+        refuse (``backend.kernel_spec_problem``: the container backend's mount
+        policy), each asked of the backend without starting it. One bad entity
+        raises InvalidSpecError and nothing is written.
         """
         checked = check_new_entities(news, self.kinds)
         slots = await self.backend.offered_slots()
         # Known once the slots are (a backend that learns its agents reads them there).
         capacities = {a.id: a.capacity for a in self.backend.agents()} if slots else None
         check_against_deployment(
-            checked, self.kinds, handlers=self.handlers, slots=slots, capacities=capacities
-        )
+            checked, self.kinds, handlers=self.handlers, slots=slots, capacities=capacities,
+            child_problem=self.backend.kernel_spec_problem,
+        )  # fmt: skip
         return await self.repository.create_entities(checked)
 
     async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from drover.model.checks import MAX_COUNT
+from drover.model.checks import MAX_COUNT, MAX_NAME_LENGTH
 from drover.model.errors import DroverError
 
 __all__ = [
@@ -476,15 +477,24 @@ def retention_seconds(value: str | None) -> float | None:
 
 #: Log levels ``log_level`` may name (any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# An agent or device id: at most the width of the agent_id column, no control character.
+_ID = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_NAME_LENGTH}}}")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")  # a device slot's variable
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut after 42 characters (a value a megabyte long is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= 42 else f"{text[:42]}… ({len(text)} characters)"
 
 
 def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
     """Values of the right type that still make no sense (a zero interval spins the daemon)."""
     problems: list[str] = []
 
-    def check(key: str, value: float, *, zero_ok: bool = False) -> None:
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-            wanted = ">= 0" if zero_ok else "> 0"
+    def check(key: str, value: float, *, zero_ok: bool = False, most: float = math.inf) -> None:
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok) or value > most:
+            wanted = (">= 0" if zero_ok else "> 0") if most == math.inf else f"from 0 to {most:g}"
             problems.append(
                 f"{key} = {value!r} ({_origin(key, sources)}): must be a finite number of "
                 f"seconds {wanted}"
@@ -508,7 +518,11 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
             count(f"budgets.{kind}.{name}", limit, 0)
     check("shutdown_grace", config.shutdown_grace, zero_ok=True)
     check("history.prune_interval", config.history.prune_interval)
-    check("backend.kill_grace", config.backend.kill_grace, zero_ok=True)
+    # A day at most: a grace or a simulated delay beyond it is a mistake, not a wish.
+    check("backend.kill_grace", config.backend.kill_grace, zero_ok=True, most=86400.0)
+    for key in ("pull_delay", "create_delay", "run_for"):
+        if getattr(config.backend, key) is not None:
+            check(f"backend.{key}", getattr(config.backend, key), zero_ok=True, most=86400.0)
     for name, handler in sorted(config.handlers.items()):
         check(f"handlers.{name}.interval", handler.interval)
         count(f"handlers.{name}.max_retries", handler.max_retries, -1, " (-1: no limit)")
@@ -517,6 +531,12 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
             check(f"handlers.{name}.timeout", handler.timeout, zero_ok=True)
     seen: set[str] = set()
     for agent in config.backend.agents:
+        if agent.id and not _ID.fullmatch(agent.id):
+            problems.append(
+                f"backend.agents: agent {_shown(agent.id)} ({_origin('backend.agents', sources)})"
+                f": an agent id is at most {MAX_NAME_LENGTH} characters, without control characters"
+            )
+            continue
         if not agent.id or agent.id in seen:
             what = "an empty id" if not agent.id else f"the id {agent.id!r} twice"
             problems.append(
@@ -532,12 +552,19 @@ def _value_problems(config: Config, sources: Mapping[str, str]) -> list[str]:
                 )
     for agent in config.backend.agents:
         for slot, ids in agent.devices.items():
-            if len(set(ids)) != len(ids) or not all(ids):
+            if len(set(ids)) != len(ids) or not all(_ID.fullmatch(d) for d in ids):
                 problems.append(
-                    f"backend.agents: agent {agent.id!r} {slot} = {list(ids)!r} "
-                    f"({_origin('backend.agents', sources)}): device ids must be distinct "
-                    "and non-empty"
+                    f"backend.agents: agent {_shown(agent.id)} {slot} = {_shown(list(ids))} "
+                    f"({_origin('backend.agents', sources)}): device ids must be distinct, "
+                    f"non-empty, at most {MAX_NAME_LENGTH} characters, no control character"
                 )
+    for slot, variable in sorted(config.backend.device_variables.items()):
+        if not isinstance(variable, str) or not _VARIABLE.fullmatch(variable):
+            problems.append(
+                f"backend.device_variables.{slot} = {_shown(variable)} "
+                f"({_origin('backend.device_variables', sources)}): must be an environment "
+                "variable's name (letters, digits, '_'; at most 255)"
+            )
     if config.log_level.upper() not in LOG_LEVELS:
         problems.append(
             f"log_level = {config.log_level!r} ({_origin('log_level', sources)}): "

@@ -128,7 +128,9 @@ class PromotionRow:
 PROMOTION: dict[str, PromotionRow] = {
     "promote-to-prepared": PromotionRow(
         targets=frozenset({S.SCHEDULED, S.PREPARING}),
-        check=frozenset({K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING}),
+        # An ended kernel holds the session back too: detect-start-failure ends it.
+        check=frozenset({K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING})
+        | TERMINAL_KERNEL_STATUSES,
         match=KernelMatchType.NOT_ANY,
         success=S.PREPARED,
     ),
@@ -650,7 +652,10 @@ PROMOTION_CASES: dict[str, list[tuple[SessionStatus, list[KernelStatus], bool]]]
     "promote-to-prepared": [
         (S.PREPARING, [K.PREPARED, K.PREPARED], True),
         (S.SCHEDULED, [K.PREPARED], True),
-        (S.PREPARING, [K.PREPARED, K.ERROR], True),
+        # A kernel that failed before PREPARED: never PREPARED (issue 35).
+        (S.PREPARING, [K.PREPARED, K.ERROR], False),
+        (S.SCHEDULED, [K.ERROR], False),
+        (S.PREPARING, [K.PREPARED, K.CANCELLED], False),
         (S.PREPARING, [K.PREPARED, K.PULLING], False),
         (S.PREPARING, [K.PREPARING, K.PREPARED], False),
         (S.SCHEDULED, [K.SCHEDULED, K.PREPARED], False),

@@ -63,7 +63,7 @@ async def test_a_container_kernel_succeeds_with_its_logs_kept_and_its_container_
 ):
     """exit 0: TERMINATED with code 0, stdout/stderr in the kernel's log files, the
     CPU quota (cpu = 0.5) visible inside, and no container left once it ended."""
-    flags = container_flags(podman, label_prefix)
+    flags = container_flags(podman, label_prefix, mount_roots=[str(tmp_path / "host")])
     async with running_daemon(database, tmp_path / "data", **flags) as (app, _daemon):
         command = ends_on_word(
             Path("/host/go"),
@@ -159,6 +159,10 @@ async def test_a_pull_of_an_image_that_does_not_exist_ends_in_error_with_the_rea
             assert (K.PULLING, f"pulling image {image}") in rows
             why = await _cli_why(database, sid)
             assert f"image pull failed: pull {image}: " in why, why
+            # Ended by detect-start-failure alone: never PREPARED (issue 35).
+            moves = _moves(await app.repository.history(sid))
+            assert S.PREPARED not in [to for _handler, _from, to in moves], moves
+            assert moves[-2][0] == "detect-start-failure", moves
         assert podman.containers(label_prefix) == []
 
 
@@ -195,6 +199,8 @@ def _write_config(path: Path, database, data_dir: Path, podman: Podman, prefix: 
         f'label_prefix = "{prefix}"\n'
         "poll_interval = 0.2\n"
         f'default_image = "{IMAGE}"\n'
+        # The tests' host directories, which kernels mount (docs/containers.md, "Mounts").
+        f'mount_roots = ["{path.parent / "host"}"]\n'
     )
     # The CLI refuses an empty database: migrate before the daemon would.
     subprocess.run(
@@ -526,6 +532,11 @@ async def test_a_pull_from_a_registry_shows_its_progress_then_the_kernel_runs(
         ]
         assert K.PULLING in [to for _from, to in moves]
         assert (K.PULLING, K.PREPARED) in moves
+        # The pull's words went with PULLING: `drover why` of a kernel that ran and
+        # succeeded says nothing of a pull (issue 35).
+        assert k.status_info is None
+        why = await _cli_why(database, sid)
+        assert "pulling" not in why, why
 
 
 # -- fencing: a call whose claim no longer holds does nothing ------------------------------

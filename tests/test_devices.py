@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-import attrs
 import pytest
+from conftest import Database
 from container_helpers import (
     IMAGE,
     Podman,
@@ -21,9 +20,11 @@ from daemon_helpers import ends_on_word, running_daemon, wait_for
 
 from drover import KernelStatus, SessionStatus
 from drover.backends.base import AgentInfo
-from drover.backends.devices import Devices
+from drover.backends.devices import DeviceProblem, Devices
+from drover.backends.fence import Fence, FencedError
 from drover.config import ConfigError, load_config
-from drover.kinds.sessions.values import KernelInfo
+from drover.model.values import Claim
+from drover.testing import CoordinatorHarness
 
 S = SessionStatus
 K = KernelStatus
@@ -142,11 +143,11 @@ async def test_container_kernels_get_exclusive_devices_in_their_variable(
 ):
     """Two ids, three concurrent kernels asking gpu = 1: two run with different ids in
     CUDA_VISIBLE_DEVICES inside their containers; the third waits until one ends."""
+    host = tmp_path / "host"
     flags = {
-        **container_flags(podman, label_prefix),
+        **container_flags(podman, label_prefix, mount_roots=[str(host)]),
         "backend.agents": [{"id": "test-agent", "cpu": 4, "mem": 4096, "gpu": ["7", "9"]}],
     }
-    host = tmp_path / "host"
     host.mkdir()
     mount = [{"source": str(host), "target": "/host"}]
 
@@ -188,42 +189,67 @@ async def test_container_kernels_get_exclusive_devices_in_their_variable(
             assert Path(k.runtime["stdout"]).read_text() == f"{k.runtime['devices']['gpu'][0]}\n"
 
 
-class _CommitDuringRead:
-    """Kernel reports as the database answers them, with kernel ``a``'s report (its devices
-    in its runtime) committing while ``b``'s device check reads the live kernels."""
-
-    def __init__(self, devices: Devices, a: KernelInfo) -> None:
-        self.devices = devices
-        self.a = a
-        self.reads = 0
-
-    async def kernels_in(self, statuses):
-        self.reads += 1
-        if self.reads == 1:  # a's own check: nothing holds devices yet
-            return []
-        # b's check: the read's snapshot is taken, then a's report commits and its
-        # backend releases the reservation, before the read returns.
-        self.a = attrs.evolve(self.a, status=K.PREPARED, runtime={"devices": {"gpu": ["7"]}})
-        self.devices.release(self.a.id)
-        await asyncio.sleep(0)
-        return []
-
-    async def kernel_statuses(self, ids):
-        return {i: self.a.status for i in ids if i == self.a.id}
+def _placed(status: KernelStatus = K.SCHEDULED, **spec) -> dict:
+    return {"cpu": 1, "gpu": 1, "status": status, "agent_id": "test-agent", **spec}
 
 
-async def test_a_report_committing_during_a_device_check_never_gives_its_ids_twice():
-    """Kernel a is given gpu 7; its report commits (and its reservation is released) while
-    b's check reads the live kernels: b must still get 9, not 7."""
-    agent = AgentInfo("test-agent", {"cpu": 4, "gpu": 2}, {"gpu": ("7", "9")})
+async def test_devices_are_taken_in_the_database_one_taker_at_a_time(make_harness):
+    """Eight kernels on one agent with four ids take their devices at the same moment
+    (PostgreSQL: eight connections): four get one id each, all different, recorded in their
+    runtime; the other four are refused naming the ids held. A kernel prepared again keeps
+    its ids; one that ended gives them back; an id recorded by a RUNNING kernel (a restart)
+    is never given; a kernel no longer being prepared takes nothing."""
+    agent = AgentInfo("test-agent", {"cpu": 16, "gpu": 4}, {"gpu": ("0", "1", "2", "3")})
     devices = Devices([agent], {})
-
-    def kernel(kid: str) -> KernelInfo:
-        return KernelInfo(
-            kid, f"s-{kid}", K.SCHEDULED, datetime.now(UTC), agent.id, {"cpu": 1, "gpu": 1}
+    async with make_harness(include_builtin_handlers=False) as h:
+        repo = h.repository
+        sids = await repo.seed_sessions(
+            [{"status": S.SCHEDULED, "kernels": [_placed()]} for _ in range(8)]
         )
+        kernels = [(await repo.get_session(sid)).kernels[0] for sid in sids]
+        outcomes = await asyncio.gather(
+            *(devices.assign(k, repo) for k in kernels), return_exceptions=True
+        )
+        given = [o["gpu"] for o in outcomes if isinstance(o, dict)]
+        refused = [str(o) for o in outcomes if isinstance(o, DeviceProblem)]
+        assert sorted(d for ids in given for d in ids) == ["0", "1", "2", "3"]
+        assert refused == ["gpu: 1 device(s) wanted, 0 free on agent test-agent "
+                           "(0, 1, 2, 3 held by other kernels)"] * 4  # fmt: skip
+        # What every coordinator reads: the choice is in each holder's runtime.
+        recorded = {k.id: (await repo.get_kernel(k.id)).runtime for k in kernels}
+        pairs = list(zip(kernels, outcomes, strict=True))
+        holders = [k for k, o in pairs if isinstance(o, dict)]
+        assert [recorded[k.id]["devices"] for k, o in pairs if isinstance(o, dict)] == [
+            o for _k, o in pairs if isinstance(o, dict)
+        ]
+        first, second = holders[:2]
+        # Prepared again (a retry): it keeps its ids.
+        again = await repo.get_kernel(first.id)
+        assert await devices.assign(again, repo) == recorded[first.id]["devices"]
+        # One that ended gives them back.
+        assert await repo.report_kernel_status(second.id, K.ERROR)
+        waiting = [k for k, o in pairs if not isinstance(o, dict)]
+        assert await devices.assign(waiting[0], repo) == recorded[second.id]["devices"]
+        # One no longer being prepared (sent back to PENDING) takes nothing.
+        assert await repo.report_kernel_status(waiting[1].id, K.PENDING)
+        with pytest.raises(DeviceProblem, match="no longer being prepared"):
+            await devices.assign(waiting[1], repo)
+        assert "devices" not in ((await repo.get_kernel(waiting[1].id)).runtime or {})
 
-    a, b = kernel("a"), kernel("b")
-    reporter = _CommitDuringRead(devices, a)
-    assert await devices.assign(a, reporter) == {"gpu": ["7"]}
-    assert await devices.assign(b, reporter) == {"gpu": ["9"]}
+
+async def test_a_device_take_whose_claim_no_longer_holds_takes_nothing(pg: Database):
+    """PostgreSQL (SQLite has one coordinator): a take under a tick's claim that is not on
+    the session (lapsed, taken over) raises FencedError and records nothing."""
+    agent = AgentInfo("test-agent", {"cpu": 16, "gpu": 2}, {"gpu": ("0", "1")})
+    devices = Devices([agent], {})
+    async with CoordinatorHarness(
+        include_builtin_handlers=False, database_url=pg.url, database_schema=pg.schema
+    ) as h:
+        repo = h.repository
+        (sid,) = await repo.seed_sessions([{"status": S.SCHEDULED, "kernels": [_placed()]}])
+        (kernel,) = (await repo.get_session(sid)).kernels
+        lost = Claim("coordinator-gone", "token-gone", repo.clock.time() + 10, ttl=10)
+        with pytest.raises(FencedError, match="coordinator-gone"):
+            await devices.assign(kernel, repo, Fence(sid, lost, repo))
+        assert (await repo.get_kernel(kernel.id)).runtime is None
+        assert await devices.assign(kernel, repo, Fence(sid, None, repo)) == {"gpu": ["0"]}

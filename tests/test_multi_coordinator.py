@@ -19,8 +19,10 @@ from scripted import Scripted
 
 from drover import HandlerResult, KernelStatus, SchedulingResult, SessionStatus, SessionWithKernels
 from drover.app import App
+from drover.backends.devices import devices_of
 from drover.config import load_config
 from drover.coordinator.tick import Coordinator
+from drover.kinds.sessions.values import HOLDING_KERNEL_STATUSES
 from drover.model.plan import Claim
 from drover.model.values import CoordinatorInfo
 from drover.testing import CoordinatorHarness
@@ -568,3 +570,85 @@ async def _true(value: bool) -> bool:
 async def _all_ended(app: App, ids: Sequence[str]) -> bool:
     sessions = [await app.repository.get_session(sid) for sid in ids]
     return all(s.status in (S.TERMINATED, S.ERROR) for s in sessions)
+
+
+# -- device ids across coordinators -------------------------------------------------------
+
+GPU_AGENT = [{"id": "gpu-node", "cpu": 64, "mem": 65536, "gpu": ["0", "1", "2", "3"]}]
+
+
+def _gpu_command(marks: Path) -> list[str]:
+    # A device in use is a directory only one process can make (mkdir is atomic): a
+    # second live kernel given the same id records a clash.
+    body = (
+        f'd={marks}/gpu-$CUDA_VISIBLE_DEVICES; mkdir "$d" || echo "$DROVER_KERNEL_ID" >> '
+        f'{marks}/clashes; echo "$DROVER_KERNEL_ID $CUDA_VISIBLE_DEVICES" >> {marks}/used; '
+        'sleep 0.4; rmdir "$d"'
+    )
+    return ["/bin/sh", "-c", body]
+
+
+@pg_only
+async def test_two_daemons_never_give_one_device_to_two_live_kernels(pg: Database, tmp_path: Path):
+    """Two daemons on one PostgreSQL database, one agent with four fake GPUs, 32 kernels
+    asking gpu = 1, prepared one session a tick by either daemon: no device id is ever held
+    by two live kernels, as the database says (sampled all along) and as the processes saw
+    (CUDA_VISIBLE_DEVICES); both daemons gave devices. Each coordinator's choice used to be
+    kept in its own memory until its kernel's report committed: the other gave it again."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    extra = {
+        "backend.agents": GPU_AGENT,
+        "claim_ttl": 20.0,
+        # One session a tick: the two daemons prepare side by side.
+        "handlers.prepare-sessions.batch_size": 1,
+        "handlers.prepare-sessions.interval": 0.05,
+    }
+    prepared: Counter[str] = Counter()
+    samples: list[list[str]] = []
+
+    def counted(app: App, name: str) -> None:
+        original = app.backend.prepare
+
+        async def prepare(session: SessionWithKernels) -> None:
+            prepared[name] += 1
+            await original(session)
+
+        app.backend.prepare = prepare  # type: ignore[method-assign]
+
+    async with (
+        running_daemon(pg, tmp_path / "data", **extra) as (one, _one),
+        running_daemon(pg, tmp_path / "data", **extra) as (two, _two),
+    ):
+        counted(one, "one")
+        counted(two, "two")
+        repo = one.repository
+        kernel = {"command": _gpu_command(marks), "cpu": 1, "mem": 1, "gpu": 1}
+        ids = await repo.create_sessions([{"kernels": [kernel]} for _ in range(32)])
+
+        async def ended_while_sampling() -> bool:
+            live = await repo.kernels_in(HOLDING_KERNEL_STATUSES)
+            samples.append([d for k in live for d in devices_of(k.runtime).get("gpu", [])])
+            return await _all_ended(one, ids)
+
+        await wait_for(ended_while_sampling, timeout=240, what="32 gpu sessions ended")
+        sessions = [await repo.get_session(sid) for sid in ids]
+
+    assert not (marks / "clashes").exists(), (marks / "clashes").read_text()
+    assert len(samples) > 10
+    for sample in samples:
+        assert len(sample) == len(set(sample)), sample
+    assert set(prepared) == {"one", "two"}, prepared
+    used = dict(line.split() for line in (marks / "used").read_text().splitlines())
+    ran = [k for s in sessions for k in s.kernels if k.id in used]
+    # Two schedulers may together place a fifth kernel on four ids: it is refused, never
+    # given one held.
+    for s in sessions:
+        (k,) = s.kernels
+        if k.id in used:
+            assert (k.status, k.exit_code) == (K.TERMINATED, 0), k
+            assert devices_of(k.runtime) == {"gpu": [used[k.id]]}, k
+        else:
+            assert k.status == K.ERROR, k
+            assert "device(s) wanted, 0 free on agent gpu-node" in (k.status_info or ""), k
+    assert len(ran) >= 28, [(k.status, k.status_info) for s in sessions for k in s.kernels]

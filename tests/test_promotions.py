@@ -142,7 +142,8 @@ async def test_a_promotion_selects_and_moves_in_one_transaction(make_harness):
 
 
 async def test_a_session_whose_only_kernel_fails_setup_ends_instead_of_waiting(make_harness):
-    """detect-start-failure: a kernel that ends before RUNNING sends the session to TERMINATING."""
+    """detect-start-failure: a kernel that ends before RUNNING sends the session to TERMINATING,
+    without passing through PREPARED."""
     async with make_harness(backend=SimulatedBackend(run_for=None)) as h:
         sid = await h.create_session(kernels=[{"cpu": 1, "sim": {"prepare": "fail"}}])
         await h.run_until_settled()
@@ -150,7 +151,10 @@ async def test_a_session_whose_only_kernel_fails_setup_ends_instead_of_waiting(m
         assert (s.status, s.result, s.status_info) == (S.TERMINATED, "FAILURE", "START_FAILED")
         assert [k.status for k in s.kernels] == [K.ERROR]
         rows = [(r.handler, r.from_status, r.to_status) for r in await h.history(sid)]
-        assert ("detect-start-failure", S.PREPARED, S.TERMINATING) in rows
+        # Straight from PREPARING: a kernel that failed its preparation never makes its
+        # session PREPARED (issue 35; it used to pass through PREPARED first).
+        assert ("detect-start-failure", S.PREPARING, S.TERMINATING) in rows
+        assert S.PREPARED not in [to for _handler, _from, to in rows]
         assert rows[-1] == ("promote-to-terminated", S.TERMINATING, S.TERMINATED)
 
 

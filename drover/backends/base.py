@@ -80,6 +80,27 @@ class KernelReporter(Protocol):
         """The current status of each kernel (unknown ids left out)."""
         ...
 
+    async def take_kernel_devices(
+        self,
+        kernel_id: str,
+        choose: Callable[[dict[str, list[str]], dict[str, set[str]]], dict[str, list[str]]],
+        *,
+        claim: Claim | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, list[str]] | None:
+        """Give the kernel device ids, atomically across coordinators; return them.
+
+        In one transaction, one at a time per agent: ``choose`` gets the ids the
+        kernel holds now and those every other live kernel on its agent holds
+        (``{slot: ids}``, from their ``runtime["devices"]``) and returns the
+        kernel's (it may raise, and nothing is written); they are recorded in its
+        ``runtime["devices"]``, where every coordinator sees them. ``None``,
+        nothing taken: the kernel is no longer SCHEDULED, PREPARING or PULLING
+        on an agent, or ``claim`` (the tick's, on ``session_id``) no longer holds
+        it. See :mod:`drover.backends.devices`.
+        """
+        ...
+
     async def hold_claim(self, claim: Claim, entity_id: str) -> float | None:
         """Renew ``claim`` on ``entity_id`` if it still holds it: its new expiry, else ``None``.
 
@@ -142,6 +163,15 @@ class AgentBackend(ABC):
         once started asks for them here.
         """
         return {slot for agent in self.agents() for slot in agent.capacity}
+
+    def kernel_spec_problem(self, spec: Mapping[str, Any]) -> str | None:
+        """Why this backend would refuse a kernel spec, known from the spec and the
+        backend's settings alone, without :meth:`start` (``drover submit`` asks it, so a
+        kernel it would refuse is refused at submit in one line); ``None``: no objection.
+
+        The default has none. The container backend names its mount policy here.
+        """
+        return None
 
     @abstractmethod
     async def prepare(self, session: SessionWithKernels) -> None:

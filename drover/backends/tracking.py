@@ -218,13 +218,14 @@ class TrackingBackend(AgentBackend, Generic[T]):
 
     # -- devices ---------------------------------------------------------------------------
 
-    async def _assign_devices(self, kernel: KernelInfo) -> dict[str, list[str]]:
+    async def _assign_devices(self, kernel: KernelInfo, fence: Fence) -> dict[str, list[str]]:
         """The device ids of a kernel that asks for a device slot (``{}`` if it asks for
-        none); raises :class:`~drover.backends.devices.DeviceProblem`."""
+        none), taken in the database under ``fence``'s claim; raises
+        :class:`~drover.backends.devices.DeviceProblem` (or ``FencedError``)."""
         if not self.devices.wanted(kernel):
             return {}
         assert self.reporter is not None
-        return await self.devices.assign(kernel, self.reporter)
+        return await self.devices.assign(kernel, self.reporter, fence)
 
     # -- file retention --------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ copies, and a name for an entity created on its own.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -285,6 +285,7 @@ def check_against_deployment(
     handlers: Collection[str],
     slots: Collection[str] | None,
     capacities: Mapping[str, Mapping[str, float]] | None = None,
+    child_problem: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> None:
     """Refuse what no part of this deployment could act on.
 
@@ -293,7 +294,10 @@ def check_against_deployment(
     ``capacities`` each agent's capacity by agent id (``None`` or empty: not
     known, not checked): options for a handler that is not loaded would be
     silently ignored, and a child asking for a slot no agent has, or for more
-    than any agent holds even when idle, would wait forever.
+    than any agent holds even when idle, would wait forever. ``child_problem``:
+    why the backend would refuse the spec of a child it runs (one of a kind
+    with resource slots), or ``None``: refused here, in one line, instead of
+    failing once prepared.
     """
     for new in news:
         options = new.spec.get("options") or {}
@@ -304,7 +308,14 @@ def check_against_deployment(
                 f"the loaded handlers are {', '.join(sorted(handlers))}"
             )
         child = kinds.child_of(new.kind)
-        if slots is None or child is None or child.resource_slots is None:
+        if child is None or child.resource_slots is None:
+            continue
+        if child_problem is not None:
+            for index, raw in enumerate(new.children, start=1):
+                problem = child_problem(raw.get("spec") or {})
+                if problem:
+                    raise InvalidSpecError(f"{child.name} {index}: {problem}")
+        if slots is None:
             continue
         known = set(slots) | set(child.resource_slots)
         for index, raw in enumerate(new.children, start=1):

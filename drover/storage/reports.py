@@ -6,7 +6,9 @@ come to :class:`ReportSink`, one of the services
 :class:`~drover.storage.repository.Repository` is made of.
 
 Each report is compare-and-set: it applies only if the entity has not ended
-and (when ``expected`` is given) is in an expected status. An applied report
+and (when ``expected`` is given) is in an expected status. A report that moves
+an entity sets its ``status_info`` to the report's words (none: cleared), so
+words of an earlier status never outlive it. An applied report
 records a status change (``status_changes``, with the reporter as source),
 which the entity's own history shows, and its parent's view of its children.
 An entity a report ends gets its result and ends its live children, down the
@@ -64,12 +66,15 @@ def _apply_reports(
     live entity has none; one that ends gets it right after); else the status
     is kept. ``ends``: the entities, of that kind without children, end, and
     their result is set in the same statement (a kernel's row is written once).
-    ``:exit_code`` and ``:info`` (the ``status_info``) when not null; the agent
-    cleared when ``:clear_agent``.
+    ``:exit_code`` and ``:info`` (the ``status_info``) when not null; the
+    ``status_info`` cleared when ``:clear_info``, the agent when ``:clear_agent``.
     """
+    info = sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info)
     values: dict[str, Any] = {
         "exit_code": sa.func.coalesce(sa.bindparam("exit_code", type_=sa.Integer), e.c.exit_code),
-        "status_info": sa.func.coalesce(sa.bindparam("info", type_=sa.Text), e.c.status_info),
+        "status_info": sa.case(
+            (sa.bindparam("clear_info", type_=sa.Boolean), sa.null()), else_=info
+        ),
         "agent_id": sa.case(
             (sa.bindparam("clear_agent", type_=sa.Boolean), sa.null()), else_=e.c.agent_id
         ),
@@ -147,6 +152,8 @@ class _Final:
     to: str
     exit_code: int | None = None
     info: str | None = None
+    #: A move without words of its own: the words of the status it left go.
+    clear_info: bool = False
     clear_agent: bool = False
     runtime: dict[str, Any] | None = None
     data: dict[str, Any] | None = None
@@ -344,8 +351,12 @@ def _fold(final: _Final, report: Report, to: str, moves: bool, kind: EntityKind)
     final.to = to
     if report.exit_code is not None:
         final.exit_code = report.exit_code
-    if report.status_info is not None:
-        final.info = report.status_info
+    if moves:
+        # status_info says how the entity is in its status: a pull's progress words
+        # must not outlive PULLING.
+        final.info, final.clear_info = report.status_info, report.status_info is None
+    elif report.status_info is not None:
+        final.info, final.clear_info = report.status_info, False
     if moves and kind.resource_slots is not None and to == kind.first_status:
         # Placed children that start over give their agent's capacity back.
         final.clear_agent = True
@@ -368,12 +379,13 @@ def _write_finals(
     runtimes: list[dict[str, Any]] = []
     patches: dict[str, Any] = {}
     for eid, f in finals.items():
-        groups[(current[eid][0], f.before, f.to, f.exit_code, f.info, f.clear_agent)].append(eid)
+        key = (current[eid][0], f.before, f.to, f.exit_code, f.info, f.clear_info, f.clear_agent)
+        groups[key].append(eid)
         if f.runtime is not None:
             runtimes.append({"kid": eid, "rt": f.runtime})
         if f.data is not None:
             patches[eid] = f.data
-    for (kind_name, before, to, code, info, clear), group in groups.items():
+    for (kind_name, before, to, code, info, clear_info, clear), group in groups.items():
         moving = before != to
         # An entity without children that ends gets its result in the same write.
         kind = kinds[kind_name]
@@ -382,7 +394,7 @@ def _write_finals(
         update = statement(("apply-reports", postgres, moving, ends), build)
         params = {
             "ids": ids_value(group, postgres), "from_status": before, "exit_code": code,
-            "info": info, "clear_agent": clear,
+            "info": info, "clear_info": clear_info, "clear_agent": clear,
         }  # fmt: skip
         if moving:
             params.update(to_status=to, now=now)

@@ -3,8 +3,10 @@
 :class:`Repository` is the tick store (the coordinator's
 :class:`~drover.coordinator.store.CoordinatorStore`), the report sink (what
 backends and outside systems push), the daemon's store (its
-:class:`~drover.coordinator.store.DaemonStore`), the entity writes of the API
-and the read-only :class:`~drover.storage.queries.Queries`, each a service
+:class:`~drover.coordinator.store.DaemonStore`), the entity writes of the API,
+the runtimes held one taker per agent at a time (device ids,
+:class:`~drover.storage.agent_runtimes.AgentRuntimes`) and the read-only
+:class:`~drover.storage.queries.Queries`, each a service
 whose methods are the implementation. The dashboard, the CLI's read commands
 and handlers get a plain ``Queries`` (:attr:`Repository.queries`), which
 cannot write.
@@ -12,6 +14,7 @@ cannot write.
 
 from __future__ import annotations
 
+from drover.storage.agent_runtimes import AgentRuntimes
 from drover.storage.daemon_store import DaemonStore
 from drover.storage.entity_writes import EntityWrites
 from drover.storage.queries import Queries
@@ -21,7 +24,7 @@ from drover.storage.tick_store import TickStore
 __all__ = ["Repository"]
 
 
-class Repository(Queries, EntityWrites, ReportSink, TickStore, DaemonStore):
+class Repository(Queries, EntityWrites, ReportSink, TickStore, DaemonStore, AgentRuntimes):
     """Reads and writes entities, reports, ticks and history on one async engine.
 
     ``kinds`` are the registered entity kinds: :class:`drover.app.App`

@@ -6,9 +6,18 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
+import cattrs
 
-from drover.backends.settings import settings_converter, structure_settings
-from drover.model.errors import DroverError
+from drover.backends.settings import (
+    DAY,
+    HOUR,
+    MIN_POLL,
+    bounded,
+    refuse,
+    seconds,
+    settings_converter,
+    structure_settings,
+)
 
 __all__ = ["PULL_POLICIES", "ContainerSettings", "settings_from"]
 
@@ -44,18 +53,71 @@ class ContainerSettings:
     remove: bool = True
     #: Seconds one API call may take (a pull has no limit: it is as slow as the registry).
     api_timeout: float = 60.0
+    #: Host directories under which a kernel may mount a ``source`` (absolute paths);
+    #: none by default: only the kernel's own directory (docs/containers.md, "Mounts").
+    mount_roots: list[str] = attrs.field(factory=list)
 
 
-_CONVERTER = settings_converter(ContainerSettings)
+#: Most entries of ``mount_roots``.
+MAX_MOUNT_ROOTS = 256
+#: Longest path (a root, a mount's source or target), as Linux's ``PATH_MAX``.
+MAX_PATH = 4096
+
+
+def _strings(value: Any, _type: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return list(value)
+
+
+def _converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook_func(lambda t: t == list[str], _strings)
+    return settings_converter(ContainerSettings, conv)
+
+
+_CONVERTER = _converter()
+
+
+def _root_problem(index: int, root: str) -> str | None:
+    key = f"mount_roots[{index}]"
+    problem = bounded(key, root, MAX_PATH)
+    if problem:
+        return problem
+    if not root.startswith("/") or any(c in root for c in ":,"):
+        return f"backend.settings.{key} = {root!r}: must be an absolute path without ':' or ','"
+    if root.strip("/") == "":
+        return (
+            f"backend.settings.{key} = {root!r}: '/' would let kernels mount every host "
+            "path; name the directories they may mount"
+        )
+    return None
 
 
 def settings_from(raw: Mapping[str, Any]) -> ContainerSettings:
-    """Structure ``backend.settings``; a wrong key or value is a :class:`DroverError`."""
+    """Structure ``backend.settings`` and check that its values make sense; a wrong key or
+    value is a :class:`~drover.model.errors.DroverError` naming each."""
     settings = structure_settings(_CONVERTER, raw, ContainerSettings, "container")
-    if settings.poll_interval <= 0:
-        raise DroverError("invalid container backend settings: poll_interval must be > 0 seconds")
-    if not settings.label_prefix or not settings.label_prefix.replace("-", "").isalnum():
-        raise DroverError(
-            "invalid container backend settings: label_prefix must be letters, digits and '-'"
-        )
+    roots = settings.mount_roots
+    refuse(
+        "container",
+        [
+            bounded("url", settings.url, 2048),
+            bounded("network", settings.network, 255),
+            bounded("default_image", settings.default_image, 1024),
+            bounded(
+                "label_prefix", settings.label_prefix, 32, pattern=r"[A-Za-z0-9][A-Za-z0-9-]*",
+                meaning="must be letters, digits and '-' (a container name's start)",
+            ),
+            seconds("poll_interval", settings.poll_interval, MIN_POLL, HOUR),
+            seconds("kill_grace", settings.kill_grace, 0.0, DAY),
+            seconds("api_timeout", settings.api_timeout, 0.1, HOUR),
+            (
+                f"backend.settings.mount_roots: {len(roots)} entries, at most {MAX_MOUNT_ROOTS}"
+                if len(roots) > MAX_MOUNT_ROOTS
+                else None
+            ),
+            *(_root_problem(i, r) for i, r in enumerate(roots[:MAX_MOUNT_ROOTS])),
+        ],
+    )  # fmt: skip
     return settings

@@ -2,16 +2,18 @@
 
 Private to the container backend. Spec keys (docs/containers.md): ``image``,
 ``command`` (optional: the image's own), ``env``, ``cwd`` (the working directory
-inside the container), ``mounts`` (``{source, target, read_only}``), and the slots
+inside the container), ``mounts`` (``{source, target, read_only}``, as
+:mod:`~drover.backends.container._mounts` allows), and the slots
 ``cpu`` (a CPU quota: ``NanoCpus``) and ``mem`` (MiB: a memory limit).
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from drover.backends.container._mounts import MountPolicy
 from drover.kinds.sessions.values import KernelInfo
 
 __all__ = [
@@ -45,8 +47,11 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(a, str | int | float) for a in value)
 
 
-def spec_problem(spec: Mapping[str, Any], default_image: str | None) -> str | None:
-    """Why a kernel spec cannot run in a container, or ``None``."""
+def spec_problem(
+    spec: Mapping[str, Any], default_image: str | None, mounts: MountPolicy
+) -> str | None:
+    """Why a kernel spec cannot run in a container, or ``None`` (its ``mounts`` checked
+    against ``mounts``, from the spec alone)."""
     if image_of(spec, default_image) is None:
         return (
             "invalid kernel spec: 'image' is required by the container backend "
@@ -63,24 +68,7 @@ def spec_problem(spec: Mapping[str, Any], default_image: str | None) -> str | No
     cwd = spec.get("cwd")
     if cwd is not None and not (isinstance(cwd, str) and cwd.startswith("/")):
         return "invalid kernel spec: 'cwd' must be an absolute path inside the container"
-    mounts = spec.get("mounts")
-    if mounts is not None:
-        if not isinstance(mounts, list):
-            return "invalid kernel spec: 'mounts' must be a list of {source, target, read_only}"
-        for index, mount in enumerate(mounts, start=1):
-            if not (
-                isinstance(mount, Mapping)
-                and isinstance(mount.get("source"), str)
-                and isinstance(mount.get("target"), str)
-                and str(mount["source"]).startswith("/")
-                and str(mount["target"]).startswith("/")
-                and isinstance(mount.get("read_only", False), bool)
-            ):
-                return (
-                    f"invalid kernel spec: mount {index} needs an absolute 'source' (a host "
-                    "directory) and 'target', and 'read_only' true or false"
-                )
-    return None
+    return mounts.problem(spec.get("mounts"))
 
 
 def container_config(
@@ -92,11 +80,14 @@ def container_config(
     env: Mapping[str, str],
     network: str | None,
     port: int | None,
+    mounts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The body of ``POST /containers/create`` for a kernel whose spec passed the check.
 
     ``port``: the kernel's ``$PORT``; the same number is published on
-    127.0.0.1 unless the container shares the host's network.
+    127.0.0.1 unless the container shares the host's network. ``mounts``: the
+    Engine API's ``Mounts``, as :meth:`~drover.backends.container._mounts.MountPolicy.resolve`
+    gave them (structured, never a ``source:target:options`` string).
     """
     spec = kernel.spec
     variables = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
@@ -112,12 +103,8 @@ def container_config(
         # No swap beyond the limit: a kernel over its memory is killed, not slowed.
         host["Memory"] = memory
         host["MemorySwap"] = memory
-    binds = [
-        f"{m['source']}:{m['target']}{':ro' if m.get('read_only') else ''}"
-        for m in spec.get("mounts") or []
-    ]
-    if binds:
-        host["Binds"] = binds
+    if mounts:
+        host["Mounts"] = [dict(m) for m in mounts]
     if network:
         host["NetworkMode"] = network
     config: dict[str, Any] = {

@@ -2,14 +2,17 @@
 
 It runs on Docker and on Podman's Docker-compatible socket (docs/containers.md).
 
-* prepare: the image is pulled (PULLING, the engine's words in ``status_info``)
-  as ``pull_policy`` says; PREPARED once the engine has it. A failed pull (no
+* prepare: the kernel's device ids are taken (under the tick's claim), its
+  mounts checked on this host (:mod:`~drover.backends.container._mounts`), and
+  the image is pulled (PULLING, the engine's words in ``status_info``) as
+  ``pull_policy`` says; PREPARED once the engine has it. A failed pull (no
   such image, registry unreachable) is ERROR with the engine's reason.
 * create: the container ``<prefix>-<kernel id>`` is created with labels
   ``<prefix>.kernel`` and ``<prefix>.session``, ``cpu`` as a CPU quota and
   ``mem`` (MiB) as a memory limit, and started; RUNNING with the container's
   id in the kernel's ``runtime``. A container that exists already (a daemon
-  died before its RUNNING committed) is adopted, never started twice.
+  died before its RUNNING committed) is adopted, never started twice; one whose
+  start failed is removed with its kernel's ERROR.
 * logs: the container's stdout and stderr are copied as they come to files in
   ``<data_dir>/kernels/<id>/`` (``drover logs``), and copied whole once it ended.
 * exit: code 0 is TERMINATED; anything else ERROR with the engine's exit code;
@@ -37,6 +40,7 @@ from typing import Any
 from drover.backends.base import AgentInfo, BackendError, KernelReporter
 from drover.backends.container._engine import ContainerState, Engine, EngineError, Summary
 from drover.backends.container._logs import end_followers, follow, keep_logs
+from drover.backends.container._mounts import MountPolicy, MountRefused, engine_sockets
 from drover.backends.container._reports import (
     AFTER_PULL,
     OWNING,
@@ -108,7 +112,16 @@ class ContainerBackend(TrackingBackend[_Container]):
         )  # fmt: skip
         self.settings = settings
         self.engine = Engine(settings.url, settings.label_prefix, settings.api_timeout)
+        #: What kernels may mount (docs/containers.md, "Mounts").
+        self.mounts = MountPolicy(
+            settings.mount_roots, self.data_dir, engine_sockets(settings.url, os.environ)
+        )
         self._pulls: dict[str, asyncio.Task[None]] = {}
+
+    def kernel_spec_problem(self, spec: Mapping[str, Any]) -> str | None:
+        """Why a container could not run this kernel spec (no image, a mount the policy
+        refuses…), from the spec and the settings alone; ``None``: it could."""
+        return spec_problem(spec, self.settings.default_image, self.mounts)
 
     # -- adopting what runs at start-up ----------------------------------------------------
 
@@ -125,7 +138,8 @@ class ContainerBackend(TrackingBackend[_Container]):
         for kernel in self._ours(kernels):
             summary = found.get(kernel.id)
             if kernel.status in (_K.PREPARING, _K.PULLING):
-                self._spawn_pull(kernel.session_id, kernel)
+                # Its devices were taken (and recorded) when it was first prepared.
+                self._spawn_pull(kernel, devices_of(kernel.runtime))
                 counts["pulls"] += 1
             elif kernel.status in (_K.RUNNING, _K.TERMINATING):
                 if summary is None:
@@ -230,9 +244,10 @@ class ContainerBackend(TrackingBackend[_Container]):
     # -- prepare: the image ---------------------------------------------------------
 
     async def prepare(self, session: SessionWithKernels) -> None:
-        """Remove an earlier attempt's container, then pull each kernel's image in the
-        background. The removal is fenced by the tick's claim (:mod:`drover.backends.fence`):
-        a fenced call removes nothing and raises :class:`~drover.backends.fence.FencedError`."""
+        """Remove an earlier attempt's container, take each kernel's devices, then pull its
+        image in the background. The removal and the devices are fenced by the tick's claim
+        (:mod:`drover.backends.fence`): a fenced call removes and takes nothing and raises
+        :class:`~drover.backends.fence.FencedError`."""
         fence = Fence.of(session, self.reporter)
         wanted = [
             k
@@ -244,7 +259,14 @@ class ContainerBackend(TrackingBackend[_Container]):
             if kernel.status == _K.SCHEDULED:
                 await self._clear_earlier(kernel, fence)
         for kernel in wanted:
-            self._spawn_pull(session.id, kernel)
+            try:
+                # Under the tick's claim, before prepare returns: the pull runs after it.
+                devices = await self._assign_devices(kernel, fence)
+            except DeviceProblem as problem:
+                error = KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=str(problem))
+                await self._deliver([error])
+                continue
+            self._spawn_pull(kernel, devices)
 
     async def _clear_earlier(self, kernel: KernelInfo, fence: Fence) -> None:
         """Remove the container of an earlier attempt (the kernel was sent back to PENDING)."""
@@ -258,35 +280,37 @@ class ContainerBackend(TrackingBackend[_Container]):
         self.log.warning("kernel %s: removing an earlier attempt's container", kernel.id)
         await self._remove(earlier.id, fence)
 
-    def _spawn_pull(self, session_id: str, kernel: KernelInfo) -> None:
+    def _spawn_pull(self, kernel: KernelInfo, devices: dict[str, list[str]]) -> None:
+        """Pull the kernel's image in the background (``devices``: those it took)."""
         if kernel.id in self._pulls:
             return
-        task = self._spawn_task(self._prepare_kernel(session_id, kernel))
+        task = self._spawn_task(self._prepare_kernel(kernel, devices))
         self._pulls[kernel.id] = task
         task.add_done_callback(lambda _t: self._pulls.pop(kernel.id, None))
 
-    async def _prepare_kernel(self, session_id: str, kernel: KernelInfo) -> None:
+    async def _prepare_kernel(self, kernel: KernelInfo, devices: dict[str, list[str]]) -> None:
         try:
-            report = await self._prepare_now(kernel)
-        except asyncio.CancelledError:
-            self.devices.release(kernel.id)
-            raise
+            report = await self._prepare_now(kernel, devices)
         except Exception as error:
             self.log.exception("preparing kernel %s failed", kernel.id)
             message = f"prepare failed: {type(error).__name__}: {error}"
             report = KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
-        if await self._deliver([report]):
-            # Committed (or refused): the database says who holds which devices.
-            self.devices.release(kernel.id)
+        await self._deliver([report])
 
-    async def _prepare_now(self, kernel: KernelInfo) -> KernelReport:
-        problem = spec_problem(kernel.spec, self.settings.default_image)
+    async def _prepare_now(self, kernel: KernelInfo, devices: dict[str, list[str]]) -> KernelReport:
+        problem = self.kernel_spec_problem(kernel.spec)
         if problem:
             return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=problem)
         image = image_of(kernel.spec, self.settings.default_image)
         assert image is not None
         workdir = self.kernel_dir(kernel.id)
         await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+        try:
+            # Checked on this host now, so a refused mount fails before any pull.
+            await asyncio.to_thread(self.mounts.resolve, kernel.spec.get("mounts"), workdir)
+        except MountRefused as refused:
+            message = f"invalid kernel spec: {refused}"
+            return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=message)
         runtime: dict[str, Any] = {
             "backend": "container",
             "image": image,
@@ -295,10 +319,6 @@ class ContainerBackend(TrackingBackend[_Container]):
             "stdout": str(workdir / "stdout.log"),
             "stderr": str(workdir / "stderr.log"),
         }
-        try:
-            devices = await self._assign_devices(kernel)
-        except DeviceProblem as problem:
-            return KernelReport(kernel.id, _K.ERROR, expected=AFTER_PULL, message=str(problem))
         if devices:
             runtime["devices"] = devices
         policy = self.settings.pull_policy
@@ -360,14 +380,18 @@ class ContainerBackend(TrackingBackend[_Container]):
     async def _create_kernel(
         self, session_id: str, kernel: KernelInfo, fence: Fence
     ) -> list[KernelReport]:
-        problem = spec_problem(kernel.spec, self.settings.default_image)
+        problem = self.kernel_spec_problem(kernel.spec)
         if problem:
             return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=problem)]
         name = self._name(kernel.id)
         runtime = dict(kernel.runtime or {})
+        container_id: str | None = None
         try:
             state = await self._existing(name)
             if state is None:
+                mounts = await asyncio.to_thread(
+                    self.mounts.resolve, kernel.spec.get("mounts"), self.kernel_dir(kernel.id)
+                )
                 port = await asyncio.to_thread(free_port)
                 config = container_config(
                     kernel,
@@ -380,6 +404,7 @@ class ContainerBackend(TrackingBackend[_Container]):
                     env=self.devices.env(devices_of(runtime)),
                     network=self.settings.network,
                     port=port,
+                    mounts=mounts,
                 )
                 container_id = await self._create(name, config, fence)
                 runtime["port"] = port
@@ -390,7 +415,14 @@ class ContainerBackend(TrackingBackend[_Container]):
             runtime["container_id"] = container_id
             if state is None or not state.started:
                 await self._start_container(container_id, fence)
+        except MountRefused as refused:
+            message = f"failed to start: {refused}"
+            return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=message)]
         except EngineError as error:
+            if container_id is not None:
+                # Created, never started: it would stay "Created" until the next daemon
+                # start. Its kernel ends now, and so does it.
+                await self._remove(container_id)
             message = f"failed to start: {error}"
             return [KernelReport(kernel.id, _K.ERROR, expected=RUNNING_EXPECTED, message=message)]
         tracked = self._track(kernel.id, container_id, runtime)

@@ -223,7 +223,7 @@ class LocalBackend(TrackingBackend[Watch]):
         workdir = self.kernel_dir(kernel.id)
         runtime: dict[str, Any] = {"workdir": str(workdir), **log_paths(workdir)}
         try:
-            devices = await self._assign_devices(kernel)
+            devices = await self._assign_devices(kernel, fence)
         except DeviceProblem as problem:
             self._setup_failed(kernel.id, str(problem))
             return

@@ -9,8 +9,16 @@ from typing import Any
 import attrs
 import cattrs
 
-from drover.backends.settings import settings_converter, structure_settings
-from drover.model.errors import DroverError
+from drover.backends.settings import (
+    DAY,
+    HOUR,
+    MIN_POLL,
+    bounded,
+    refuse,
+    seconds,
+    settings_converter,
+    structure_settings,
+)
 
 __all__ = ["SlurmSettings", "settings_from"]
 
@@ -70,9 +78,50 @@ def _settings_converter() -> cattrs.Converter:
 _CONVERTER = _settings_converter()
 
 
+#: Most ``sbatch_args``, and the longest one.
+MAX_SBATCH_ARGS = 256
+_MAX_ARG = 4096
+#: A Slurm name (partition, account): no whitespace, no shell or list separators.
+_NAME = r"[^\s,;:'\"]+"
+
+
 def settings_from(raw: Mapping[str, Any]) -> SlurmSettings:
-    """Structure ``backend.settings``; a wrong key or value is a :class:`DroverError`."""
-    settings = structure_settings(_CONVERTER, raw, SlurmSettings, "slurm")
-    if settings.poll_interval <= 0 or settings.nodes_interval <= 0:
-        raise DroverError("invalid slurm backend settings: intervals must be > 0 seconds")
-    return settings
+    """Structure ``backend.settings`` and check that its values make sense; a wrong key or
+    value is a :class:`~drover.model.errors.DroverError` naming each."""
+    s = structure_settings(_CONVERTER, raw, SlurmSettings, "slurm")
+    name = "a name without spaces, ',', ';', ':' or quotes"
+    refuse(
+        "slurm",
+        [
+            bounded("partition", s.partition, 255, pattern=_NAME, meaning=f"must be {name}"),
+            bounded("account", s.account, 255, pattern=_NAME, meaning=f"must be {name}"),
+            bounded(
+                "job_name_prefix", s.job_name_prefix, 64, pattern=r"[A-Za-z0-9._-]*",
+                meaning="must be letters, digits, '.', '_' and '-'",
+            ),
+            bounded(
+                "signal", s.signal, 16, pattern=r"[A-Za-z0-9+]+",
+                meaning="must be a signal's name or number (TERM, USR1, 15)",
+            ),
+            seconds("poll_interval", s.poll_interval, MIN_POLL, HOUR),
+            seconds("nodes_interval", s.nodes_interval, MIN_POLL, DAY),
+            seconds("kill_grace", s.kill_grace, 0.0, DAY),
+            seconds("command_timeout", s.command_timeout, 0.1, HOUR),
+            bounded("jobcomp_file", s.jobcomp_file, 4096),
+            *(bounded(tool, getattr(s, tool), 4096) for tool in _TOOLS),
+            (
+                f"backend.settings.sbatch_args: {len(s.sbatch_args)} arguments, at most "
+                f"{MAX_SBATCH_ARGS}"
+                if len(s.sbatch_args) > MAX_SBATCH_ARGS
+                else None
+            ),
+            *(
+                bounded(f"sbatch_args[{i}]", arg, _MAX_ARG)
+                for i, arg in enumerate(s.sbatch_args[:MAX_SBATCH_ARGS])
+            ),
+        ],
+    )  # fmt: skip
+    return s
+
+
+_TOOLS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel")

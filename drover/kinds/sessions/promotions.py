@@ -6,6 +6,11 @@ forever, because ``start-sessions`` only fetches sessions with a PREPARED or
 CREATING kernel (and ``schedule-sessions`` likewise wants a PENDING one).
 CREATING is left to ``promote-to-running`` and ``detect-termination``: kernels
 may already have run there.
+
+``promote-to-prepared`` waits for no kernel in an early status *and none ended*:
+a session whose kernel failed before PREPARED (an image that could not be
+pulled) is ended by ``detect-start-failure`` alone, and its history never says
+it was PREPARED.
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ BUILTIN_PROMOTIONS: tuple[PromotionRule, ...] = (
     PromotionRule(
         "promote-to-prepared",
         {S.SCHEDULED, S.PREPARING},
-        {K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING},
+        # An ended kernel (a failed pull) is not prepared: detect-start-failure ends
+        # the session, which never passes through PREPARED.
+        {K.PENDING, K.SCHEDULED, K.PREPARING, K.PULLING} | TERMINAL_KERNEL_STATUSES,
         M.NOT_ANY,
         S.PREPARED,
         kind=SESSION_KIND,

@@ -15,7 +15,7 @@ is :mod:`drover.kinds.sessions.reading`, declared on the kinds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -31,9 +31,10 @@ from drover.kinds.sessions.values import (
     SessionWithKernels,
     UnknownKernelError,
     UnknownSessionError,
+    devices_of,
 )
 from drover.model.errors import UnknownEntityError
-from drover.model.values import KernelHistoryRecord, Report
+from drover.model.values import Claim, KernelHistoryRecord, Report
 from drover.storage.queries import EntityFilter
 from drover.storage.queries import Queries as _Queries
 from drover.storage.repository import Repository as _Repository
@@ -49,6 +50,8 @@ __all__ = [
 
 #: ``source`` of the status changes a backend reports.
 BACKEND_SOURCE = "backend"
+#: Kernel statuses in which a kernel takes its device ids: placed, being prepared.
+_TAKING_DEVICES = frozenset({KernelStatus.SCHEDULED, KernelStatus.PREPARING, KernelStatus.PULLING})
 #: The dashboard's session filters: an :class:`~drover.storage.queries.EntityFilter`.
 SessionFilter = EntityFilter
 
@@ -249,6 +252,33 @@ class SessionRepository(_Repository, SessionQueries):
         """A backend's progress words for a kernel still in ``status`` (its ``status_info``;
         no status change, no history row)."""
         return await self.report_status_info(kernel_id, status, message)
+
+    async def take_kernel_devices(
+        self,
+        kernel_id: str,
+        choose: Callable[[dict[str, list[str]], dict[str, set[str]]], dict[str, list[str]]],
+        *,
+        claim: Claim | None = None,
+        session_id: str | None = None,
+    ) -> dict[str, list[str]] | None:
+        """Record the device ids ``choose`` picks in the kernel's ``runtime["devices"]``,
+        atomically across coordinators; return them (see
+        :meth:`~drover.backends.base.KernelReporter.take_kernel_devices`)."""
+
+        def update(runtime: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any]:
+            held: dict[str, set[str]] = {}
+            for other in others:
+                for slot, ids in devices_of(other).items():
+                    held.setdefault(slot, set()).update(ids)
+            chosen = choose(devices_of(runtime), held)
+            runtime.pop("devices", None)
+            return {**runtime, "devices": chosen} if chosen else runtime
+
+        found = await self.update_runtime_on_agent(
+            kernel_id, update, kind=KERNEL_KIND, live=HOLDING_KERNEL_STATUSES,
+            takers=_TAKING_DEVICES, claim=claim, claimed_id=session_id,
+        )  # fmt: skip
+        return None if found is None else devices_of(found)
 
     async def assign_agents(
         self, placements: Mapping[str, str], *, status: str = KernelStatus.PENDING

@@ -14,6 +14,7 @@ backend can import it without the rest of the package.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -39,6 +40,7 @@ __all__ = [
     "TransitionStatus",
     "UnknownKernelError",
     "UnknownSessionError",
+    "devices_of",
 ]
 
 #: The kinds' names.
@@ -90,6 +92,15 @@ NON_TERMINAL_KERNEL_STATUSES: frozenset[KernelStatus] = frozenset(
 HOLDING_KERNEL_STATUSES: frozenset[KernelStatus] = NON_TERMINAL_KERNEL_STATUSES - {
     KernelStatus.PENDING
 }
+
+
+def devices_of(runtime: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """The device ids recorded in a kernel's ``runtime`` (``{"gpu": ["1"]}``; ``{}`` if
+    none): a kernel in :data:`HOLDING_KERNEL_STATUSES` holds them."""
+    found = (runtime or {}).get("devices")
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(k): [str(d) for d in v] for k, v in found.items() if isinstance(v, list)}
 
 
 class UnknownSessionError(UnknownEntityError):
