@@ -86,6 +86,7 @@ def _writes(
                 "now": now,
                 "exit_code": None,
                 "info": None,
+                "clear_info": False,
                 "clear_agent": False,
             },
         ),
