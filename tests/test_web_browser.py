@@ -330,6 +330,67 @@ def test_handlers_and_graph_pages(served, page: Page):
     _shot(page, "graph")
 
 
+def test_history_page_filters_live_and_exports(served, page: Page):
+    """Issue 35: the History page from the navigation: rows latest last, the CLI's filters
+    through its form (kept by the live refresh, which shows new rows), CSV and JSON
+    exports of the same rows."""
+    s, ids = served
+    page.goto(s.base + "/")
+    with page.expect_navigation():
+        page.click("header nav >> text=History")
+    expect(page).to_have_title("History · drover")
+    shown = page.locator("#history tbody tr[data-history-id]").evaluate_all(
+        "rows => rows.map(r => Number(r.dataset.historyId))"
+    )
+    assert shown
+    assert shown == sorted(shown)  # latest last
+    _shot(page, "history")
+
+    page.select_option("select[name=kind]", "session")
+    page.select_option("select[name=handler]", "api")
+    page.fill("input[name=result]", "CREATED")
+    with page.expect_navigation():
+        page.click("#apply-history-filters")
+    assert "handler=api" in page.url
+    entities = page.locator("#history tbody tr[data-history-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.entityId)"
+    )
+    assert entities == [ids["alpha"], ids["delta"], ids["beta"], ids["gamma"]]
+
+    # A new session's CREATED row appears on the next live refresh, the filters kept.
+    late = _run(_add_session, s.db_url, "late-pending", SessionStatus.PENDING)
+    before = int(page.locator("body").get_attribute("data-refreshes") or "0")
+    page.wait_for_function(
+        f"() => Number(document.body.dataset.refreshes) > {before} + 1", timeout=15000
+    )
+    rows = page.locator("#history tbody tr[data-history-id]")
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.entityId)")[-1] == late
+    assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.result)")) == {"CREATED"}
+    expect(page.locator("select[name=handler]")).to_have_value("api")
+    _shot(page, "history-filtered")
+
+    csv_href = page.locator("#export-csv").get_attribute("href")
+    json_href = page.locator("#export-json").get_attribute("href")
+    assert csv_href is not None
+    assert json_href is not None
+    assert "handler=api" in csv_href
+    exported = page.request.get(s.base + csv_href)
+    assert exported.headers["content-type"].startswith("text/csv")
+    lines = exported.text().splitlines()
+    assert lines[0].startswith("id,created_at,updated_at,kind,entity_id,handler,result")
+    as_json = page.request.get(s.base + json_href).json()
+    assert [str(r["id"]) for r in as_json] == [line.split(",")[0] for line in lines[1:]]
+
+    with page.expect_navigation():
+        page.click(f"#history a[href$='/sessions/{ids['gamma']}']")
+    expect(page.locator("h1")).to_contain_text("gamma")
+
+    response = page.goto(s.base + "/history?result=BOGUS")
+    assert response is not None
+    assert response.status == 400
+    expect(page.locator("main")).to_contain_text("result 'BOGUS'")
+
+
 def test_token_gate_in_the_browser(tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch):
     """Without the token: a 401 page with a login form; logging in once sets an HttpOnly,
     SameSite=Strict cookie, and no link, form or address carries the token."""
@@ -396,7 +457,7 @@ def test_pages_break_no_content_security_policy_rule(served, page: Page):
     problems: list[str] = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
-    for path in ("/", f"/sessions/{ids['alpha']}", "/handlers", "/graph"):
+    for path in ("/", f"/sessions/{ids['alpha']}", "/history", "/handlers", "/graph"):
         response = page.goto(s.base + path)
         assert response is not None
         assert "default-src 'none'" in response.headers["content-security-policy"]
