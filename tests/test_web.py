@@ -793,6 +793,19 @@ def test_failed_sessions_stand_out_newest_first_and_filters_above(harness, make_
         assert "tr.failed td" in css
 
 
+def test_the_overview_counts_ended_sessions_by_result(harness, make_client):
+    """Issue 35: beside the TERMINATED count, how those sessions ended (1 SUCCESS, 1
+    FAILURE), so a failure or a stop is not hidden in TERMINATED."""
+    harness(_ended)
+    with make_client() as client:
+        page = client.get("/").text
+        ended = re.search(r'data-count-results="TERMINATED">(.*?)</span></span>', page, re.S)
+        assert ended is not None
+        counted = re.findall(r'data-result="([A-Z]+)">(\d+) \1', ended.group(1))
+        assert counted == [("SUCCESS", "1"), ("FAILURE", "1")]
+        assert 'data-count-results="PENDING"' not in page  # nothing has ended there
+
+
 def test_kernel_logs_are_readable_from_the_session_page(harness, make_client, tmp_path):
     """The session page shows the tail of each kernel's stdout and stderr (capped); the raw
     tail is one click away, capped too."""
