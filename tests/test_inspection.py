@@ -213,6 +213,13 @@ def test_why_explains_a_stuck_and_skipped_session(world):
         "(no agent is that large even when idle)"
     )
     assert lines[3] == "kernels: k1 PENDING"
+    # Issue 35: what acts next is the scheduler, not detect-start-failure (whose
+    # condition, a kernel that ended, does not hold: it is only watched).
+    assert (
+        lines[4] == "next: schedule-sessions acts on it at its next tick (→ SCHEDULED on success)"
+    )
+    assert lines[5].startswith("watching: detect-start-failure → TERMINATING: acts as soon as")
+    assert [line for line in lines if line.startswith("next:")] == [lines[4]]
     data = json.loads(cli("why", ids["stuck"], "--json").output)
     assert data["last_problem"]["attempts"] == skips
     assert data["owners"][0]["handler"] == "schedule-sessions" or any(
@@ -229,6 +236,9 @@ def test_why_for_a_waiting_promotion_and_a_timeout(world):
     )
     assert "promote-to-prepared → PREPARED: waits until no kernel is in" in text
     assert "k1 is PULLING" in text
+    # prepare-sessions fetches it (it checks the pull): it acts next; the promotions wait.
+    assert "\nnext: prepare-sessions acts on it at its next tick" in text
+    assert "\nwatching: promote-to-prepared → PREPARED" in text
 
 
 def test_why_for_an_expired_session(world):
