@@ -10,6 +10,7 @@ every page go to ``screenshots/`` (gitignored).
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 import time
@@ -542,6 +543,71 @@ def test_a_stop_somebody_asked_for_is_not_painted_as_a_failure(tmp_path, page: P
         expect(page.locator('[data-count-result="FAILURE"] .n')).to_have_text("1")
         expect(page.locator('[data-count-status="ERROR"] .n')).to_have_text("0")
         _shot(page, "overview-cancelled")
+
+
+async def _ended_and_deployed(url: str) -> dict[str, str]:
+    """_stopped_and_failed's sessions, and a deployment "web" of one long-running replica."""
+    ids = await _stopped_and_failed(url)
+    async with CoordinatorHarness(database_url=url) as h:
+        kernel = {"command": ["serve"], "cpu": 1, "mem": 64}
+        ids["web"] = await h.create(
+            "deployment", spec={"replicas": 1, "kernel": kernel}, name="web"
+        )
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        (route,) = (await h.get(ids["web"])).children
+        ids["replica"] = route.data["session_id"]
+        return ids
+
+
+def test_badges_carry_results_and_replicas_their_health(tmp_path, page: Page, monkeypatch):
+    """Issue 35: a failed session's TERMINATED badge is red (a stopped one's grey, a
+    successful one's green), the counts say how TERMINATED sessions ended; an empty "why"
+    cell is not tinted; a replica's route health sits beside its session."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    ids = _run(_ended_and_deployed, url)
+    with Served(url) as s:
+        page.goto(s.base + "/")
+
+        def badge(name: str) -> Any:
+            return page.locator(f'tr[data-session-id="{ids[name]}"] td').nth(1).locator(".badge")
+
+        expect(badge("bad")).to_have_text("TERMINATED")
+        expect(badge("bad")).to_have_css("background-color", "rgb(185, 28, 28)")  # red
+        expect(badge("stopped")).to_have_css("background-color", "rgb(107, 114, 128)")  # grey
+        expect(badge("ok")).to_have_css("background-color", "rgb(21, 128, 61)")  # green
+        counts = page.locator('[data-count-results="TERMINATED"]')
+        expect(counts.locator(".result-count")).to_have_text(
+            ["1 SUCCESS", "1 FAILURE", "1 CANCELLED"]
+        )
+        expect(counts.locator('[data-result="FAILURE"]')).to_have_css("color", "rgb(185, 28, 28)")
+        _shot(page, "overview-results")
+
+        page.goto(f"{s.base}/sessions/{ids['bad']}")
+        expect(page.locator("h1 .badge")).to_have_css("background-color", "rgb(185, 28, 28)")
+
+        page.goto(s.base + "/deployments")
+        row = page.locator(f'tr[data-deployment-id="{ids["web"]}"]')
+        expect(row.locator(".badge")).not_to_have_text("DEGRADED")
+        why = row.locator("td.why-cell")
+        expect(why).to_have_text("")
+        expect(why).to_have_css("background-color", "rgba(0, 0, 0, 0)")
+        expect(why).to_have_css("border-top-width", "0px")
+
+        page.goto(s.base + "/deployments/web")
+        route = page.locator(f'tr[data-session-id="{ids["replica"]}"]')
+        cells = route.locator("td")
+        expect(cells.nth(0)).to_contain_text(ids["replica"])
+        expect(cells.nth(1).locator(".badge")).to_have_text("RUNNING")
+        health = re.compile("^(PROVISIONING|DEGRADED|HEALTHY|UNHEALTHY)$")
+        expect(cells.nth(2).locator(".badge")).to_have_attribute("data-status", health)
+        session_box, health_box = cells.nth(1).bounding_box(), cells.nth(2).bounding_box()
+        assert session_box is not None
+        assert health_box is not None
+        assert abs(session_box["y"] - health_box["y"]) < 2  # side by side, one row
+        _shot(page, "deployment-replicas")
 
 
 async def _crash_looping(url: str) -> str:
