@@ -8,16 +8,17 @@ the next (:func:`drover.storage.journal.history_time`).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from drover.coordinator.handlers import Handler
 from drover.kinds.sessions.values import KERNEL_KIND
 from drover.model.plan import MOVED
-from drover.model.promotion import PromotionRule
 from drover.model.status import SchedulingResult
 from drover.model.values import HistoryRecord
 from drover.serialization import history_json, kernel_history_json
 from drover.storage.queries import Queries
+
+if TYPE_CHECKING:
+    from drover.coordinator.handlers import Handler
 
 __all__ = ["UnknownFilterError", "check_history_filters", "search_history", "timeline"]
 
@@ -70,6 +71,8 @@ async def check_history_filters(
             )
     if result is None or result in ALWAYS_RESULTS or await repo.history_has(result=result):
         return
+    from drover.model.promotion import PromotionRule  # only when handlers are loaded
+
     named = {
         outcome
         for h in handlers().values()
