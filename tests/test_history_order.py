@@ -12,6 +12,10 @@ checked on both databases.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -180,3 +184,40 @@ async def test_a_row_is_dated_when_it_is_written(make_harness):
         rows = await h.history(sid)
         assert rows[-1].to_status == S.SCHEDULED
         assert rows[-1].created_at.timestamp() == ticked_at + 7
+
+
+def test_history_follow_continues_the_list(tmp_path):
+    """Issue 35: `drover history --follow` prints the latest rows oldest first, then each
+    new row after them as it is written: one order, the file simply grows (it printed its
+    first rows newest first, then appended oldest first)."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+
+    async def create(n: int) -> list[str]:
+        async with CoordinatorHarness(database_url=url, include_builtin_handlers=False) as h:
+            return [await h.create_session(name=f"s{i}") for i in range(n)]
+
+    first = asyncio.run(create(2))
+    env = {**os.environ, "DROVER_DATABASE_URL": url, "DROVER_LOAD_PLUGINS": ""}
+    out = tmp_path / "follow.txt"
+    with out.open("w") as sink:
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "drover", "history", "--kind", "session", "--follow"],
+            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        try:
+
+            def entities() -> list[str]:
+                lines = out.read_text().splitlines()
+                return [line.split("\t")[2] for line in lines[1:] if "\t" in line]
+
+            deadline = time.monotonic() + 30
+            while len(entities()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert entities() == first, out.read_text()
+            later = asyncio.run(create(1))
+            while len(entities()) < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert entities() == first + later, out.read_text()
+        finally:
+            follow.terminate()
+            follow.wait(timeout=10)
