@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from drover.kinds.sessions.values import KernelInfo, SessionWithKernels
+from drover.kinds.sessions.values import SESSION_KIND, KernelInfo, SessionWithKernels
 from drover.model.kinds import EntityKind
 from drover.model.values import (
     CoordinatorInfo,
@@ -142,12 +142,15 @@ def entity_json(entity: Entity) -> dict[str, Any]:
 
 
 def history_json(row: HistoryRecord) -> dict[str, Any]:
-    """A scheduling history row."""
+    """A scheduling history row: ``entity_id`` and its ``kind`` name what the row is about;
+    ``session_id`` (the same id) is there only when that is a session."""
+    about: dict[str, Any] = {"entity_id": row.entity_id, "kind": row.kind}
+    if row.kind == SESSION_KIND:
+        about["session_id"] = row.entity_id
     return {
         "id": row.id,
-        "session_id": row.session_id,
+        **about,
         "handler": row.handler,
-        "kind": row.kind,
         "result": str(row.result),
         "from_status": str(row.from_status),
         "to_status": str(row.to_status),

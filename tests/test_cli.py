@@ -178,6 +178,37 @@ def test_status_shows_counts_and_no_live_coordinator(cli, harness):
     assert "PENDING\t2" in text
 
 
+async def _ended_three_ways(h: CoordinatorHarness) -> None:
+    """Two TERMINATED SUCCESS, one TERMINATED FAILURE, one TERMINATED CANCELLED (stopped
+    while running), one CANCELLED CANCELLED (cancelled while pending)."""
+    for code in (0, 0, 3):
+        await h.create_session(kernels=[{"cpu": 1, "sim": {"run_for": 1, "exit_code": code}}])
+    stopped = await h.create_session(kernels=[{"cpu": 1}])
+    await h.run_until_settled()
+    h.clock.advance(2)
+    await h.run_until_settled()
+    await h.request_termination(stopped)
+    await h.request_termination(await h.create_session(kernels=[{"cpu": 1}]))
+    await h.run_until_settled()
+
+
+def test_status_counts_ended_sessions_by_result(cli, harness):
+    """Issue 35: beside each status, how its sessions ended (TERMINATED: 2 SUCCESS, 1
+    FAILURE, 1 CANCELLED): a stop somebody asked for is not hidden in TERMINATED."""
+    harness(_ended_three_ways)
+    data = json.loads(cli("status", "--json").output)
+    assert (data["sessions"]["TERMINATED"], data["sessions"]["CANCELLED"]) == (4, 1)
+    assert data["session_results"] == {
+        "TERMINATED": {"SUCCESS": 2, "FAILURE": 1, "CANCELLED": 1},
+        "CANCELLED": {"CANCELLED": 1},
+    }
+    text = cli("status").output.splitlines()
+    assert "status\tsessions\tresults" in text
+    assert "TERMINATED\t4\t2 SUCCESS, 1 FAILURE, 1 CANCELLED" in text
+    assert "CANCELLED\t1\t1 CANCELLED" in text
+    assert "PENDING\t0\t" in text
+
+
 def test_a_database_that_is_not_upgraded_is_one_clear_line(tmp_path, monkeypatch):
     """Commands other than run/db upgrade refuse an empty database, saying what to do."""
     monkeypatch.chdir(tmp_path)

@@ -154,7 +154,7 @@ def test_a_service_is_kept_healthy_replaced_scaled_and_destroyed(service_env, tm
         for pgid in pgids.values():
             wait_until(lambda g=pgid: not group_alive(g), f"process group {pgid} gone", 15)
         history = drover(env, "history", deployment, "--json")
-        moves = [(h["from_status"], h["to_status"]) for h in reversed(history)]
+        moves = [(h["from_status"], h["to_status"]) for h in history]  # latest last
         assert moves[-2:] == [("READY", "DESTROYING"), ("DESTROYING", "DESTROYED")] or (
             ("READY", "DESTROYING") in moves and moves[-1] == ("DESTROYING", "DESTROYED")
         )

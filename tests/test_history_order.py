@@ -12,6 +12,10 @@ checked on both databases.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -105,3 +109,115 @@ async def test_a_row_kept_in_its_status_is_not_dated_before_the_latest(make_harn
             ("scripted", "SKIPPED"),
         ]
         assert _ordered(rows), [(r.handler, r.result, r.created_at) for r in rows]
+
+
+# -- issue 35: one history order (ids), and times that never go backwards -------------------
+
+
+async def _all_rows(h: CoordinatorHarness):
+    return await h.repository.search_history(limit=1000, newest_first=False)
+
+
+def _ascending(rows) -> bool:
+    ids = [r.id for r in rows]
+    times = [r.created_at for r in rows]
+    return ids == sorted(ids) and times == sorted(times)
+
+
+async def test_a_late_move_is_not_dated_before_the_latest_row(make_harness):
+    """On both databases: a SUCCESS that moves the session, applied by a coordinator whose
+    clock is behind, is dated no earlier than the session's CREATED row (moved rows were
+    written with the tick's time, before the rows already there)."""
+    async with make_harness(include_builtin_handlers=False, plugins=[]) as h:
+        sid = await h.create_session()
+        handler = Scripted()
+        handler.script = lambda targets: HandlerResult(successes=[t.id for t in targets])
+        behind = ManualClock(h.clock.time() - 50)
+        late = Coordinator(h.repository, {"scripted": handler}, clock=behind, kinds=h.app.kinds)
+        await late.tick("scripted")
+        rows = await h.history(sid)
+        assert [(r.handler, r.result, r.to_status) for r in rows] == [
+            ("api", "CREATED", S.PENDING),
+            ("scripted", R.SUCCESS, S.SCHEDULED),
+        ]
+        assert _ordered(rows), [(r.handler, r.result, r.created_at) for r in rows]
+
+
+async def test_times_ascend_with_ids_across_entities(make_harness):
+    """On both databases: the whole history, read by id, never goes back in time, whichever
+    entity a row is about (another session's newer row was written before)."""
+    async with make_harness(include_builtin_handlers=False, plugins=[]) as h:
+        first = await h.create_session()
+        h.clock.advance(10)
+        await h.create_session()  # CREATED at +10, written before the late tick's rows
+        handler = Scripted()
+        handler.script = lambda targets: HandlerResult(
+            skipped=[t.id for t in targets if t.id == first]
+        )
+        behind = ManualClock(h.clock.time() - 5)
+        late = Coordinator(h.repository, {"scripted": handler}, clock=behind, kinds=h.app.kinds)
+        await late.tick("scripted")
+        rows = await _all_rows(h)
+        assert [(r.entity_id, r.result) for r in rows][-1] == (first, R.SKIPPED)
+        assert _ascending(rows), [(r.id, r.handler, r.created_at) for r in rows]
+
+
+async def test_a_row_is_dated_when_it_is_written(make_harness):
+    """On both databases: time passing between the tick's read of the clock and the write
+    of its history (a long apply, a wait for the write lock) dates the row at the write."""
+    async with make_harness(include_builtin_handlers=False, plugins=[]) as h:
+        sid = await h.create_session()
+        handler = Scripted()
+        handler.script = lambda targets: HandlerResult(successes=[t.id for t in targets])
+        coordinator = Coordinator(
+            h.repository, {"scripted": handler}, clock=ManualClock(h.clock.time()),
+            kinds=h.app.kinds,
+        )  # fmt: skip
+        ticked_at = h.clock.time()
+
+        def slow_write(step: str) -> None:
+            if step == "after-entities":
+                h.clock.advance(7)  # the repository's clock: what the write reads
+
+        coordinator.inject_apply_failure = slow_write
+        await coordinator.tick("scripted")
+        rows = await h.history(sid)
+        assert rows[-1].to_status == S.SCHEDULED
+        assert rows[-1].created_at.timestamp() == ticked_at + 7
+
+
+def test_history_follow_continues_the_list(tmp_path):
+    """Issue 35: `drover history --follow` prints the latest rows oldest first, then each
+    new row after them as it is written: one order, the file simply grows (it printed its
+    first rows newest first, then appended oldest first)."""
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+
+    async def create(n: int) -> list[str]:
+        async with CoordinatorHarness(database_url=url, include_builtin_handlers=False) as h:
+            return [await h.create_session(name=f"s{i}") for i in range(n)]
+
+    first = asyncio.run(create(2))
+    env = {**os.environ, "DROVER_DATABASE_URL": url, "DROVER_LOAD_PLUGINS": ""}
+    out = tmp_path / "follow.txt"
+    with out.open("w") as sink:
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "drover", "history", "--kind", "session", "--follow"],
+            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        try:
+
+            def entities() -> list[str]:
+                lines = out.read_text().splitlines()
+                return [line.split("\t")[2] for line in lines[1:] if "\t" in line]
+
+            deadline = time.monotonic() + 30
+            while len(entities()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert entities() == first, out.read_text()
+            later = asyncio.run(create(1))
+            while len(entities()) < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert entities() == first + later, out.read_text()
+        finally:
+            follow.terminate()
+            follow.wait(timeout=10)

@@ -67,47 +67,50 @@ def world(database, monkeypatch, tmp_path):
 
 
 def test_history_text_json_and_csv(world):
-    """Rows newest first with the documented columns; filters; JSON and CSV."""
+    """Rows in the order written, latest last, with the documented columns; filters; JSON
+    and CSV."""
     ids, cli = world
     data = json.loads(cli("history", ids["running"], "--json").output)
     assert [(r["handler"], r["to_status"]) for r in data] == [
-        ("promote-to-running", "RUNNING"),
-        ("start-sessions", "CREATING"),
-        ("promote-to-prepared", "PREPARED"),
-        ("prepare-sessions", "PREPARING"),
-        ("schedule-sessions", "SCHEDULED"),
         ("api", "PENDING"),
+        ("schedule-sessions", "SCHEDULED"),
+        ("prepare-sessions", "PREPARING"),
+        ("promote-to-prepared", "PREPARED"),
+        ("start-sessions", "CREATING"),
+        ("promote-to-running", "RUNNING"),
     ]
-    assert (data[-1]["result"], data[-1]["message"]) == ("CREATED", "created by api")
-    skips = json.loads(cli("history", ids["stuck"], "--json").output)[0]["attempts"]
+    assert (data[0]["result"], data[0]["message"]) == ("CREATED", "created by api")
+    skips = json.loads(cli("history", ids["stuck"], "--json").output)[-1]["attempts"]
     assert skips >= 3  # one per schedule-sessions tick, merged into one row
     text = cli("history", ids["stuck"][:20]).output.splitlines()
     assert text[0].split("\t") == [
-        "time", "session", "handler", "result", "from → to", "attempts", "error code", "message"
+        "time", "kind", "entity", "handler", "result", "from → to", "attempts", "error code",
+        "message",
     ]  # fmt: skip
-    row = text[1].split("\t")
-    assert row[1:7] == [
-        ids["stuck"], "schedule-sessions", "SKIPPED", "PENDING → PENDING", str(skips),
+    row = text[-1].split("\t")
+    assert row[1:8] == [
+        "session", ids["stuck"], "schedule-sessions", "SKIPPED", "PENDING → PENDING", str(skips),
         "insufficient-resources",
     ]  # fmt: skip
     skipped = json.loads(cli("history", "--result", "SKIPPED", "--json").output)
     assert {r["session_id"] for r in skipped} == {ids["stuck"]}
     by_api = json.loads(cli("history", "--handler", "api", "--kind", "session", "--json").output)
-    # every session's CREATED row, and the one termination request (newest first); the
+    # every session's CREATED row, and the one termination request (latest last); the
     # kernels created with them have their own CREATED rows (kind kernel)
     assert [(r["session_id"], r["result"]) for r in by_api] == [
-        (ids["preparing"], "CREATED"),
-        (ids["expired"], "CREATED"),
-        (ids["done"], "SUCCESS"),
-        (ids["done"], "CREATED"),
-        (ids["running"], "CREATED"),
         (ids["stuck"], "CREATED"),
+        (ids["running"], "CREATED"),
+        (ids["done"], "CREATED"),
+        (ids["done"], "SUCCESS"),
+        (ids["expired"], "CREATED"),
+        (ids["preparing"], "CREATED"),
     ]
     rows = list(csv.reader(io.StringIO(cli("history", ids["done"], "--csv").output)))
     assert rows[0][0] == "time"
-    assert rows[1][2] == "terminate-sessions"  # a running session's kernels were destroyed
+    assert rows[-1][3] == "terminate-sessions"  # a running session's kernels were destroyed
     limited = json.loads(cli("history", "--limit", "2", "--json").output)
-    assert len(limited) == 2
+    everything = json.loads(cli("history", "--limit", "1000", "--json").output)
+    assert limited == everything[-2:]  # the latest two, latest last
     old = cli("history", "--since", "2000-01-01T00:00", "--until", "2000-01-02T00:00", "--json")
     assert json.loads(old.output) == []
     bad = cli("history", "--since", "yesterday")
@@ -115,22 +118,92 @@ def test_history_text_json_and_csv(world):
     assert "neither a duration" in bad.output
 
 
+def test_history_is_in_one_order_everywhere(world):
+    """Issue 35: `show`, `history` and their JSON list rows by id, latest last, and the
+    times written never go back; --reverse is newest first."""
+    ids, cli = world
+    shown = json.loads(cli("show", ids["done"], "--json", "--history", "100").output)["history"]
+    listed = json.loads(cli("history", ids["done"], "--json").output)
+    assert [r["id"] for r in shown] == [r["id"] for r in listed]
+    everything = json.loads(cli("history", "--limit", "1000", "--json").output)
+    assert [r["id"] for r in everything] == sorted(r["id"] for r in everything)
+    times = [r["created_at"] for r in everything]
+    assert times == sorted(times)
+    reverse = json.loads(cli("history", "--limit", "1000", "--json", "--reverse").output)
+    assert reverse == everything[::-1]
+    text = cli("history", ids["done"], "--reverse").output.splitlines()
+    assert text[1].split("\t")[3] == "terminate-sessions"
+    both = cli("history", "--follow", "--reverse")
+    assert both.exit_code == 2
+    assert both.output.startswith("Error: --follow")
+    assert len(both.output.splitlines()) == 1
+
+
+def test_history_rows_name_the_entity_for_what_it_is(world):
+    """Issue 35: a kernel's row is `entity_id` + `kind` kernel, with no `session_id`; a
+    session's row keeps `session_id` (the same id)."""
+    ids, cli = world
+    kernels = json.loads(cli("history", "--kind", "kernel", "--json", "--limit", "1000").output)
+    assert kernels
+    assert all(r["kind"] == "kernel" and "session_id" not in r for r in kernels)
+    shown = json.loads(cli("show", ids["running"], "--json").output)
+    mine = [r for r in kernels if r["entity_id"] == shown["kernels"][0]["id"]]
+    assert [r["result"] for r in mine] == ["CREATED"]
+    sessions = json.loads(cli("history", "--kind", "session", "--json").output)
+    assert all(r["session_id"] == r["entity_id"] for r in sessions)
+    text = cli("history", "--kind", "kernel").output.splitlines()
+    assert text[0].split("\t")[1:3] == ["kind", "entity"]
+    assert text[-1].split("\t")[1] == "kernel"
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (["--result", "BOGUS"], "Error: --result 'BOGUS': not a result (SUCCESS, "),
+        (["--handler", "no-such-handler"], "Error: --handler 'no-such-handler': no handler"),
+        (["--kind", "gadget"], "Error: --kind 'gadget': no such kind; kinds: "),
+    ],
+)
+def test_history_refuses_unknown_filters(world, args, start):
+    """Issue 35: an unknown result, handler or kind is refused in one line, exit 2 (it
+    printed an empty table and exited 0)."""
+    _ids, cli = world
+    refused = cli("history", *args)
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.startswith(start), refused.output
+    assert len(refused.output.splitlines()) == 1
+
+
+def test_history_accepts_what_the_history_can_hold(world):
+    """A loaded handler that never wrote, a named outcome declared by none but found in the
+    history, and the result classes in any case, are all accepted."""
+    _ids, cli = world
+    for args in (
+        ["--handler", "detect-termination"],
+        ["--result", "need_retry"],
+        ["--result", "EXPIRED"],
+        ["--handler", "api", "--result", "CREATED"],
+    ):
+        found = cli("history", *args, "--json")
+        assert found.exit_code == 0, (args, found.output)
+
+
 def test_history_of_a_kernel(world):
-    """--kernel shows that kernel's own status changes."""
+    """--kernel shows that kernel's own status changes, latest last."""
     ids, cli = world
     shown = json.loads(cli("show", ids["running"], "--json").output)
     kernel = shown["kernels"][0]["id"]
     rows = json.loads(cli("history", "--kernel", kernel, "--json").output)
-    assert [(r["source"], r["to_status"]) for r in rows][:2] == [
-        ("backend", "RUNNING"),
+    assert [(r["source"], r["to_status"]) for r in rows][-2:] == [
         ("start-sessions", "CREATING"),
+        ("backend", "RUNNING"),
     ]
 
 
 def test_why_explains_a_stuck_and_skipped_session(world):
     """PENDING for lack of resources: owner, tries, the skip reason, kernels, what moves it."""
     ids, cli = world
-    skips = json.loads(cli("history", ids["stuck"], "--json").output)[0]["attempts"]
+    skips = json.loads(cli("history", ids["stuck"], "--json").output)[-1]["attempts"]
     lines = cli("why", ids["stuck"]).output.splitlines()
     assert re.match(r"stuck \(.+\) is PENDING, for \d", lines[0])
     assert lines[1] == "schedule-sessions owns PENDING (no timeout); tries 0 (max_retries 5)"
@@ -140,6 +213,13 @@ def test_why_explains_a_stuck_and_skipped_session(world):
         "(no agent is that large even when idle)"
     )
     assert lines[3] == "kernels: k1 PENDING"
+    # Issue 35: what acts next is the scheduler, not detect-start-failure (whose
+    # condition, a kernel that ended, does not hold: it is only watched).
+    assert (
+        lines[4] == "next: schedule-sessions acts on it at its next tick (→ SCHEDULED on success)"
+    )
+    assert lines[5].startswith("watching: detect-start-failure → TERMINATING: acts as soon as")
+    assert [line for line in lines if line.startswith("next:")] == [lines[4]]
     data = json.loads(cli("why", ids["stuck"], "--json").output)
     assert data["last_problem"]["attempts"] == skips
     assert data["owners"][0]["handler"] == "schedule-sessions" or any(
@@ -156,6 +236,9 @@ def test_why_for_a_waiting_promotion_and_a_timeout(world):
     )
     assert "promote-to-prepared → PREPARED: waits until no kernel is in" in text
     assert "k1 is PULLING" in text
+    # prepare-sessions fetches it (it checks the pull): it acts next; the promotions wait.
+    assert "\nnext: prepare-sessions acts on it at its next tick" in text
+    assert "\nwatching: promote-to-prepared → PREPARED" in text
 
 
 def test_why_for_an_expired_session(world):

@@ -8,6 +8,8 @@ same database, as the CLI tests do.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import os
 import re
 import socket
@@ -142,8 +144,8 @@ def test_api_session_history_stats_and_graph(harness, make_client):
             ("schedule-sessions", "SKIPPED", 3),
         ]
         assert set(data["history"][0]) == {
-            "id", "session_id", "kind", "handler", "result", "from_status", "to_status",
-            "error_code", "message", "attempts", "created_at", "updated_at",
+            "id", "entity_id", "session_id", "kind", "handler", "result", "from_status",
+            "to_status", "error_code", "message", "attempts", "created_at", "updated_at",
         }  # fmt: skip
         assert client.get("/api/sessions/nope").status_code == 404
         assert client.get("/api/sessions/nope").json() == {"error": "no session 'nope'"}
@@ -157,20 +159,20 @@ def test_api_session_history_stats_and_graph(harness, make_client):
         assert {item["kind"] for item in tl} == {"session", "kernel"}
 
         history = client.get("/api/history").json()
-        assert [r["id"] for r in history] == sorted((r["id"] for r in history), reverse=True)
+        assert [r["id"] for r in history] == sorted(r["id"] for r in history)  # latest last
         # The sessions' rows, and their kernels' CREATED rows.
         assert {r["session_id"] for r in history if r["kind"] == "session"} == set(ids.values())
         assert {r["result"] for r in history if r["kind"] == "kernel"} == {"CREATED"}
         skipped = client.get("/api/history", params={"result": "skipped"}).json()
         assert [(r["session_id"], r["attempts"]) for r in skipped] == [(beta, 3)]
         api_rows = client.get("/api/history", params={"handler": "api"}).json()
-        # newest first: gamma's termination, then every session's CREATED row
+        # latest last: every session's CREATED row, then gamma's termination
         api_rows = [r for r in api_rows if r["kind"] == "session"]
         assert [(r["session_id"], r["result"], r["to_status"]) for r in api_rows] == [
-            (ids["gamma"], "SUCCESS", "CANCELLED"),
-            (ids["gamma"], "CREATED", "PENDING"),
-            (ids["beta"], "CREATED", "PENDING"),
             (ids["alpha"], "CREATED", "PENDING"),
+            (ids["beta"], "CREATED", "PENDING"),
+            (ids["gamma"], "CREATED", "PENDING"),
+            (ids["gamma"], "SUCCESS", "CANCELLED"),
         ]
         mine = client.get("/api/history", params={"session": ids["alpha"][:22]}).json()
         assert {r["session_id"] for r in mine} == {ids["alpha"]}
@@ -233,6 +235,53 @@ def test_pages_render(harness, make_client):
         css = client.get("/static/dashboard.css")
         assert css.status_code == 200
         assert client.get("/static/live.js").status_code == 200
+
+
+def test_the_history_page_filters_exports_and_refuses(harness, make_client):
+    """Issue 35: /history (was a 404) with the CLI's filters, latest last, its CSV and
+    JSON exports of the same rows, and a 400 naming an unknown result, handler or kind."""
+    ids = harness(_scenario)
+    with make_client() as client:
+        everything = client.get("/api/history", params={"limit": "1000"}).json()
+        shown = client.get("/history", params={"limit": "1000"})
+        assert shown.status_code == 200
+        assert 'data-live="' in shown.text
+        assert 'href="/history.csv?limit=1000"' in shown.text
+        order = re.findall(r'data-history-id="(\d+)"', shown.text)
+        assert [int(i) for i in order] == [r["id"] for r in everything]
+        params = {"handler": "schedule-sessions", "result": "skipped", "kind": "session"}
+        page = client.get("/history", params={**params, "entity": ids["beta"][:20]}).text
+        assert re.findall(r'data-entity-id="([^"]+)"', page) == [ids["beta"]]
+        assert f'href="/sessions/{ids["beta"]}"' in page  # the entity's own page
+        assert 'value="skipped"' in page  # the form keeps the filters
+        reverse = client.get("/api/history", params={"limit": "1000", "reverse": "1"}).json()
+        assert reverse == everything[::-1]
+        kernels = client.get("/api/history", params={"kind": "kernel"}).json()
+        assert kernels
+        assert {r["kind"] for r in kernels} == {"kernel"}
+        assert all("session_id" not in r for r in kernels)
+        since = client.get("/api/history", params={"since": "2000-01-01T00:00"}).json()
+        assert [r["id"] for r in since] == [r["id"] for r in everything][-100:]
+
+        exported = client.get("/history.csv", params={"handler": "api", "kind": "session"})
+        assert exported.headers["content-type"].startswith("text/csv")
+        assert "attachment" in exported.headers["content-disposition"]
+        rows = list(csv.DictReader(io.StringIO(exported.text)))
+        api_json = client.get("/api/history", params={"handler": "api", "kind": "session"})
+        assert [int(r["id"]) for r in rows] == [r["id"] for r in api_json.json()]
+        assert [r["entity_id"] for r in rows][-1] == ids["gamma"]
+
+        for query, start in (
+            ({"result": "BOGUS"}, "result 'BOGUS': not a result"),
+            ({"handler": "nobody"}, "handler 'nobody': no handler"),
+            ({"kind": "gadget"}, "kind 'gadget': no such kind"),
+        ):
+            answer = client.get("/api/history", params=query)
+            assert answer.status_code == 400
+            assert answer.json()["error"].startswith(start)
+            assert client.get("/history", params=query).status_code == 400
+            assert client.get("/history.csv", params=query).status_code == 400
+        assert client.get("/api/history", params={"entity": "no-such"}).status_code == 400
 
 
 def test_token_gate(harness, make_client):
@@ -742,6 +791,19 @@ def test_failed_sessions_stand_out_newest_first_and_filters_above(harness, make_
         assert client.get("/", params={"sort": "size"}).status_code == 400
         css = client.get("/static/dashboard.css").text
         assert "tr.failed td" in css
+
+
+def test_the_overview_counts_ended_sessions_by_result(harness, make_client):
+    """Issue 35: beside the TERMINATED count, how those sessions ended (1 SUCCESS, 1
+    FAILURE), so a failure or a stop is not hidden in TERMINATED."""
+    harness(_ended)
+    with make_client() as client:
+        page = client.get("/").text
+        ended = re.search(r'data-count-results="TERMINATED">(.*?)</span></span>', page, re.S)
+        assert ended is not None
+        counted = re.findall(r'data-result="([A-Z]+)">(\d+) \1', ended.group(1))
+        assert counted == [("SUCCESS", "1"), ("FAILURE", "1")]
+        assert 'data-count-results="PENDING"' not in page  # nothing has ended there
 
 
 def test_kernel_logs_are_readable_from_the_session_page(harness, make_client, tmp_path):

@@ -10,6 +10,7 @@ every page go to ``screenshots/`` (gitignored).
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 import time
@@ -330,6 +331,67 @@ def test_handlers_and_graph_pages(served, page: Page):
     _shot(page, "graph")
 
 
+def test_history_page_filters_live_and_exports(served, page: Page):
+    """Issue 35: the History page from the navigation: rows latest last, the CLI's filters
+    through its form (kept by the live refresh, which shows new rows), CSV and JSON
+    exports of the same rows."""
+    s, ids = served
+    page.goto(s.base + "/")
+    with page.expect_navigation():
+        page.click("header nav >> text=History")
+    expect(page).to_have_title("History · drover")
+    shown = page.locator("#history tbody tr[data-history-id]").evaluate_all(
+        "rows => rows.map(r => Number(r.dataset.historyId))"
+    )
+    assert shown
+    assert shown == sorted(shown)  # latest last
+    _shot(page, "history")
+
+    page.select_option("select[name=kind]", "session")
+    page.select_option("select[name=handler]", "api")
+    page.fill("input[name=result]", "CREATED")
+    with page.expect_navigation():
+        page.click("#apply-history-filters")
+    assert "handler=api" in page.url
+    entities = page.locator("#history tbody tr[data-history-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.entityId)"
+    )
+    assert entities == [ids["alpha"], ids["delta"], ids["beta"], ids["gamma"]]
+
+    # A new session's CREATED row appears on the next live refresh, the filters kept.
+    late = _run(_add_session, s.db_url, "late-pending", SessionStatus.PENDING)
+    before = int(page.locator("body").get_attribute("data-refreshes") or "0")
+    page.wait_for_function(
+        f"() => Number(document.body.dataset.refreshes) > {before} + 1", timeout=15000
+    )
+    rows = page.locator("#history tbody tr[data-history-id]")
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.entityId)")[-1] == late
+    assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.result)")) == {"CREATED"}
+    expect(page.locator("select[name=handler]")).to_have_value("api")
+    _shot(page, "history-filtered")
+
+    csv_href = page.locator("#export-csv").get_attribute("href")
+    json_href = page.locator("#export-json").get_attribute("href")
+    assert csv_href is not None
+    assert json_href is not None
+    assert "handler=api" in csv_href
+    exported = page.request.get(s.base + csv_href)
+    assert exported.headers["content-type"].startswith("text/csv")
+    lines = exported.text().splitlines()
+    assert lines[0].startswith("id,created_at,updated_at,kind,entity_id,handler,result")
+    as_json = page.request.get(s.base + json_href).json()
+    assert [str(r["id"]) for r in as_json] == [line.split(",")[0] for line in lines[1:]]
+
+    with page.expect_navigation():
+        page.click(f"#history a[href$='/sessions/{ids['gamma']}']")
+    expect(page.locator("h1")).to_contain_text("gamma")
+
+    response = page.goto(s.base + "/history?result=BOGUS")
+    assert response is not None
+    assert response.status == 400
+    expect(page.locator("main")).to_contain_text("result 'BOGUS'")
+
+
 def test_token_gate_in_the_browser(tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch):
     """Without the token: a 401 page with a login form; logging in once sets an HttpOnly,
     SameSite=Strict cookie, and no link, form or address carries the token."""
@@ -396,7 +458,7 @@ def test_pages_break_no_content_security_policy_rule(served, page: Page):
     problems: list[str] = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
-    for path in ("/", f"/sessions/{ids['alpha']}", "/handlers", "/graph"):
+    for path in ("/", f"/sessions/{ids['alpha']}", "/history", "/handlers", "/graph"):
         response = page.goto(s.base + path)
         assert response is not None
         assert "default-src 'none'" in response.headers["content-security-policy"]
@@ -481,6 +543,71 @@ def test_a_stop_somebody_asked_for_is_not_painted_as_a_failure(tmp_path, page: P
         expect(page.locator('[data-count-result="FAILURE"] .n')).to_have_text("1")
         expect(page.locator('[data-count-status="ERROR"] .n')).to_have_text("0")
         _shot(page, "overview-cancelled")
+
+
+async def _ended_and_deployed(url: str) -> dict[str, str]:
+    """_stopped_and_failed's sessions, and a deployment "web" of one long-running replica."""
+    ids = await _stopped_and_failed(url)
+    async with CoordinatorHarness(database_url=url) as h:
+        kernel = {"command": ["serve"], "cpu": 1, "mem": 64}
+        ids["web"] = await h.create(
+            "deployment", spec={"replicas": 1, "kernel": kernel}, name="web"
+        )
+        await h.run_until_settled()
+        h.clock.advance(10)
+        await h.run_until_settled()
+        (route,) = (await h.get(ids["web"])).children
+        ids["replica"] = route.data["session_id"]
+        return ids
+
+
+def test_badges_carry_results_and_replicas_their_health(tmp_path, page: Page, monkeypatch):
+    """Issue 35: a failed session's TERMINATED badge is red (a stopped one's grey, a
+    successful one's green), the counts say how TERMINATED sessions ended; an empty "why"
+    cell is not tinted; a replica's route health sits beside its session."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+    ids = _run(_ended_and_deployed, url)
+    with Served(url) as s:
+        page.goto(s.base + "/")
+
+        def badge(name: str) -> Any:
+            return page.locator(f'tr[data-session-id="{ids[name]}"] td').nth(1).locator(".badge")
+
+        expect(badge("bad")).to_have_text("TERMINATED")
+        expect(badge("bad")).to_have_css("background-color", "rgb(185, 28, 28)")  # red
+        expect(badge("stopped")).to_have_css("background-color", "rgb(107, 114, 128)")  # grey
+        expect(badge("ok")).to_have_css("background-color", "rgb(21, 128, 61)")  # green
+        counts = page.locator('[data-count-results="TERMINATED"]')
+        expect(counts.locator(".result-count")).to_have_text(
+            ["1 SUCCESS", "1 FAILURE", "1 CANCELLED"]
+        )
+        expect(counts.locator('[data-result="FAILURE"]')).to_have_css("color", "rgb(185, 28, 28)")
+        _shot(page, "overview-results")
+
+        page.goto(f"{s.base}/sessions/{ids['bad']}")
+        expect(page.locator("h1 .badge")).to_have_css("background-color", "rgb(185, 28, 28)")
+
+        page.goto(s.base + "/deployments")
+        row = page.locator(f'tr[data-deployment-id="{ids["web"]}"]')
+        expect(row.locator(".badge")).not_to_have_text("DEGRADED")
+        why = row.locator("td.why-cell")
+        expect(why).to_have_text("")
+        expect(why).to_have_css("background-color", "rgba(0, 0, 0, 0)")
+        expect(why).to_have_css("border-top-width", "0px")
+
+        page.goto(s.base + "/deployments/web")
+        route = page.locator(f'tr[data-session-id="{ids["replica"]}"]')
+        cells = route.locator("td")
+        expect(cells.nth(0)).to_contain_text(ids["replica"])
+        expect(cells.nth(1).locator(".badge")).to_have_text("RUNNING")
+        health = re.compile("^(PROVISIONING|DEGRADED|HEALTHY|UNHEALTHY)$")
+        expect(cells.nth(2).locator(".badge")).to_have_attribute("data-status", health)
+        session_box, health_box = cells.nth(1).bounding_box(), cells.nth(2).bounding_box()
+        assert session_box is not None
+        assert health_box is not None
+        assert abs(session_box["y"] - health_box["y"]) < 2  # side by side, one row
+        _shot(page, "deployment-replicas")
 
 
 async def _crash_looping(url: str) -> str:

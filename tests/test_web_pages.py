@@ -191,3 +191,44 @@ def test_an_empty_stderr_is_a_word_not_an_empty_block(world):
     assert '<pre class="log-tail"><code>hello\n</code></pre>' in stdout
     assert '<span class="empty-log">empty</span>' in stderr
     assert "<pre" not in stderr
+
+
+def test_a_failed_sessions_badge_carries_its_results_colour(world):
+    """Issue 35: a TERMINATED FAILURE session's badge is marked with its result (red in
+    dashboard.css), on the overview and its page; a SUCCESS one keeps the status colour."""
+    ids, client = world
+    rows = _rows(client.get("/").text)
+    assert 'class="badge badge-TERMINATED badge-result-FAILURE"' in rows[ids["bad"]]
+    assert "badge-result-" not in rows[ids["ok"]].split('class="kernels"')[0]
+    page = client.get(f"/sessions/{ids['bad']}").text
+    assert re.search(
+        r"<h1>Session bad <span class=\"badge badge-TERMINATED badge-result-FAILURE\"", page
+    )
+    css = client.get("/static/dashboard.css").text
+    assert ".badge.badge-result-FAILURE { background: #b91c1c;" in css
+
+
+def test_empty_why_cells_are_not_tinted(world):
+    """Issue 35: a READY deployment's empty "why" cell carries no warning class."""
+    ids, client = world
+    page = client.get("/deployments").text
+    row = re.search(rf'<tr data-deployment-id="{ids["web"]}">.*?</tr>', page, re.S)
+    assert row is not None
+    cell = re.search(r'<td class="(why-cell[^"]*)">(.*?)</td>', row.group(0), re.S)
+    assert cell is not None
+    assert (cell.group(1), cell.group(2).strip()) == ("why-cell", "")
+
+
+def test_the_deployment_page_shows_each_replicas_health_beside_its_session(world):
+    """Issue 35: each route's row gives its replica session, that session's status, and
+    the route's health, side by side."""
+    ids, client = world
+    page = client.get("/deployments/web").text
+    row = re.search(
+        rf'<tr data-route-id="[^"]+" data-session-id="{ids["replica"]}"[^>]*>.*?</tr>', page, re.S
+    )
+    assert row is not None
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)
+    assert ids["replica"] in cells[0]
+    assert 'data-status="RUNNING"' in cells[1]  # the session
+    assert re.search(r'data-status="(HEALTHY|DEGRADED|UNHEALTHY|PROVISIONING)"', cells[2])

@@ -31,7 +31,8 @@ __all__ = ["entities", "graph", "history", "stats", "why"]
 
 _COLUMNS = [
     "time",
-    "session",
+    "kind",
+    "entity",
     "handler",
     "result",
     "from → to",
@@ -39,6 +40,12 @@ _COLUMNS = [
     "error code",
     "message",
 ]
+
+
+class _Refused(click.ClickException):
+    """A refused option, in one line (``Error: …``), with the usage error's exit status."""
+
+    exit_code = 2
 
 
 def _when(text: str | None, option: str) -> float | None:
@@ -53,9 +60,12 @@ def _when(text: str | None, option: str) -> float | None:
 
 
 def _row(data: dict[str, Any]) -> list[Any]:
+    # The time a row was written: rows are in that order (a repeat's newer time is
+    # updated_at, in the JSON).
     return [
-        data["updated_at"],
-        data["session_id"],
+        data["created_at"],
+        data["kind"],
+        data["entity_id"],
         data["handler"],
         data["result"],
         f"{data['from_status']} → {data['to_status']}",
@@ -66,7 +76,7 @@ def _row(data: dict[str, Any]) -> list[Any]:
 
 
 class _DefaultGroup(click.Group):
-    """`drover history [SESSION]` lists; `drover history prune …` prunes."""
+    """`drover history [ENTITY]` lists; `drover history prune …` prunes."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args or args[0] not in self.commands:
@@ -76,16 +86,20 @@ class _DefaultGroup(click.Group):
 
 @click.group(cls=_DefaultGroup)
 def history() -> None:
-    """Show scheduling history, or prune old history.
+    """Show scheduling history (oldest first, latest last), or prune old history.
 
-    Examples: drover history 01a2f3 --since 1h;  drover history prune --older-than 30d --dry-run
+    \b
+    Examples:
+      drover history 01a2f3 --since 1h
+      drover history --follow
+      drover history prune --older-than 30d --dry-run
     """
 
 
 @history.command("list", hidden=True)
-@click.argument("session_id", required=False)
+@click.argument("session_id", metavar="[ENTITY]", required=False)
 @click.option("--kernel", "kernel_id", default=None, help="A kernel: its own status changes.")
-@click.option("--handler", default=None, help="Only rows written by this handler.")
+@click.option("--handler", default=None, help="Only rows written by this handler (or api).")
 @click.option(
     "--result",
     default=None,
@@ -96,12 +110,13 @@ def history() -> None:
     "--kind",
     "kind_name",
     default=None,
-    help="Only rows about entities of this kind (session, or a plugin's kind).",
+    help="Only rows about entities of this kind (session, kernel, or a plugin's kind).",
 )
 @click.option("--since", default=None, help="1h, 30m, 2d… ago, or an ISO time.")
 @click.option("--until", default=None, help="1h, 30m, 2d… ago, or an ISO time.")
 @click.option("--limit", type=count_range(1), default=50, show_default=True)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new rows as they are written.")
+@click.option("--reverse", is_flag=True, help="Newest first (the latest rows still).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
 @json_option
 @database_option
@@ -117,67 +132,88 @@ def history_list(
     until: str | None,
     limit: int,
     follow: bool,
+    reverse: bool,
     as_csv: bool,
     as_json: bool,
     database_url: str | None,
 ) -> None:
-    """History rows, newest first: time, session, handler, result, from → to, attempts,
-    error code, message. SESSION may be a unique id prefix.
+    """The latest history rows, in the order they were written (latest last, as journalctl
+    and tail print; --reverse for newest first): time written, kind, entity, handler,
+    result, from → to, attempts, error code, message. ENTITY may be a unique id prefix.
+    --follow then prints each new row as it is written. An unknown --result, --handler
+    or --kind is refused.
 
-    Example: drover history 01a2f3 --result SKIPPED --since 1h --json
-    Example: drover history --kind route --result stale
+    \b
+    Examples:
+      drover history 01a2f3 --result SKIPPED --since 1h --json
+      drover history --kind route --result stale
+      drover history --follow
     """
-    from drover.inspection.history import search_history
+    from drover.inspection.history import (
+        UnknownFilterError,
+        check_history_filters,
+        search_history,
+    )
     from drover.serialization import history_json, kernel_history_json
 
+    if follow and reverse:
+        raise _Refused("--follow prints rows as they are written, latest last: not --reverse")
     since_t, until_t = _when(since, "--since"), _when(until, "--until")
-    wanted: SchedulingResult | str | None = result
+    wanted = result
     if result and result.upper() in SchedulingResult.__members__:
-        wanted = SchedulingResult(result.upper())
+        wanted = SchedulingResult(result.upper()).value
 
     async def work(app: App) -> list[dict[str, Any]]:
         repo = app.repository
+        try:
+            await check_history_filters(
+                repo, kinds=list(app.kinds), handlers=lambda: app.load_handlers().handlers,
+                handler=handler, result=wanted, kind=kind_name,
+            )  # fmt: skip
+        except UnknownFilterError as error:
+            raise _Refused(f"--{error}") from None
         sid = await repo.resolve_entity_id(session_id) if session_id else None
         if kernel_id is not None:
             krows = await repo.search_kernel_history(
                 kernel_id=kernel_id, since=since_t, until=until_t, limit=limit
             )
-            return [kernel_history_json(r) for r in krows]
+            return [kernel_history_json(r) for r in reversed(krows)]
         rows = await search_history(
-            repo,
-            kind=kind_name,
-            session_id=sid,
-            handler=handler,
-            result=wanted,
-            since=since_t,
-            until=until_t,
-            limit=limit,
-        )
+            repo, kind=kind_name, session_id=sid, handler=handler, result=wanted,
+            since=since_t, until=until_t, limit=limit,
+        )  # fmt: skip
         data = [history_json(r) for r in rows]
         if not follow:
             return data
         _print_history(data, as_json=as_json, as_csv=as_csv, kernel=False)
-        last = max((r["id"] for r in data), default=0)
-        while True:
-            await asyncio.sleep(1.0)
-            new = await repo.search_history(
-                session_id=sid, handler=handler, result=wanted, after_id=last,
-                limit=1000, newest_first=False, kind=kind_name,
-            )  # fmt: skip
-            for row in new:
-                item = history_json(row)
-                last = max(last, row.id)
-                if as_json:
-                    click.echo(json.dumps(item))
-                else:
-                    click.echo("\t".join("" if v is None else str(v) for v in _row(item)))
-                sys.stdout.flush()
+        await _follow(repo, max((r["id"] for r in data), default=0), as_json,
+                      session_id=sid, handler=handler, result=wanted, kind=kind_name)  # fmt: skip
+        return []
 
     try:
         data = with_app(ctx, work, database_url=database_url)
     except KeyboardInterrupt:
         return
+    if reverse:
+        data.reverse()
     _print_history(data, as_json=as_json, as_csv=as_csv, kernel=kernel_id is not None)
+
+
+async def _follow(repo: Any, last: int, as_json: bool, **filters: Any) -> None:
+    """Print every row written after the row ``last``, as it is written, until interrupted."""
+    from drover.serialization import history_json
+
+    while True:
+        await asyncio.sleep(1.0)
+        new = await repo.search_history(after_id=last, limit=1000, newest_first=False, **filters)
+        for row in new:
+            item = history_json(row)
+            last = max(last, row.id)
+            if as_json:
+                click.echo(json.dumps(item))
+            else:
+                click.echo("\t".join("" if v is None else str(v) for v in _row(item)))
+            sys.stdout.flush()
 
 
 def _print_history(

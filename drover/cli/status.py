@@ -16,7 +16,7 @@ from drover.cli.kit import (
     print_table,
     with_app,
 )
-from drover.kinds.sessions.values import SessionStatus
+from drover.kinds.sessions.values import SESSION_KIND, SessionStatus
 
 if TYPE_CHECKING:
     from drover.app import App
@@ -29,7 +29,8 @@ __all__ = ["config", "status"]
 @database_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
-    """Show the live coordinators, the handlers each runs, failing handlers and session counts.
+    """Show the live coordinators, the handlers each runs, failing handlers and session counts
+    by status and, for ended sessions, by result (TERMINATED: 12 SUCCESS, 5 FAILURE, ...).
 
     A coordinator is live if it has not stopped and its heartbeat is younger
     than three heartbeat intervals. Each records the handlers it loaded and
@@ -41,6 +42,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 
     Example: drover status --json
     """
+    from drover.inspection._format import ordered_results, results_text
     from drover.inspection.health import recent_handler_errors
     from drover.serialization import coordinator_json, handler_errors_json, iso
 
@@ -50,13 +52,15 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 
     async def work(
         app: App,
-    ) -> tuple[list[Any], dict[str, int], list[Any], dict[Any, int]]:
-        alive = await app.repository.coordinators(alive_within=window)
-        claims = await app.repository.claims_by_owner()
-        errors = await recent_handler_errors(app.repository, time.time())
-        return alive, claims, errors, await app.repository.count_by_status()
+    ) -> tuple[list[Any], dict[str, int], list[Any], dict[Any, int], dict[str, dict[str, int]]]:
+        repo = app.repository
+        alive = await repo.coordinators(alive_within=window)
+        claims = await repo.claims_by_owner()
+        errors = await recent_handler_errors(repo, time.time())
+        ended = await repo.count_by_status_and_result(SESSION_KIND)
+        return alive, claims, errors, await repo.count_by_status(), ended
 
-    alive, claims, errors, counts = with_app(ctx, work, database_url=database_url)
+    alive, claims, errors, counts, ended = with_app(ctx, work, database_url=database_url)
     by_status = {s.value: counts.get(s, 0) for s in SessionStatus}
     if as_json:
         emit_json(
@@ -66,6 +70,11 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
                 ],
                 "handler_errors": handler_errors_json(errors),
                 "sessions": by_status,
+                "session_results": {
+                    status: dict(ordered_results(ended[status]))
+                    for status in by_status
+                    if ended.get(status)
+                },
             }
         )
         return
@@ -110,7 +119,11 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
             ],
             title="failing handlers (execute() raised in the last 10 minutes)",
         )
-    print_table(["status", "sessions"], list(by_status.items()), title="sessions by status")
+    print_table(
+        ["status", "sessions", "results"],
+        [(s, n, results_text(ended.get(s, {}))) for s, n in by_status.items()],
+        title="sessions by status and result",
+    )
 
 
 @click.group()

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from pytimeparse.timeparse import timeparse as _timeparse
 
-__all__ = ["duration", "parse_duration", "parse_time"]
+__all__ = ["duration", "ordered_results", "parse_duration", "parse_time", "results_text"]
+
+#: The results every kind's entities end with, in the order they are shown.
+_RESULT_ORDER = ("SUCCESS", "FAILURE", "CANCELLED")
+
+
+def ordered_results(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """``counts`` (result -> entities) as SUCCESS, FAILURE, CANCELLED, then the others."""
+    known = [(r, counts[r]) for r in _RESULT_ORDER if counts.get(r)]
+    return known + sorted((r, n) for r, n in counts.items() if r not in _RESULT_ORDER and n)
+
+
+def results_text(counts: Mapping[str, int]) -> str:
+    """``12 SUCCESS, 5 FAILURE, 3 CANCELLED``: how the entities of one status ended."""
+    return ", ".join(f"{n} {r}" for r, n in ordered_results(counts))
 
 
 def duration(seconds: float) -> str:

@@ -183,6 +183,18 @@ def _lifecycle_owner(
     return owner, text
 
 
+def _lifecycle_next(
+    name: str, handler: LifecycleHandler, owner: Mapping[str, Any], status: str
+) -> str:
+    """``schedule-sessions acts on it at its next tick (→ SCHEDULED on success)``."""
+    success = type(handler).status_transitions().success
+    to = success.to if success is not None else None
+    to_text = f" (→ {to} on success)" if to and to != status else ""
+    expires = owner.get("expires_in_s")
+    when = ", where it expires" if expires is not None and expires <= 0 else ""
+    return f"{name} acts on it at its next tick{when}{to_text}"
+
+
 #: How the last problem's result reads in ``last: <verb> …``.
 _PROBLEM_VERBS: dict[str, str] = {
     SchedulingResult.SKIPPED: "skipped",
@@ -227,17 +239,25 @@ def diagnose(
     if session.status in TERMINAL_SESSION_STATUSES:
         return _terminal(session, rows, held, lines, handlers)
     owners: list[dict[str, Any]] = []
+    # What acts at its next tick (a lifecycle handler that fetches the session, a
+    # promotion whose condition holds), and what only waits for a condition.
+    acting: list[str] = []
     waits: list[str] = []
     for name, handler in sorted(handlers.items()):
         if isinstance(handler, PromotionRule):
             if handler.kind == session.kind and session.status in handler.from_statuses:
                 owners.append({"handler": name, "kind": "promotion"})
-                waits.append(_promotion_wait(handler, session))
+                holds = promotion_matches(
+                    handler.match, (k.status for k in session.kernels), handler.kernel_statuses
+                )
+                (acting if holds else waits).append(_promotion_wait(handler, session))
             continue
         if handler.kind == session.kind and session.status in handler.target_statuses:
             owner, text = _lifecycle_owner(name, handler, session, options_for(name), held)
             lines.append(text)
             owners.append(owner)
+            if owner["fetches_it"]:
+                acting.append(_lifecycle_next(name, handler, owner, session.status))
     if not owners:
         lines.append(f"no loaded handler targets {session.status}: nothing will move it")
     if session.requeues:
@@ -252,8 +272,10 @@ def diagnose(
         line, last = _problem(problem)
         lines.append(line)
     lines.append(f"kernels: {_kernel_summary(session)}")
-    for wait in waits:
-        lines.append(f"next: {wait}")
+    # Named next: what will act. A condition that does not hold now (a kernel that
+    # failed, for detect-start-failure) is only watched while something else acts.
+    lines.extend(f"next: {text}" for text in acting)
+    lines.extend(f"{'watching' if acting else 'next'}: {wait}" for wait in waits)
     return Diagnosis(
         session_id=session.id,
         name=session.name,

@@ -52,7 +52,7 @@ from drover.storage._sql import ids_value, statement
 from drover.storage.descendants import ChildMoves
 from drover.storage.ending import termination_changes
 from drover.storage.inserts import insert_new_entities, merge_patch
-from drover.storage.journal import history_row, write_history
+from drover.storage.journal import history_row, history_time, write_history
 from drover.storage.moves import move_changes
 from drover.storage.notify import notify
 from drover.storage.pools import PoolGate
@@ -130,8 +130,11 @@ class Apply:
         inject_failure: Callable[[str], None] | None = None,
         claim: Claim | None = None,
         claimed: Sequence[str] = (),
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.conn = conn
+        # History rows are dated when written (journal.history_time), not when the tick read.
+        self.clock = clock or (lambda: now)
         self.source = source
         # Fencing is PostgreSQL's: on SQLite one coordinator runs (enforced at
         # start-up) and its statements stay exactly as they were.
@@ -204,22 +207,16 @@ class Apply:
             insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
         if self._ends:
             # Its own apply (own history rows), in this transaction.
-            nested = Apply(self.conn, self.source, self.now, postgres=self.postgres, kinds=kinds)
+            pg, clock = self.postgres, self.clock
+            nested = Apply(self.conn, self.source, self.now, postgres=pg, kinds=kinds, clock=clock)
             nested.end(self._ends, strict=False)
-        self.inject("before-history")
-        self._write_history()
-        self.inject("after-history")
         if self.claim is not None and not self.claim.solo:
-            # The fenced writes released what they wrote; the rest is released here.
+            # The fenced writes released what they wrote; the rest is released here,
+            # before the history lock is taken (no row lock is waited for under it).
             done = self._released
             rest = [i for i in self._claimed if i not in done] if done else self._claimed
             release_claims(self.conn, self.claim.token, rest)
-        self.announce(applied)
-        return ApplyOutcome(
-            changes=tuple(applied),
-            kernel_changes=self.children.kernel_changes,
-            children_entered=frozenset(self.children.children_entered),
-        )
+        return self.finish(applied)
 
     def announce(self, applied: Sequence[AppliedChange], by: str | None = None) -> None:
         """Tell other coordinators (PostgreSQL ``NOTIFY``) which ``[kind, status]`` pairs
@@ -529,8 +526,8 @@ class Apply:
             self.run(changes)
         return outcomes
 
-    def finish_promotion(self, applied: list[AppliedChange], by: str | None = None) -> ApplyOutcome:
-        """The rest of a promotion's apply once its entities moved: history, news."""
+    def finish(self, applied: list[AppliedChange], by: str | None = None) -> ApplyOutcome:
+        """The rest of an apply (or a promotion) once its entities moved: history, news."""
         self.inject("before-history")
         self._write_history()
         self.inject("after-history")
@@ -542,7 +539,10 @@ class Apply:
         )
 
     def _write_history(self) -> None:
+        if not (self._moved_history or self._moved_rows or self._kept_rows):
+            return
         pg = self.postgres
+        at = history_time(self.conn, max(self.now, self.clock()))
         for ids, row in self._moved_history:
             self.conn.execute(
                 statement(("insert-history", pg), lambda: insert_history(pg)),
@@ -554,10 +554,10 @@ class Apply:
                     "to_status": str(row.to_status),
                     "error_code": row.error_code,
                     "message": row.message,
-                    "now": self.now,
+                    "now": at,
                 },
             )
-        inserts = [self._history_row(r) for r in self._moved_rows]
+        inserts = [self._history_row(r, at) for r in self._moved_rows]
         merges: list[dict[str, Any]] = []
         if self._kept_rows:
             kept = [r.entity_id for r in self._kept_rows]
@@ -575,18 +575,18 @@ class Apply:
                     and prev.to_status == str(row.to_status)
                     and prev.error_code == row.error_code
                 ):
-                    merges.append({"hid": prev.id, "now": self.now, "msg": row.message})
+                    merges.append({"hid": prev.id, "now": at, "msg": row.message})
                 else:
-                    # Never dated before the entity's latest row: a stale coordinator's
-                    # (a paused one's, a skewed clock's) row comes after it in time too.
+                    # Never dated before the entity's latest row, merged into since
+                    # it was written (by a coordinator whose clock is ahead).
                     latest_at = max(prev.created_at, prev.updated_at or 0) if prev else 0
-                    inserts.append(self._history_row(row, max(self.now, latest_at)))
+                    inserts.append(self._history_row(row, max(at, latest_at)))
         if merges:
             self.conn.execute(MERGE_HISTORY, merges)
-        write_history(self.conn, inserts)
+        write_history(self.conn, inserts, at=at)
 
-    def _history_row(self, row: AppliedChange, at: float | None = None) -> dict[str, Any]:
+    def _history_row(self, row: AppliedChange, at: float) -> dict[str, Any]:
         return history_row(
             row.entity_id, row.kind, self.source, str(row.result), str(row.from_status),
-            str(row.to_status), row.error_code, row.message, self.now if at is None else at,
+            str(row.to_status), row.error_code, row.message, at,
         )  # fmt: skip

@@ -65,6 +65,11 @@ _COUNTS_BY_RESULT = (
     .where(e.c.kind == sa.bindparam("kind"), e.c.result.is_not(None))
     .group_by(e.c.result)
 )
+_COUNTS_BY_STATUS_RESULT = (
+    sa.select(e.c.status, e.c.result, sa.func.count())
+    .where(e.c.kind == sa.bindparam("kind"), e.c.result.is_not(None))
+    .group_by(e.c.status, e.c.result)
+)
 # Found by id: kind is checked as an expression, so SQLite never walks the (kind, status)
 # index instead (every kernel ever run, for a backend's monitor asking after a few).
 _STATUSES_OF = sa.select(e.c.id, e.c.status).where(e.c.id.in_(sa.bindparam("ids", expanding=True)))
@@ -380,6 +385,19 @@ class EntityReads(Service):
         def work(conn: sa.Connection) -> dict[str, int]:
             rows = conn.execute(_COUNTS_BY_RESULT, {"kind": kind})
             return {str(result): int(n) for result, n in rows}
+
+        return await self._db.read(work)
+
+    async def count_by_status_and_result(self, kind: str) -> dict[str, dict[str, int]]:
+        """Per status, the number of entities of ``kind`` in it with each result (``{
+        "TERMINATED": {"SUCCESS": 12, "FAILURE": 5, "CANCELLED": 3}}``); entities with
+        no result yet (live ones) are not counted."""
+
+        def work(conn: sa.Connection) -> dict[str, dict[str, int]]:
+            found: dict[str, dict[str, int]] = {}
+            for status, result, n in conn.execute(_COUNTS_BY_STATUS_RESULT, {"kind": kind}):
+                found.setdefault(str(status), {})[str(result)] = int(n)
+            return found
 
         return await self._db.read(work)
 

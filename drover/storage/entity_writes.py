@@ -190,9 +190,10 @@ class EntityWrites(EntityReads):
         through its result (``HandlerResult.terminate``), in its tick's apply.
         """
         now, db = self._db.clock.time(), self._db
+        clock = db.clock.time
 
         def work(conn: sa.Connection) -> list[TerminationOutcome]:
-            apply = Apply(conn, source, now, postgres=db.postgres, kinds=db.kinds)
+            apply = Apply(conn, source, now, postgres=db.postgres, kinds=db.kinds, clock=clock)
             return apply.end(session_ids, reason=reason, mode=mode)
 
         return await db.write(work)
@@ -210,7 +211,7 @@ class EntityWrites(EntityReads):
         not ended, or its parent has (reopen the parent first).
         """
         now, db = self._db.clock.time(), self._db
-        pg = db.postgres
+        pg, clock = db.postgres, db.clock.time
 
         def work(conn: sa.Connection) -> None:
             query = statement(("entity-and-parent", pg), lambda: _entity_and_parent(pg))
@@ -228,7 +229,8 @@ class EntityWrites(EntityReads):
                 message=message or f"reopened by {source}",
                 kind=kind.name,
             )
-            outcome = Apply(conn, source, now, postgres=pg, kinds=db.kinds).run([change])
+            apply = Apply(conn, source, now, postgres=pg, kinds=db.kinds, clock=clock)
+            outcome = apply.run([change])
             if not outcome.stale:
                 # The status_info said how it had ended (TIMEOUT, DEPENDENCY…), as the
                 # result did: a live entity carries neither until it ends again.

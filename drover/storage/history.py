@@ -111,6 +111,16 @@ def _change_search(
     return query.order_by(c.c.id.desc()).limit(limit)
 
 
+def _history_has(handler: str | None, result: str | None) -> sa.Select[Any]:
+    """One row written by ``handler`` with ``result`` (``None``: any), if there is one."""
+    query = sa.select(h.c.id)
+    if handler is not None:
+        query = query.where(h.c.handler == handler)
+    if result is not None:
+        query = query.where(h.c.result == result)
+    return query.limit(1)
+
+
 class HistoryReads(Service):
     """The scheduling history and the status changes, of one entity, a kind, or all."""
 
@@ -196,6 +206,15 @@ class HistoryReads(Service):
             newest_first=newest_first,
         )
         return await self._history_rows(query)
+
+    async def history_has(self, *, handler: str | None = None, result: str | None = None) -> bool:
+        """Whether some history row was written by ``handler`` with ``result`` (``None``:
+        any): how a filter naming neither a loaded handler nor a declared result is told
+        from a typo (a row of a plugin since removed still matches)."""
+        for what, text in (("handler", handler), ("result", result)):
+            check_filter(text, f"the {what} filter")
+        query = _history_has(handler, result)
+        return await self._db.read(lambda conn: conn.execute(query).first() is not None)
 
     async def search_changes(
         self,

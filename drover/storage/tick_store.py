@@ -222,7 +222,7 @@ class TickStore(Service):
         return await db.write(
             lambda conn: Apply(
                 conn, source, now, postgres=db.postgres, kinds=db.kinds,
-                inject_failure=inject_failure, claim=claim, claimed=claimed,
+                inject_failure=inject_failure, claim=claim, claimed=claimed, clock=db.clock.time,
             ).run(changes, moves)
         )  # fmt: skip
 
@@ -279,14 +279,14 @@ class TickStore(Service):
             checking.append((time.monotonic(), _watermarks(conn)))
             apply = Apply(
                 conn, rule.name, now, postgres=db.postgres, kinds=db.kinds,
-                inject_failure=inject_failure,
+                inject_failure=inject_failure, clock=db.clock.time,
             )  # fmt: skip
             applied: list[AppliedChange] = []
             for from_status in sorted(rule.from_statuses):
                 if len(applied) >= limit:
                     break
                 applied.extend(apply.promote(rule, from_status, limit - len(applied)))
-            return apply.finish_promotion(applied, by)
+            return apply.finish(applied, by)
 
         outcome = await db.write(work)
         if checking:

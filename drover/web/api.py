@@ -12,12 +12,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from drover.inspection.health import recent_handler_errors
-from drover.inspection.history import search_history, timeline
+from drover.inspection.history import timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
 from drover.kinds.sessions.values import SESSION_KIND
 from drover.model.errors import DroverError
-from drover.model.status import SchedulingResult
 from drover.model.values import CoordinatorInfo
 from drover.serialization import (
     diagnosis_json,
@@ -28,18 +27,11 @@ from drover.serialization import (
 )
 from drover.web.dashboard import bad_request, dashboard_of, session_id_of
 from drover.web.metrics import CONTENT_TYPE_METRICS, render_metrics
-from drover.web.params import (
-    BadFilterError,
-    limit_param,
-    session_filter,
-    text_param,
-    time_param,
-)
+from drover.web.params import BadFilterError, session_filter, time_param
 
 __all__ = [
     "graph",
     "healthz",
-    "history",
     "metrics",
     "session",
     "session_timeline",
@@ -81,41 +73,6 @@ async def session_timeline(request: Request) -> Response:
     """``/api/sessions/{session_id}/timeline``: the session's and its kernels' history."""
     sid = await session_id_of(request)
     return JSONResponse(await timeline(dashboard_of(request).repo, sid))
-
-
-async def history(request: Request) -> Response:
-    """``/api/history``: history rows by session, kernel, handler, result and time."""
-    dashboard = dashboard_of(request)
-    params = request.query_params
-    now = dashboard.now()
-    try:
-        raw_result = (params.get("result") or "").strip().upper()
-        try:
-            result = SchedulingResult(raw_result) if raw_result else None
-        except ValueError:
-            raise BadFilterError(
-                f"result: {raw_result!r} is not one of "
-                f"{', '.join(r.value for r in SchedulingResult)}"
-            ) from None
-        session_id = text_param(params, "session")
-        kernel_id, handler = text_param(params, "kernel"), text_param(params, "handler")
-        if session_id is not None:
-            session_id = await dashboard.repo.resolve_entity_id(session_id, SESSION_KIND)
-        rows = await search_history(
-            dashboard.repo,
-            session_id=session_id,
-            kernel_id=kernel_id,
-            handler=handler,
-            result=result,
-            since=time_param(params, "since", now),
-            until=time_param(params, "until", now),
-            limit=limit_param(params),
-        )
-    except BadFilterError as error:
-        return bad_request(request, str(error), api=True)
-    except DroverError as error:
-        return JSONResponse({"error": str(error)}, status_code=404)
-    return JSONResponse([history_json(r) for r in rows])
 
 
 async def stats(request: Request) -> Response:

@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 # Each module by its full name: ``from drover.web import …`` would import the package,
 # which imports this module (an import circle).
 import drover.web.api as api
+import drover.web.history as history
 import drover.web.pages as pages
 import drover.web.report as report
 from drover.model.errors import InvalidHandlerError
@@ -46,6 +47,8 @@ def _routes() -> list[BaseRoute]:
     return [
         Route("/", pages.overview, name="overview"),
         Route("/sessions/{session_id}", pages.session_page, name="session"),
+        Route("/history", history.history_page, name="history"),
+        Route("/history.csv", history.history_csv, name="history_csv"),
         Route("/handlers", pages.handlers_page, name="handlers"),
         Route("/graph", pages.graph_page, name="graph"),
         Route("/graph.svg", pages.graph_svg, name="graph_svg"),
@@ -59,7 +62,7 @@ def _routes() -> list[BaseRoute]:
         Route("/api/sessions/{session_id}", api.session),
         Route("/api/sessions/{session_id}/why", api.session_why),
         Route("/api/sessions/{session_id}/timeline", api.session_timeline),
-        Route("/api/history", api.history),
+        Route("/api/history", history.history_api),
         Route("/api/report", report.report, methods=["POST"]),
         Route("/api/stats", api.stats),
         Route("/api/graph", api.graph),

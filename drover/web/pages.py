@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from drover.inspection._format import duration
+from drover.inspection._format import duration, ordered_results
 from drover.inspection.history import timeline
 from drover.inspection.stats import collect_stats
 from drover.inspection.why import diagnose_session
@@ -66,6 +66,7 @@ async def overview(request: Request) -> Response:
     found = await repo.read(SESSION_KIND, f)
     counts = await repo.count_by_status(SESSION_KIND)
     results = await repo.count_by_result(SESSION_KIND)
+    ended = await repo.count_by_status_and_result(SESSION_KIND)
     # Why each PENDING session waits: its latest history row (the scheduler's reason).
     waiting = [s.id for s in found if s.status == SessionStatus.PENDING]
     reasons = {
@@ -93,6 +94,8 @@ async def overview(request: Request) -> Response:
             "title": "Overview",
             "sessions": found,
             "counts": {s.value: counts.get(s, 0) for s in SessionStatus},
+            # How the sessions of each ended status ended: SUCCESS, FAILURE, CANCELLED…
+            "ended": {status: ordered_results(n) for status, n in ended.items()},
             "total": sum(counts.values()),
             "failed": results.get("FAILURE", 0),
             "filters": params,

@@ -9,6 +9,7 @@ extend the dashboard's ``base.html``), ``/api/deployments`` and
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -20,7 +21,7 @@ from drover.model.errors import DroverError, UnknownEntityError
 from drover.model.values import Entity
 from drover.plugins.registry import WebRegistry
 from drover.serialization import history_json
-from drover.web import dashboard_of, page
+from drover.web import Dashboard, dashboard_of, page
 
 __all__ = [
     "COLOURS",
@@ -88,6 +89,8 @@ async def deployment_page(request: Request) -> Response:
         own = await repo.history(route.id)
         checks = [r for r in own if r.handler == "health-check-route"]
         data["last_check"] = f"{checks[-1].result}: {checks[-1].message or ''}" if checks else None
+        # The replica session's own status and result, shown beside the route's health.
+        data["session"] = await _replica(dashboard_of(request), data["session_id"])
         routes.append(data)
         rows.extend(own)
     # Oldest first, as every timeline of the dashboard (the session page's too): the
@@ -104,6 +107,17 @@ async def deployment_page(request: Request) -> Response:
             "timeline": [history_json(r) for r in rows],
         },
     )
+
+
+async def _replica(dashboard: Dashboard, session_id: str | None) -> dict[str, Any] | None:
+    """A replica session's status and result (``None``: none yet, or gone)."""
+    if session_id is None:
+        return None
+    try:
+        session = await dashboard.repo.get_entity(session_id)
+    except DroverError:
+        return None
+    return {"status": str(session.status), "result": session.result}
 
 
 async def deployments(request: Request) -> Response:
