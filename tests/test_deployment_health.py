@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from test_cli import cli, harness  # noqa: F401  (fixtures: the CLI on this test's database)
 from test_deployment_tables import (  # noqa: F401  (replica: the fixture)
     R,
     replica,
@@ -109,3 +110,37 @@ async def test_a_trickling_replica_never_stalls_another_deployments_checks(
             f"GET http://127.0.0.1:{trickler.port}/healthz: no complete answer within 6s "
             "(check_timeout)"
         )
+
+
+# -- issue 36 §9: no deployment on a backend that records no port ----------------------------
+
+
+def test_drover_deploy_on_slurm_is_refused_in_one_line(cli, harness, monkeypatch):  # noqa: F811
+    """The slurm backend records no replica's port: its health checks could never pass."""
+    monkeypatch.setenv("DROVER_BACKEND", "slurm")
+    refused = cli("deploy", "web", "--replicas", "2", "--", "sh", "-c", "exec server $PORT")
+    assert refused.exit_code == 1
+    (line,) = refused.output.splitlines()
+    assert "deployment 'web': the slurm backend records no port for a replica" in line
+    assert harness(lambda h: h.repository.list_entities("deployment")) == []
+    monkeypatch.setenv("DROVER_BACKEND", "local")
+    assert cli("deploy", "web", "--", "true").exit_code == 0  # the same request elsewhere
+
+
+async def test_app_create_refuses_a_deployment_on_slurm(database):
+    from drover import App, load_config
+    from drover.model.errors import InvalidSpecError
+    from drover.model.values import NewEntity
+
+    flags = {"backend.name": "slurm", "database_url": database.url}
+    if database.schema:
+        flags["database_schema"] = database.schema
+    app = App(load_config(None, environ={}, flags=flags))
+    try:
+        await app.check_schema(auto_upgrade=True)
+        new = NewEntity("deployment", spec={"replicas": 1, "kernel": {"command": ["true"]}})
+        with pytest.raises(InvalidSpecError, match="the slurm backend records no port"):
+            await app.create([new])
+        assert await app.repository.list_entities("deployment") == []
+    finally:
+        await app.close()

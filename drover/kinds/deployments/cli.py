@@ -29,7 +29,7 @@ from drover.kinds.deployments.checks import check_health_path
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.model.errors import DroverError, InvalidSpecError
-from drover.model.values import Entity
+from drover.model.values import Entity, NewEntity
 
 __all__ = [
     "COMMANDS",
@@ -200,7 +200,9 @@ def deploy(
                 continue
             return existing.id, await _update(app, existing, spec)
         created = {k: v for k, v in spec.items() if v is not None}
-        return await app.repository.create_entity("deployment", spec=created, name=name), "created"
+        # Every creation check, the backend's too (Slurm records no port: refused).
+        (new_id,) = await app.create([NewEntity("deployment", spec=created, name=name)])
+        return new_id, "created"
 
     deployment_id, what = with_app(ctx, work, database_url=database_url)
     if as_json:
