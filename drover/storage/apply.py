@@ -70,6 +70,7 @@ from drover.storage.statements.apply import (
     reset_tries,
     set_entity_data,
     set_result,
+    set_status_info,
     spend_budget,
 )
 from drover.storage.statements.coordinators import SOLO_HELD
@@ -488,6 +489,12 @@ class Apply:
                 lambda: move_entities(pg, requeue, rule, resets, fenced, solo),
             )
             params.update(to_status=str(first.to_status), now=self.now)
+        elif first.status_info is not None:
+            info = first.status_info
+            stmt = statement(
+                ("set-status-info", pg, info, fenced, solo),
+                lambda: set_status_info(pg, info, fenced, solo),
+            )
         elif first.try_count is TryCount.INCREMENT:
             stmt = statement(("count-try", pg, fenced, solo), lambda: count_try(pg, fenced, solo))
             params.update(self._handler_param())

@@ -246,8 +246,10 @@ def _deployed(deployment: Entity) -> tuple[bool, str]:
         and not any(r.status == RouteStatus.TERMINATING for r in deployment.children)
     )
     text = f"{deployment.status}: {healthy}/{wanted} healthy"
-    if deployment.status_info and deployment.status == _E.DEGRADED:
-        text += f" ({deployment.status_info})"
+    info = deployment.status_info
+    # "n of m healthy" says what the line says already; a back-off or a limit does not.
+    if info and deployment.status == _E.DEGRADED and not info.endswith(" healthy"):
+        text += f" ({info})"
     return done, text
 
 

@@ -36,8 +36,8 @@ preparing, does not count), or from when it became DEGRADED again if later
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
@@ -56,6 +56,7 @@ from drover.model.values import (
     Entity,
     HandlerOptions,
     HandlerResult,
+    MoveTo,
     NewEntity,
     StatusTransitions,
     Transition,
@@ -86,6 +87,9 @@ DEFAULT_STALE_AFTER = 30.0
 DEFAULT_START_TIMEOUT = 60.0
 #: Answers that count as healthy: 200-399, as Kubernetes' HTTP probes count them.
 HEALTHY_CODES = range(200, 400)
+#: ``status_info`` of a route evicted for failing its health checks, and of its replica
+#: session, which then ends FAILURE.
+EVICTED_UNHEALTHY = "EVICTED_UNHEALTHY"
 _TERMINAL_SESSIONS = frozenset(
     {SessionStatus.TERMINATED, SessionStatus.CANCELLED, SessionStatus.ERROR}
 )
@@ -444,17 +448,33 @@ class RouteEviction(_RouteHandler):
         return StatusTransitions(success=Transition(_R.TERMINATING))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
-        """Every fetched route is past its budget."""
+        """Every fetched route is past its budget: TERMINATING, EVICTED_UNHEALTHY (its replica
+        then ends as a failure: :class:`TerminatingRoute`)."""
         return HandlerResult(
             successes=[t.id for t in targets],
             messages={
                 t.id: f"unhealthy for more than {t.spec.get('evict_after')}s" for t in targets
             },
+            status_infos=dict.fromkeys((t.id for t in targets), EVICTED_UNHEALTHY),
         )
 
 
 class TerminatingRoute(_RouteHandler):
-    """Terminate the route's replica session; TERMINATED once the session has ended."""
+    """Terminate the route's replica session; TERMINATED once the session has ended.
+
+    A route evicted for failing its health checks (``status_info``
+    EVICTED_UNHEALTHY) ends its RUNNING replica as a failure, not as a stop
+    somebody asked for: the session is moved to TERMINATING with that
+    ``status_info`` (``MoveTo(fails=True)``), so it ends FAILURE, and the route
+    ends FAILURE too. Any other route asks its session to end (CANCELLED,
+    REQUESTED_BY_TERMINATING_ROUTE), as ``drover terminate`` would.
+    """
+
+    #: What ``drover why`` says its status_info values mean.
+    status_info_meanings: ClassVar[Mapping[str, str]] = {
+        EVICTED_UNHEALTHY: "its route was evicted: the replica failed its health checks "
+        "for longer than evict_after",
+    }
 
     @classmethod
     def name(cls) -> str:
@@ -478,19 +498,34 @@ class TerminatingRoute(_RouteHandler):
         skipped: list[str] = []
         messages: dict[str, str] = {}
         to_end: dict[str, list[str]] = {}
+        moves: dict[str, MoveTo] = {}
+        results: dict[str, str] = {}
         for route in targets:
+            evicted = route.status_info == EVICTED_UNHEALTHY
             session = sessions.get(route.id)
             if session is None or session.status in _TERMINAL_SESSIONS:
                 successes.append(route.id)
+                if evicted:
+                    results[route.id] = "FAILURE"
                 continue
             skipped.append(route.id)
             messages[route.id] = f"waiting for replica session {session.id} ({session.status})"
-            if session.status != SessionStatus.TERMINATING:
+            if evicted and session.status == SessionStatus.RUNNING:
+                # A failure, not a stop somebody asked for: the session ends FAILURE.
+                moves[session.id] = MoveTo(
+                    SessionStatus.RUNNING, SessionStatus.TERMINATING, EVICTED_UNHEALTHY, True
+                )
+            elif session.status != SessionStatus.TERMINATING:
                 # Ending what the route owns: recorded in the session's history under
                 # this handler's name, by the same rules as `drover terminate`.
                 to_end[route.id] = [session.id]
         return HandlerResult(
-            successes=successes, skipped=skipped, messages=messages, terminate=to_end
+            successes=successes,
+            skipped=skipped,
+            messages=messages,
+            terminate=to_end,
+            moves=moves,
+            results=results,
         )
 
 
