@@ -298,11 +298,9 @@ class App:
         Slurm). One bad entity raises InvalidSpecError and nothing is written.
         """
         checked = check_new_entities(news, self.kinds)
-        backend = self.backend
         # Before anything asks the backend (Slurm's slots come from sinfo).
-        check_served(checked, getattr(backend, "name", None) or self.config.backend.name,
-                     backend.records_ports)  # fmt: skip
-        slots = await backend.offered_slots()
+        check_served(checked, self.backend, self.config.backend.name)
+        slots = await self.backend.offered_slots()
         # Known once the slots are (a backend that learns its agents reads them there).
         capacities = {a.id: a.capacity for a in self.backend.agents()} if slots else None
         check_against_deployment(

@@ -130,6 +130,12 @@ def test_drover_deploy_on_slurm_is_refused_in_one_line(cli, harness, monkeypatch
     assert harness(lambda h: h.repository.list_entities("deployment")) == []
     monkeypatch.setenv("DROVER_BACKEND", "local")
     assert cli("deploy", "web", "--", "true").exit_code == 0  # the same request elsewhere
+    (dep,) = harness(lambda h: h.repository.list_entities("deployment"))
+    monkeypatch.setenv("DROVER_BACKEND", "slurm")  # deploying it again there: refused too
+    again = cli("deploy", "web", "--replicas", "3", "--", "true")
+    assert again.exit_code == 1
+    assert "the slurm backend records no port" in again.output
+    assert harness(lambda h: h.get(dep.id)).spec["replicas"] == 1
 
 
 async def test_app_create_refuses_a_deployment_on_slurm(database):

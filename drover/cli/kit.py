@@ -21,6 +21,7 @@ import click
 from drover.model.checks import MAX_COUNT
 
 if TYPE_CHECKING:
+    from drover.backends.base import AgentBackend
     from drover.config import LoadedConfig
     from drover.kinds.sessions.store import Queries, Repository
     from drover.model.kinds import Kinds
@@ -71,6 +72,10 @@ class CommandApp(Protocol):
 
     async def create(self, news: Sequence[NewEntity]) -> list[str]:
         """Create entities of any kind, every check made first (``drover deploy``); their ids."""
+
+    @property
+    def backend(self) -> AgentBackend:
+        """The configured backend, built but not started (what a request is checked against)."""
 
     async def check_schema(self) -> None:
         """Raise unless the database is at drover's schema head."""

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drover.model.errors import InvalidSpecError
 from drover.model.values import NewEntity
+
+if TYPE_CHECKING:
+    from drover.backends.base import AgentBackend
 
 __all__ = ["check_deployment_spec", "check_health_path", "check_served"]
 
@@ -45,19 +48,23 @@ def check_deployment_spec(spec: Mapping[str, Any], where: str) -> None:
             raise InvalidSpecError(f"{where}: {error}") from None
 
 
-def check_served(news: Sequence[NewEntity], backend: str, records_ports: bool) -> None:
+def check_served(
+    news: Sequence[NewEntity], backend: AgentBackend, configured: str | None = None
+) -> None:
     """Refuse new deployments on a backend that records no replica's port (Slurm's).
 
     A replica is checked on the port its backend records (``runtime["port"]``);
-    on a backend that records none, every check would wait for a port forever,
-    so the deployment could never become healthy. ``backend`` names it.
+    on a backend that records none (``records_ports``), every check would wait
+    for a port forever, so the deployment could never become healthy. The
+    refusal names the backend (its ``name``, else ``configured``).
     """
-    if records_ports:
+    if backend.records_ports:
         return
+    name = getattr(backend, "name", None) or configured or type(backend).__name__
     for new in news:
         if new.kind == "deployment":
             raise InvalidSpecError(
-                f"deployment {new.name!r}: the {backend} backend records no port for a "
+                f"deployment {new.name!r}: the {name} backend records no port for a "
                 "replica, so its health checks could never pass; deploy on a backend that "
                 "does (local, container)"
             )

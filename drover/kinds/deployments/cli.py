@@ -25,7 +25,7 @@ from drover.cli.kit import (
     print_table,
     with_app,
 )
-from drover.kinds.deployments.checks import check_health_path
+from drover.kinds.deployments.checks import check_health_path, check_served
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.model.errors import DroverError, InvalidSpecError
@@ -190,6 +190,9 @@ def deploy(
 
     async def work(app: CommandApp) -> tuple[str, str]:
         _ = app.kinds
+        # Updating one in place too: on a backend that records no port (Slurm) no
+        # replica of it could ever be healthy.
+        check_served([NewEntity("deployment", name=name)], app.backend)
         for existing in await app.queries.find_by_name("deployment", name):
             if existing.status in (_E.DESTROYING, _E.DESTROYED):
                 if existing.status == _E.DESTROYING:
