@@ -30,6 +30,7 @@ from drover.coordinator.daemon import Daemon
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
 from drover.coordinator.tick import Coordinator
+from drover.kinds.deployments.checks import check_served
 from drover.kinds.sessions.requests import new_session
 from drover.kinds.sessions.store import SessionQueries, SessionRepository
 from drover.model.clock import Clock, SystemClock
@@ -292,10 +293,13 @@ class App:
         children only asking for resource slots some agent offers, and no more
         than some agent holds even when idle, and nothing the backend would
         refuse (``backend.kernel_spec_problem``: the container backend's mount
-        policy), each asked of the backend without starting it. One bad entity
-        raises InvalidSpecError and nothing is written.
+        policy), each asked of the backend without starting it, and no
+        deployment on a backend that records no port (``backend.records_ports``:
+        Slurm). One bad entity raises InvalidSpecError and nothing is written.
         """
         checked = check_new_entities(news, self.kinds)
+        # Before anything asks the backend (Slurm's slots come from sinfo).
+        check_served(checked, self.backend, self.config.backend.name)
         slots = await self.backend.offered_slots()
         # Known once the slots are (a backend that learns its agents reads them there).
         capacities = {a.id: a.capacity for a in self.backend.agents()} if slots else None

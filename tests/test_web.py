@@ -744,14 +744,16 @@ def test_deployment_pages_and_endpoints(harness, make_client):
         listing = client.get("/deployments")
         assert listing.status_code == 200
         assert 'href="/deployments/web"' in listing.text
-        assert 'data-status="READY"' in listing.text
+        # No replica answers yet: DEGRADED, not READY (issue 35).
+        assert 'data-status="DEGRADED"' in listing.text
+        assert "0 of 2 healthy" in listing.text
         page = client.get("/deployments/web")
         assert page.status_code == 200
-        assert page.text.count('data-status="DEGRADED"') >= 2
+        assert page.text.count('data-status="DEGRADED"') >= 3
         assert page.text.count('href="/sessions/') == 2
         assert "scaling-deployment" in page.text  # the timeline
         endpoints = client.get("/api/deployments/web/endpoints").json()
-        assert endpoints == {"deployment": "web", "id": dep, "status": "READY", "endpoints": []}
+        assert endpoints == {"deployment": "web", "id": dep, "status": "DEGRADED", "endpoints": []}
         assert client.get("/api/deployments/nope/endpoints").status_code == 404
         listed = client.get("/api/deployments").json()
         assert [(d["name"], d["replicas"], d["live_routes"]) for d in listed] == [("web", 2, 2)]

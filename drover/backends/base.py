@@ -123,6 +123,13 @@ class AgentBackend(ABC):
     :class:`BackendError` makes the handler report the session as failed.
     """
 
+    #: Whether a running kernel's runtime records the port its process was given
+    #: (``$PORT``, ``runtime["port"]``): where a deployment's replicas are
+    #: health-checked. A backend that records none (the slurm backend: a job runs on
+    #: a compute node whose port it does not know) gets no deployment: ``drover
+    #: deploy`` and :meth:`drover.App.create` refuse one in one line.
+    records_ports: bool = True
+
     async def start(self, reporter: KernelReporter, wake: Wake) -> None:  # noqa: B027
         """Begin: remember where to report, adopt what is running, start watching.
 

@@ -21,9 +21,11 @@ import click
 from drover.model.checks import MAX_COUNT
 
 if TYPE_CHECKING:
+    from drover.backends.base import AgentBackend
     from drover.config import LoadedConfig
     from drover.kinds.sessions.store import Queries, Repository
     from drover.model.kinds import Kinds
+    from drover.model.values import NewEntity
 
 # The heavy modules (the app, SQLAlchemy, rich) are imported where they are
 # used: every command module imports this one, and ``drover --help`` must stay
@@ -49,8 +51,8 @@ T = TypeVar("T")
 class CommandApp(Protocol):
     """What a command may use of the app it works on (:class:`drover.app.App` is one).
 
-    Reads go through ``queries``, which cannot write; ``repository`` and
-    ``submit`` write.
+    Reads go through ``queries``, which cannot write; ``repository``,
+    ``submit`` and ``create`` write.
     """
 
     @property
@@ -67,6 +69,13 @@ class CommandApp(Protocol):
 
     async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
         """Create sessions as ``drover submit`` does, every check made first; their ids."""
+
+    async def create(self, news: Sequence[NewEntity]) -> list[str]:
+        """Create entities of any kind, every check made first (``drover deploy``); their ids."""
+
+    @property
+    def backend(self) -> AgentBackend:
+        """The configured backend, built but not started (what a request is checked against)."""
 
     async def check_schema(self) -> None:
         """Raise unless the database is at drover's schema head."""

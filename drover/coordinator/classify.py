@@ -175,7 +175,12 @@ def decide(
         to_status, to_children = transition.to, transition.children
         children_info = transition.children_info
     moves = to_status is not None and to_status != target.status
-    if moves and outcome.status_info is not None:
+    # A named outcome into the status the entity is already in re-enters it: its
+    # status_info is rewritten (what changed within the status: a DEGRADED
+    # deployment's healthy count, say). No other outcome sets it without a move.
+    if outcome.status_info is not None and (
+        moves or (to_status is not None and reported is _NAMED)
+    ):
         info = StatusInfoRule(default=outcome.status_info)
     requeue = False
     if to_status is not None and moves and result in _SENDS_BACK:

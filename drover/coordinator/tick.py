@@ -294,7 +294,10 @@ class Coordinator:
                 budget_limit_for=self.budget_limit_for,
             )
             changes = classify(targets, outcomes, rules)
-            moves = [Move(eid, m.expected, m.to, m.status_info) for eid, m in result.moves.items()]
+            moves = [
+                Move(eid, m.expected, m.to, m.status_info, m.fails)
+                for eid, m in result.moves.items()
+            ]
             outcome = await self.store.apply(
                 name,
                 changes,

@@ -12,7 +12,10 @@ of a kind: its rules below are derived from this declaration.
   terminal status that does not say what the children become ends them with
   the child kind's status of the same name, else its first terminal status
   that is not a success (a cancelled job's tasks did not succeed).
-* **Result**: an entity that ends gets ``result`` SUCCESS iff its status is in
+* **Result**: an entity a handler moved for a fault (``MoveTo(fails=True)``,
+  recorded in its ``data`` under :data:`FAILED_BECAUSE`: a replica evicted for
+  failing its health checks) gets FAILURE whatever else holds. Otherwise an
+  entity that ends gets ``result`` SUCCESS iff its status is in
   :attr:`EntityKind.success` and none of its children ended outside the child
   kind's ``success`` (nor, when the child kind has ``exit_codes``, with an
   exit code other than 0); else CANCELLED if somebody asked it to end while
@@ -46,6 +49,7 @@ from drover.model.pools import Pool, PoolHolders
 from drover.model.values import Entity
 
 __all__ = [
+    "FAILED_BECAUSE",
     "RESULT_FROM",
     "STOP_REQUESTED",
     "Budget",
@@ -72,6 +76,10 @@ __getattr__ = moved_names(
 #: name) on the entity it moves; an entity that ends without success after it gets
 #: the result CANCELLED instead of FAILURE.
 STOP_REQUESTED = "stop_requested_by"
+#: The ``data`` key a handler's move for a fault (``MoveTo(fails=True)``) writes (its
+#: ``status_info``, else the handler's name) on the entity it moves: the entity then ends
+#: FAILURE whatever its children did, even if it was asked to stop.
+FAILED_BECAUSE = "failed_because"
 
 
 def _frozen_str(values: Iterable[str]) -> frozenset[str]:

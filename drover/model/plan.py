@@ -101,12 +101,14 @@ INVALID_MOVE = "invalid-move"
 class Move:
     """A handler's targeted move: ``entity_id`` (any kind, not a target of the tick)
     goes from ``expected`` to ``to``, if it is still in ``expected`` (compare-and-set),
-    and gets ``status_info`` (``None``: keeps its own)."""
+    and gets ``status_info`` (``None``: keeps its own); ``fails``: a move for a fault
+    (:attr:`drover.model.values.MoveTo.fails`)."""
 
     entity_id: str
     expected: str
     to: str
     status_info: str | None = None
+    fails: bool = False
 
 
 @attrs.frozen

@@ -224,12 +224,18 @@ class MoveTo:
     """One targeted move of :attr:`HandlerResult.moves`: from ``expected`` (compare-and-set)
     to ``to``, with the ``status_info`` the moved entity gets (``None``: it keeps its own).
 
+    ``fails``: the move is for a fault (a replica evicted for failing its health
+    checks): the entity ends with result FAILURE whatever its children do, even
+    if it is later asked to stop (its ``data`` records why under
+    :data:`drover.model.kinds.FAILED_BECAUSE`).
+
     A plain ``(expected, to)`` or ``(expected, to, status_info)`` tuple converts to one.
     """
 
     expected: str = attrs.field(converter=str)
     to: str = attrs.field(converter=str)
     status_info: str | None = attrs.field(default=None, converter=attrs.converters.optional(str))
+    fails: bool = False
 
 
 def _moves(value: Mapping[str, Any]) -> dict[str, MoveTo]:

@@ -48,7 +48,7 @@ from drover.model.pools import POOL_FULL
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
 from drover.model.values import NewEntity, TerminationOutcome
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import bounded_statement, ids_value, statement
 from drover.storage.descendants import ChildMoves
 from drover.storage.ending import termination_changes
 from drover.storage.inserts import insert_new_entities, merge_patch
@@ -70,6 +70,7 @@ from drover.storage.statements.apply import (
     reset_tries,
     set_entity_data,
     set_result,
+    set_status_info,
     spend_budget,
 )
 from drover.storage.statements.coordinators import SOLO_HELD
@@ -480,11 +481,16 @@ class Apply:
             requeue, rule = first.requeue, first.status_info
             to = str(first.to_status)
             resets = tuple(sorted(b.name for b in kind.budgets if b.refills_on(to)))
-            stmt = statement(
+            # status_info is a literal: varying texts keep only recently used statements.
+            build = statement if rule is None else bounded_statement
+            stmt = build(
                 ("move-entities", pg, requeue, rule, resets, fenced, solo),
                 lambda: move_entities(pg, requeue, rule, resets, fenced, solo),
             )
             params.update(to_status=str(first.to_status), now=self.now)
+        elif (info := first.status_info) is not None:
+            key = ("set-status-info", pg, info, fenced, solo)
+            stmt = bounded_statement(key, lambda: set_status_info(pg, info, fenced, solo))
         elif first.try_count is TryCount.INCREMENT:
             stmt = statement(("count-try", pg, fenced, solo), lambda: count_try(pg, fenced, solo))
             params.update(self._handler_param())

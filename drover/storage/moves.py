@@ -9,7 +9,9 @@ that loses its race is dropped and reported ``stale-status``, like any stale
 transition; one its kind cannot make (an unknown status, or out of a terminal
 status: that is ``reopen``'s) is reported ``invalid-move``. Neither is written.
 A move's ``status_info`` is set by the same statement that moves the entity and
-named in its history row's message.
+named in its history row's message. A move for a fault (``fails``) also records
+it in the entity's ``data`` (:data:`~drover.model.kinds.FAILED_BECAUSE`), which
+makes its result FAILURE once it ends.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from drover.model.kinds import Kinds
+from drover.model.kinds import FAILED_BECAUSE, Kinds
 from drover.model.plan import INVALID_MOVE, MOVED, STALE_STATUS, AppliedChange, Change, Move
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule
@@ -65,15 +67,18 @@ def move_changes(
             )  # fmt: skip
             continue
         info = move.status_info
+        message = f"moved by {source}" if info is None else f"moved by {source}: {info}"
         changes.append(
             Change(
                 entity_id=move.entity_id,
                 from_status=kind.status(move.expected),
                 result=MOVED,
                 to_status=kind.status(move.to),
-                message=f"moved by {source}" if info is None else f"moved by {source}: {info}",
+                message=f"{message} (a failure)" if move.fails else message,
                 status_info=None if info is None else StatusInfoRule(default=info),
                 kind=kind.name,
+                # Read by the result once it ends: FAILURE, whoever asks it to stop.
+                data={FAILED_BECAUSE: info or source} if move.fails else None,
             )
         )
     return changes, refused

@@ -77,6 +77,8 @@ class SlurmBackend(TrackingBackend[_Job]):
 
     name = "slurm"
     wait_step = 0.2
+    # A job's port on its compute node is unknown: no deployment's replica could be checked.
+    records_ports = False
 
     def __init__(
         self,

@@ -25,11 +25,11 @@ from drover.cli.kit import (
     print_table,
     with_app,
 )
-from drover.kinds.deployments.checks import check_health_path
+from drover.kinds.deployments.checks import check_health_path, check_served
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.model.errors import DroverError, InvalidSpecError
-from drover.model.values import Entity
+from drover.model.values import Entity, NewEntity
 
 __all__ = [
     "COMMANDS",
@@ -190,6 +190,9 @@ def deploy(
 
     async def work(app: CommandApp) -> tuple[str, str]:
         _ = app.kinds
+        # Updating one in place too: on a backend that records no port (Slurm) no
+        # replica of it could ever be healthy.
+        check_served([NewEntity("deployment", name=name)], app.backend)
         for existing in await app.queries.find_by_name("deployment", name):
             if existing.status in (_E.DESTROYING, _E.DESTROYED):
                 if existing.status == _E.DESTROYING:
@@ -200,7 +203,9 @@ def deploy(
                 continue
             return existing.id, await _update(app, existing, spec)
         created = {k: v for k, v in spec.items() if v is not None}
-        return await app.repository.create_entity("deployment", spec=created, name=name), "created"
+        # Every creation check, the backend's too (Slurm records no port: refused).
+        (new_id,) = await app.create([NewEntity("deployment", spec=created, name=name)])
+        return new_id, "created"
 
     deployment_id, what = with_app(ctx, work, database_url=database_url)
     if as_json:
@@ -244,8 +249,10 @@ def _deployed(deployment: Entity) -> tuple[bool, str]:
         and not any(r.status == RouteStatus.TERMINATING for r in deployment.children)
     )
     text = f"{deployment.status}: {healthy}/{wanted} healthy"
-    if deployment.status_info and deployment.status == _E.DEGRADED:
-        text += f" ({deployment.status_info})"
+    info = deployment.status_info
+    # "n of m healthy" says what the line says already; a back-off or a limit does not.
+    if info and deployment.status == _E.DEGRADED and not info.endswith(" healthy"):
+        text += f" ({info})"
     return done, text
 
 

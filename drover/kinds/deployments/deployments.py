@@ -15,7 +15,11 @@ destroying-deployment      DESTROYING        DESTROYED    DESTROYED    -
 =========================  ================  ===========  ===========  ==========
 
 (``back-off`` is a named outcome; DEGRADED is drover's addition to the seed's
-table.) Routes are created by ``scaling-deployment`` in the apply of its tick
+table.) A deployment is READY only while every wanted replica is HEALTHY:
+``scaling-deployment`` ends in DEGRADED (``degraded``) while its new replicas
+start, and ``reconcile-deployment`` moves it between READY (``recovered``) and
+DEGRADED (``unhealthy``) as its routes' health changes, with ``status_info``
+"n of m healthy". Routes are created by ``scaling-deployment`` in the apply of its tick
 (``HandlerResult.create``); surplus routes after a scale-down are drained by
 ``running-route``. Lost routes are replaced as Kubernetes restarts a
 crashing container (CrashLoopBackOff): the first round at once, then after
@@ -28,8 +32,9 @@ stops replacing there (DEGRADED, REPLACEMENTS_SPENT).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from drover.coordinator.handlers import LifecycleHandler
 from drover.kinds.deployments.status import EndpointLifecycle, RouteStatus
@@ -78,6 +83,13 @@ ROUTE_KEYS = (
 def live_routes(deployment: Entity) -> list[Entity]:
     """The deployment's routes that count as replicas (not TERMINATING or TERMINATED)."""
     return [r for r in deployment.children if r.status not in ENDING_ROUTES]
+
+
+def health(deployment: Entity, wanted: int) -> tuple[int, str]:
+    """HEALTHY live routes (at most ``wanted``), and ``"n of m healthy"``: a deployment's
+    ``status_info`` unless it waits for something else (a back-off, a limit)."""
+    healthy = min(wanted, sum(1 for r in live_routes(deployment) if r.status == _R.HEALTHY))
+    return healthy, f"{healthy} of {wanted} healthy"
 
 
 def desired_replicas(deployment: Entity) -> int:
@@ -164,7 +176,9 @@ class CheckPendingDeployment(_DeploymentHandler):
 
 
 class ScalingDeployment(_DeploymentHandler):
-    """Create the missing routes; READY once the live routes equal the desired replicas.
+    """Create the missing routes; then READY if every wanted replica is HEALTHY already (a
+    scale-down), else DEGRADED (``degraded``) with ``status_info`` "n of m healthy" until
+    ``reconcile-deployment`` finds them healthy.
 
     At most ``creations_per_tick`` routes per tick (limits.creations_per_tick), for all
     its targets together: a deployment that needs more stays SCALING and gets the
@@ -186,8 +200,10 @@ class ScalingDeployment(_DeploymentHandler):
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
-        """SUCCESS: READY; failure keeps SCALING."""
-        return StatusTransitions(success=Transition(_E.READY))
+        """SUCCESS: READY; ``degraded`` (not every wanted replica HEALTHY yet): DEGRADED."""
+        return StatusTransitions(
+            success=Transition(_E.READY), outcomes={"degraded": Transition(_E.DEGRADED)}
+        )
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
         """Create routes up to ``replicas``; wait while surplus routes drain."""
@@ -197,6 +213,7 @@ class ScalingDeployment(_DeploymentHandler):
         create: list[NewEntity] = []
         data: dict[str, dict[str, Any]] = {}
         infos: dict[str, str] = {}
+        outcomes: dict[str, str] = {}
         for deployment in targets:
             live = len(live_routes(deployment))
             desired = desired_replicas(deployment)
@@ -233,17 +250,22 @@ class ScalingDeployment(_DeploymentHandler):
                 if replacing:
                     data[deployment.id] = {"replaced": patch["replaced"]}
                 continue
-            successes.append(deployment.id)
+            # READY only once every wanted replica answers; the new routes do not yet.
+            healthy, infos[deployment.id] = health(deployment, desired)
+            if healthy >= desired:
+                successes.append(deployment.id)
+            else:
+                outcomes[deployment.id] = "degraded"
             messages[deployment.id] = (
-                f"{desired} replica(s): {missing} route(s) created"
+                f"{desired} replica(s): {missing} route(s) created; {infos[deployment.id]}"
                 if missing > 0
-                else f"{desired} replica(s)"
+                else f"{desired} replica(s); {infos[deployment.id]}"
             )
-            data[deployment.id] = patch
-            infos[deployment.id] = "SCALED"  # whatever it waited for before is over
+            data[deployment.id] = {**patch, "backoff_until": None}
         return HandlerResult(
             successes=successes,
             skipped=skipped,
+            outcomes=outcomes,
             messages=messages,
             create=create,
             data=data,
@@ -284,15 +306,25 @@ class CheckReplicaDeployment(_DeploymentHandler):
 
 
 class ReconcileDeployment(_DeploymentHandler):
-    """Deployments that lost routes (evicted, ended) replace them, with a crash-loop back-off.
+    """Deployments that lost routes (evicted, ended) replace them, with a crash-loop back-off;
+    READY only while every wanted replica is HEALTHY.
 
-    READY with fewer live routes than it scaled to: the first round of
-    replacements at once (SCALING); a round that follows another without the
-    replicas having been HEALTHY for the cap waits :func:`backoff_delay`
-    first, DEGRADED (``status_info`` CRASH_LOOP_BACK_OFF). Past
-    ``spec["max_replacements"]`` replicas replaced: DEGRADED for good
-    (REPLACEMENTS_SPENT) until it is scaled, redeployed or destroyed.
+    Fewer live routes than it scaled to: the first round of replacements at
+    once (SCALING); a round that follows another without the replicas having
+    been HEALTHY for the cap waits :func:`backoff_delay` first, DEGRADED
+    (``status_info`` CRASH_LOOP_BACK_OFF). Past ``spec["max_replacements"]``
+    replicas replaced: DEGRADED for good (REPLACEMENTS_SPENT) until it is
+    scaled, redeployed or destroyed. Every route live but fewer HEALTHY than
+    wanted: DEGRADED (``unhealthy``) with ``status_info`` "n of m healthy",
+    rewritten as the count changes; all HEALTHY again: READY (``recovered``).
     """
+
+    #: What ``drover why`` says its status_info values mean.
+    status_info_meanings: ClassVar[Mapping[str, str]] = {
+        "CRASH_LOOP_BACK_OFF": "replicas were lost again soon after a replacement; the next "
+        "round of replacements waits (crash-loop back-off)",
+        "REPLACEMENTS_SPENT": "spec max_replacements replicas were replaced; no more are",
+    }
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -309,10 +341,15 @@ class ReconcileDeployment(_DeploymentHandler):
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
-        """FAILURE: SCALING (replace now); ``back-off``: DEGRADED; ``recovered``: READY."""
+        """FAILURE: SCALING (replace now); ``back-off`` and ``unhealthy``: DEGRADED;
+        ``recovered``: READY."""
         return StatusTransitions(
             need_retry=Transition(_E.SCALING),
-            outcomes={"back-off": Transition(_E.DEGRADED), "recovered": Transition(_E.READY)},
+            outcomes={
+                "back-off": Transition(_E.DEGRADED),
+                "unhealthy": Transition(_E.DEGRADED),
+                "recovered": Transition(_E.READY),
+            },
         )
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
@@ -334,8 +371,14 @@ class ReconcileDeployment(_DeploymentHandler):
         rounds, replaced = _count(data, "restarts"), _count(data, "replaced")
         cap = _seconds(spec, "backoff_max", BACKOFF_MAX)
         if missing <= 0:
-            if deployment.status == _E.DEGRADED:
-                out.named(did, "recovered", f"{len(live)} live route(s), {scaled_to} wanted")
+            healthy, text = health(deployment, scaled_to)
+            if healthy < scaled_to:
+                if deployment.status == _E.READY or deployment.status_info != text:
+                    sick = Counter(str(r.status) for r in live if r.status != _R.HEALTHY)
+                    detail = ", ".join(f"{n} {status}" for status, n in sorted(sick.items()))
+                    out.named(did, "unhealthy", f"{text} ({detail})", info=text)
+            elif deployment.status == _E.DEGRADED:
+                out.named(did, "recovered", f"{text}: every wanted replica answers", info=text)
             elif rounds and all(
                 r.status == RouteStatus.HEALTHY and now - r.status_changed_at.timestamp() >= cap
                 for r in live
@@ -346,14 +389,15 @@ class ReconcileDeployment(_DeploymentHandler):
         limit = replacement_limit(deployment)
         if limit is not None and replaced >= limit:
             text = f"{lost}; {replaced} replaced, the limit (max_replacements={limit}) is reached"
-            if deployment.status == _E.DEGRADED:
+            if deployment.status_info == "REPLACEMENTS_SPENT":
                 out.skip(did, text)
             else:
                 out.named(did, "back-off", text, info="REPLACEMENTS_SPENT")
             return
         delay = backoff_delay(rounds, spec)
         due = data.get("backoff_until")
-        if deployment.status == _E.READY and delay > 0:
+        # DEGRADED for its health is no back-off: a lost replica there waits its round too.
+        if delay > 0 and not isinstance(due, int | float):
             out.named(
                 did,
                 "back-off",
@@ -361,7 +405,7 @@ class ReconcileDeployment(_DeploymentHandler):
                 info="CRASH_LOOP_BACK_OFF",
                 backoff_until=now + delay,
             )
-        elif deployment.status == _E.DEGRADED and isinstance(due, int | float) and now < due:
+        elif isinstance(due, int | float) and now < due:
             out.skip(did, f"{lost}; crash-loop back-off: round {rounds + 1} in {due - now:.0f}s")
         else:
             out.fail(did, f"{lost}: replacing (round {rounds + 1})", rounds=rounds + 1)
@@ -423,11 +467,12 @@ def revision(entity: Entity) -> int:
 class RolloutDeployment(_DeploymentHandler):
     """Replace the routes of an older revision one at a time (``drover deploy`` again).
 
-    A READY deployment at its replica count whose routes run an older
-    ``spec["revision"]``: once every route of the current revision is
-    HEALTHY, one old route (unhealthy ones first, then the oldest) is asked to
-    end and a new one is created in the same apply, so at most one replica
-    is unavailable at a time. Nothing counts as a replacement or a crash.
+    A READY (or DEGRADED: old replicas that fail their checks) deployment at
+    its replica count whose routes run an older ``spec["revision"]``: once
+    every route of the current revision is HEALTHY, one old route (unhealthy
+    ones first, then the oldest) is asked to end and a new one is created in
+    the same apply, so at most one replica is unavailable at a time. Nothing
+    counts as a replacement or a crash.
     """
 
     @classmethod
@@ -437,12 +482,12 @@ class RolloutDeployment(_DeploymentHandler):
 
     @property
     def target_statuses(self) -> frozenset[str]:
-        """READY."""
-        return frozenset({_E.READY})
+        """READY, DEGRADED (a redeploy is how a broken revision is fixed)."""
+        return frozenset({_E.READY, _E.DEGRADED})
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
-        """No status change: the deployment stays READY while it rolls out."""
+        """No status change here (``reconcile-deployment`` judges the replicas' health)."""
         return StatusTransitions()
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:

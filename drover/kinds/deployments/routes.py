@@ -19,7 +19,10 @@ terminating-route     TERMINATING                      TERMINATED   (maintain)  
 Health checks are real HTTP: ``GET http://127.0.0.1:$PORT<health_path>`` on
 the port the backend gave the replica, through one HTTP client per handler
 that ignores proxy variables (``trust_env=False``: a check of 127.0.0.1 never
-goes to ``HTTP_PROXY``) and keeps no idle connections. 200-399 is success, as
+goes to ``HTTP_PROXY``) and keeps no idle connections. Each check has a total
+deadline (``check_timeout``, the whole request and at most 4 KiB of the body)
+and runs on its own, so one slow replica never holds another route's verdict
+(:mod:`drover.kinds.deployments.health`). 200-399 is success, as
 Kubernetes counts it (redirects are not followed); any other answer is a
 failure; a URL that cannot be requested fails that route alone; no answer
 at all is a failure, or ``stale`` once the route has had no answer for
@@ -33,16 +36,14 @@ preparing, does not count), or from when it became DEGRADED again if later
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
-import httpx2
 
 from drover.coordinator.handlers import LifecycleHandler
 from drover.kinds.deployments.deployments import ENDING_ROUTES, desired_replicas
+from drover.kinds.deployments.health import Probes
 from drover.kinds.deployments.status import RouteStatus
 from drover.kinds.sessions.kinds import SESSION_KINDS
 from drover.kinds.sessions.requests import new_session
@@ -55,6 +56,7 @@ from drover.model.values import (
     Entity,
     HandlerOptions,
     HandlerResult,
+    MoveTo,
     NewEntity,
     StatusTransitions,
     Transition,
@@ -85,6 +87,9 @@ DEFAULT_STALE_AFTER = 30.0
 DEFAULT_START_TIMEOUT = 60.0
 #: Answers that count as healthy: 200-399, as Kubernetes' HTTP probes count them.
 HEALTHY_CODES = range(200, 400)
+#: ``status_info`` of a route evicted for failing its health checks, and of its replica
+#: session, which then ends FAILURE.
+EVICTED_UNHEALTHY = "EVICTED_UNHEALTHY"
 _TERMINAL_SESSIONS = frozenset(
     {SessionStatus.TERMINATED, SessionStatus.CANCELLED, SessionStatus.ERROR}
 )
@@ -239,76 +244,75 @@ class HealthCheckRoute(_RouteHandler):
 
     def __init__(self, repository: Queries, clock: Clock) -> None:
         super().__init__(repository, clock)
-        self._client: httpx2.AsyncClient | None = None
-
-    @property
-    def client(self) -> httpx2.AsyncClient:
-        """The handler's one HTTP client, built on first use.
-
-        Proxy variables are ignored (a replica is on this host) and no idle
-        connection is kept, so nothing is left open between ticks or bound to
-        one event loop. The client's own line per request is silenced: a
-        check's outcome is in the route's history.
-        """
-        if self._client is None:
-            logging.getLogger(httpx2.__name__).setLevel(logging.WARNING)
-            self._client = httpx2.AsyncClient(
-                trust_env=False,
-                follow_redirects=False,
-                limits=httpx2.Limits(max_keepalive_connections=0),
-            )
-        return self._client
+        #: The handler's one HTTP client and its probes (:mod:`~drover.kinds.deployments.health`).
+        self.probes = Probes()
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
-        """Check every route whose replica is RUNNING with a port; wait on the others."""
+        """Check every route whose replica is RUNNING with a port; wait on the others.
+
+        Each check has a total deadline (``check_timeout``) and runs on its own; the
+        tick waits for them at most :data:`~drover.kinds.deployments.health.TICK_WAIT`
+        seconds, and a check still running then is judged by a later tick: one
+        replica's slow answer never holds the other routes' verdicts.
+        """
         sessions = await _sessions_of(self.repository, targets)
-        now = self.clock.time()
         result: dict[str, tuple[str, str]] = {}
         data: dict[str, dict[str, Any]] = {}
-
-        async def check(route: Entity) -> None:
-            try:
-                await _check(route)
-            except (httpx2.InvalidURL, httpx2.HTTPError) as error:
-                # This route's URL, not the handler: the route fails, the others are checked.
-                result[route.id] = ("failure", f"cannot check: {error}")
-
-        async def _check(route: Entity) -> None:
+        wanted: dict[str, tuple[str, float]] = {}
+        bases: dict[str, str] = {}
+        for route in targets:
             session = sessions.get(route.id)
             if session is None or session.status != SessionStatus.RUNNING:
                 state = "gone" if session is None else str(session.status)
                 result[route.id] = ("skipped", f"replica session is {state}")
-                return
+                continue
             base = replica_url(session)
             if base is None:
                 result[route.id] = ("skipped", "no port recorded for the replica yet")
-                return
-            path = route.spec.get("health_path") or DEFAULT_HEALTH_PATH
-            url = f"{base}{path}"
-            timeout = _number(route.spec, "check_timeout", DEFAULT_CHECK_TIMEOUT)
-            previous = route.data or {}
-            try:
-                response = await self.client.get(url, timeout=timeout)
-            except httpx2.TransportError as error:
-                # No answer at all.
-                last = previous.get("last_answer_at")
-                since = float(last) if isinstance(last, int | float) else None
-                stale_after = _number(route.spec, "stale_after", DEFAULT_STALE_AFTER)
-                text = f"GET {url}: no answer ({type(error).__name__})"
-                if route.status == _R.DEGRADED:
-                    result[route.id] = self._starting(route, session, now, text)
-                elif since is not None and now - since > stale_after:
-                    result[route.id] = ("stale", f"{text} for {now - since:.0f}s")
-                else:
-                    result[route.id] = ("failure", text)
-                return
-            data[route.id] = {"last_answer_at": now, "url": base}
-            if response.status_code in HEALTHY_CODES:
-                result[route.id] = ("success", f"GET {url}: {response.status_code}")
+                continue
+            bases[route.id] = base
+            url = f"{base}{route.spec.get('health_path') or DEFAULT_HEALTH_PATH}"
+            wanted[route.id] = (url, _number(route.spec, "check_timeout", DEFAULT_CHECK_TIMEOUT))
+        found = await self.probes.run(wanted)
+        now = self.clock.time()
+        for route in targets:
+            if route.id not in wanted:
+                continue
+            (url, limit), probe = wanted[route.id], found[route.id]
+            if probe is None:
+                text = f"GET {url}: no complete answer yet (check_timeout={limit:g}s)"
+                result[route.id] = ("skipped", text)
+            elif probe.broken:
+                # This route's URL, not the handler: the route fails, the others are checked.
+                result[route.id] = ("failure", f"cannot check: {probe.text}")
+            elif probe.code is None:
+                text = f"GET {url}: {probe.text}"
+                result[route.id] = self._silent(route, sessions[route.id], now, text)
             else:
-                result[route.id] = ("failure", f"GET {url}: {response.status_code}")
+                data[route.id] = {"last_answer_at": now, "url": bases[route.id]}
+                verdict = "success" if probe.code in HEALTHY_CODES else "failure"
+                result[route.id] = (verdict, f"GET {url}: {probe.code}")
+        return self._result(result, data)
 
-        await asyncio.gather(*(check(r) for r in targets))
+    def _silent(
+        self, route: Entity, session: SessionWithKernels, now: float, text: str
+    ) -> tuple[str, str]:
+        """No answer: a failure, ``stale`` once silent for ``stale_after``, or (DEGRADED,
+        starting) a wait within its start timeout."""
+        last = (route.data or {}).get("last_answer_at")
+        since = float(last) if isinstance(last, int | float) else None
+        stale_after = _number(route.spec, "stale_after", DEFAULT_STALE_AFTER)
+        if route.status == _R.DEGRADED:
+            return self._starting(route, session, now, text)
+        if since is not None and now - since > stale_after:
+            return ("stale", f"{text} for {now - since:.0f}s")
+        return ("failure", text)
+
+    @staticmethod
+    def _result(
+        result: dict[str, tuple[str, str]], data: dict[str, dict[str, Any]]
+    ) -> HandlerResult:
+        """The verdicts as the handler's result."""
         out: dict[str, list[str]] = {"success": [], "failure": [], "skipped": []}
         outcomes: dict[str, str] = {}
         for route_id, (verdict, _text) in result.items():
@@ -322,7 +326,7 @@ class HealthCheckRoute(_RouteHandler):
             skipped=out["skipped"],
             outcomes=outcomes,
             messages={rid: text for rid, (_v, text) in result.items()},
-            data={rid: patch for rid, patch in data.items() if rid in result},
+            data=data,
         )
 
     @staticmethod
@@ -444,17 +448,33 @@ class RouteEviction(_RouteHandler):
         return StatusTransitions(success=Transition(_R.TERMINATING))
 
     async def execute(self, targets: Sequence[Entity]) -> HandlerResult:
-        """Every fetched route is past its budget."""
+        """Every fetched route is past its budget: TERMINATING, EVICTED_UNHEALTHY (its replica
+        then ends as a failure: :class:`TerminatingRoute`)."""
         return HandlerResult(
             successes=[t.id for t in targets],
             messages={
                 t.id: f"unhealthy for more than {t.spec.get('evict_after')}s" for t in targets
             },
+            status_infos=dict.fromkeys((t.id for t in targets), EVICTED_UNHEALTHY),
         )
 
 
 class TerminatingRoute(_RouteHandler):
-    """Terminate the route's replica session; TERMINATED once the session has ended."""
+    """Terminate the route's replica session; TERMINATED once the session has ended.
+
+    A route evicted for failing its health checks (``status_info``
+    EVICTED_UNHEALTHY) ends its RUNNING replica as a failure, not as a stop
+    somebody asked for: the session is moved to TERMINATING with that
+    ``status_info`` (``MoveTo(fails=True)``), so it ends FAILURE, and the route
+    ends FAILURE too. Any other route asks its session to end (CANCELLED,
+    REQUESTED_BY_TERMINATING_ROUTE), as ``drover terminate`` would.
+    """
+
+    #: What ``drover why`` says its status_info values mean.
+    status_info_meanings: ClassVar[Mapping[str, str]] = {
+        EVICTED_UNHEALTHY: "its route was evicted: the replica failed its health checks "
+        "for longer than evict_after",
+    }
 
     @classmethod
     def name(cls) -> str:
@@ -478,19 +498,34 @@ class TerminatingRoute(_RouteHandler):
         skipped: list[str] = []
         messages: dict[str, str] = {}
         to_end: dict[str, list[str]] = {}
+        moves: dict[str, MoveTo] = {}
+        results: dict[str, str] = {}
         for route in targets:
+            evicted = route.status_info == EVICTED_UNHEALTHY
             session = sessions.get(route.id)
             if session is None or session.status in _TERMINAL_SESSIONS:
                 successes.append(route.id)
+                if evicted:
+                    results[route.id] = "FAILURE"
                 continue
             skipped.append(route.id)
             messages[route.id] = f"waiting for replica session {session.id} ({session.status})"
-            if session.status != SessionStatus.TERMINATING:
+            if evicted and session.status == SessionStatus.RUNNING:
+                # A failure, not a stop somebody asked for: the session ends FAILURE.
+                moves[session.id] = MoveTo(
+                    SessionStatus.RUNNING, SessionStatus.TERMINATING, EVICTED_UNHEALTHY, True
+                )
+            elif session.status != SessionStatus.TERMINATING:
                 # Ending what the route owns: recorded in the session's history under
                 # this handler's name, by the same rules as `drover terminate`.
                 to_end[route.id] = [session.id]
         return HandlerResult(
-            successes=successes, skipped=skipped, messages=messages, terminate=to_end
+            successes=successes,
+            skipped=skipped,
+            messages=messages,
+            terminate=to_end,
+            moves=moves,
+            results=results,
         )
 
 

@@ -20,8 +20,9 @@ _ROUTE = RouteStatus
 def deployment_json(deployment: Entity) -> dict[str, Any]:
     """A deployment with replica counts, its replacements and back-off, and its routes.
 
-    ``degraded`` is true in status DEGRADED (fewer replicas than wanted, none
-    replaceable now: ``status_info`` says why); ``replaced`` counts the
+    ``degraded`` is true in status DEGRADED (fewer HEALTHY replicas than
+    wanted: ``status_info`` says why, "n of m healthy" or a back-off);
+    ``health`` is "n of m healthy" in every status; ``replaced`` counts the
     replicas replaced so far, ``restarts`` the replacement rounds in a row
     (the crash-loop back-off's count) and ``backoff_until`` when the next round
     may start.
@@ -31,6 +32,8 @@ def deployment_json(deployment: Entity) -> dict[str, Any]:
     own = deployment.data or {}
     data["replicas"] = deployment.spec.get("replicas")
     data["healthy"] = sum(1 for r in routes if r.status == _ROUTE.HEALTHY)
+    wanted = data["replicas"] if isinstance(data["replicas"], int) else 0
+    data["health"] = f"{min(data['healthy'], wanted)} of {wanted} healthy"
     data["live_routes"] = sum(
         1 for r in routes if r.status not in (_ROUTE.TERMINATING, _ROUTE.TERMINATED)
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from drover.model.kinds import STOP_REQUESTED, EntityKind
+from drover.model.kinds import FAILED_BECAUSE, STOP_REQUESTED, EntityKind
 from drover.model.values import StatusInfoRule
 from drover.storage.schema import coordinators, entities, scheduling_history, status_changes
 from drover.storage.statements.children import K, kernel_exists, kernel_status_in
@@ -54,6 +54,7 @@ __all__ = [
     "set_entity_data",
     "set_moved_results",
     "set_result",
+    "set_status_info",
     "spend_budget",
     "status_info_expression",
     "without_keys",
@@ -187,6 +188,14 @@ def move_entities(
     if rule is not None:
         values["status_info"] = status_info_expression(rule)
     return _guarded_update(values, postgres, fenced, solo)
+
+
+def set_status_info(
+    postgres: bool, rule: StatusInfoRule, fenced: bool = False, solo: bool = False
+) -> sa.Update:
+    """``status_info`` from ``rule`` where :func:`entity_guard` passes, the status kept (a
+    named outcome into the status the entities are in); returns the ids."""
+    return _guarded_update({"status_info": status_info_expression(rule)}, postgres, fenced, solo)
 
 
 def incremented(column: sa.Column[Any], postgres: bool) -> sa.ColumnElement[Any]:
@@ -402,6 +411,9 @@ def result_expression(
 ) -> sa.ColumnElement[Any]:
     """SUCCESS, CANCELLED or FAILURE of an ended entity of ``kind`` (correlated to its row).
 
+    FAILURE first if it was moved for a fault (``data`` has
+    :data:`~drover.model.kinds.FAILED_BECAUSE`).
+
     The children counted follow :attr:`EntityKind.result_from`: all, the latest
     of each slot (a later sibling of the same slot supersedes a child), or none.
     ``status`` is the entity's status (default its column; an UPDATE that sets
@@ -435,7 +447,12 @@ def result_expression(
             )
         good = sa.and_(good, ~kernel_exists(*counted))
     requested = _data_has(STOP_REQUESTED, postgres)
-    return sa.case((good, "SUCCESS"), (requested, "CANCELLED"), else_="FAILURE")
+    # Moved for a fault (MoveTo.fails): a failure, whatever its children did or who
+    # asked it to stop afterwards.
+    faulted = _data_has(FAILED_BECAUSE, postgres)
+    return sa.case(
+        (faulted, "FAILURE"), (good, "SUCCESS"), (requested, "CANCELLED"), else_="FAILURE"
+    )
 
 
 #: ``result = :result`` of the entity ``:eid`` (a handler's choice; executed with many rows).
