@@ -55,6 +55,10 @@ async def _scenario(h: CoordinatorHarness, logs: Path) -> dict[str, str]:
             "stale_after": 30,
         },
     )
+    # No replica wanted: READY with nothing to explain.
+    ids["idle"] = await h.create(
+        "deployment", name="idle", spec={"replicas": 0, "kernel": KERNEL, "health_path": "/"}
+    )
     await h.run_until_settled()
     h.clock.advance(10)
     await h.run_until_settled()
@@ -209,14 +213,20 @@ def test_a_failed_sessions_badge_carries_its_results_colour(world):
 
 
 def test_empty_why_cells_are_not_tinted(world):
-    """Issue 35: a READY deployment's empty "why" cell carries no warning class."""
+    """Issue 35: a READY deployment's empty "why" cell carries no warning class; a DEGRADED
+    one's (its replica never answered a check here) says why, tinted."""
     ids, client = world
     page = client.get("/deployments").text
-    row = re.search(rf'<tr data-deployment-id="{ids["web"]}">.*?</tr>', page, re.S)
-    assert row is not None
-    cell = re.search(r'<td class="(why-cell[^"]*)">(.*?)</td>', row.group(0), re.S)
-    assert cell is not None
-    assert (cell.group(1), cell.group(2).strip()) == ("why-cell", "")
+
+    def why(name: str) -> tuple[str, str]:
+        row = re.search(rf'<tr data-deployment-id="{ids[name]}">.*?</tr>', page, re.S)
+        assert row is not None
+        cell = re.search(r'<td class="(why-cell[^"]*)">(.*?)</td>', row.group(0), re.S)
+        assert cell is not None
+        return cell.group(1), cell.group(2).strip()
+
+    assert why("idle") == ("why-cell", "")
+    assert why("web") == ("why-cell why", "0 of 1 healthy")
 
 
 def test_the_deployment_page_shows_each_replicas_health_beside_its_session(world):
