@@ -147,11 +147,12 @@ def _compile(f: CandidateFilter, postgres: bool, slots: Iterator[int]) -> sa.Col
     if isinstance(f, StatusAge):
         now = sa.bindparam("now", type_=sa.Double)
         if f.seconds is not None:
-            return e.c.status_changed_at + _slot(slots, sa.Double) < now
+            # Inclusive: an entity exactly n seconds in its status has waited n seconds.
+            return e.c.status_changed_at + _slot(slots, sa.Double) <= now
         column, key = (e.c.spec, f.spec_key) if f.spec_key is not None else (e.c.data, f.data_key)
         assert key is not None
         is_number, number = _number(column, key, postgres)
-        return sa.and_(is_number, e.c.status_changed_at + number < now)
+        return sa.and_(is_number, e.c.status_changed_at + number <= now)
     if isinstance(f, TimedOut):
         return _timed_out(f, postgres, slots)
     raise TypeError(f"not a candidate filter: {f!r}")
