@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from peers import Job, Scripted, harness, skip
+from peers import Scripted, harness, skip
 
 from drover import HandlerOptions, StatusAge
 

@@ -198,7 +198,8 @@ class StatusAge:
     """The entity has been in its status for at least a number of seconds.
 
     Inclusive: an entity exactly ``n`` seconds in its status matches
-    ``StatusAge(n)`` (a back-off of ``n`` seconds is over at ``n``). The seconds are ``seconds``, or the number in ``spec[spec_key]`` or in
+    ``StatusAge(n)`` (a back-off of ``n`` seconds is over at ``n``). The
+    seconds are ``seconds``, or the number in ``spec[spec_key]`` or in
     ``data[data_key]`` (an entity without such a number does not match): a
     deadline a handler wrote, say ``data["retry_after"]``.
     """
