@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+import tree
 from peers import Scripted, harness, skip
 
-from drover import HandlerOptions, StatusAge
+from drover import HandlerOptions, StatusAge, TerminationRule
 
 
 async def _picked(h: Any, name: str) -> list[str]:
@@ -41,3 +43,19 @@ async def test_status_age_matches_an_entity_exactly_that_old(make_harness):
         h.clock.advance(0.5)
         assert await _picked(h, "aged") == [job]
         assert await _picked(h, "backed-off") == [job]
+
+
+# -- gap 2: a termination rule gives the children it ends a reason -----------------------------
+
+
+async def test_a_termination_rule_sets_the_status_info_of_the_children_it_ends(make_harness):
+    rule = TerminationRule(tree.Job.CANCELLED, children_info="JOB_CANCELLED")
+    cancelling = attrs.evolve(tree.JOB, termination=(rule,))
+    async with tree.harness(make_harness, kinds=(cancelling, tree.TASK, tree.ATTEMPT)) as h:
+        job, tasks, attempts = await tree.tree(h)
+        await h.repository.request_termination([job])
+        assert (await h.get(job)).status_info == "USER_REQUESTED"
+        for child in [*tasks, *attempts]:
+            ended = await h.get(child)
+            assert ended.status in {tree.Task.CANCELLED, tree.Attempt.FAILED}, ended.status
+            assert ended.status_info == "JOB_CANCELLED"

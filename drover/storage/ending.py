@@ -122,6 +122,7 @@ def termination_changes(
                 result=SchedulingResult.SUCCESS,
                 to_status=rule.to,
                 to_children=rule.children,
+                children_info=rule.children_info,
                 message=_message(rule.message, mode, reason),
                 status_info=StatusInfoRule(default=rule.status_info) if rule.status_info else info,
                 kind=kind_name,
