@@ -10,9 +10,17 @@ from typing import Any
 
 import attrs
 import tree
-from peers import Scripted, harness, skip
+from peers import JOB, TASK, Job, Scripted, harness, skip
 
-from drover import HandlerOptions, StatusAge, TerminationRule
+from drover import (
+    Budget,
+    HandlerOptions,
+    HandlerResult,
+    StatusAge,
+    StatusTransitions,
+    TerminationRule,
+    Transition,
+)
 
 
 async def _picked(h: Any, name: str) -> list[str]:
@@ -59,3 +67,44 @@ async def test_a_termination_rule_sets_the_status_info_of_the_children_it_ends(m
             ended = await h.get(child)
             assert ended.status in {tree.Task.CANCELLED, tree.Attempt.FAILED}, ended.status
             assert ended.status_info == "JOB_CANCELLED"
+
+
+# -- gap 3: a transition sets the entity's own status_info -------------------------------------
+
+
+class _Timing(Scripted):
+    handler = "timing"
+    transitions = StatusTransitions(
+        success=Transition(Job.RUNNING, status_info="STARTED"),
+        give_up=Transition(Job.FAILED),
+    )
+    options = HandlerOptions(max_retries=5)
+
+
+async def test_a_transition_and_a_budgets_give_up_set_the_entitys_status_info(make_harness):
+    """experimaestro's TIMEOUT comes from the budget's give_up, not from reading BudgetUse."""
+    timeout = Transition(Job.FAILED, status_info="TIMEOUT")
+    kind = attrs.evolve(JOB, budgets=(Budget("submissions", 1, give_up=timeout),))
+
+    def script(targets: Any) -> HandlerResult:
+        role = {t.spec["role"]: t.id for t in targets}
+        spent, told = role.get("spent"), role.get("told")
+        return HandlerResult(
+            successes=[role[r] for r in ("started", "told") if r in role],
+            failures=[spent] if spent else [],
+            budgets={spent: "submissions"} if spent else {},
+            status_infos={told: "STARTED_BY_HAND"} if told else {},
+        )
+
+    handler = _Timing(script)
+    async with harness(make_harness, handler, kinds=(kind, TASK)) as h:
+        started, spent, told = [
+            await h.create("job", spec={"role": role}) for role in ("started", "spent", "told")
+        ]
+        await h.tick("timing")
+        assert (await h.get(spent)).status == Job.QUEUED
+        await h.tick("timing")
+        assert (await h.get(started)).status_info == "STARTED"
+        assert (await h.get(told)).status_info == "STARTED_BY_HAND"
+        ended = await h.get(spent)
+        assert (ended.status, ended.status_info) == (Job.FAILED, "TIMEOUT")
