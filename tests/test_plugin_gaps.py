@@ -6,9 +6,12 @@ Each test fails on the engine before its fix; the kinds are the tests' own
 
 from __future__ import annotations
 
+import json
+import textwrap
 from typing import Any
 
 import attrs
+import pytest
 import tree
 from peers import JOB, TASK, Job, Scripted, harness, skip
 
@@ -16,6 +19,7 @@ from drover import (
     Budget,
     HandlerOptions,
     HandlerResult,
+    InvalidSpecError,
     StatusAge,
     StatusTransitions,
     TerminationRule,
@@ -108,3 +112,81 @@ async def test_a_transition_and_a_budgets_give_up_set_the_entitys_status_info(ma
         assert (await h.get(told)).status_info == "STARTED_BY_HAND"
         ended = await h.get(spent)
         assert (ended.status, ended.status_info) == (Job.FAILED, "TIMEOUT")
+
+
+# -- gap 5: a termination no rule serves is refused ----------------------------------------------
+
+#: Only a QUEUED job may be cancelled: a RUNNING one has no rule.
+QUEUED_ONLY = attrs.evolve(JOB, termination=(TerminationRule(Job.CANCELLED, {Job.QUEUED}),))
+
+
+async def test_a_termination_no_rule_serves_is_refused_in_one_line(make_harness):
+    async with harness(make_harness, kinds=(QUEUED_ONLY, TASK)) as h:
+        queued = await h.create("job")
+        running = await h.create("job", status=Job.RUNNING)
+        with pytest.raises(InvalidSpecError) as refused:
+            await h.repository.request_termination([queued, running])
+        text = str(refused.value)
+        assert "\n" not in text
+        assert f"{running} is a job in RUNNING: no termination rule applies" in text
+        assert "its rules: QUEUED -> CANCELLED" in text
+        # Nothing was written, not even for the job a rule serves.
+        for job in (queued, running):
+            assert [r.result for r in await h.history(job)] == ["CREATED"]
+        assert (await h.get(queued)).status == Job.QUEUED
+        # An ended job is still "nothing to do", not an error.
+        (done,) = await h.repository.request_termination([queued])
+        (again,) = await h.repository.request_termination([queued])
+        assert (done.changed, again.changed) == (True, False)
+
+
+def test_drover_terminate_refuses_a_status_without_a_rule(database, monkeypatch, tmp_path):
+    rule = TerminationRule(tree.Job.CANCELLED, {tree.Job.QUEUED})
+    kinds = (attrs.evolve(tree.JOB, termination=(rule,)), tree.TASK, tree.ATTEMPT)
+    job, _task, cli = tree.tree_cli(database, monkeypatch, tmp_path, kinds=kinds)
+    refused = cli("terminate", job)
+    assert refused.exit_code != 0
+    assert "is a job in RUNNING: no termination rule applies" in refused.output
+    assert "its rules: QUEUED -> CANCELLED" in refused.output
+    shown = json.loads(cli("show", job, "--json").output)
+    assert shown["status"] == "RUNNING"
+    assert [r["result"] for r in shown["history"]] == ["CREATED"]
+
+
+# -- gap 9: drover plugins check PATH sees a plugin object's hooks -------------------------------
+
+
+def test_plugins_check_path_sees_the_hooks_of_a_plugin_object(tmp_path, monkeypatch):
+    """A kind with a status no handler targets: warned of whether the hooks are module
+    functions or methods of ``plugin = MyPlugin()``."""
+    from click.testing import CliRunner
+
+    from drover.cli.group import main
+
+    monkeypatch.chdir(tmp_path)
+    source = """
+        from enum import StrEnum
+
+        from drover import EntityKind, hookimpl
+
+        class Lonely(StrEnum):
+            WAITING = "WAITING"
+            DONE = "DONE"
+
+        LONELY = EntityKind("lonely", Lonely, terminal={Lonely.DONE})
+
+        class MyPlugin:
+            @hookimpl
+            def drover_register_kinds(self, register):
+                register(LONELY)
+
+        plugin = MyPlugin()
+        """
+    path = tmp_path / "object_plugin.py"
+    path.write_text(textwrap.dedent(source))
+    env = {"DROVER_LOAD_PLUGINS": ""}
+    checked = CliRunner().invoke(main, ["plugins", "check", "--json", str(path)], env=env)
+    assert checked.exit_code == 0, checked.output
+    warned = json.loads(checked.output)["warnings"]
+    assert {"lonely"} <= {w["entity_kind"] for w in warned}, warned
+    assert any(w["entity_kind"] == "lonely" and w["status"] == "WAITING" for w in warned)

@@ -517,3 +517,21 @@ async def test_two_coordinators_placing_on_one_workers_last_slot_never_both_win(
         )
         assert await _statuses(h, [first, second]) == ["RUNNING", "QUEUED"]
         assert (await h.get(first)).spec == {"pools": {"worker-a": 1}}
+
+
+# -- issue 34, gap 11: a pool over its capacity never refuses an entity claiming none of it ----
+
+
+async def test_an_entity_claiming_none_of_an_over_capacity_pool_is_admitted(make_harness):
+    pool_a = Pool("pool-a", 2, held_in={Job.RUNNING}, claimed=True)
+    kinds = (attrs.evolve(JOB, pools=(pool_a,)), TASK)
+    async with harness(make_harness, StartJobs(succeed), kinds=kinds) as h:
+        # Created holding it (allowed: what happened outside): 3 of 2 units held.
+        for _ in range(3):
+            await h.create("job", status=Job.RUNNING, spec=_claim(**{"pool-a": 1}))
+        free = await h.create("job", priority=5)
+        claiming = await h.create("job", spec=_claim(**{"pool-a": 1}))
+        await h.tick("start-jobs")
+        assert await _statuses(h, [free, claiming]) == ["RUNNING", "QUEUED"]
+        last = (await h.history(claiming))[-1]
+        assert "pool 'pool-a' is full (3/2 held, 1 claimed)" in (last.message or "")

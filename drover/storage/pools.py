@@ -191,7 +191,13 @@ class PoolGate:
             claim = iter(claims.get(change.entity_id, (0,) * len(claimed)))
             needs = [next(claim) if pool.name in claimed else 1 for pool in pools]
             short = next(
-                (i for i, pool in enumerate(pools) if held[i] + needs[i] > pool.capacity), None
+                # An entity that claims none of a pool is never refused by it, even over capacity.
+                (
+                    i
+                    for i, pool in enumerate(pools)
+                    if needs[i] and held[i] + needs[i] > pool.capacity
+                ),
+                None,
             )
             if short is None:
                 admitted.append(change)
