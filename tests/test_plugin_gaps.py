@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from enum import StrEnum
 from typing import Any
 
 import attrs
@@ -17,9 +18,11 @@ from peers import JOB, TASK, Job, Scripted, harness, skip
 
 from drover import (
     Budget,
+    EntityKind,
     HandlerOptions,
     HandlerResult,
     InvalidSpecError,
+    LatestChild,
     StatusAge,
     StatusTransitions,
     TerminationRule,
@@ -190,3 +193,113 @@ def test_plugins_check_path_sees_the_hooks_of_a_plugin_object(tmp_path, monkeypa
     warned = json.loads(checked.output)["warnings"]
     assert {"lonely"} <= {w["entity_kind"] for w in warned}, warned
     assert any(w["entity_kind"] == "lonely" and w["status"] == "WAITING" for w in warned)
+
+
+# -- gap 10: check_graph finds the parent; no expired edge without a timeout ---------------------
+
+
+async def test_check_graph_finds_a_childs_parent_among_the_loaded_kinds(make_harness):
+    """Task.STOPPING is reached only by the job's ``stop-tasks`` outcome."""
+    from drover.plugins.graph import check_graph
+
+    async with tree.harness(make_harness, *tree.sound_handlers()) as h:
+        found = {(w.kind, w.status) for w in check_graph(h.handlers, tree.TASK)}
+        assert ("unreachable", tree.Task.STOPPING) not in found
+        # Handlers of no coordinator: the kinds are given.
+        plain = dict(h.handlers)
+        given = check_graph(plain, tree.TASK, kinds={"job": tree.JOB})
+        assert ("unreachable", tree.Task.STOPPING) not in {(w.kind, w.status) for w in given}
+
+
+class _Probe(Scripted):
+    handler = "probe"
+    transitions = StatusTransitions(success=Transition(Job.RUNNING), expired=Transition(Job.FAILED))
+    options = HandlerOptions(max_retries=1)
+
+
+async def test_the_graph_draws_expired_only_for_a_handler_with_a_timeout(make_harness):
+    from drover.plugins.graph import edges_of
+
+    def expired(h: Any) -> list[Any]:
+        return [e for e in edges_of(h.handlers, kind=JOB) if e.outcome == "expired"]
+
+    async with harness(make_harness, _Probe()) as h:
+        assert expired(h) == []
+    configured = {"probe": {"timeout": 30}}
+    async with harness(make_harness, _Probe(), handler_options=configured) as h:
+        assert [(e.source, e.target) for e in expired(h)] == [(Job.QUEUED, Job.FAILED)]
+
+
+# -- gap 4: composite slots (replica x job number) ------------------------------------------------
+
+
+class Run(StrEnum):
+    ACTIVE = "ACTIVE"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+class Sub(StrEnum):
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+SLOT = ("replica", "job")
+RUN = EntityKind(
+    "run", Run, terminal={Run.DONE, Run.FAILED}, result_from="latest-child", result_slot=SLOT
+)
+SUB = EntityKind("submission", Sub, terminal={Sub.DONE, Sub.FAILED}, parent="run")
+
+
+def _sub(status: str, replica: int, job: int) -> dict[str, Any]:
+    return {"status": status, "spec": {"replica": replica, "job": job}}
+
+
+async def test_a_composite_slot_counts_the_latest_submission_of_each_replica_and_job(
+    make_harness,
+):
+    """dstack: a run's jobs are (replica, job number); a retry resubmits one of them."""
+    # Job 1 of replica 0 failed; a later success of job 0 (same replica) does not hide it.
+    hidden = [_sub(Sub.FAILED, 0, 1), _sub(Sub.DONE, 0, 0), _sub(Sub.DONE, 1, 1)]
+    # Every (replica, job) pair's latest submission succeeded.
+    retried = [_sub(Sub.FAILED, 0, 1), _sub(Sub.DONE, 0, 0), _sub(Sub.DONE, 0, 1)]
+    failed_slot = _picker("failed-slot", LatestChild({Sub.FAILED}, slot_key=SLOT))
+    running = {"statuses": frozenset({Run.ACTIVE}), "kind": "run"}
+    failed_slot = type("FailedSlot", (type(failed_slot),), running)(skip)
+    async with harness(make_harness, failed_slot, kinds=(RUN, SUB)) as h:
+        bad = await h.create("run", status=Run.DONE, children=hidden)
+        good = await h.create("run", status=Run.DONE, children=retried)
+        assert ((await h.get(bad)).result, (await h.get(good)).result) == ("FAILURE", "SUCCESS")
+        active = await h.create("run", status=Run.ACTIVE, children=hidden)
+        await h.create("run", status=Run.ACTIVE, children=retried)
+        assert await _picked(h, "failed-slot") == [active]
+    # The single-key form keeps working, and reads back as it was given.
+    assert LatestChild({Sub.FAILED}, slot_key="replica").slot_key == "replica"
+    assert LatestChild({Sub.FAILED}, slot_key=["replica", "job"]).slot_key == SLOT
+    assert attrs.evolve(RUN, result_slot="replica").result_slot == "replica"
+
+
+# -- gap 8: run_until_settled waits until oldest-seen handlers have reached every candidate ------
+
+
+class _OnlyNewest(Scripted):
+    """Moves only entities whose spec says ``movable``; says nothing of the others."""
+
+    handler = "only-newest"
+    transitions = StatusTransitions(success=Transition(Job.RUNNING))
+    options = HandlerOptions(batch_size=1, order="oldest-seen")
+
+
+async def test_run_until_settled_reaches_every_candidate_of_an_oldest_seen_handler(
+    make_harness,
+):
+    def script(targets: Any) -> HandlerResult:
+        return HandlerResult(successes=[t.id for t in targets if t.spec.get("movable")])
+
+    async with harness(make_harness, _OnlyNewest(script)) as h:
+        waiting = [await h.create("job") for _ in range(2)]
+        newest = await h.create("job", spec={"movable": True})
+        await h.run_until_settled()
+        assert (await h.get(newest)).status == Job.RUNNING
+        assert [(await h.get(w)).status for w in waiting] == [Job.QUEUED, Job.QUEUED]

@@ -43,6 +43,8 @@ __all__ = [
     "Parent",
     "StatusAge",
     "TimedOut",
+    "slot_field",
+    "slot_keys",
 ]
 
 #: Comparisons a :class:`Field` may use.
@@ -63,6 +65,25 @@ def _statuses(value: Iterable[str] | None) -> frozenset[str] | None:
 
 def _some(value: Iterable[str]) -> frozenset[str]:
     return frozenset(value)
+
+
+def slot_field(value: str | Iterable[str] | None) -> str | tuple[str, ...] | None:
+    """A slot as declared: one spec key stays a string (what plugins read back), several
+    become a tuple (a list given is converted); an empty one is refused."""
+    if value is None or isinstance(value, str):
+        return value
+    keys = tuple(str(key) for key in value)
+    if not keys:
+        raise ValueError("a slot names at least one spec key (or is None)")
+    return keys
+
+
+def slot_keys(slot: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The spec keys a slot (``LatestChild.slot_key``, ``EntityKind.result_slot``) is
+    made of: none, one, or several (a composite slot: replica x job number)."""
+    if slot is None:
+        return ()
+    return (slot,) if isinstance(slot, str) else slot
 
 
 def _value(value: Any) -> Any:
@@ -220,16 +241,18 @@ class LatestChild:
 
     "Most recent" is the order children were created in (creation time, then
     id: the order ``result_from="latest-child"`` reads). With ``slot_key``,
-    children are grouped by ``spec[slot_key]`` (a replica number, say) and the
-    filter holds when the latest child of *some* slot is in ``statuses``. An
-    entity without children never matches. Example: tasks whose latest
-    attempt was preempted, whatever the earlier attempts ended as::
+    children are grouped by ``spec[slot_key]`` (a replica number, say), or by
+    several keys together when it is a tuple (a composite slot: dstack's
+    ``("replica_num", "job_num")``), and the filter holds when the latest child
+    of *some* slot is in ``statuses``. An entity without children never
+    matches. Example: tasks whose latest attempt was preempted, whatever the
+    earlier attempts ended as::
 
         LatestChild({Attempt.PREEMPTED})
     """
 
     statuses: frozenset[str] = attrs.field(converter=_some)
-    slot_key: str | None = None
+    slot_key: str | tuple[str, ...] | None = attrs.field(default=None, converter=slot_field)
 
     def __attrs_post_init__(self) -> None:
         if not self.statuses:

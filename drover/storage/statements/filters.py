@@ -38,9 +38,16 @@ from drover.model.filters import (
     Parent,
     StatusAge,
     TimedOut,
+    slot_keys,
 )
 from drover.storage.schema import entities, relations
-from drover.storage.statements.children import K, kernel_exists, kernel_status_in, match_condition
+from drover.storage.statements.children import (
+    K,
+    kernel_exists,
+    kernel_status_in,
+    latest_of_slot,
+    match_condition,
+)
 
 __all__ = ["compile_filters", "filter_shape"]
 
@@ -48,8 +55,6 @@ e = entities
 _T = entities.alias("t")
 _P = entities.alias("p")
 _D = entities.alias("d")
-#: A later sibling of the child a :class:`LatestChild` filter looks at.
-_LATER = entities.alias("later")
 _COMPARE: dict[str, Callable[[Any, Any], sa.ColumnElement[bool]]] = {
     "eq": operator.eq,
     "ne": operator.ne,
@@ -215,27 +220,8 @@ def _child_count(f: ChildCount, postgres: bool, slots: Iterator[int]) -> sa.Colu
 
 
 def _latest_child(f: LatestChild) -> sa.ColumnElement[bool]:
-    """Some child in the statuses that no later sibling (of its slot) supersedes.
-
-    "Later" is the order ``result_from="latest-child"`` reads: creation time, then id.
-    """
-    later = _LATER
-    same_slot: list[sa.ColumnElement[bool]] = []
-    if f.slot_key is not None:
-        key = f.slot_key
-        same_slot.append(
-            sa.func.coalesce(later.c.spec[key].as_string(), "")
-            == sa.func.coalesce(K.c.spec[key].as_string(), "")
-        )
-    superseded = sa.exists().where(
-        later.c.parent_id == K.c.parent_id,
-        sa.or_(
-            later.c.created_at > K.c.created_at,
-            sa.and_(later.c.created_at == K.c.created_at, later.c.id > K.c.id),
-        ),
-        *same_slot,
-    )
-    return kernel_exists(kernel_status_in(f.statuses), ~superseded)
+    """Some child in the statuses that no later sibling (of its slot) supersedes."""
+    return kernel_exists(kernel_status_in(f.statuses), latest_of_slot(slot_keys(f.slot_key)))
 
 
 def _sqlite_path(path: Sequence[str]) -> str:
