@@ -17,9 +17,11 @@ from pool_race import tick_b_inside_a_apply
 from drover import (
     HandlerOptions,
     InvalidHandlerError,
+    InvalidSpecError,
     KernelMatchType,
     NewEntity,
     Pool,
+    PoolHasRoom,
     PromotionRule,
     SchedulingResult,
     StatusTransitions,
@@ -535,3 +537,36 @@ async def test_an_entity_claiming_none_of_an_over_capacity_pool_is_admitted(make
         assert await _statuses(h, [free, claiming]) == ["RUNNING", "QUEUED"]
         last = (await h.history(claiming))[-1]
         assert "pool 'pool-a' is full (3/2 held, 1 claimed)" in (last.message or "")
+
+
+# -- issue 34, gap 6: how full a pool is, and candidates whose pool has room ------------------
+
+
+async def test_queries_read_a_pools_holders_and_a_filter_keeps_candidates_with_room(
+    make_harness,
+):
+    """experimaestro under priority order: jobs waiting for a full token must not starve
+    another token's job behind them (batch_size 1: a filter after the LIMIT would)."""
+    tokens = Pool("tok-a", 1, held_in={Job.RUNNING}, claimed=True)
+    other = Pool("tok-b", 1, held_in={Job.RUNNING}, claimed=True)
+    kinds = (attrs.evolve(JOB, pools=(tokens, other)), TASK)
+
+    class Start(StartJobs):
+        filters = (PoolHasRoom(),)
+        options = HandlerOptions(batch_size=1)
+
+    async with harness(make_harness, Start(succeed), kinds=kinds) as h:
+        holder = await h.create("job", status=Job.RUNNING, spec=_claim(**{"tok-a": 1}))
+        waiting = [await h.create("job", priority=9, spec=_claim(**{"tok-a": 1})) for _ in range(2)]
+        runnable = await h.create("job", priority=1, spec=_claim(**{"tok-b": 1}))
+        usage = await h.app.queries.pool_usage("tok-a")
+        assert (usage.capacity, usage.held, usage.free) == (1, 1, 0)
+        assert [(x.entity_id, x.status, x.units) for x in usage.holders] == [
+            (holder, Job.RUNNING, 1)
+        ]
+        report = await h.tick("start-jobs")
+        assert [c.entity_id for c in report.changes] == [runnable]
+        assert await _statuses(h, [*waiting, runnable]) == ["QUEUED", "QUEUED", "RUNNING"]
+        assert (await h.app.queries.pool_usage("tok-b")).held == 1
+        with pytest.raises(InvalidSpecError, match="no pool named 'nope'; pools: tok-a, tok-b"):
+            await h.app.queries.pool_usage("nope")

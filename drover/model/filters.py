@@ -41,6 +41,7 @@ __all__ = [
     "LatestChild",
     "Not",
     "Parent",
+    "PoolHasRoom",
     "StatusAge",
     "TimedOut",
     "slot_field",
@@ -259,6 +260,28 @@ class LatestChild:
             raise ValueError("LatestChild statuses must name at least one status")
 
 
+@attrs.frozen
+class PoolHasRoom:
+    """The pools the entity would hold have room for it now.
+
+    For each pool of ``pools`` (``None``: every pool the entity's kind
+    declares) that the entity's kind holds, the units held now plus what the
+    entity would take (its ``spec["pools"]`` claim for a ``claimed`` pool, else
+    one) are within the pool's capacity. An entity claiming none of a claimed
+    pool always has room (the apply never refuses it). Compiled to SQL before
+    the ``LIMIT``, so full-pool candidates never take a batch's places: say
+    experimaestro's jobs waiting for a full token while another token's job
+    could run::
+
+        candidate_filters = (PoolHasRoom({"xpm-token"}),)
+
+    The apply still admits a move atomically (a filter reads before the
+    tick's write): the filter only keeps hopeless candidates out of the batch.
+    """
+
+    pools: frozenset[str] | None = attrs.field(default=None, converter=_statuses)
+
+
 @attrs.frozen(init=False)
 class Not:
     """``filter`` does not hold (an entity it does not match, for whatever reason).
@@ -332,6 +355,7 @@ CandidateFilter = (
     | Dependents
     | LatestChild
     | Parent
+    | PoolHasRoom
     | StatusAge
     | TimedOut
     | AnyOf

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from drover.model.kinds import EntityKind
 from drover.storage._service import Service
 from drover.storage.inserts import CREATED
-from drover.storage.pools import claimed_units, count_holders
 from drover.storage.schema import entities, scheduling_history, status_changes
+from drover.storage.statements.pools import claimed_units, count_holders
 
 __all__ = [
     "ClaimRow",

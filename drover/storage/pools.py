@@ -37,8 +37,9 @@ from drover.model.pools import POOLS_KEY, PoolHolders
 from drover.storage._sql import ids_value, statement
 from drover.storage.schema import entities
 from drover.storage.statements.ids import ids_param
+from drover.storage.statements.pools import claimed_units, count_holders
 
-__all__ = ["PoolGate", "claimed_units", "count_holders"]
+__all__ = ["PoolGate"]
 
 
 e = entities
@@ -54,42 +55,6 @@ def lock_pool() -> sa.Select[Any]:
     """
     key = sa.func.hashtextextended(sa.bindparam("pool_key", type_=sa.String), 0)
     return sa.select(sa.func.pg_advisory_xact_lock(key))
-
-
-def claimed_units(name: str, postgres: bool) -> sa.ColumnElement[Any]:
-    """The units of pool ``name`` the row's ``spec["pools"]`` claims; 0 for none (or not a
-    number: creation refuses that, so only a hand-written row could hold one)."""
-    if postgres:
-        path = sa.literal([POOLS_KEY, name], postgresql.ARRAY(sa.Text))
-        value = e.c.spec.op("#>")(path)
-        number = sa.cast(e.c.spec.op("#>>")(path), sa.Numeric)
-        return sa.case((sa.func.jsonb_typeof(value) == "number", number), else_=0)
-    where = f"$.{POOLS_KEY}.{json.dumps(name)}"
-    return sa.case(
-        (
-            sa.func.json_type(e.c.spec, where).in_(["integer", "real"]),
-            sa.func.json_extract(e.c.spec, where),
-        ),
-        else_=0,
-    )
-
-
-def count_holders(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:
-    """How many units of ``pool`` are held now (served by the ``(kind, status)`` index).
-
-    One per holder of a kind that declares the pool plain; the claimed units
-    (``spec["pools"]``) of a holder of a kind that declares it ``claimed``.
-    """
-    held = [
-        sa.and_(e.c.kind == kind, e.c.status.in_(sorted(statuses)))
-        for kind, statuses in pool.holders
-    ]
-    if not pool.claimed_by:
-        return sa.select(sa.func.count()).select_from(e).where(sa.or_(*held))
-    units = sa.case(
-        (e.c.kind.in_(sorted(pool.claimed_by)), claimed_units(pool.name, postgres)), else_=1
-    )
-    return sa.select(sa.func.coalesce(sa.func.sum(units), 0)).select_from(e).where(sa.or_(*held))
 
 
 def claims_of(names: tuple[str, ...], postgres: bool) -> sa.Select[Any]:

@@ -107,9 +107,9 @@ async def moves(h: CoordinatorHarness, entity: str) -> list[tuple[str, str, str,
 
 
 async def back_off(h: CoordinatorHarness, run: str) -> int:
-    """Let a PENDING run's back-off pass (StatusAge: strictly longer), settle; the delay."""
+    """Let a PENDING run's back-off pass (StatusAge: at the delay itself), settle; the delay."""
     delay = int((await h.get(run)).data["retry_after"])
-    h.clock.advance(delay + 1)
+    h.clock.advance(delay)
     await h.run_until_settled()
     return delay
 
