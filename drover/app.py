@@ -358,6 +358,10 @@ class App:
         # Before the backend starts: a daemon refused on SQLite (another one runs)
         # must not adopt, report or kill any kernel.
         await daemon.register()
+        if config.pools:
+            # The configuration's capacities win when a daemon (re)starts; `drover pools
+            # set` changes them while it runs.
+            await self.repository.set_pool_capacities(config.pools)
         try:
             await self.start(auto_upgrade=False)
         except BaseException:

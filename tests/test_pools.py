@@ -6,6 +6,7 @@ PostgreSQL, and two coordinators race for one pool on PostgreSQL.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -570,3 +571,75 @@ async def test_queries_read_a_pools_holders_and_a_filter_keeps_candidates_with_r
         assert (await h.app.queries.pool_usage("tok-b")).held == 1
         with pytest.raises(InvalidSpecError, match="no pool named 'nope'; pools: tok-a, tok-b"):
             await h.app.queries.pool_usage("nope")
+
+
+# -- issue 34, gap 7: capacities change while drover runs --------------------------------------
+
+
+async def test_a_pools_capacity_changed_at_run_time_is_enforced_at_once(make_harness):
+    """A worker joins (its slots grow): the apply, the filter and the read see the new
+    capacity without a restart; bad input is one line and writes nothing."""
+
+    class Start(StartJobs):
+        filters = (PoolHasRoom(),)
+
+    async with harness(make_harness, Start(succeed), kinds=KINDS) as h:
+        jobs = [await h.create("job") for _ in range(4)]
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "QUEUED", "QUEUED"]
+        await h.repository.set_pool_capacities({"gpu-slots": 3})
+        assert (await h.app.queries.pool_usage("gpu-slots")).capacity == 3
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "RUNNING", "QUEUED"]
+        with pytest.raises(InvalidSpecError, match="no pool named 'nope'; pools: gpu-slots"):
+            await h.repository.set_pool_capacities({"gpu-slots": 9, "nope": 1})
+        with pytest.raises(InvalidSpecError, match="capacity must be a whole number >= 0"):
+            await h.repository.set_pool_capacities({"gpu-slots": -1})
+        assert (await h.app.queries.pool_usage("gpu-slots")).capacity == 3
+        # Lowered below what is held: holders keep it, nobody new gets in.
+        await h.repository.set_pool_capacities({"gpu-slots": 1})
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "RUNNING", "QUEUED"]
+
+
+def test_drover_pools_lists_and_sets_capacities(database, monkeypatch, tmp_path):
+    import asyncio
+
+    from click.testing import CliRunner
+    from peers import plugin
+
+    import drover.app
+    from drover.cli.group import main
+
+    the_plugin = plugin(kinds=KINDS)
+    real = drover.app.make_plugin_manager
+    monkeypatch.setattr(
+        drover.app, "make_plugin_manager", lambda **kw: real(**kw, plugins=[the_plugin])
+    )
+
+    async def setup() -> None:
+        async with CoordinatorHarness(
+            plugins=[the_plugin],
+            include_builtin_handlers=False,
+            database_url=database.url,
+            database_schema=database.schema,
+        ) as h:
+            await h.create("job", status=Job.RUNNING)
+
+    asyncio.run(setup())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
+    monkeypatch.setenv("DROVER_LOAD_PLUGINS", "")
+    if database.schema:
+        monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
+    runner = CliRunner()
+    assert "Example: drover pools set" in runner.invoke(main, ["pools", "set", "--help"]).output
+    listed = json.loads(runner.invoke(main, ["pools", "--json"]).output)
+    assert [(p["name"], p["capacity"], p["held"]) for p in listed] == [("gpu-slots", 2, 1)]
+    done = runner.invoke(main, ["pools", "set", "gpu-slots", "5"])
+    assert (done.exit_code, done.output.strip()) == (0, "pool gpu-slots: capacity 5 (1 held)")
+    refused = runner.invoke(main, ["pools", "set", "tpu", "1"])
+    assert refused.exit_code != 0
+    assert "no pool named 'tpu'; pools: gpu-slots" in refused.output
+    table = runner.invoke(main, ["pools"]).output.splitlines()
+    assert table[1].split() == ["gpu-slots", "5", "1", "4"]

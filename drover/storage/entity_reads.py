@@ -35,7 +35,7 @@ from drover.storage.schema import (
 )
 from drover.storage.statements.apply import latest_history_ids
 from drover.storage.statements.ids import checked_only
-from drover.storage.statements.pools import holder_rows
+from drover.storage.statements.pools import capacity_of, holder_rows
 
 __all__ = ["PREFIX_MATCHES", "EntityFilter", "EntityReads"]
 
@@ -366,14 +366,16 @@ class EntityReads(Service):
         return await self._db.read(work)
 
     async def pool_usage(self, name: str) -> PoolUsage:
-        """Pool ``name``'s capacity now and its holders: what a handler choosing where an
-        entity goes reads (InvalidSpecError naming the pools for an unknown one)."""
+        """Pool ``name``'s capacity now (as changed at run time, if it was) and its holders:
+        what a handler choosing where an entity goes reads (InvalidSpecError naming the
+        pools for an unknown one)."""
         pools = self._db.kinds.pools
         pool = pools.get(name)
         if pool is None:
             raise InvalidSpecError(f"no pool named {name!r}; pools: {', '.join(sorted(pools))}")
         pg = self._db.postgres
         query = statement(("pool-holders-rows", pool, pg), lambda: holder_rows(pool, pg))
+        now = statement(("pool-capacity", pool), lambda: sa.select(capacity_of(pool)))
 
         def work(conn: sa.Connection) -> PoolUsage:
             holders = tuple(
@@ -381,7 +383,7 @@ class EntityReads(Service):
                 for eid, kind, status, units in conn.execute(query)
             )
             held = sum(h.units for h in holders)
-            return PoolUsage(name, pool.capacity, held, holders)
+            return PoolUsage(name, int(conn.execute(now).scalar_one()), held, holders)
 
         return await self._db.read(work)
 

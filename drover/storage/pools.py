@@ -37,7 +37,7 @@ from drover.model.pools import POOLS_KEY, PoolHolders
 from drover.storage._sql import ids_value, statement
 from drover.storage.schema import entities
 from drover.storage.statements.ids import ids_param
-from drover.storage.statements.pools import claimed_units, count_holders
+from drover.storage.statements.pools import claimed_units, usage
 
 __all__ = ["PoolGate"]
 
@@ -111,13 +111,14 @@ class PoolGate:
         }
         self.lock(names)
 
-    def free(self, pool: PoolHolders) -> tuple[int, int]:
-        """``(free tokens, units held)`` of ``pool`` now (its lock taken first)."""
+    def usage(self, pool: PoolHolders) -> tuple[int, int]:
+        """``(units held, capacity)`` of ``pool`` now (its lock taken first; the capacity as
+        changed at run time, if it was)."""
         self.lock([pool.name])
         pg = self._postgres
-        query = statement(("pool-holders", pool, pg), lambda: count_holders(pool, pg))
-        held = int(self._conn.execute(query).scalar() or 0)
-        return max(pool.capacity - held, 0), held
+        query = statement(("pool-usage", pool, pg), lambda: usage(pool, pg))
+        held, capacity = self._conn.execute(query).one()
+        return int(held or 0), int(capacity)
 
     def _claims(self, names: tuple[str, ...], ids: list[str]) -> dict[str, tuple[int, ...]]:
         """The units of each pool of ``names`` each entity of ``ids`` claims (``spec["pools"]``)."""
@@ -149,7 +150,9 @@ class PoolGate:
             if c.claims is not None:
                 claims[c.entity_id] = tuple(int(c.claims.get(name, 0)) for name in claimed)
         # Per pool: units held now, counted with the moves this group is admitted to make.
-        held = [self.free(pool)[1] for pool in pools]
+        now = [self.usage(pool) for pool in pools]
+        held = [units for units, _ in now]
+        capacities = [capacity for _, capacity in now]
         admitted: list[Change] = []
         refused: list[tuple[Change, str]] = []
         for change in group:
@@ -160,7 +163,7 @@ class PoolGate:
                 (
                     i
                     for i, pool in enumerate(pools)
-                    if needs[i] and held[i] + needs[i] > pool.capacity
+                    if needs[i] and held[i] + needs[i] > capacities[i]
                 ),
                 None,
             )
@@ -169,7 +172,7 @@ class PoolGate:
                 held = [h + n for h, n in zip(held, needs, strict=True)]
                 continue
             pool = pools[short]
-            count = f"{held[short]}/{pool.capacity} held"
+            count = f"{held[short]}/{capacities[short]} held"
             if pool.name in claimed:
                 count += f", {needs[short]} claimed"
             refused.append(

@@ -50,7 +50,7 @@ from drover.storage.statements.children import (
     latest_of_slot,
     match_condition,
 )
-from drover.storage.statements.pools import count_holders, units
+from drover.storage.statements.pools import capacity_of, count_holders, units
 
 __all__ = ["compile_filters", "filter_shape"]
 
@@ -260,7 +260,7 @@ def _pool_has_room(
     """Each pool the row's kind holds has room for what the row would take."""
     conditions: list[sa.ColumnElement[bool]] = []
     for pool in checked:
-        capacity = _slot(slots, sa.Integer)
+        capacity = capacity_of(pool, _slot(slots, sa.Integer))
         held = count_holders(pool, postgres, _HOLDER).scalar_subquery()
         need = units(pool, postgres)
         declares = e.c.kind.in_(sorted({kind for kind, _ in pool.holders}))

@@ -15,9 +15,17 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from drover.model.pools import POOLS_KEY, PoolHolders
-from drover.storage.schema import entities
+from drover.storage.schema import entities, pool_capacities
 
-__all__ = ["claimed_units", "count_holders", "holder_rows", "holds", "units"]
+__all__ = [
+    "capacity_of",
+    "claimed_units",
+    "count_holders",
+    "holder_rows",
+    "holds",
+    "units",
+    "usage",
+]
 
 
 def claimed_units(name: str, postgres: bool, table: Any = entities) -> sa.ColumnElement[Any]:
@@ -79,3 +87,18 @@ def holder_rows(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:
         .where(holds(pool))
         .order_by(e.c.status_changed_at, e.c.id)
     )
+
+
+def capacity_of(pool: PoolHolders, declared: Any = None) -> sa.ColumnElement[Any]:
+    """``pool``'s capacity now: the one changed at run time (``pool_capacities``), else
+    ``declared`` (default: the capacity the kinds and the configuration give it)."""
+    pc = pool_capacities
+    changed = sa.select(pc.c.capacity).where(pc.c.name == pool.name).scalar_subquery()
+    fallback = sa.literal(pool.capacity) if declared is None else declared
+    return sa.func.coalesce(changed, fallback)
+
+
+def usage(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:
+    """``(units held, capacity now)`` of ``pool``, in one statement."""
+    held = count_holders(pool, postgres).scalar_subquery()
+    return sa.select(held, capacity_of(pool))
