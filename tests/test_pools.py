@@ -643,3 +643,36 @@ def test_drover_pools_lists_and_sets_capacities(database, monkeypatch, tmp_path)
     assert "no pool named 'tpu'; pools: gpu-slots" in refused.output
     table = runner.invoke(main, ["pools"]).output.splitlines()
     assert table[1].split() == ["gpu-slots", "5", "1", "4"]
+
+
+async def test_the_configurations_pools_are_read_again_on_reload(database, tmp_path):
+    """``drover run`` on SIGHUP: the file's [pools] again, written for every coordinator."""
+    from peers import plugin
+
+    from drover import App, load_config, make_plugin_manager
+
+    the_plugin = plugin(kinds=KINDS)
+    async with CoordinatorHarness(
+        plugins=[the_plugin],
+        include_builtin_handlers=False,
+        database_url=database.url,
+        database_schema=database.schema,
+    ):
+        pass
+    path = tmp_path / "drover.toml"
+    schema = f'database_schema = "{database.schema}"\n' if database.schema else ""
+    head = f'database_url = "{database.url}"\n{schema}'
+    path.write_text(head + "[pools]\ngpu-slots = 3\n")
+    app = App(load_config(path), plugin_manager=make_plugin_manager(plugins=[the_plugin]))
+    try:
+        assert await app.reload_pools() == {"gpu-slots": 3}
+        assert (await app.queries.pool_usage("gpu-slots")).capacity == 3
+        path.write_text(head + "[pools]\ngpu-slots = 5\n")
+        assert await app.reload_pools() == {"gpu-slots": 5}
+        assert (await app.queries.pool_usage("gpu-slots")).capacity == 5
+        # A file that no longer loads changes nothing.
+        path.write_text(head + "[pools]\ngpu-slots = 'many'\n")
+        assert await app.reload_pools() == {}
+        assert (await app.queries.pool_usage("gpu-slots")).capacity == 5
+    finally:
+        await app.close()
