@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from drover.model.filters import LatestChild as LatestChild
     from drover.model.filters import Not as Not
     from drover.model.filters import Parent as Parent
+    from drover.model.filters import PoolHasRoom as PoolHasRoom
     from drover.model.filters import StatusAge as StatusAge
     from drover.model.filters import TimedOut as TimedOut
     from drover.model.kinds import Budget as Budget
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from drover.model.kinds import Limit as Limit
     from drover.model.kinds import TerminationRule as TerminationRule
     from drover.model.pools import Pool as Pool
+    from drover.model.pools import PoolUsage as PoolUsage
     from drover.model.promotion import PromotionRule as PromotionRule
     from drover.model.status import KernelMatchType as KernelMatchType
     from drover.model.status import SchedulingResult as SchedulingResult

@@ -25,7 +25,7 @@ import pluggy
 from drover._version import __version__
 from drover.backends.base import AgentBackend
 from drover.builtin_plugins import make_plugin_manager
-from drover.config import Config, LoadedConfig, retention_seconds
+from drover.config import Config, LoadedConfig, load_config, retention_seconds
 from drover.coordinator.daemon import Daemon
 from drover.coordinator.handlers import Handler
 from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
@@ -336,6 +336,22 @@ class App:
         if not entered:
             self._daemon.wake_promotions()
 
+    async def reload_pools(self) -> dict[str, int]:
+        """Read the configuration file's ``[pools]`` again and write those capacities
+        (``drover run`` does on SIGHUP); return them. A file that no longer loads, or a
+        capacity refused, is logged and changes nothing."""
+        if self.loaded.file is None:
+            return {}
+        try:
+            pools = dict(load_config(self.loaded.file).config.pools)
+            if pools:
+                await self.repository.set_pool_capacities(pools)
+        except DroverError as error:
+            log.warning("reloading [pools] from %s failed: %s", self.loaded.file, error)
+            return {}
+        log.info("reloaded [pools] from %s: %s", self.loaded.file, pools)
+        return pools
+
     async def run_daemon(
         self,
         *,
@@ -362,6 +378,10 @@ class App:
         # Before the backend starts: a daemon refused on SQLite (another one runs)
         # must not adopt, report or kill any kernel.
         await daemon.register()
+        if config.pools:
+            # The configuration's capacities win when a daemon (re)starts; `drover pools
+            # set` changes them while it runs.
+            await self.repository.set_pool_capacities(config.pools)
         try:
             await self.start(auto_upgrade=False)
         except BaseException:
@@ -392,9 +412,15 @@ class App:
                 os._exit(128 + signum)
 
         previous: dict[int, Any] = {}
+        reloads: set[asyncio.Task[Any]] = set()
         if install_signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 previous[signum] = signal.signal(signum, on_signal)
+            # SIGHUP: the configuration file's [pools] again (kept until it is done).
+            loop.add_signal_handler(
+                signal.SIGHUP,
+                lambda: reloads.add(loop.create_task(self.reload_pools(), name="drover-reload")),
+            )
         web_task: asyncio.Task[None] | None = None
         web_server: Any = None
         if http is not None:
@@ -422,6 +448,8 @@ class App:
                     await asyncio.wait_for(web_task, timeout=config.shutdown_grace)
             for number, handler in previous.items():
                 signal.signal(number, handler)
+            if install_signals:
+                loop.remove_signal_handler(signal.SIGHUP)
             await dispatcher.close(grace=config.shutdown_grace)
         return 0
 

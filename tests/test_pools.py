@@ -6,6 +6,7 @@ PostgreSQL, and two coordinators race for one pool on PostgreSQL.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -17,9 +18,11 @@ from pool_race import tick_b_inside_a_apply
 from drover import (
     HandlerOptions,
     InvalidHandlerError,
+    InvalidSpecError,
     KernelMatchType,
     NewEntity,
     Pool,
+    PoolHasRoom,
     PromotionRule,
     SchedulingResult,
     StatusTransitions,
@@ -517,3 +520,159 @@ async def test_two_coordinators_placing_on_one_workers_last_slot_never_both_win(
         )
         assert await _statuses(h, [first, second]) == ["RUNNING", "QUEUED"]
         assert (await h.get(first)).spec == {"pools": {"worker-a": 1}}
+
+
+# -- issue 34, gap 11: a pool over its capacity never refuses an entity claiming none of it ----
+
+
+async def test_an_entity_claiming_none_of_an_over_capacity_pool_is_admitted(make_harness):
+    pool_a = Pool("pool-a", 2, held_in={Job.RUNNING}, claimed=True)
+    kinds = (attrs.evolve(JOB, pools=(pool_a,)), TASK)
+    async with harness(make_harness, StartJobs(succeed), kinds=kinds) as h:
+        # Created holding it (allowed: what happened outside): 3 of 2 units held.
+        for _ in range(3):
+            await h.create("job", status=Job.RUNNING, spec=_claim(**{"pool-a": 1}))
+        free = await h.create("job", priority=5)
+        claiming = await h.create("job", spec=_claim(**{"pool-a": 1}))
+        await h.tick("start-jobs")
+        assert await _statuses(h, [free, claiming]) == ["RUNNING", "QUEUED"]
+        last = (await h.history(claiming))[-1]
+        assert "pool 'pool-a' is full (3/2 held, 1 claimed)" in (last.message or "")
+
+
+# -- issue 34, gap 6: how full a pool is, and candidates whose pool has room ------------------
+
+
+async def test_queries_read_a_pools_holders_and_a_filter_keeps_candidates_with_room(
+    make_harness,
+):
+    """experimaestro under priority order: jobs waiting for a full token must not starve
+    another token's job behind them (batch_size 1: a filter after the LIMIT would)."""
+    tokens = Pool("tok-a", 1, held_in={Job.RUNNING}, claimed=True)
+    other = Pool("tok-b", 1, held_in={Job.RUNNING}, claimed=True)
+    kinds = (attrs.evolve(JOB, pools=(tokens, other)), TASK)
+
+    class Start(StartJobs):
+        filters = (PoolHasRoom(),)
+        options = HandlerOptions(batch_size=1)
+
+    async with harness(make_harness, Start(succeed), kinds=kinds) as h:
+        holder = await h.create("job", status=Job.RUNNING, spec=_claim(**{"tok-a": 1}))
+        waiting = [await h.create("job", priority=9, spec=_claim(**{"tok-a": 1})) for _ in range(2)]
+        runnable = await h.create("job", priority=1, spec=_claim(**{"tok-b": 1}))
+        usage = await h.app.queries.pool_usage("tok-a")
+        assert (usage.capacity, usage.held, usage.free) == (1, 1, 0)
+        assert [(x.entity_id, x.status, x.units) for x in usage.holders] == [
+            (holder, Job.RUNNING, 1)
+        ]
+        report = await h.tick("start-jobs")
+        assert [c.entity_id for c in report.changes] == [runnable]
+        assert await _statuses(h, [*waiting, runnable]) == ["QUEUED", "QUEUED", "RUNNING"]
+        assert (await h.app.queries.pool_usage("tok-b")).held == 1
+        with pytest.raises(InvalidSpecError, match="no pool named 'nope'; pools: tok-a, tok-b"):
+            await h.app.queries.pool_usage("nope")
+
+
+# -- issue 34, gap 7: capacities change while drover runs --------------------------------------
+
+
+async def test_a_pools_capacity_changed_at_run_time_is_enforced_at_once(make_harness):
+    """A worker joins (its slots grow): the apply, the filter and the read see the new
+    capacity without a restart; bad input is one line and writes nothing."""
+
+    class Start(StartJobs):
+        filters = (PoolHasRoom(),)
+
+    async with harness(make_harness, Start(succeed), kinds=KINDS) as h:
+        jobs = [await h.create("job") for _ in range(4)]
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "QUEUED", "QUEUED"]
+        await h.repository.set_pool_capacities({"gpu-slots": 3})
+        assert (await h.app.queries.pool_usage("gpu-slots")).capacity == 3
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "RUNNING", "QUEUED"]
+        with pytest.raises(InvalidSpecError, match="no pool named 'nope'; pools: gpu-slots"):
+            await h.repository.set_pool_capacities({"gpu-slots": 9, "nope": 1})
+        with pytest.raises(InvalidSpecError, match="capacity must be a whole number >= 0"):
+            await h.repository.set_pool_capacities({"gpu-slots": -1})
+        assert (await h.app.queries.pool_usage("gpu-slots")).capacity == 3
+        # Lowered below what is held: holders keep it, nobody new gets in.
+        await h.repository.set_pool_capacities({"gpu-slots": 1})
+        await h.tick("start-jobs")
+        assert await _statuses(h, jobs) == ["RUNNING", "RUNNING", "RUNNING", "QUEUED"]
+
+
+def test_drover_pools_lists_and_sets_capacities(database, monkeypatch, tmp_path):
+    import asyncio
+
+    from click.testing import CliRunner
+    from peers import plugin
+
+    import drover.app
+    from drover.cli.group import main
+
+    the_plugin = plugin(kinds=KINDS)
+    real = drover.app.make_plugin_manager
+    monkeypatch.setattr(
+        drover.app, "make_plugin_manager", lambda **kw: real(**kw, plugins=[the_plugin])
+    )
+
+    async def setup() -> None:
+        async with CoordinatorHarness(
+            plugins=[the_plugin],
+            include_builtin_handlers=False,
+            database_url=database.url,
+            database_schema=database.schema,
+        ) as h:
+            await h.create("job", status=Job.RUNNING)
+
+    asyncio.run(setup())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DROVER_DATABASE_URL", database.url)
+    monkeypatch.setenv("DROVER_LOAD_PLUGINS", "")
+    if database.schema:
+        monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
+    runner = CliRunner()
+    assert "Example: drover pools set" in runner.invoke(main, ["pools", "set", "--help"]).output
+    listed = json.loads(runner.invoke(main, ["pools", "--json"]).output)
+    assert [(p["name"], p["capacity"], p["held"]) for p in listed] == [("gpu-slots", 2, 1)]
+    done = runner.invoke(main, ["pools", "set", "gpu-slots", "5"])
+    assert (done.exit_code, done.output.strip()) == (0, "pool gpu-slots: capacity 5 (1 held)")
+    refused = runner.invoke(main, ["pools", "set", "tpu", "1"])
+    assert refused.exit_code != 0
+    assert "no pool named 'tpu'; pools: gpu-slots" in refused.output
+    table = runner.invoke(main, ["pools"]).output.splitlines()
+    assert table[1].split() == ["gpu-slots", "5", "1", "4"]
+
+
+async def test_the_configurations_pools_are_read_again_on_reload(database, tmp_path):
+    """``drover run`` on SIGHUP: the file's [pools] again, written for every coordinator."""
+    from peers import plugin
+
+    from drover import App, load_config, make_plugin_manager
+
+    the_plugin = plugin(kinds=KINDS)
+    async with CoordinatorHarness(
+        plugins=[the_plugin],
+        include_builtin_handlers=False,
+        database_url=database.url,
+        database_schema=database.schema,
+    ):
+        pass
+    path = tmp_path / "drover.toml"
+    schema = f'database_schema = "{database.schema}"\n' if database.schema else ""
+    head = f'database_url = "{database.url}"\n{schema}'
+    path.write_text(head + "[pools]\ngpu-slots = 3\n")
+    app = App(load_config(path), plugin_manager=make_plugin_manager(plugins=[the_plugin]))
+    try:
+        assert await app.reload_pools() == {"gpu-slots": 3}
+        assert (await app.queries.pool_usage("gpu-slots")).capacity == 3
+        path.write_text(head + "[pools]\ngpu-slots = 5\n")
+        assert await app.reload_pools() == {"gpu-slots": 5}
+        assert (await app.queries.pool_usage("gpu-slots")).capacity == 5
+        # A file that no longer loads changes nothing.
+        path.write_text(head + "[pools]\ngpu-slots = 'many'\n")
+        assert await app.reload_pools() == {}
+        assert (await app.queries.pool_usage("gpu-slots")).capacity == 5
+    finally:
+        await app.close()

@@ -74,10 +74,11 @@ async def test_a_mode_without_its_own_status_info_names_the_mode_in_it(make_harn
         assert (found.status_info, found.result) == ("USER_REQUESTED:drain", "CANCELLED")
         last = (await h.history(job))[-1]
         assert last.message == "termination requested (mode drain): quota"
-        # The mode's rules cover only QUEUED: a running job is left as it is.
+        # The mode's rules cover only QUEUED: a running job is refused, and left as it is.
         running = await h.create("job", status=Job.RUNNING)
-        (outcome,) = await h.repository.request_termination([running], mode="drain")
-        assert (outcome.changed, (await h.get(running)).status) == (False, Job.RUNNING)
+        with pytest.raises(InvalidSpecError, match="no termination rule of mode 'drain'"):
+            await h.repository.request_termination([running], mode="drain")
+        assert (await h.get(running)).status == Job.RUNNING
 
 
 async def test_an_unknown_mode_is_one_line_and_writes_nothing(make_harness):

@@ -176,8 +176,15 @@ def sound_handlers() -> list[Scripted]:
     return [StartJobs(), RunJobs(), StartTasks(), RunTasks(), RunAttempts()]
 
 
-def tree_cli(database: Any, monkeypatch: Any, tmp_path: Any, *handlers: object) -> Any:
-    """``drover`` with the tree kinds on this test's database, and a job with one task."""
+def tree_cli(
+    database: Any,
+    monkeypatch: Any,
+    tmp_path: Any,
+    *handlers: object,
+    kinds: Sequence[EntityKind] = KINDS,
+) -> Any:
+    """``drover`` with the tree kinds (or ``kinds``) on this test's database, and a job with
+    one task."""
     import asyncio
 
     from click.testing import CliRunner
@@ -186,7 +193,7 @@ def tree_cli(database: Any, monkeypatch: Any, tmp_path: Any, *handlers: object) 
     from drover.cli.group import main
     from drover.testing import CoordinatorHarness
 
-    the_plugin = plugin(*handlers)
+    the_plugin = plugin(*handlers, kinds=kinds)
     real = drover.app.make_plugin_manager
     monkeypatch.setattr(
         drover.app, "make_plugin_manager", lambda **kw: real(**kw, plugins=[the_plugin])

@@ -15,6 +15,7 @@ from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.kit import CliState
 from drover.cli.new_plugin import new_plugin
 from drover.cli.plugins import plugins
+from drover.cli.pools import pools
 from drover.cli.report import report
 from drover.cli.run import run
 from drover.cli.serve import serve
@@ -83,6 +84,7 @@ for command in (
     config,
     db,
     plugins,
+    pools,
     new_plugin,
     history,
     why,

@@ -80,7 +80,8 @@ def _load(ctx: click.Context, path: Path | None = None) -> App:
         chosen = config.config.plugins
         pm = make_plugin_manager(include_builtins=True, block=chosen.block)
         load_entry_points(pm, chosen.load, chosen.block)
-        pm.register(_import_path(path), name=f"path:{path}")
+        for number, plugin in enumerate(_plugins_in(_import_path(path))):
+            pm.register(plugin, name=f"path:{path}" + (f"#{number}" if number else ""))
     app = App(config, plugin_manager=pm)
     app.load_handlers()
     return app
@@ -104,6 +105,23 @@ def _import_path(path: Path) -> ModuleType:
         del sys.modules[name]
         raise PluginPathError(f"cannot import {path}: {type(error).__name__}: {error}") from None
     return module
+
+
+def _plugins_in(module: ModuleType) -> list[object]:
+    """The plugins a module at PATH holds: the module (its hook functions) and each
+    module-level plugin object (``plugin = MyPlugin()``, as ``docs/plugins/testing.md``
+    writes them), whose hooks are methods pluggy does not find on the module."""
+    from drover.plugins.markers import PROJECT
+
+    marker = f"{PROJECT}_impl"
+    found: list[object] = [module]
+    for value in vars(module).values():
+        if isinstance(value, type | ModuleType) or callable(value):
+            continue
+        hooked = any(hasattr(getattr(type(value), a, None), marker) for a in dir(type(value)))
+        if hooked and all(value is not seen for seen in found):
+            found.append(value)
+    return found
 
 
 class PluginPathError(DroverError):

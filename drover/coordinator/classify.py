@@ -182,6 +182,8 @@ def decide(
         moves or (to_status is not None and reported is _NAMED)
     ):
         info = StatusInfoRule(default=outcome.status_info)
+    elif moves and transition is not None and transition.status_info is not None:
+        info = StatusInfoRule(default=transition.status_info)
     requeue = False
     if to_status is not None and moves and result in _SENDS_BACK:
         requeue, to_status, to_children, info, message = _requeue(

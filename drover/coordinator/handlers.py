@@ -31,6 +31,7 @@ __all__ = [
     "DeclaredHandler",
     "Handler",
     "LifecycleHandler",
+    "LoadedHandlers",
     "SessionPromotionHandler",
     "fetch_filters",
     "handler_name",
@@ -274,6 +275,24 @@ def target_statuses(handler: Handler) -> frozenset[str]:
 def kind_of(handler: Handler) -> str:
     """The kind of entity a handler (or promotion rule) acts on."""
     return handler.kind
+
+
+class LoadedHandlers(dict[str, Handler]):
+    """The handlers a coordinator loaded, by name, with what they were loaded with: the
+    registered ``kinds`` and each handler's resolved ``options`` (declared, then
+    configured). What the graph reads (:func:`drover.plugins.graph.check_graph` finds a
+    kind's parent here; an ``expired`` edge needs a handler with a timeout)."""
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        kinds: Kinds,
+        options: Mapping[str, HandlerOptions] | None = None,
+    ) -> None:
+        super().__init__(handlers)
+        self.kinds = kinds
+        self.options: Mapping[str, HandlerOptions] = dict(options or {})
 
 
 def with_kind(handler: Handler, kinds: Kinds) -> Handler:

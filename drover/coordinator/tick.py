@@ -12,7 +12,13 @@ from typing import Any
 import attrs
 
 from drover.coordinator.classify import Rules, classify
-from drover.coordinator.handlers import Handler, LifecycleHandler, fetch_filters, with_kind
+from drover.coordinator.handlers import (
+    Handler,
+    LifecycleHandler,
+    LoadedHandlers,
+    fetch_filters,
+    with_kind,
+)
 from drover.coordinator.store import CoordinatorStore
 from drover.model.clock import Clock, SystemClock
 from drover.model.creation import check_new_entities
@@ -66,6 +72,8 @@ class TickReport:
     error: str | None = None
     #: The ``(kind, status)`` pairs the tick's moved children entered.
     children_entered: frozenset[tuple[str, str]] = frozenset()
+    #: The ids a lifecycle tick fetched (a promotion's: none), in fetch order.
+    fetched_ids: tuple[str, ...] = ()
 
     @property
     def counts(self) -> dict[SchedulingResult | str, int]:
@@ -117,18 +125,18 @@ class Coordinator:
         self.max_creations = max_creations
         # Configured budget limits travel with the kinds (storage reads them the same way).
         self.kinds = kinds.configured(budgets)
-        self.handlers = {name: with_kind(h, self.kinds) for name, h in handlers.items()}
+        loaded = {name: with_kind(h, self.kinds) for name, h in handlers.items()}
         self.clock: Clock = clock or SystemClock()
         self.max_requeues = max_requeues
         self._options: dict[str, HandlerOptions] = {}
-        unknown = sorted(set(options or {}) - set(self.handlers))
+        unknown = sorted(set(options or {}) - set(loaded))
         if unknown:
             log.warning(
                 "options given for handler(s) %s, which are not loaded; loaded: %s",
                 unknown,
-                sorted(self.handlers),
+                sorted(loaded),
             )
-        for name, handler in self.handlers.items():
+        for name, handler in loaded.items():
             if isinstance(handler, PromotionRule):
                 base = handler.options
             else:
@@ -137,6 +145,7 @@ class Coordinator:
             self._options[name] = validate_options(
                 merge_options(base, layer), where=f"options of handler {name!r}"
             )
+        self.handlers = LoadedHandlers(loaded, kinds=self.kinds, options=self._options)
         #: Test hook: called between apply steps with the step's name.
         self.inject_apply_failure: Callable[[str], None] | None = None
         #: Who claims this coordinator's targets (the daemon's id); ``None``: no claims.
@@ -193,8 +202,10 @@ class Coordinator:
         ignored: tuple[str, ...] = ()
         if isinstance(handler, PromotionRule):
             fetched, outcome = await self._promotion_tick(name, handler)
+            fetched_ids: tuple[str, ...] = ()
         else:
-            fetched, outcome, ignored, error = await self._lifecycle_tick(name, handler)
+            fetched_ids, outcome, ignored, error = await self._lifecycle_tick(name, handler)
+            fetched = len(fetched_ids)
         report = TickReport(
             handler=name,
             fetched=fetched,
@@ -204,6 +215,7 @@ class Coordinator:
             kernel_changes=outcome.kernel_changes,
             children_entered=outcome.children_entered,
             error=error,
+            fetched_ids=fetched_ids,
         )
         if log.isEnabledFor(logging.DEBUG):
             # Counting a thousand changes per tick for a line nobody logs is not free.
@@ -230,7 +242,7 @@ class Coordinator:
 
     async def _lifecycle_tick(
         self, name: str, handler: LifecycleHandler
-    ) -> tuple[int, ApplyOutcome, tuple[str, ...], str | None]:
+    ) -> tuple[tuple[str, ...], ApplyOutcome, tuple[str, ...], str | None]:
         await self._solo_gate.wait()
         solo = self.solo_claim if self.claim_owner is not None else None
         if solo is None:
@@ -246,7 +258,7 @@ class Coordinator:
 
     async def _lifecycle_run(
         self, name: str, handler: LifecycleHandler, started: float, solo: Claim | None
-    ) -> tuple[int, ApplyOutcome, tuple[str, ...], str | None]:
+    ) -> tuple[tuple[str, ...], ApplyOutcome, tuple[str, ...], str | None]:
         options = self._options[name]
         kind = self.kinds[handler.kind]
         claim = solo or (
@@ -266,7 +278,7 @@ class Coordinator:
             order=options.order,
         )
         if not targets:
-            return 0, _NOTHING, (), None
+            return (), _NOTHING, (), None
         claimed = [t.id for t in targets]
         try:
             transitions = type(handler).status_transitions()
@@ -316,7 +328,7 @@ class Coordinator:
                 except Exception as error:
                     log.warning("releasing the claims of %s failed: %s", name, error)
             raise
-        return len(targets), outcome, ignored, error
+        return tuple(claimed), outcome, ignored, error
 
     async def _keep_claim(self, name: str, claim: Claim, ids: Sequence[str]) -> None:
         """Renew ``claim`` on ``ids`` every third of ``claim_ttl`` until cancelled."""

@@ -41,8 +41,11 @@ __all__ = [
     "LatestChild",
     "Not",
     "Parent",
+    "PoolHasRoom",
     "StatusAge",
     "TimedOut",
+    "slot_field",
+    "slot_keys",
 ]
 
 #: Comparisons a :class:`Field` may use.
@@ -63,6 +66,25 @@ def _statuses(value: Iterable[str] | None) -> frozenset[str] | None:
 
 def _some(value: Iterable[str]) -> frozenset[str]:
     return frozenset(value)
+
+
+def slot_field(value: str | Iterable[str] | None) -> str | tuple[str, ...] | None:
+    """A slot as declared: one spec key stays a string (what plugins read back), several
+    become a tuple (a list given is converted); an empty one is refused."""
+    if value is None or isinstance(value, str):
+        return value
+    keys = tuple(str(key) for key in value)
+    if not keys:
+        raise ValueError("a slot names at least one spec key (or is None)")
+    return keys
+
+
+def slot_keys(slot: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The spec keys a slot (``LatestChild.slot_key``, ``EntityKind.result_slot``) is
+    made of: none, one, or several (a composite slot: replica x job number)."""
+    if slot is None:
+        return ()
+    return (slot,) if isinstance(slot, str) else slot
 
 
 def _value(value: Any) -> Any:
@@ -195,9 +217,11 @@ class Parent:
 
 @attrs.frozen
 class StatusAge:
-    """The entity has been in its status for longer than a number of seconds.
+    """The entity has been in its status for at least a number of seconds.
 
-    The seconds are ``seconds``, or the number in ``spec[spec_key]`` or in
+    Inclusive: an entity exactly ``n`` seconds in its status matches
+    ``StatusAge(n)`` (a back-off of ``n`` seconds is over at ``n``). The
+    seconds are ``seconds``, or the number in ``spec[spec_key]`` or in
     ``data[data_key]`` (an entity without such a number does not match): a
     deadline a handler wrote, say ``data["retry_after"]``.
     """
@@ -218,20 +242,44 @@ class LatestChild:
 
     "Most recent" is the order children were created in (creation time, then
     id: the order ``result_from="latest-child"`` reads). With ``slot_key``,
-    children are grouped by ``spec[slot_key]`` (a replica number, say) and the
-    filter holds when the latest child of *some* slot is in ``statuses``. An
-    entity without children never matches. Example: tasks whose latest
-    attempt was preempted, whatever the earlier attempts ended as::
+    children are grouped by ``spec[slot_key]`` (a replica number, say), or by
+    several keys together when it is a tuple (a composite slot: dstack's
+    ``("replica_num", "job_num")``), and the filter holds when the latest child
+    of *some* slot is in ``statuses``. An entity without children never
+    matches. Example: tasks whose latest attempt was preempted, whatever the
+    earlier attempts ended as::
 
         LatestChild({Attempt.PREEMPTED})
     """
 
     statuses: frozenset[str] = attrs.field(converter=_some)
-    slot_key: str | None = None
+    slot_key: str | tuple[str, ...] | None = attrs.field(default=None, converter=slot_field)
 
     def __attrs_post_init__(self) -> None:
         if not self.statuses:
             raise ValueError("LatestChild statuses must name at least one status")
+
+
+@attrs.frozen
+class PoolHasRoom:
+    """The pools the entity would hold have room for it now.
+
+    For each pool of ``pools`` (``None``: every pool the entity's kind
+    declares) that the entity's kind holds, the units held now plus what the
+    entity would take (its ``spec["pools"]`` claim for a ``claimed`` pool, else
+    one) are within the pool's capacity. An entity claiming none of a claimed
+    pool always has room (the apply never refuses it). Compiled to SQL before
+    the ``LIMIT``, so full-pool candidates never take a batch's places: say
+    experimaestro's jobs waiting for a full token while another token's job
+    could run::
+
+        candidate_filters = (PoolHasRoom({"xpm-token"}),)
+
+    The apply still admits a move atomically (a filter reads before the
+    tick's write): the filter only keeps hopeless candidates out of the batch.
+    """
+
+    pools: frozenset[str] | None = attrs.field(default=None, converter=_statuses)
 
 
 @attrs.frozen(init=False)
@@ -307,6 +355,7 @@ CandidateFilter = (
     | Dependents
     | LatestChild
     | Parent
+    | PoolHasRoom
     | StatusAge
     | TimedOut
     | AnyOf

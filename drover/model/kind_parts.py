@@ -84,6 +84,10 @@ class TerminationRule:
     (``drover terminate --mode abort``): a request in a mode uses only that
     mode's rules, a plain request only the rules without one. The modes a kind
     accepts are the ones its rules name (:attr:`EntityKind.termination_modes`).
+
+    ``children_info`` (optional) is the ``status_info`` of every child (and
+    descendant) the termination moves or ends: the reason they stopped, as a
+    :class:`~drover.model.values.Transition`'s ``children_info`` gives it.
     """
 
     to: str
@@ -93,3 +97,4 @@ class TerminationRule:
     message: str = "termination requested"
     status_info: str | None = None
     mode: str | None = None
+    children_info: str | None = None

@@ -44,6 +44,7 @@ from drover.model.budgets import BudgetUse
 from drover.model.checks import is_kebab_case
 from drover.model.deprecation import moved_names
 from drover.model.errors import InvalidHandlerError
+from drover.model.filters import slot_field
 from drover.model.kind_parts import Budget, Limit, TerminationRule
 from drover.model.pools import Pool, PoolHolders
 from drover.model.values import Entity
@@ -168,8 +169,9 @@ class EntityKind:
     #: Which children an ended entity's result counts (one of :data:`RESULT_FROM`).
     result_from: str = "children"
     #: With ``result_from="latest-child"``: the children's spec key naming their slot
-    #: (a replica number, say); ``None``: all children are one slot.
-    result_slot: str | None = None
+    #: (a replica number, say), or a tuple of keys for a composite slot (replica x job
+    #: number); ``None``: all children are one slot.
+    result_slot: str | tuple[str, ...] | None = attrs.field(default=None, converter=slot_field)
     #: Upper bounds of its counts (:class:`Limit`).
     limits: tuple[Limit, ...] = attrs.field(default=(), converter=_limits)
     #: The class its entities are read into: :class:`~drover.model.values.Entity`, or

@@ -23,7 +23,15 @@ import attrs
 from drover.model.checks import is_kebab_case
 from drover.model.errors import InvalidHandlerError
 
-__all__ = ["POOLS_KEY", "POOL_FULL", "Pool", "PoolHolders", "pool_claim"]
+__all__ = [
+    "POOLS_KEY",
+    "POOL_FULL",
+    "Pool",
+    "PoolHolders",
+    "PoolHolding",
+    "PoolUsage",
+    "pool_claim",
+]
 
 #: Error code of a move the apply refused because a pool was full.
 POOL_FULL = "pool-full"
@@ -96,3 +104,37 @@ class PoolHolders:
     def held_by(self, kind: str, status: str) -> bool:
         """Whether an entity of ``kind`` in ``status`` holds a token of this pool."""
         return any(k == kind and status in statuses for k, statuses in self.holders)
+
+
+@attrs.frozen
+class PoolHolding:
+    """One entity holding a pool: its id, kind, status and the units it holds."""
+
+    entity_id: str
+    kind: str
+    status: str
+    units: int
+
+
+@attrs.frozen
+class PoolUsage:
+    """How full a pool is now (``Queries.pool_usage(name)``): its capacity, the units
+    held, and who holds them (oldest holding first).
+
+    ``free`` is what is left (0 when the pool is over its capacity: entities
+    created or reported holding it may take it past it). Example: Iris picks
+    the worker with the most free slots::
+
+        usage = await queries.pool_usage(worker_pool_name(worker))
+        if usage.free >= claim: ...
+    """
+
+    name: str
+    capacity: int
+    held: int
+    holders: tuple[PoolHolding, ...] = ()
+
+    @property
+    def free(self) -> int:
+        """Units left before the pool is full (never below 0)."""
+        return max(self.capacity - self.held, 0)

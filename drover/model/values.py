@@ -124,12 +124,18 @@ class Transition:
 
     ``to`` is the entity's new status and ``children`` its children's;
     ``None`` on a side keeps that side's status. ``children_info`` is the
-    ``status_info`` of every child (and descendant) the transition moves or ends.
+    ``status_info`` of every child (and descendant) the transition moves or ends;
+    ``status_info`` the entity's own when the transition moves it (a handler's
+    own words for a target, ``HandlerResult(status_infos={id: …})``, come first).
+    Example: experimaestro's jobs out of time, from their budget's ``give_up``::
+
+        Budget("submissions", 3, give_up=Transition(JobState.ERROR, status_info="TIMEOUT"))
     """
 
     to: str | None = None
     children: str | None = None
     children_info: str | None = None
+    status_info: str | None = None
 
     #: What the two sides are called in messages (a kind's spelling may name them).
     sides: ClassVar[tuple[str, str]] = ("to", "children")

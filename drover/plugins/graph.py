@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from drover.coordinator.handlers import Handler, target_statuses
+from drover.coordinator.handlers import Handler, LoadedHandlers, target_statuses
 from drover.model.kinds import EntityKind
 from drover.model.promotion import PromotionRule
 
@@ -68,6 +68,16 @@ def _of_kind(handlers: Mapping[str, Handler], kind: EntityKind) -> list[tuple[st
     return [(n, h) for n, h in sorted(handlers.items()) if h.kind == kind.name]
 
 
+def _timeout(handlers: Mapping[str, Handler], name: str, handler: Handler) -> float | None:
+    """The handler's timeout: as loaded (configuration included), else as declared."""
+    loaded = handlers.options.get(name) if isinstance(handlers, LoadedHandlers) else None
+    if loaded is not None:
+        return loaded.timeout
+    if isinstance(handler, PromotionRule):
+        return handler.options.timeout
+    return type(handler).default_options().timeout
+
+
 def edges_of(
     handlers: Mapping[str, Handler], *, kind: EntityKind, include_api: bool = True
 ) -> list[Edge]:
@@ -77,6 +87,9 @@ def edges_of(
     ``requeue-limit`` edge: past their requeue budget they end there instead.
     Named outcomes are edges labelled with their name; a budget with its own
     give-up is an edge from every target status, labelled ``budget:<name>``.
+    An ``expired`` edge is drawn only for a handler with a timeout (its declared
+    options, or the configured ones when ``handlers`` is a coordinator's
+    :class:`~drover.coordinator.handlers.LoadedHandlers`): without one nothing expires.
     """
     edges: list[Edge] = []
     for name, handler in _of_kind(handlers, kind):
@@ -88,8 +101,11 @@ def edges_of(
         transitions = type(handler).status_transitions()
         declared = [(o, getattr(transitions, o)) for o in _OUTCOMES]
         declared += sorted(transitions.outcomes.items())
+        timed = _timeout(handlers, name, handler) is not None
         for outcome, transition in declared:
             if transition is None or transition.to is None:
+                continue
+            if outcome == "expired" and not timed:
                 continue
             to = str(transition.to)
             for s in targets:
@@ -170,12 +186,19 @@ def _reachable(start: Iterable[str], edges: list[Edge]) -> set[str]:
 
 
 def check_graph(
-    handlers: Mapping[str, Handler], kind: EntityKind, *, parent: EntityKind | None = None
+    handlers: Mapping[str, Handler],
+    kind: EntityKind,
+    *,
+    parent: EntityKind | None = None,
+    kinds: Mapping[str, EntityKind] | None = None,
 ) -> list[GraphWarning]:
     """Warnings about the whole state machine of ``kind`` built from ``handlers``.
 
     ``parent`` is ``kind``'s parent kind: the statuses its transitions move
-    children to are reachable (:func:`parent_edges`).
+    children to are reachable (:func:`parent_edges`). Without it, the parent is
+    looked up by name in ``kinds``, else in the kinds the handlers were loaded
+    with (a coordinator's :class:`~drover.coordinator.handlers.LoadedHandlers`,
+    what ``CoordinatorHarness.handlers`` is).
 
     Changes the kind declares ``reported`` (pushed reports) count as edges.
 
@@ -187,6 +210,11 @@ def check_graph(
     * a non-terminal status (other than PENDING, where sessions are created)
       that no transition can reach.
     """
+    if parent is None and kind.parent is not None:
+        loaded = handlers.kinds if isinstance(handlers, LoadedHandlers) else None
+        registered = kinds if kinds is not None else loaded
+        if registered is not None and kind.parent in registered:
+            parent = registered[kind.parent]
     warnings: list[GraphWarning] = []
     edges = edges_of(handlers, kind=kind)
     handler_edges = edges_of(handlers, include_api=False, kind=kind)

@@ -436,7 +436,8 @@ class Apply:
         if self._pools is not None:
             # A promotion into a pool's status moves at most as many as there are tokens.
             for pool in self._pools.entered(kind.name, from_status, str(rule.to_status)):
-                limit = min(limit, self._pools.free(pool)[0])
+                held, capacity = self._pools.usage(pool)
+                limit = min(limit, max(capacity - held, 0))
             if limit <= 0:
                 return []
         params = {"limit": limit, "to_status": str(rule.to_status), "now": self.now}

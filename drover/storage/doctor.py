@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from drover.model.kinds import EntityKind
 from drover.storage._service import Service
 from drover.storage.inserts import CREATED
-from drover.storage.pools import claimed_units, count_holders
 from drover.storage.schema import entities, scheduling_history, status_changes
+from drover.storage.statements.pools import claimed_units, usage
 
 __all__ = [
     "ClaimRow",
@@ -291,14 +291,18 @@ class DoctorReads(Service):
         return await self._db.read(work)
 
     async def pool_use(self) -> list[PoolUse]:
-        """Each pool the kinds declare: its capacity and the units held now."""
+        """Each pool the kinds declare: its capacity now (as changed at run time, if it
+        was) and the units held now."""
         pools, pg = list(self._db.kinds.pools.values()), self._db.postgres
-        return await self._db.read(
-            lambda conn: [
-                PoolUse(p.name, p.capacity, int(conn.execute(count_holders(p, pg)).scalar() or 0))
-                for p in pools
-            ]
-        )
+
+        def work(conn: sa.Connection) -> list[PoolUse]:
+            found = []
+            for p in pools:
+                held, capacity = conn.execute(usage(p, pg)).one()
+                found.append(PoolUse(p.name, int(capacity), int(held or 0)))
+            return found
+
+        return await self._db.read(work)
 
     async def oversized_claims(self) -> list[OversizedClaim]:
         """Live entities claiming more units of a claimed pool than its capacity: they

@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.errors import InvalidSpecError, UnknownEntityError
-from drover.model.kinds import STOP_REQUESTED, Kinds
+from drover.model.kinds import STOP_REQUESTED, EntityKind, Kinds
 from drover.model.plan import Change
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule, TerminationOutcome
@@ -111,8 +111,11 @@ def termination_changes(
         if eid not in found:
             continue
         kind_name, status = found[eid]
-        rule = kinds[kind_name].termination_of(status, eid in with_children, mode)
+        kind = kinds[kind_name]
+        rule = kind.termination_of(status, eid in with_children, mode)
         if rule is None:
+            if strict and _unruled(kind, status, mode):
+                raise InvalidSpecError(_no_rule(eid, kind, status, mode))
             outcomes.append(TerminationOutcome(eid, status, status, False, kind=kind_name))
             continue
         changes.append(
@@ -122,6 +125,7 @@ def termination_changes(
                 result=SchedulingResult.SUCCESS,
                 to_status=rule.to,
                 to_children=rule.children,
+                children_info=rule.children_info,
                 message=_message(rule.message, mode, reason),
                 status_info=StatusInfoRule(default=rule.status_info) if rule.status_info else info,
                 kind=kind_name,
@@ -132,6 +136,28 @@ def termination_changes(
         to = kinds.status(kind_name, rule.to)
         outcomes.append(TerminationOutcome(eid, status, to, True, kind=kind_name))
     return changes, outcomes
+
+
+def _unruled(kind: EntityKind, status: str, mode: str | None) -> bool:
+    """Whether a request (in ``mode``) for a live entity in ``status`` finds no rule and is
+    not already on its way out (in the status a rule of that mode ends in)."""
+    if status in kind.terminal:
+        return False
+    return all(rule.to != status for rule in kind.termination if rule.mode == mode)
+
+
+def _no_rule(eid: str, kind: EntityKind, status: str, mode: str | None) -> str:
+    """The one-line refusal of a request that no termination rule of ``kind`` serves."""
+    rules = [
+        f"{'|'.join(sorted(r.from_statuses)) if r.from_statuses else 'any live status'}"
+        f" -> {r.to}{f' (mode {r.mode})' if r.mode else ''}"
+        for r in kind.termination
+    ]
+    mode_text = f" of mode {mode!r}" if mode is not None else ""
+    return (
+        f"{eid} is a {kind.name} in {status}: no termination rule{mode_text} applies "
+        f"(its rules: {'; '.join(rules) if rules else 'none'}); nothing was changed"
+    )
 
 
 def _message(text: str, mode: str | None, reason: str | None) -> str:

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from drover.model.checks import MAX_NAME_LENGTH, check_filter, text_problem
 from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.ids import ID_LENGTH
+from drover.model.pools import PoolHolding, PoolUsage
 from drover.model.values import Entity
 from drover.storage._reading import links_of, values_of
 from drover.storage._service import Service
@@ -34,6 +35,7 @@ from drover.storage.schema import (
 )
 from drover.storage.statements.apply import latest_history_ids
 from drover.storage.statements.ids import checked_only
+from drover.storage.statements.pools import capacity_of, holder_rows
 
 __all__ = ["PREFIX_MATCHES", "EntityFilter", "EntityReads"]
 
@@ -365,6 +367,28 @@ class EntityReads(Service):
             rows = conn.execute(_FINGERPRINT_ROWS).all()
             digest = hash(tuple(repr(tuple(r)) for r in rows))
             return (newest, changes, len(rows), digest)
+
+        return await self._db.read(work)
+
+    async def pool_usage(self, name: str) -> PoolUsage:
+        """Pool ``name``'s capacity now (as changed at run time, if it was) and its holders:
+        what a handler choosing where an entity goes reads (InvalidSpecError naming the
+        pools for an unknown one)."""
+        pools = self._db.kinds.pools
+        pool = pools.get(name)
+        if pool is None:
+            raise InvalidSpecError(f"no pool named {name!r}; pools: {', '.join(sorted(pools))}")
+        pg = self._db.postgres
+        query = statement(("pool-holders-rows", pool, pg), lambda: holder_rows(pool, pg))
+        now = statement(("pool-capacity", pool), lambda: sa.select(capacity_of(pool)))
+
+        def work(conn: sa.Connection) -> PoolUsage:
+            holders = tuple(
+                PoolHolding(eid, kind, status, int(units))
+                for eid, kind, status, units in conn.execute(query)
+            )
+            held = sum(h.units for h in holders)
+            return PoolUsage(name, int(conn.execute(now).scalar_one()), held, holders)
 
         return await self._db.read(work)
 

@@ -26,7 +26,7 @@ from drover.storage.entity_reads import EntityReads
 from drover.storage.inserts import API_SOURCE, INSERT_RELATIONS, insert_new_entities, merge_patch
 from drover.storage.journal import history_row, write_history
 from drover.storage.notify import notify
-from drover.storage.schema import entities, relations
+from drover.storage.schema import entities, pool_capacities, relations
 
 __all__ = ["REOPENED", "EntityWrites"]
 
@@ -50,6 +50,13 @@ _RELATION_EXISTS = sa.select(relations.c.name).where(
 )
 #: Clear the ``status_info`` of the entity ``:b_id``: it said how the entity had ended.
 _CLEAR_STATUS_INFO = e.update().where(e.c.id == sa.bindparam("b_id")).values(status_info=None)
+
+
+#: The largest capacity a pool may be given (the ``capacity`` column is 32-bit).
+_MAX_CAPACITY = 2**31 - 1
+#: Forget the run-time capacity of the pool ``:name`` (before it is written again).
+_DROP_CAPACITY = sa.delete(pool_capacities).where(pool_capacities.c.name == sa.bindparam("name"))
+_INSERT_CAPACITY = sa.insert(pool_capacities)
 
 
 def _spec_of(postgres: bool) -> sa.Select[Any]:
@@ -171,6 +178,37 @@ class EntityWrites(EntityReads):
                 conn.execute(INSERT_RELATIONS, row)
 
         await self._db.write(work)
+
+    async def set_pool_capacities(self, capacities: Mapping[str, int]) -> None:
+        """Change pools' capacities while drover runs (``drover pools set``): every apply,
+        fetch and read of those pools, on every coordinator, uses them from now on.
+
+        Each name must be a pool the kinds declare and each capacity a whole number
+        >= 0; otherwise InvalidSpecError names the first problem and nothing is
+        written. A lower capacity refuses new holders only: entities holding the
+        pool keep it.
+        """
+        pools = self._db.kinds.pools
+        for name, capacity in capacities.items():
+            if name not in pools:
+                known = ", ".join(sorted(pools)) or "none"
+                raise InvalidSpecError(f"no pool named {name!r}; pools: {known}")
+            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+                raise InvalidSpecError(
+                    f"pool {name!r}: capacity must be a whole number >= 0, not {capacity!r}"
+                )
+            if capacity > _MAX_CAPACITY:
+                raise InvalidSpecError(f"pool {name!r}: capacity must be <= {_MAX_CAPACITY}")
+        now, db = self._db.clock.time(), self._db
+        rows = [{"name": n, "capacity": c, "changed_at": now} for n, c in capacities.items()]
+
+        def work(conn: sa.Connection) -> None:
+            for row in rows:
+                conn.execute(_DROP_CAPACITY, row)
+            if rows:
+                conn.execute(_INSERT_CAPACITY, rows)
+
+        await db.write(work)
 
     async def request_termination(
         self,

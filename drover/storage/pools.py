@@ -37,8 +37,9 @@ from drover.model.pools import POOLS_KEY, PoolHolders
 from drover.storage._sql import ids_value, statement
 from drover.storage.schema import entities
 from drover.storage.statements.ids import ids_param
+from drover.storage.statements.pools import claimed_units, usage
 
-__all__ = ["PoolGate", "claimed_units", "count_holders"]
+__all__ = ["PoolGate"]
 
 
 e = entities
@@ -54,42 +55,6 @@ def lock_pool() -> sa.Select[Any]:
     """
     key = sa.func.hashtextextended(sa.bindparam("pool_key", type_=sa.String), 0)
     return sa.select(sa.func.pg_advisory_xact_lock(key))
-
-
-def claimed_units(name: str, postgres: bool) -> sa.ColumnElement[Any]:
-    """The units of pool ``name`` the row's ``spec["pools"]`` claims; 0 for none (or not a
-    number: creation refuses that, so only a hand-written row could hold one)."""
-    if postgres:
-        path = sa.literal([POOLS_KEY, name], postgresql.ARRAY(sa.Text))
-        value = e.c.spec.op("#>")(path)
-        number = sa.cast(e.c.spec.op("#>>")(path), sa.Numeric)
-        return sa.case((sa.func.jsonb_typeof(value) == "number", number), else_=0)
-    where = f"$.{POOLS_KEY}.{json.dumps(name)}"
-    return sa.case(
-        (
-            sa.func.json_type(e.c.spec, where).in_(["integer", "real"]),
-            sa.func.json_extract(e.c.spec, where),
-        ),
-        else_=0,
-    )
-
-
-def count_holders(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:
-    """How many units of ``pool`` are held now (served by the ``(kind, status)`` index).
-
-    One per holder of a kind that declares the pool plain; the claimed units
-    (``spec["pools"]``) of a holder of a kind that declares it ``claimed``.
-    """
-    held = [
-        sa.and_(e.c.kind == kind, e.c.status.in_(sorted(statuses)))
-        for kind, statuses in pool.holders
-    ]
-    if not pool.claimed_by:
-        return sa.select(sa.func.count()).select_from(e).where(sa.or_(*held))
-    units = sa.case(
-        (e.c.kind.in_(sorted(pool.claimed_by)), claimed_units(pool.name, postgres)), else_=1
-    )
-    return sa.select(sa.func.coalesce(sa.func.sum(units), 0)).select_from(e).where(sa.or_(*held))
 
 
 def claims_of(names: tuple[str, ...], postgres: bool) -> sa.Select[Any]:
@@ -146,13 +111,14 @@ class PoolGate:
         }
         self.lock(names)
 
-    def free(self, pool: PoolHolders) -> tuple[int, int]:
-        """``(free tokens, units held)`` of ``pool`` now (its lock taken first)."""
+    def usage(self, pool: PoolHolders) -> tuple[int, int]:
+        """``(units held, capacity)`` of ``pool`` now (its lock taken first; the capacity as
+        changed at run time, if it was)."""
         self.lock([pool.name])
         pg = self._postgres
-        query = statement(("pool-holders", pool, pg), lambda: count_holders(pool, pg))
-        held = int(self._conn.execute(query).scalar() or 0)
-        return max(pool.capacity - held, 0), held
+        query = statement(("pool-usage", pool, pg), lambda: usage(pool, pg))
+        held, capacity = self._conn.execute(query).one()
+        return int(held or 0), int(capacity)
 
     def _claims(self, names: tuple[str, ...], ids: list[str]) -> dict[str, tuple[int, ...]]:
         """The units of each pool of ``names`` each entity of ``ids`` claims (``spec["pools"]``)."""
@@ -184,21 +150,29 @@ class PoolGate:
             if c.claims is not None:
                 claims[c.entity_id] = tuple(int(c.claims.get(name, 0)) for name in claimed)
         # Per pool: units held now, counted with the moves this group is admitted to make.
-        held = [self.free(pool)[1] for pool in pools]
+        now = [self.usage(pool) for pool in pools]
+        held = [units for units, _ in now]
+        capacities = [capacity for _, capacity in now]
         admitted: list[Change] = []
         refused: list[tuple[Change, str]] = []
         for change in group:
             claim = iter(claims.get(change.entity_id, (0,) * len(claimed)))
             needs = [next(claim) if pool.name in claimed else 1 for pool in pools]
             short = next(
-                (i for i, pool in enumerate(pools) if held[i] + needs[i] > pool.capacity), None
+                # An entity that claims none of a pool is never refused by it, even over capacity.
+                (
+                    i
+                    for i, pool in enumerate(pools)
+                    if needs[i] and held[i] + needs[i] > capacities[i]
+                ),
+                None,
             )
             if short is None:
                 admitted.append(change)
                 held = [h + n for h, n in zip(held, needs, strict=True)]
                 continue
             pool = pools[short]
-            count = f"{held[short]}/{pool.capacity} held"
+            count = f"{held[short]}/{capacities[short]} held"
             if pool.name in claimed:
                 count += f", {needs[short]} claimed"
             refused.append(

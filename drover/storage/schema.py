@@ -25,6 +25,7 @@ __all__ = [
     "fetch_marks",
     "handler_ticks",
     "metadata",
+    "pool_capacities",
     "relations",
     "scheduling_history",
     "status_changes",
@@ -143,6 +144,18 @@ fetch_marks = sa.Table(
         primary_key=True,
     ),
     sa.Column("seen_at", sa.Double(), nullable=False),
+)
+
+# A pool's capacity as changed while drover runs (``drover pools set``, and the
+# configuration's ``[pools]`` when a daemon starts): it overrides the capacity the
+# kinds declare. Every apply, fetch and read of a pool reads it, so a change reaches
+# every coordinator at once.
+pool_capacities = sa.Table(
+    "pool_capacities",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("capacity", sa.Integer(), nullable=False),
+    sa.Column("changed_at", sa.Double(), nullable=False),
 )
 
 # One row per outcome a handler (or the API, handler "api") had on an entity

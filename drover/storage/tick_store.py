@@ -98,11 +98,12 @@ class TickStore(Service):
         solo = claiming and claim is not None and claim.solo
         # Cached by the filters' shape, their values bound: values that change every
         # tick reuse one statement.
-        shape, values = filter_shape(checks)
+        pools = db.kinds.pools
+        shape, values = filter_shape(checks, pools)
         marking = order == OLDEST_SEEN
         query = bounded_statement(
             ("targets", kind, wanted, shape, pg, claiming, marking, solo),
-            lambda: targets_query(kind, wanted, checks, pg, claiming, marking, solo),
+            lambda: targets_query(kind, wanted, checks, pg, claiming, marking, solo, pools),
         )
         params: dict[str, Any] = {"limit": limit, **values}
         if marking:

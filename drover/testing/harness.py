@@ -20,6 +20,7 @@ from drover.coordinator.tick import Coordinator, TickReport
 from drover.kinds.sessions.store import SessionRepository
 from drover.kinds.sessions.values import KernelStatus, SessionStatus, SessionWithKernels
 from drover.model.clock import ManualClock
+from drover.model.promotion import PromotionRule
 from drover.model.values import (
     Entity,
     HandlerOptions,
@@ -216,7 +217,13 @@ class CoordinatorHarness:
         max_rounds: int = 100,
         until: Callable[[CoordinatorHarness], bool | Awaitable[bool]] | None = None,
     ) -> int:
-        """Tick every handler in turn until a whole round writes nothing new; return the rounds.
+        """Tick every handler in turn until a whole round writes nothing new and no handler
+        has a candidate it has not reached; return the rounds.
+
+        A handler with ``order="oldest-seen"`` and a small ``batch_size`` reaches
+        its candidates a batch per tick: after a round that wrote nothing, each
+        such handler is ticked until it has gone round all of them (a tick
+        fetching only entities it fetched already); a write there is a new round.
 
         "Nothing new" is judged from what was written, not from what the ticks
         reported: no new history row or status change, and no entity row
@@ -250,6 +257,9 @@ class CoordinatorHarness:
             if await holds():
                 return rounds
             after = await self.repository.state_fingerprint()
+            if delivered == 0 and after == before and await self._unseen_left(after):
+                before = await self.repository.state_fingerprint()
+                continue
             if delivered == 0 and after == before:
                 if until is not None:
                     raise RuntimeError(
@@ -258,6 +268,27 @@ class CoordinatorHarness:
                 return rounds
             before = after
         raise RuntimeError(f"entities still changing after {max_rounds} rounds")
+
+    async def _unseen_left(self, fingerprint: tuple[Any, ...]) -> bool:
+        """Whether an ``order="oldest-seen"`` handler still had a candidate it had not
+        reached: each such handler is ticked until a tick fetches only entities it already
+        fetched in this sweep (it has gone round them all). True as soon as a tick writes."""
+        for name, handler in self.handlers.items():
+            if isinstance(handler, PromotionRule):
+                continue
+            if self.coordinator.options(name).order != "oldest-seen":
+                continue
+            seen: set[str] = set()
+            while True:
+                report = await self.coordinator.tick(name)
+                await self._observe(report)
+                if await self.repository.state_fingerprint() != fingerprint:
+                    return True
+                fresh = set(report.fetched_ids) - seen
+                if not fresh:
+                    break
+                seen |= fresh
+        return False
 
     async def create(
         self,

@@ -23,10 +23,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from drover.model.filters import slot_keys
 from drover.model.kinds import FAILED_BECAUSE, STOP_REQUESTED, EntityKind
 from drover.model.values import StatusInfoRule
 from drover.storage.schema import coordinators, entities, scheduling_history, status_changes
-from drover.storage.statements.children import K, kernel_exists, kernel_status_in
+from drover.storage.statements.children import (
+    K,
+    kernel_exists,
+    kernel_status_in,
+    latest_of_slot,
+)
 from drover.storage.statements.ids import checked_only, ids_param
 
 __all__ = [
@@ -427,24 +433,7 @@ def result_expression(
             failed += [K.c.exit_code.is_(None), K.c.exit_code != 0]
         counted: list[sa.ColumnElement[bool]] = [sa.or_(*failed)]
         if kind.result_from == "latest-child":
-            later = entities.alias("later")
-            same_slot: list[sa.ColumnElement[bool]] = []
-            if kind.result_slot is not None:
-                key = kind.result_slot
-                same_slot.append(
-                    sa.func.coalesce(later.c.spec[key].as_string(), "")
-                    == sa.func.coalesce(K.c.spec[key].as_string(), "")
-                )
-            counted.append(
-                ~sa.exists().where(
-                    later.c.parent_id == K.c.parent_id,
-                    sa.or_(
-                        later.c.created_at > K.c.created_at,
-                        sa.and_(later.c.created_at == K.c.created_at, later.c.id > K.c.id),
-                    ),
-                    *same_slot,
-                )
-            )
+            counted.append(latest_of_slot(slot_keys(kind.result_slot)))
         good = sa.and_(good, ~kernel_exists(*counted))
     requested = _data_has(STOP_REQUESTED, postgres)
     # Moved for a fault (MoveTo.fails): a failure, whatever its children did or who

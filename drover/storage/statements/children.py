@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
@@ -11,7 +11,7 @@ from drover.model.status import KernelMatchType
 from drover.storage.schema import entities
 from drover.storage.statements.ids import checked_only
 
-__all__ = ["K", "kernel_exists", "kernel_status_in", "match_condition"]
+__all__ = ["K", "kernel_exists", "kernel_status_in", "latest_of_slot", "match_condition"]
 
 #: The kernels, as a second reference to ``entities``.
 K = entities.alias("k")
@@ -47,3 +47,26 @@ def match_condition(match: KernelMatchType, check: Iterable[str]) -> sa.ColumnEl
     if condition.none_outside:
         parts.append(~kernel_exists(~kernel_status_in(checked)))
     return sa.and_(*parts)
+
+
+def latest_of_slot(slot: Sequence[str]) -> sa.ColumnElement[bool]:
+    """The child ``K`` is the latest of its slot: no later sibling has the same value of
+    every spec key of ``slot`` (no keys: every child is one slot).
+
+    "Later" is creation time, then id: the order ``result_from="latest-child"`` reads.
+    A missing key reads as ``""`` (children without it share a slot).
+    """
+    later = entities.alias("later")
+    same_slot = [
+        sa.func.coalesce(later.c.spec[key].as_string(), "")
+        == sa.func.coalesce(K.c.spec[key].as_string(), "")
+        for key in slot
+    ]
+    return ~sa.exists().where(
+        later.c.parent_id == K.c.parent_id,
+        sa.or_(
+            later.c.created_at > K.c.created_at,
+            sa.and_(later.c.created_at == K.c.created_at, later.c.id > K.c.id),
+        ),
+        *same_slot,
+    )

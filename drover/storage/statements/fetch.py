@@ -8,11 +8,13 @@ by :func:`drover.storage._reading.values_of`, as every read of entities is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
 from drover.model.filters import CandidateFilter
+from drover.model.pools import PoolHolders
 from drover.storage.fairness import oldest_seen_order
 from drover.storage.rows import ENTITY_COLUMNS
 from drover.storage.schema import FETCH_ORDER, coordinators, entities
@@ -40,6 +42,7 @@ def targets_query(
     claiming: bool = False,
     oldest_seen: bool = False,
     solo: bool = False,
+    pools: Mapping[str, PoolHolders] | None = None,
 ) -> sa.Select[Any]:
     """The entities (:data:`~drover.storage.rows.ENTITY_COLUMNS`) of ``kind`` in ``statuses``
     passing ``filters``, in fetch order, up to ``:limit``.
@@ -47,7 +50,8 @@ def targets_query(
     Filters that read the clock take ``:now``. ``claiming`` (PostgreSQL): only
     rows with no live claim at ``:claim_now``, locked, skipping those another
     transaction holds. ``oldest_seen``: those ``:mark_handler`` fetched least
-    recently first, then in fetch order.
+    recently first, then in fetch order. ``pools``: the registered pools (what a
+    :class:`~drover.model.filters.PoolHasRoom` filter counts).
 
     A claiming fetch returns nothing while another coordinator (not
     ``:claim_owner``) holds the solo lease; with ``solo`` (the fetching
@@ -60,7 +64,7 @@ def targets_query(
     if oldest_seen:
         query, seen = oldest_seen_order(query)
         order = (seen, *FETCH_ORDER)
-    conditions = compile_filters(filters, postgres)
+    conditions = compile_filters(filters, postgres, pools or {})
     if conditions:
         query = query.where(*conditions)
     if claiming:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from itertools import count
 from typing import Any
 
@@ -36,11 +36,21 @@ from drover.model.filters import (
     LatestChild,
     Not,
     Parent,
+    PoolHasRoom,
     StatusAge,
     TimedOut,
+    slot_keys,
 )
+from drover.model.pools import PoolHolders
 from drover.storage.schema import entities, relations
-from drover.storage.statements.children import K, kernel_exists, kernel_status_in, match_condition
+from drover.storage.statements.children import (
+    K,
+    kernel_exists,
+    kernel_status_in,
+    latest_of_slot,
+    match_condition,
+)
+from drover.storage.statements.pools import capacity_of, count_holders, units
 
 __all__ = ["compile_filters", "filter_shape"]
 
@@ -48,8 +58,8 @@ e = entities
 _T = entities.alias("t")
 _P = entities.alias("p")
 _D = entities.alias("d")
-#: A later sibling of the child a :class:`LatestChild` filter looks at.
-_LATER = entities.alias("later")
+#: The holders of a pool a :class:`PoolHasRoom` filter counts.
+_HOLDER = entities.alias("holder")
 _COMPARE: dict[str, Callable[[Any, Any], sa.ColumnElement[bool]]] = {
     "eq": operator.eq,
     "ne": operator.ne,
@@ -61,19 +71,37 @@ _COMPARE: dict[str, Callable[[Any, Any], sa.ColumnElement[bool]]] = {
 _NO_VALUE = frozenset({"exists", "missing", "not_number"})
 
 
-def filter_shape(filters: Sequence[CandidateFilter]) -> tuple[Hashable, dict[str, Any]]:
-    """The filters' shape (what their statement is cached under) and their values to bind."""
+_NO_POOLS: Mapping[str, PoolHolders] = {}
+
+
+def filter_shape(
+    filters: Sequence[CandidateFilter], pools: Mapping[str, PoolHolders] = _NO_POOLS
+) -> tuple[Hashable, dict[str, Any]]:
+    """The filters' shape (what their statement is cached under) and their values to bind.
+
+    ``pools`` are the registered pools (:attr:`Kinds.pools`) a :class:`PoolHasRoom` reads.
+    """
     values: list[Any] = []
-    shape = tuple(_shape(f, values) for f in filters)
+    shape = tuple(_shape(f, values, pools) for f in filters)
     return shape, {f"fv{i}": value for i, value in enumerate(values)}
 
 
-def _shape(f: CandidateFilter, values: list[Any]) -> Hashable:
+def _room_pools(f: PoolHasRoom, pools: Mapping[str, PoolHolders]) -> list[PoolHolders]:
+    """The pools a :class:`PoolHasRoom` checks, in name order (unknown names: none)."""
+    return [pools[n] for n in sorted(pools) if f.pools is None or n in f.pools]
+
+
+def _shape(f: CandidateFilter, values: list[Any], pools: Mapping[str, PoolHolders]) -> Hashable:
     # Must visit the values in the order _compile binds them.
     if isinstance(f, AnyOf | AllOf):
-        return (type(f).__name__, tuple(_shape(inner, values) for inner in f.filters))
+        return (type(f).__name__, tuple(_shape(inner, values, pools) for inner in f.filters))
     if isinstance(f, Not):
-        return ("Not", _shape(f.filter, values))
+        return ("Not", _shape(f.filter, values, pools))
+    if isinstance(f, PoolHasRoom):
+        checked = _room_pools(f, pools)
+        # Capacities are bound: a capacity changed at run time reuses the statement.
+        values.extend(pool.capacity for pool in checked)
+        return ("PoolHasRoom", tuple((p.name, p.holders, p.claimed_by) for p in checked))
     if isinstance(f, Field):
         if f.op not in _NO_VALUE:
             values.append(json.dumps(list(f.value) if f.op == "in" else f.value))
@@ -94,25 +122,32 @@ def _shape(f: CandidateFilter, values: list[Any]) -> Hashable:
 
 
 def compile_filters(
-    filters: Sequence[CandidateFilter], postgres: bool
+    filters: Sequence[CandidateFilter],
+    postgres: bool,
+    pools: Mapping[str, PoolHolders] = _NO_POOLS,
 ) -> list[sa.ColumnElement[bool]]:
     """One SQL condition per filter, its values bound as ``:fv0``, ``:fv1``…"""
     slots = count()
-    return [_compile(f, postgres, slots) for f in filters]
+    return [_compile(f, postgres, slots, pools) for f in filters]
 
 
 def _slot(slots: Iterator[int], type_: Any) -> sa.BindParameter[Any]:
     return sa.bindparam(f"fv{next(slots)}", type_=type_)
 
 
-def _compile(f: CandidateFilter, postgres: bool, slots: Iterator[int]) -> sa.ColumnElement[bool]:
+def _compile(
+    f: CandidateFilter, postgres: bool, slots: Iterator[int], pools: Mapping[str, PoolHolders]
+) -> sa.ColumnElement[bool]:
     if isinstance(f, AnyOf):
-        return sa.or_(*(_compile(inner, postgres, slots) for inner in f.filters))
+        return sa.or_(*(_compile(inner, postgres, slots, pools) for inner in f.filters))
     if isinstance(f, AllOf):
-        return sa.and_(*(_compile(inner, postgres, slots) for inner in f.filters))
+        return sa.and_(*(_compile(inner, postgres, slots, pools) for inner in f.filters))
     if isinstance(f, Not):
         # SQL leaves some conditions unknown (a missing field compared): unknown is "not held".
-        return sa.not_(sa.func.coalesce(_compile(f.filter, postgres, slots), sa.false()))
+        inner = _compile(f.filter, postgres, slots, pools)
+        return sa.not_(sa.func.coalesce(inner, sa.false()))
+    if isinstance(f, PoolHasRoom):
+        return _pool_has_room(_room_pools(f, pools), postgres, slots)
     if isinstance(f, Children):
         return match_condition(f.match, f.statuses)
     if isinstance(f, LatestChild):
@@ -147,11 +182,12 @@ def _compile(f: CandidateFilter, postgres: bool, slots: Iterator[int]) -> sa.Col
     if isinstance(f, StatusAge):
         now = sa.bindparam("now", type_=sa.Double)
         if f.seconds is not None:
-            return e.c.status_changed_at + _slot(slots, sa.Double) < now
+            # Inclusive: an entity exactly n seconds in its status has waited n seconds.
+            return e.c.status_changed_at + _slot(slots, sa.Double) <= now
         column, key = (e.c.spec, f.spec_key) if f.spec_key is not None else (e.c.data, f.data_key)
         assert key is not None
         is_number, number = _number(column, key, postgres)
-        return sa.and_(is_number, e.c.status_changed_at + number < now)
+        return sa.and_(is_number, e.c.status_changed_at + number <= now)
     if isinstance(f, TimedOut):
         return _timed_out(f, postgres, slots)
     raise TypeError(f"not a candidate filter: {f!r}")
@@ -214,27 +250,22 @@ def _child_count(f: ChildCount, postgres: bool, slots: Iterator[int]) -> sa.Colu
 
 
 def _latest_child(f: LatestChild) -> sa.ColumnElement[bool]:
-    """Some child in the statuses that no later sibling (of its slot) supersedes.
+    """Some child in the statuses that no later sibling (of its slot) supersedes."""
+    return kernel_exists(kernel_status_in(f.statuses), latest_of_slot(slot_keys(f.slot_key)))
 
-    "Later" is the order ``result_from="latest-child"`` reads: creation time, then id.
-    """
-    later = _LATER
-    same_slot: list[sa.ColumnElement[bool]] = []
-    if f.slot_key is not None:
-        key = f.slot_key
-        same_slot.append(
-            sa.func.coalesce(later.c.spec[key].as_string(), "")
-            == sa.func.coalesce(K.c.spec[key].as_string(), "")
-        )
-    superseded = sa.exists().where(
-        later.c.parent_id == K.c.parent_id,
-        sa.or_(
-            later.c.created_at > K.c.created_at,
-            sa.and_(later.c.created_at == K.c.created_at, later.c.id > K.c.id),
-        ),
-        *same_slot,
-    )
-    return kernel_exists(kernel_status_in(f.statuses), ~superseded)
+
+def _pool_has_room(
+    checked: Sequence[PoolHolders], postgres: bool, slots: Iterator[int]
+) -> sa.ColumnElement[bool]:
+    """Each pool the row's kind holds has room for what the row would take."""
+    conditions: list[sa.ColumnElement[bool]] = []
+    for pool in checked:
+        capacity = capacity_of(pool, _slot(slots, sa.Integer))
+        held = count_holders(pool, postgres, _HOLDER).scalar_subquery()
+        need = units(pool, postgres)
+        declares = e.c.kind.in_(sorted({kind for kind, _ in pool.holders}))
+        conditions.append(sa.or_(~declares, need == 0, held + need <= capacity))
+    return sa.and_(sa.true(), *conditions)
 
 
 def _sqlite_path(path: Sequence[str]) -> str:

@@ -107,9 +107,9 @@ async def moves(h: CoordinatorHarness, entity: str) -> list[tuple[str, str, str,
 
 
 async def back_off(h: CoordinatorHarness, run: str) -> int:
-    """Let a PENDING run's back-off pass (StatusAge: strictly longer), settle; the delay."""
+    """Let a PENDING run's back-off pass (StatusAge: at the delay itself), settle; the delay."""
     delay = int((await h.get(run)).data["retry_after"])
-    h.clock.advance(delay + 1)
+    h.clock.advance(delay)
     await h.run_until_settled()
     return delay
 
@@ -226,9 +226,9 @@ async def test_max_duration_terminates_the_job_and_is_never_retried(dstack: Harn
     async with dstack() as h:
         run = await submit(h, max_duration=120, stop_duration=10, retry=RETRY_ALL)
         await h.run_until_settled()
-        h.clock.advance(120)
+        h.clock.advance(119)
         await h.run_until_settled()
-        assert (await state(h, run))[0] == "RUNNING"  # not past it yet
+        assert (await state(h, run))[0] == "RUNNING"  # not there yet (StatusAge: inclusive)
         h.clock.advance(1)
         await h.run_until_settled()
         (job,) = await jobs(h, run)
@@ -543,9 +543,9 @@ async def test_graceful_stop_waits_for_the_container_then_kills_after_stop_durat
         assert await state(h, p.id) == ("TERMINATED", JR.TERMINATED_BY_USER, "FAILURE")
         assert cloud(h).calls(p.id) == ["provision", "start", "sigterm", "release"]
         assert (await state(h, s.id))[0] == "TERMINATING"  # ignores SIGTERM
-        h.clock.advance(40)
+        h.clock.advance(39)
         await h.run_until_settled()
-        assert (await state(h, s.id))[0] == "TERMINATING"  # 60 s not past yet
+        assert (await state(h, s.id))[0] == "TERMINATING"  # 60 s not reached yet
         h.clock.advance(1)
         await h.run_until_settled()
         assert await state(h, s.id) == ("TERMINATED", JR.TERMINATED_BY_USER, "FAILURE")

@@ -12,7 +12,7 @@ A job is one *submission* of one slot of a run (``spec["slot"]``, replica and
 node). A retry is a new job entity of the same slot with ``submission_num``
 one higher; the old one stays, ended. The run's result counts only the
 latest submission of each slot (``result_from="latest-child"``,
-``result_slot="slot"``): a run that finally succeeded after retries has
+``result_slot=("replica_num", "job_num")``): a run that finally succeeded after retries has
 result SUCCESS.
 """
 
@@ -190,9 +190,10 @@ RUN = EntityKind(
     success={RunStatus.DONE},
     created_in={RunStatus.SUBMITTED},
     check_spec=check_run_spec,
-    # Each retry is a new submission of a slot; only the latest one counts.
+    # Each retry is a new submission of a slot (replica x job number, a composite slot);
+    # only the latest one counts.
     result_from="latest-child",
-    result_slot="slot",
+    result_slot=("replica_num", "job_num"),
     budgets=(Budget(RESUBMISSIONS, None, resets_on={RunStatus.PROVISIONING}),),
     # `dstack stop`: TERMINATING with the reason; the run's handlers stop its jobs.
     # `dstack stop --abort` is the mode ABORT: its jobs are killed at once.

@@ -200,10 +200,9 @@ class FinishJobs(JobHandler):
                 outcomes[job.id], infos[job.id] = _ENDINGS[ended]
             elif job.spec.get("resumable"):
                 # Same directory, next run; the charge past max_retries gives up.
+                # The charge that gives up ends it ERROR, TIMEOUT (the budget's give_up).
                 outcomes[job.id], budgets[job.id] = "retry-timeout", RETRIES
                 use = (job.budgets or {})[RETRIES]
-                if use.left == 0:  # this charge gives up: ERROR, and why
-                    infos[job.id] = FailureReason.TIMEOUT
                 messages[job.id] = f"walltime exceeded; retries used {use.used + 1}/{use.limit}"
             else:
                 outcomes[job.id], infos[job.id] = "timed-out", FailureReason.TIMEOUT

@@ -56,6 +56,8 @@ DEPENDS_ON = "depends_on"
 RETRIES = "retries"
 #: experimaestro's default ``max_retries``.
 DEFAULT_MAX_RETRIES = 3
+#: Where the charge past ``max_retries`` ends a job, and why (the transition says it).
+_OUT_OF_RETRIES = Transition(JobState.ERROR, status_info=FailureReason.TIMEOUT)
 #: The default counter token's pool name; ``[pools] xpm-token = K`` sets its capacity.
 TOKEN_POOL_NAME = "xpm-token"
 #: Its capacity when neither the plugin nor the configuration says otherwise.
@@ -82,8 +84,8 @@ def make_kind(counters: Mapping[str, int] | None = None) -> EntityKind:
         created_in={JobState.UNSCHEDULED},
         # No children: the job's own status is its result.
         result_from="status",
-        # A resumable job's timeouts; the charge past max_retries ends it in ERROR.
-        budgets=(Budget(RETRIES, DEFAULT_MAX_RETRIES, give_up=Transition(JobState.ERROR)),),
+        # A resumable job's timeouts; the charge past max_retries ends it in ERROR, TIMEOUT.
+        budgets=(Budget(RETRIES, DEFAULT_MAX_RETRIES, give_up=_OUT_OF_RETRIES),),
         termination=(TerminationRule(JobState.ERROR, status_info=FailureReason.CANCELLED),),
         pools=tuple(token_pool(name, tokens) for name, tokens in sorted(counters.items())),
     )
