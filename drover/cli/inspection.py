@@ -78,7 +78,11 @@ class _DefaultGroup(click.Group):
 def history() -> None:
     """Show scheduling history, or prune old history.
 
-    Examples: drover history 01a2f3 --since 1h;  drover history prune --older-than 30d --dry-run
+    \b
+    Examples:
+      drover history 01a2f3 --since 1h
+      drover history --kind route --result stale
+      drover history prune --older-than 30d --dry-run
     """
 
 
@@ -124,8 +128,14 @@ def history_list(
     """History rows, newest first: time, session, handler, result, from → to, attempts,
     error code, message. SESSION may be a unique id prefix.
 
-    Example: drover history 01a2f3 --result SKIPPED --since 1h --json
-    Example: drover history --kind route --result stale
+    `drover history prune` deletes old history (see `drover history prune --help`).
+
+    \b
+    Examples:
+      drover history 01a2f3 --since 1h
+      drover history 01a2f3 --result SKIPPED --since 1h --json
+      drover history --kind route --result stale
+      drover history prune --older-than 30d --dry-run
     """
     from drover.inspection.history import search_history
     from drover.serialization import history_json, kernel_history_json
@@ -231,6 +241,7 @@ def prune(
     too. Each batch is its own transaction and prints a progress line on
     stderr, so a long prune can be watched and interrupted.
 
+    \b
     Example: drover history prune --older-than 30d --dry-run
     """
     from drover.inspection._format import parse_duration
@@ -271,6 +282,7 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
     """Explain, in plain words, why a session (or an entity of any kind) is where it is
     and what would move it next.
 
+    \b
     Example: drover why 01a2f3
     """
     from drover.inspection.why import diagnose_entity, diagnose_session
@@ -318,6 +330,7 @@ def stats(
 
     Ticks are recorded by `drover run` (those that fetched something).
 
+    \b
     Example: drover stats --since 1h
     Example: drover stats --kind job --json
     """
@@ -384,6 +397,7 @@ def graph(ctx: click.Context, fmt: str, kind_name: str) -> None:
     expired, give_up, a named outcome, promotion; `api: terminate` for
     termination requests).
 
+    \b
     Example: drover graph --format mermaid > docs/state-machine.mmd
     Example: drover graph --kind deployment --format dot | dot -Tsvg > deployment.svg
     """
@@ -424,6 +438,7 @@ def entities(
 ) -> None:
     """List entities of any kind (a plugin's, or session/kernel), newest first.
 
+    \b
     Example: drover entities job --status RUNNING --json
     """
     from drover.serialization import entity_json, iso

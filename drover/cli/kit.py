@@ -105,6 +105,14 @@ class CliState:
             raise RuntimeError("a drover command runs under the drover group")
         return state
 
+    def use(self, *, config_path: str | None = None, database_url: str | None = None) -> None:
+        """The group's ``--config`` / ``--database`` given after a command's name instead."""
+        if config_path is not None:
+            self.config_path = config_path
+        if database_url is not None:
+            self.flags = {**self.flags, "database_url": database_url}
+        self._loaded = None
+
     def loaded(self, **more_flags: Any) -> LoadedConfig:
         """The effective configuration (flags > environment > file > defaults)."""
         from drover.config import ConfigError, load_config

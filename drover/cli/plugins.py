@@ -121,6 +121,7 @@ def plugins(ctx: click.Context, show_all: bool, as_json: bool) -> None:
     group `drover`, filtered by plugins.load / plugins.block
     (DROVER_LOAD_PLUGINS / DROVER_DISABLE_PLUGINS).
 
+    \b
     Example: drover plugins --all --json
     """
     if ctx.invoked_subcommand is not None:
@@ -171,6 +172,7 @@ def check(ctx: click.Context, path: Path | None, strict: bool, as_json: bool) ->
     status no handler targets, a status with no way to a terminal one, a
     status nothing can reach.
 
+    \b
     Example: drover plugins check --strict ./my_plugin.py
     """
     from drover.plugins.graph import check_graph

@@ -39,6 +39,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     failing if its execute() raised in the last 10 minutes (its targets are
     skipped and its ticks backed off until it stops failing).
 
+    \b
     Example: drover status --json
     """
     from drover.inspection.health import recent_handler_errors
@@ -117,6 +118,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 def config() -> None:
     """Inspect the configuration.
 
+    \b
     Example: drover --config drover.toml config show
     """
 
@@ -129,6 +131,7 @@ def config_show(ctx: click.Context, as_json: bool) -> None:
 
     Sources, strongest first: flag, env (DROVER_…), file, default.
 
+    \b
     Example: DROVER_LOG_FORMAT=json drover config show
     """
     from drover.config import flatten_config
