@@ -58,7 +58,7 @@ def show(
         rows = await app.repository.history(sid)
         return entity, rows[-history_rows:] if history_rows > 0 else []
 
-    session, rows = with_app(ctx, work, database_url=database_url)
+    session, rows = with_app(ctx, work, database_url=database_url, reading=True)
     if not isinstance(session, SessionWithKernels):
         _show_entity(session, rows, as_json)
         return

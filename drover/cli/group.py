@@ -102,30 +102,30 @@ def _set_database(ctx: click.Context, _param: click.Parameter, value: str | None
         CliState.of(ctx).use(database_url=value)
 
 
-#: The group's options, as every command takes them after its name (``expose_value=False``).
-_GROUP_OPTIONS = {
-    "config_path": lambda: click.Option(
-        ["--config", "config_path"],
-        type=click.Path(dir_okay=False),
-        expose_value=False,
-        callback=_set_config,
-        help="TOML configuration file (as `drover --config`).",
-    ),
-    "database_url": lambda: click.Option(
+def _group_option(name: str) -> click.Option:
+    """The group's option ``name`` as a command takes it after its name (``expose_value=False``)."""
+    if name == "config_path":
+        return click.Option(
+            ["--config", "config_path"],
+            type=click.Path(dir_okay=False),
+            expose_value=False,
+            callback=_set_config,
+            help="TOML configuration file (as `drover --config`).",
+        )
+    return click.Option(
         ["--database", "database_url"],
         expose_value=False,
         callback=_set_database,
         help="Database URL (as `drover --database`).",
-    ),
-}
+    )
 
 
 def with_group_options(command: click.Command) -> click.Command:
     """``command`` (and a group's subcommands) taking ``--config`` and ``--database`` too."""
     names = {p.name for p in command.params}
     flags = {o for p in command.params for o in p.opts}
-    for name, make in _GROUP_OPTIONS.items():
-        option = make()
+    for name in ("config_path", "database_url"):
+        option = _group_option(name)
         if name not in names and not set(option.opts) & flags:
             command.params.append(option)
     if isinstance(command, click.Group):
@@ -211,4 +211,3 @@ def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = Non
         setattr(cli, _DEFERRED_WARNING, f"warning: plugin commands not loaded: {error}")
     except Exception as error:
         click.echo(f"warning: plugin commands not loaded: {error}", err=True)
-

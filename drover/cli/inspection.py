@@ -184,7 +184,7 @@ def history_list(
                 sys.stdout.flush()
 
     try:
-        data = with_app(ctx, work, database_url=database_url)
+        data = with_app(ctx, work, database_url=database_url, reading=True)
     except KeyboardInterrupt:
         return
     _print_history(data, as_json=as_json, as_csv=as_csv, kernel=kernel_id is not None)
@@ -344,7 +344,7 @@ def stats(
         _ = app.kinds[kind_name]
         return await collect_stats(app.repository, since=since_t, now=time.time(), kind=kind_name)
 
-    result = with_app(ctx, work, database_url=database_url)
+    result = with_app(ctx, work, database_url=database_url, reading=True)
     data = stats_json(result)
     if as_json:
         emit_json(data)
@@ -455,7 +455,7 @@ def entities(
         return await app.repository.list_entities(kind.name, statuses=wanted or None, limit=limit)
 
     try:
-        found = with_app(ctx, work, database_url=database_url)
+        found = with_app(ctx, work, database_url=database_url, reading=True)
     except (DroverError, TypeError, ValueError) as error:
         raise click.ClickException(str(error)) from None
     if as_json:

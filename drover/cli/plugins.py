@@ -144,7 +144,7 @@ def plugins(ctx: click.Context, show_all: bool, as_json: bool) -> None:
                 r["name"],
                 r["distribution"],
                 r["version"],
-                ", ".join(h.removeprefix("drover_") for h in r["hooks"]),
+                ", ".join(r["hooks"]),
                 "; ".join(f"{h['name']} ({', '.join(h['targets'])})" for h in r["handlers"])
                 or ", ".join(f"backend {b}" for b in r["backends"]),
             )

@@ -57,7 +57,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
         errors = await recent_handler_errors(app.repository, time.time())
         return alive, claims, errors, await app.repository.count_by_status()
 
-    alive, claims, errors, counts = with_app(ctx, work, database_url=database_url)
+    alive, claims, errors, counts = with_app(ctx, work, database_url=database_url, reading=True)
     by_status = {s.value: counts.get(s, 0) for s in SessionStatus}
     if as_json:
         emit_json(

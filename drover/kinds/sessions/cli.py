@@ -72,7 +72,7 @@ _SLOT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 def parse_resources(items: tuple[str, ...]) -> dict[str, float]:
-    """The ``--resource SLOT=AMOUNT`` flags as ``{slot: amount}``; a bad one is refused in a line."""
+    """The ``--resource SLOT=AMOUNT`` flags as ``{slot: amount}``; a bad one is refused."""
     slots: dict[str, float] = {}
     for item in items:
         slot, sep, raw = item.partition("=")
@@ -386,7 +386,7 @@ def sessions(
             statuses=wanted, limit=limit, order=sort, name=name_pattern
         )
 
-    found = with_app(ctx, work, database_url=database_url)
+    found = with_app(ctx, work, database_url=database_url, reading=True)
     if as_json:
         emit_json([session_json(s) for s in found])
         return
@@ -477,7 +477,7 @@ def logs(
                 continue
             await asyncio.sleep(0.5)
 
-    with_app(ctx, work, database_url=database_url)
+    with_app(ctx, work, database_url=database_url, reading=True)
 
 
 #: What the sessions package adds to ``drover``.
