@@ -29,7 +29,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from drover.model.kinds import Kinds
 from drover.model.plan import AppliedChange, Change
@@ -60,7 +59,7 @@ def claimed_units(name: str, postgres: bool) -> sa.ColumnElement[Any]:
     """The units of pool ``name`` the row's ``spec["pools"]`` claims; 0 for none (or not a
     number: creation refuses that, so only a hand-written row could hold one)."""
     if postgres:
-        path = sa.literal([POOLS_KEY, name], postgresql.ARRAY(sa.Text))
+        path = sa.literal([POOLS_KEY, name], sa.ARRAY(sa.Text))
         value = e.c.spec.op("#>")(path)
         number = sa.cast(e.c.spec.op("#>>")(path), sa.Numeric)
         return sa.case((sa.func.jsonb_typeof(value) == "number", number), else_=0)
@@ -107,8 +106,10 @@ def set_claims(postgres: bool) -> sa.Update:
     claims = sa.bindparam("claims", type_=sa.String)
     value: sa.ColumnElement[Any]
     if postgres:
-        path = sa.literal([POOLS_KEY], postgresql.ARRAY(sa.Text))
-        value = sa.func.jsonb_set(e.c.spec, path, sa.cast(claims, postgresql.JSONB))
+        from sqlalchemy.dialects.postgresql import JSONB
+
+        path = sa.literal([POOLS_KEY], sa.ARRAY(sa.Text))
+        value = sa.func.jsonb_set(e.c.spec, path, sa.cast(claims, JSONB))
     else:
         value = sa.func.json_set(e.c.spec, f"$.{POOLS_KEY}", sa.func.json(claims))
     return sa.update(e).where(e.c.id == sa.bindparam("eid")).values(spec=value)
