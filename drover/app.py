@@ -17,39 +17,33 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
 
 from drover._version import __version__
-from drover.backends.base import AgentBackend
 from drover.builtin_plugins import make_plugin_manager
-from drover.config import Config, LoadedConfig, load_config, retention_seconds
-from drover.coordinator.daemon import Daemon
-from drover.coordinator.handlers import Handler
-from drover.coordinator.observers import Observer, ObserverDispatcher, events_of
-from drover.coordinator.tick import Coordinator
-from drover.kinds.deployments.checks import check_served
-from drover.kinds.sessions.requests import new_session
-from drover.kinds.sessions.store import SessionQueries, SessionRepository
+from drover.config import Config, LoadedConfig, retention_seconds
 from drover.model.clock import Clock, SystemClock
-from drover.model.creation import check_against_deployment, check_new_entities
 from drover.model.errors import DroverError
 from drover.model.ids import new_id
-from drover.model.kinds import Kinds
-from drover.model.values import HandlerOptions, NewEntity
-from drover.plugins.manager import (
-    collect_backends,
-    collect_handlers,
-    collect_kinds,
-    collect_observers,
-    load_entry_points,
-)
-from drover.plugins.registry import RegisteredHandler, RuntimeContext
+from drover.plugins.manager import collect_kinds, load_entry_points
 from drover.storage.connect import Engine, create_engine, display_url
-from drover.storage.migrate import current_revision, head_revision, schema_exists, upgrade
-from drover.storage.retry import run_transaction
+
+if TYPE_CHECKING:
+    from drover.backends.base import AgentBackend
+    from drover.coordinator.daemon import Daemon
+    from drover.coordinator.handlers import Handler
+    from drover.coordinator.observers import Observer
+    from drover.coordinator.tick import Coordinator
+    from drover.kinds.sessions.store import SessionQueries, SessionRepository
+    from drover.model.kinds import Kinds
+    from drover.model.values import HandlerOptions, NewEntity
+    from drover.plugins.registry import RegisteredHandler
+
+# What only the daemon, writes or handlers need is imported where it is used: a read
+# command of the CLI builds an App too, and pays only for what it reads with.
 
 __all__ = [
     "GC_THRESHOLD",
@@ -166,6 +160,8 @@ class App:
         }
         self.coordinator: Coordinator | None = None
         self._kinds: Kinds | None = None
+        # Set by read_kinds when it left out the installed plugins and the handlers.
+        self._reads_only = False
         self.registered: list[RegisteredHandler] = []
         self.observers: list[tuple[str, Observer]] = []
         self._backend_started = False
@@ -193,20 +189,49 @@ class App:
     def kinds(self) -> Kinds:
         """The registered entity kinds: drover's own (``drover.kinds``) and plugins'."""
         if self._kinds is None:
-            # Configured budget limits ride on the kinds: what a handler sees of a
-            # budget (Entity.budgets) and what the coordinator judges agree; so do
-            # the configured bounds of their counts ([limits]).
-            limits = attrs.asdict(self.config.limits)
-            kinds = collect_kinds(self.plugin_manager).configured(
-                self.config.budgets, self.config.pools
-            )
-            self._kinds = kinds.with_limits(limits)
+            self._kinds = self._configured(collect_kinds(self.plugin_manager))
         return self._kinds
+
+    def _configured(self, kinds: Kinds) -> Kinds:
+        # Configured budget limits ride on the kinds: what a handler sees of a
+        # budget (Entity.budgets) and what the coordinator judges agree; so do
+        # the configured bounds of their counts ([limits]).
+        limits = attrs.asdict(self.config.limits)
+        return kinds.configured(self.config.budgets, self.config.pools).with_limits(limits)
+
+    async def read_kinds(self) -> Kinds:
+        """The kinds a read of the database needs (the CLI's reads): :attr:`kinds`, without
+        loading what the database does not need.
+
+        drover's own kinds are always known. An installed plugin's kind is needed
+        only to read its entities (their statuses and budgets) or to check its
+        configured budgets and pools: when the database holds no entity of a kind
+        drover's own plugins do not declare, and the configuration names none,
+        neither the installed plugins (an entry-point scan and their imports) nor
+        any handler is loaded. Such an app is for reading: it loads no handlers.
+        """
+        if self._kinds is None and self._plugin_manager is None:
+            from drover.model.errors import InvalidHandlerError
+            from drover.storage.migrate import kinds_present
+
+            pm = make_plugin_manager(include_builtins=False, block=self.config.plugins.block)
+            own = collect_kinds(pm)
+            try:
+                configured = self._configured(own)
+            except InvalidHandlerError:
+                return self.kinds  # the configuration names a plugin's kind or pool
+            if await kinds_present(self.engine) <= set(own):
+                self._kinds = configured
+                self._plugin_manager = pm
+                self._reads_only = True
+        return self.kinds
 
     @property
     def repository(self) -> SessionRepository:
         """The repository on this app's engine; it knows :attr:`kinds` (the plugins load first)."""
         if self._repository is None:
+            from drover.kinds.sessions.store import SessionRepository
+
             self._repository = SessionRepository(self.engine, clock=self.clock, kinds=self.kinds)
         return self._repository
 
@@ -214,6 +239,8 @@ class App:
     def backend(self) -> AgentBackend:
         """The backend: the one given, or the configured one built by its registered factory."""
         if self._backend is None:
+            from drover.plugins.manager import collect_backends
+
             registry = collect_backends(self.plugin_manager)
             name = self.config.backend.name
             if name not in registry.factories:
@@ -231,6 +258,9 @@ class App:
 
     async def check_schema(self, *, auto_upgrade: bool = False) -> None:
         """Upgrade (``auto_upgrade``) or insist that the database is at head."""
+        from drover.storage.migrate import current_revision, head_revision, schema_exists
+        from drover.storage.retry import run_transaction
+
         if auto_upgrade:
             # Another process (a CLI call) may hold the new file for a moment.
             await run_transaction(self.upgrade)
@@ -252,11 +282,19 @@ class App:
 
     async def upgrade(self) -> None:
         """Bring the database to drover's schema head, creating the PostgreSQL schema if needed."""
+        from drover.storage.migrate import upgrade
+
         await upgrade(self.engine, schema=self.config.database_schema or None)
 
     def load_handlers(self) -> Coordinator:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
+        if self._reads_only:
+            raise RuntimeError("this App was opened for reading (read_kinds): it loads no handlers")
         if self.coordinator is None:
+            from drover.coordinator.tick import Coordinator
+            from drover.plugins.manager import collect_handlers, collect_observers
+            from drover.plugins.registry import RuntimeContext
+
             kinds = self.kinds
             per_tick = self.config.limits.creations_per_tick
             context = RuntimeContext(
@@ -297,6 +335,9 @@ class App:
         deployment on a backend that records no port (``backend.records_ports``:
         Slurm). One bad entity raises InvalidSpecError and nothing is written.
         """
+        from drover.kinds.deployments.checks import check_served
+        from drover.model.creation import check_against_deployment, check_new_entities
+
         checked = check_new_entities(news, self.kinds)
         # Before anything asks the backend (Slurm's slots come from sinfo).
         check_served(checked, self.backend, self.config.backend.name)
@@ -311,6 +352,8 @@ class App:
 
     async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
         """Create sessions from ``drover submit``'s requests (see :meth:`create`)."""
+        from drover.kinds.sessions.requests import new_session
+
         return await self.create([new_session(r) for r in requests])
 
     async def start(self, *, auto_upgrade: bool = True) -> Coordinator:
@@ -340,6 +383,8 @@ class App:
         """Read the configuration file's ``[pools]`` again and write those capacities
         (``drover run`` does on SIGHUP); return them. A file that no longer loads, or a
         capacity refused, is logged and changes nothing."""
+        from drover.config import load_config
+
         if self.loaded.file is None:
             return {}
         try:
@@ -372,6 +417,8 @@ class App:
         event loop and stops with the daemon, answering ``host`` and
         ``allowed_hosts``.
         """
+        from drover.coordinator.observers import ObserverDispatcher, events_of
+
         config = self.config
         await self.check_schema(auto_upgrade=auto_upgrade)
         daemon = self.daemon()
@@ -484,6 +531,8 @@ class App:
     def daemon(self) -> Daemon:
         """The daemon of this app's coordinator, built from the configuration (once)."""
         if self._daemon is None:
+            from drover.coordinator.daemon import Daemon
+
             config = self.config
             history = config.history
             self._daemon = Daemon(

@@ -153,6 +153,13 @@ def test_submit_from_a_file_with_different_kernels(cli, harness, tmp_path: Path)
         (["submit", "--option", "timeout=3", "--", "true"], "is not HANDLER.FIELD=VALUE"),
         (["submit", "--option", "x.timeout=soon", "--", "true"], "'soon' is not a number"),
         (["submit", "--option", "x.retries=1", "--", "true"], "unknown option 'retries'"),
+        (["submit", "-r", "gpu", "--", "true"], "'gpu' is not SLOT=AMOUNT"),
+        (["submit", "-r", "gpu=lots", "--", "true"], "'lots' is not a finite number >= 0"),
+        (["submit", "-r", "gpu=-1", "--", "true"], "'-1' is not a finite number >= 0"),
+        (["submit", "-r", "gpu=inf", "--", "true"], "'inf' is not a finite number >= 0"),
+        (["submit", "-r", "gpu=1", "-r", "gpu=2", "--", "true"], "gpu is given twice"),
+        (["submit", "-r", "command=1", "--", "true"], "'command' is a kernel setting"),
+        (["submit", "--resource", "tpu=1", "--", "true"], "'tpu'"),
         (["show", "no-such-id"], "no entity with id or name 'no-such-id'"),
         (["terminate", "no-such-id"], "no entity with id or name 'no-such-id'"),
     ],
@@ -649,3 +656,48 @@ def test_the_drover_group_is_what_drover_cli_main_names_after_its_module_is_impo
 
     assert isinstance(named, click.Group)
     assert named.name == "main"
+
+
+_GPU_AGENT = '[[backend.agents]]\nid = "a"\ncpu = 8\nmem = 8192\ngpu = 2\n"cuda.device" = 4\n'
+
+
+def test_submit_asks_for_any_resource_slot(cli, harness, tmp_path):
+    """``-r SLOT=AMOUNT`` (``--resource``, repeatable) asks each kernel for any slot some
+    agent offers, as a session file would; -r cpu=… is --cpu."""
+    (tmp_path / "drover.toml").write_text(_GPU_AGENT)
+    result = cli(
+        "submit", "--kernels", "2", "-r", "gpu=1", "--resource", "cuda.device=0.5",
+        "-r", "cpu=2", "--", "python3", "train.py",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    s = harness(lambda h: h.session(result.output.strip()))
+    assert [k.spec for k in s.kernels] == [
+        {"command": ["python3", "train.py"], "cpu": 2.0, "mem": 256.0, "gpu": 1.0,
+         "cuda.device": 0.5}
+    ] * 2  # fmt: skip
+    # A slot no agent has is refused before anything is written.
+    (tmp_path / "drover.toml").write_text("")
+    refused = cli("submit", "-r", "gpu=1", "--", "true")
+    assert refused.exit_code == 1
+    assert "'gpu'" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+
+
+def test_group_options_are_taken_after_the_command_too(cli, harness, tmp_path):
+    """``drover run --config c.toml``, ``drover sessions --config c.toml``: every command
+    takes the group's --config (and --database) after its name as well as before it."""
+    (tmp_path / "c.toml").write_text(_GPU_AGENT)
+    assert cli("submit", "-r", "gpu=1", "--", "true").exit_code == 1  # no gpu without c.toml
+    result = cli("submit", "-r", "gpu=1", "--config", "c.toml", "--", "true")
+    assert result.exit_code == 0, result.output
+    shown = cli("config", "show", "--config", "c.toml", "--json").output
+    assert json.loads(shown)["file"].endswith("c.toml")
+    assert cli("db", "current", "--config", "c.toml").exit_code == 0
+    assert cli("history", "--config", "c.toml", "--limit", "1").exit_code == 0
+    missing = cli("sessions", "--config", "nope.toml")
+    assert missing.exit_code != 0
+    assert "nope.toml" in missing.output
+    for command in (["run"], ["serve"], ["plugins"], ["graph"], ["why", "x"]):
+        help_text = cli(*command, "--help").output
+        assert "--config" in help_text, command
+        assert "--database" in help_text, command

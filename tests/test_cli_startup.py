@@ -90,3 +90,102 @@ def test_importing_drover_and_reading_its_names_imports_no_heavy_library():
     count, heavy = json.loads(done.stdout)
     assert count > 70
     assert heavy == [], done.stdout
+
+
+#: What a read never needs: migrations, the daemon, the handlers, the dashboard.
+_NOT_ON_A_READ = (
+    "alembic",
+    "drover.coordinator.daemon",
+    "drover.kinds.sessions.prepare",
+    "starlette",
+)
+
+_READ_PROBE = """
+import json, sys
+from drover.cli.group import main
+try:
+    main(sys.argv[1:], prog_name="drover")
+except SystemExit as done:
+    print("EXIT=" + str(done.code))
+import importlib.metadata as md
+installed = {e.value.split(":")[0].split(".")[0] for e in md.entry_points(group="drover")}
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in installed)
+unwanted = sorted(m for m in sys.modules if m.startswith(tuple(json.loads(%r))))
+print("READ=" + json.dumps([loaded, unwanted]))
+"""
+
+
+def _read(tmp_path: Path, *args: str) -> tuple[list[str], list[str], str]:
+    env = {**os.environ, "DROVER_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/drover.db"}
+    env.pop("DROVER_CONFIG", None)
+    env.pop("DROVER_LOAD_PLUGINS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_PROBE % json.dumps(_NOT_ON_A_READ), *args],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    line = next((x for x in done.stdout.splitlines() if x.startswith("READ=")), None)
+    assert line is not None, done.stdout + done.stderr
+    loaded, unwanted = json.loads(line.removeprefix("READ="))
+    return loaded, unwanted, done.stdout + done.stderr
+
+
+def test_reads_load_no_installed_plugin_nor_migrations_nor_handlers(tmp_path):
+    """``sessions``, ``show``, ``history``, ``logs`` and ``status`` import neither Alembic,
+    nor the daemon and the handlers, nor any installed plugin (no entry-point scan) when
+    the database holds only drover's own kinds."""
+    import asyncio
+
+    from drover.testing import CoordinatorHarness
+
+    async def seed() -> str:
+        url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+        async with CoordinatorHarness(database_url=url) as h:
+            return await h.create_session(name="one")
+
+    sid = asyncio.run(seed())
+    for args in (["sessions"], ["show", sid], ["history"], ["status"], ["logs", sid]):
+        loaded, unwanted, output = _read(tmp_path, *args)
+        assert (loaded, unwanted) == ([], []), (args, output)
+    # The installed plugins are there all the same, for a command that needs them.
+    loaded, _, output = _read(tmp_path, "plugins", "--json")
+    assert loaded, output
+
+
+def test_a_read_loads_the_installed_plugins_when_the_database_holds_their_kinds(tmp_path):
+    """An entity of a kind drover's own plugins do not declare: the read loads them all."""
+    import asyncio
+    import sqlite3
+
+    from drover.app import App
+    from drover.config import load_config
+    from drover.testing import CoordinatorHarness
+
+    url = f"sqlite+aiosqlite:///{tmp_path}/drover.db"
+
+    async def seed() -> None:
+        async with CoordinatorHarness(database_url=url) as h:
+            await h.create_session(name="one")
+
+    asyncio.run(seed())
+
+    async def read() -> tuple[set[str], bool]:
+        app = App(load_config(None, environ={}, flags={"database_url": url}))
+        try:
+            kinds = await app.read_kinds()
+            names = {name for name, _ in app.plugin_manager.list_name_plugin()}
+            return set(kinds), "max-duration" in names
+        finally:
+            await app.close()
+
+    kinds, installed = asyncio.run(read())
+    assert kinds == {"session", "kernel", "deployment", "route"}
+    assert not installed
+    conn = sqlite3.connect(tmp_path / "drover.db")
+    with conn:
+        conn.execute(
+            "INSERT INTO entities (id, kind, status, status_changed_at, priority, created_at, "
+            "spec, requeues) VALUES ('x', 'job', 'QUEUED', 0, 0, 0, '{}', 0)"
+        )
+    conn.close()
+    _, installed = asyncio.run(read())
+    assert installed

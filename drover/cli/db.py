@@ -18,6 +18,7 @@ __all__ = ["db"]
 def db() -> None:
     """Manage the database schema (Alembic migrations shipped with drover).
 
+    \b
     Example: drover db upgrade --database postgresql+asyncpg://user@host/drover
     """
 
@@ -28,6 +29,7 @@ def db() -> None:
 def upgrade_command(ctx: click.Context, database_url: str | None) -> None:
     """Upgrade the database to the newest schema. Safe to run repeatedly.
 
+    \b
     Example: drover db upgrade --database sqlite+aiosqlite:///./drover.db
     """
     from drover.storage.migrate import current_revision, head_revision
@@ -50,6 +52,7 @@ def upgrade_command(ctx: click.Context, database_url: str | None) -> None:
 def current_command(ctx: click.Context, database_url: str | None) -> None:
     """Print the schema revision of the database, and whether it is the newest.
 
+    \b
     Example: drover db current --database sqlite+aiosqlite:///./drover.db
     """
     from drover.storage.migrate import current_revision, head_revision

@@ -31,6 +31,7 @@ def doctor(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     and the entity (pool, coordinator); the command then exits 1. The rules:
     docs/operations.md.
 
+    \b
     Example: drover doctor --json
     """
     from drover.inspection.doctor import RULES, examine

@@ -44,6 +44,7 @@ def show(
     SESSION_ID may be any unique prefix of the id (a prefix a session shares only with
     its own kernels means the session).
 
+    \b
     Example: drover show 01a2f3
     """
     from drover.inspection.why import describe_exit
@@ -57,7 +58,7 @@ def show(
         rows = await app.repository.history(sid)
         return entity, rows[-history_rows:] if history_rows > 0 else []
 
-    session, rows = with_app(ctx, work, database_url=database_url)
+    session, rows = with_app(ctx, work, database_url=database_url, reading=True)
     if not isinstance(session, SessionWithKernels):
         _show_entity(session, rows, as_json)
         return
@@ -130,8 +131,8 @@ def terminate(
     SESSION_IDS may be unique prefixes. Nothing is changed if any id is unknown
     or its kind has no such mode.
 
+    \b
     Example: drover terminate 01a2f3 01a2f4 --reason "bad input data"
-
     Example: drover terminate 01b7c9 --mode abort
     """
     from drover.serialization import termination_json

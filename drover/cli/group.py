@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 import click
 import pluggy
 
 from drover._version import DISTRIBUTION_NAME, __version__
-from drover.cli.db import db
-from drover.cli.doctor import doctor
-from drover.cli.entity import show, terminate
-from drover.cli.inspection import entities, graph, history, stats, why
 from drover.cli.kit import CliState
-from drover.cli.new_plugin import new_plugin
-from drover.cli.plugins import plugins
-from drover.cli.pools import pools
-from drover.cli.report import report
-from drover.cli.run import run
-from drover.cli.serve import serve
-from drover.cli.status import config, status
 
 if TYPE_CHECKING:
     from drover.app import App
@@ -36,7 +26,117 @@ def _open_app(loaded: LoadedConfig) -> App:
     return App(loaded)
 
 
+#: drover's own commands, each imported when it is used: a command imports only what it
+#: needs (``drover sessions`` neither Alembic, the daemon nor the dashboard).
+_OWN_COMMANDS = {
+    "run": "drover.cli.run:run",
+    "show": "drover.cli.entity:show",
+    "terminate": "drover.cli.entity:terminate",
+    "report": "drover.cli.report:report",
+    "status": "drover.cli.status:status",
+    "config": "drover.cli.status:config",
+    "db": "drover.cli.db:db",
+    "plugins": "drover.cli.plugins:plugins",
+    "pools": "drover.cli.pools:pools",
+    "new-plugin": "drover.cli.new_plugin:new_plugin",
+    "history": "drover.cli.inspection:history",
+    "why": "drover.cli.inspection:why",
+    "stats": "drover.cli.inspection:stats",
+    "graph": "drover.cli.inspection:graph",
+    "entities": "drover.cli.inspection:entities",
+    "serve": "drover.cli.serve:serve",
+    "doctor": "drover.cli.doctor:doctor",
+}
+
+
+class _DroverGroup(click.Group):
+    """``drover``: its commands are found by name, each imported only when it is used.
+
+    drover's own are in :data:`_OWN_COMMANDS`; the kind packages' (``submit``,
+    ``deploy``…) and installed plugins' come from ``drover_register_commands``,
+    the installed plugins (an entry-point scan) only for a name drover's own
+    plugins do not add, or to list every command (``drover --help``). Every
+    command takes the group's options after its name too
+    (``drover run --config c.toml``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # How far the plugin commands are loaded: 0 none, 1 drover's own, 2 installed ones too.
+        self._plugin_commands = 0
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = self.commands.get(cmd_name)
+        if command is None and cmd_name in _OWN_COMMANDS:
+            module, _, attribute = _OWN_COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
+        while command is None and self._plugin_commands < 2:
+            self._load_plugin_commands(installed=self._plugin_commands == 1)
+            command = self.commands.get(cmd_name)
+        return None if command is None else with_group_options(command)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        while self._plugin_commands < 2:
+            self._load_plugin_commands(installed=self._plugin_commands == 1)
+        return sorted({*self.commands, *_OWN_COMMANDS})
+
+    def _load_plugin_commands(self, *, installed: bool) -> None:
+        if installed:
+            _add_plugin_commands(self)
+            self._plugin_commands = 2
+            return
+        from drover.builtin_plugins import make_plugin_manager
+
+        # drover's own lifecycles' commands: no installed plugin is looked for.
+        _add_plugin_commands(self, make_plugin_manager(include_builtins=False))
+        self._plugin_commands = 1
+
+
+def _set_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        CliState.of(ctx).use(config_path=value)
+
+
+def _set_database(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        CliState.of(ctx).use(database_url=value)
+
+
+def _group_option(name: str) -> click.Option:
+    """The group's option ``name`` as a command takes it after its name (``expose_value=False``)."""
+    if name == "config_path":
+        return click.Option(
+            ["--config", "config_path"],
+            type=click.Path(dir_okay=False),
+            expose_value=False,
+            callback=_set_config,
+            help="TOML configuration file (as `drover --config`).",
+        )
+    return click.Option(
+        ["--database", "database_url"],
+        expose_value=False,
+        callback=_set_database,
+        help="Database URL (as `drover --database`).",
+    )
+
+
+def with_group_options(command: click.Command) -> click.Command:
+    """``command`` (and a group's subcommands) taking ``--config`` and ``--database`` too."""
+    names = {p.name for p in command.params}
+    flags = {o for p in command.params for o in p.opts}
+    for name in ("config_path", "database_url"):
+        option = _group_option(name)
+        if name not in names and not set(option.opts) & flags:
+            command.params.append(option)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            with_group_options(sub)
+    return command
+
+
 @click.group(
+    cls=_DroverGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog="Example: drover run   (then, in another shell: drover submit -- echo hello)",
 )
@@ -73,28 +173,6 @@ def main(ctx: click.Context, config_path: str | None, database_url: str | None) 
 _LOAD_PLUGINS_THEMSELVES = frozenset({"run", "submit", "plugins", "graph", "why"})
 # Attribute of the group holding why plugin commands could not be added.
 _DEFERRED_WARNING = "drover_plugin_warning"
-
-
-for command in (
-    run,
-    show,
-    terminate,
-    report,
-    status,
-    config,
-    db,
-    plugins,
-    pools,
-    new_plugin,
-    history,
-    why,
-    stats,
-    graph,
-    entities,
-    serve,
-    doctor,
-):
-    main.add_command(command)
 
 
 def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = None) -> None:
@@ -134,6 +212,3 @@ def _add_plugin_commands(cli: click.Group, pm: pluggy.PluginManager | None = Non
         setattr(cli, _DEFERRED_WARNING, f"warning: plugin commands not loaded: {error}")
     except Exception as error:
         click.echo(f"warning: plugin commands not loaded: {error}", err=True)
-
-
-_add_plugin_commands(main)

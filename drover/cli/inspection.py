@@ -91,6 +91,7 @@ def history() -> None:
     \b
     Examples:
       drover history 01a2f3 --since 1h
+      drover history --kind route --result stale
       drover history --follow
       drover history prune --older-than 30d --dry-run
     """
@@ -143,11 +144,16 @@ def history_list(
     --follow then prints each new row as it is written. An unknown --result, --handler
     or --kind is refused.
 
+    `drover history prune` deletes old history (see `drover history prune --help`).
+
     \b
     Examples:
+      drover history 01a2f3 --since 1h
       drover history 01a2f3 --result SKIPPED --since 1h --json
       drover history --kind route --result stale
       drover history --follow
+      drover history --reverse --limit 20
+      drover history prune --older-than 30d --dry-run
     """
     from drover.inspection.history import (
         UnknownFilterError,
@@ -191,7 +197,7 @@ def history_list(
         return []
 
     try:
-        data = with_app(ctx, work, database_url=database_url)
+        data = with_app(ctx, work, database_url=database_url, reading=True)
     except KeyboardInterrupt:
         return
     if reverse:
@@ -267,6 +273,7 @@ def prune(
     too. Each batch is its own transaction and prints a progress line on
     stderr, so a long prune can be watched and interrupted.
 
+    \b
     Example: drover history prune --older-than 30d --dry-run
     """
     from drover.inspection._format import parse_duration
@@ -307,6 +314,7 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
     """Explain, in plain words, why a session (or an entity of any kind) is where it is
     and what would move it next.
 
+    \b
     Example: drover why 01a2f3
     """
     from drover.inspection.why import diagnose_entity, diagnose_session
@@ -354,6 +362,7 @@ def stats(
 
     Ticks are recorded by `drover run` (those that fetched something).
 
+    \b
     Example: drover stats --since 1h
     Example: drover stats --kind job --json
     """
@@ -367,7 +376,7 @@ def stats(
         _ = app.kinds[kind_name]
         return await collect_stats(app.repository, since=since_t, now=time.time(), kind=kind_name)
 
-    result = with_app(ctx, work, database_url=database_url)
+    result = with_app(ctx, work, database_url=database_url, reading=True)
     data = stats_json(result)
     if as_json:
         emit_json(data)
@@ -420,6 +429,7 @@ def graph(ctx: click.Context, fmt: str, kind_name: str) -> None:
     expired, give_up, a named outcome, promotion; `api: terminate` for
     termination requests).
 
+    \b
     Example: drover graph --format mermaid > docs/state-machine.mmd
     Example: drover graph --kind deployment --format dot | dot -Tsvg > deployment.svg
     """
@@ -460,6 +470,7 @@ def entities(
 ) -> None:
     """List entities of any kind (a plugin's, or session/kernel), newest first.
 
+    \b
     Example: drover entities job --status RUNNING --json
     """
     from drover.serialization import entity_json, iso
@@ -476,7 +487,7 @@ def entities(
         return await app.repository.list_entities(kind.name, statuses=wanted or None, limit=limit)
 
     try:
-        found = with_app(ctx, work, database_url=database_url)
+        found = with_app(ctx, work, database_url=database_url, reading=True)
     except (DroverError, TypeError, ValueError) as error:
         raise click.ClickException(str(error)) from None
     if as_json:

@@ -67,6 +67,9 @@ class CommandApp(Protocol):
     def repository(self) -> Repository:
         """The write store: creation, spec changes, termination requests."""
 
+    async def read_kinds(self) -> Kinds:
+        """The kinds a read needs, loading installed plugins only if the database needs them."""
+
     async def submit(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
         """Create sessions as ``drover submit`` does, every check made first; their ids."""
 
@@ -113,6 +116,14 @@ class CliState:
         if state is None:
             raise RuntimeError("a drover command runs under the drover group")
         return state
+
+    def use(self, *, config_path: str | None = None, database_url: str | None = None) -> None:
+        """The group's ``--config`` / ``--database`` given after a command's name instead."""
+        if config_path is not None:
+            self.config_path = config_path
+        if database_url is not None:
+            self.flags = {**self.flags, "database_url": database_url}
+        self._loaded = None
 
     def loaded(self, **more_flags: Any) -> LoadedConfig:
         """The effective configuration (flags > environment > file > defaults)."""
@@ -179,11 +190,16 @@ def with_app(
     *,
     database_url: str | None = None,
     check_schema: bool = True,
+    reading: bool = False,
 ) -> T:
     """Build the app from the configuration, run ``work`` with it, and close it.
 
     ``work`` takes a :class:`CommandApp` (a kind package's commands), or drover's
     own ``App`` (drover's commands): the app :attr:`CliState.open_app` builds.
+    ``reading``: ``work`` only reads, through ``queries`` or ``repository``'s reads,
+    and loads no handler; the installed plugins are loaded only if the database
+    holds entities of their kinds (:meth:`CommandApp.read_kinds`), so that a read
+    costs little more than the interpreter and SQLAlchemy (bench/cli_startup.py).
     """
     state = CliState.of(ctx)
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
@@ -193,9 +209,12 @@ def with_app(
         # besides the protocol.
         app = cast(A, state.open_app(loaded))
         try:
-            _ = app.kinds
+            if not reading:
+                _ = app.kinds  # a broken plugin is the error, before the schema's
             if check_schema:
                 await app.check_schema()
+            if reading:
+                await app.read_kinds()
             return await work(app)
         finally:
             await app.close()

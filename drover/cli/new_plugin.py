@@ -122,6 +122,7 @@ def new_plugin(name: str, directory: Path) -> None:
     underscores), tests on the drover_harness pytest fixture, and a README.
     NAME is kebab-case.
 
+    \b
     Example: drover new-plugin max-duration --dir ~/src
     """
     validate_plugin_name(name)

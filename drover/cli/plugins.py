@@ -139,6 +139,7 @@ def plugins(ctx: click.Context, show_all: bool, as_json: bool) -> None:
     group `drover`, filtered by plugins.load / plugins.block
     (DROVER_LOAD_PLUGINS / DROVER_DISABLE_PLUGINS).
 
+    \b
     Example: drover plugins --all --json
     """
     if ctx.invoked_subcommand is not None:
@@ -161,7 +162,7 @@ def plugins(ctx: click.Context, show_all: bool, as_json: bool) -> None:
                 r["name"],
                 r["distribution"],
                 r["version"],
-                ", ".join(h.removeprefix("drover_") for h in r["hooks"]),
+                ", ".join(r["hooks"]),
                 "; ".join(f"{h['name']} ({', '.join(h['targets'])})" for h in r["handlers"])
                 or ", ".join(f"backend {b}" for b in r["backends"]),
             )
@@ -189,6 +190,7 @@ def check(ctx: click.Context, path: Path | None, strict: bool, as_json: bool) ->
     status no handler targets, a status with no way to a terminal one, a
     status nothing can reach.
 
+    \b
     Example: drover plugins check --strict ./my_plugin.py
     """
     from drover.plugins.graph import check_graph

@@ -92,6 +92,7 @@ def report(
     report). ENTITY_ID may be a unique prefix. What is refused, and why:
     docs/operations.md.
 
+    \b
     Example: drover report 01a2f3 DONE --expected RUNNING --info EXIT_0 --data '{"worker": "w1"}'
     """
     data = _data(raw_data)

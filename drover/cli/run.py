@@ -77,8 +77,8 @@ def run(
     into a status it targets. The database schema is upgraded on start-up
     unless --no-upgrade is given.
 
+    \b
     Example: drover run --log-format json --data-dir /var/lib/drover
-
     Example: drover run --http 8080   (the daemon plus the dashboard)
     """
     from drover.app import App

@@ -67,8 +67,8 @@ def serve(
     address (on loopback also localhost) or an --allowed-host: a DNS-rebinding
     page cannot read it.
 
+    \b
     Example: drover serve --port 8080   (then open http://127.0.0.1:8080/)
-
     Example: drover serve --host 0.0.0.0 --allowed-host drover.internal --auth-token "$T"
     """
     from drover.app import App

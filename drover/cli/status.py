@@ -40,6 +40,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     failing if its execute() raised in the last 10 minutes (its targets are
     skipped and its ticks backed off until it stops failing).
 
+    \b
     Example: drover status --json
     """
     from drover.inspection._format import ordered_results, results_text
@@ -60,7 +61,9 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
         ended = await repo.count_by_status_and_result(SESSION_KIND)
         return alive, claims, errors, await repo.count_by_status(), ended
 
-    alive, claims, errors, counts, ended = with_app(ctx, work, database_url=database_url)
+    alive, claims, errors, counts, ended = with_app(
+        ctx, work, database_url=database_url, reading=True
+    )
     by_status = {s.value: counts.get(s, 0) for s in SessionStatus}
     if as_json:
         emit_json(
@@ -130,6 +133,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 def config() -> None:
     """Inspect the configuration.
 
+    \b
     Example: drover --config drover.toml config show
     """
 
@@ -142,6 +146,7 @@ def config_show(ctx: click.Context, as_json: bool) -> None:
 
     Sources, strongest first: flag, env (DROVER_…), file, default.
 
+    \b
     Example: DROVER_LOG_FORMAT=json drover config show
     """
     from drover.config import flatten_config

@@ -28,6 +28,7 @@ from drover.coordinator.handlers import (
 )
 from drover.coordinator.observers import Observer
 from drover.model.deprecation import warn_moved
+from drover.model.errors import DroverError, InvalidHandlerError
 from drover.model.kinds import EntityKind
 from drover.model.promotion import PromotionRule
 from drover.plugins.validation import validate_promotion_handler
@@ -221,7 +222,22 @@ class Registry(Generic[T]):
         the order the plugins were registered (the built-in lifecycle first),
         keeping each plugin's own order.
         """
-        getattr(self._pm.hook, self.hook)(register=self)
+        caller = getattr(self._pm.hook, self.hook)
+        try:
+            caller(register=self)
+        except DroverError:
+            raise
+        except Exception as error:
+            if _refused_here(error):
+                raise  # register's own refusal (a class, not an instance…): its own words
+            # A plugin refusing its own settings (say a ValueError from its check of
+            # [handlers.<name>.settings]) is a configuration error: one line naming the
+            # plugin and saying what it said, not a traceback through pluggy.
+            plugin = _raised_by(caller, error)
+            raise InvalidHandlerError(
+                f"plugin {plugin!r} could not register ({self.hook}): "
+                f"{type(error).__name__}: {error}".splitlines()[0]
+            ) from error
         order = {name: i for i, (name, _plugin) in enumerate(self._pm.list_name_plugin())}
         self._entries.sort(key=lambda entry: order.get(entry.plugin, len(order)))
         return self
@@ -233,6 +249,27 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[Registered[T]]:
         return iter(self._entries)
+
+
+def _refused_here(error: BaseException) -> bool:
+    """Whether ``error`` was raised by ``register`` itself (this module), not by a plugin."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == __file__
+
+
+def _raised_by(caller: Any, error: BaseException) -> str:
+    """The name of the plugin whose implementation of ``caller``'s hook raised ``error``."""
+    codes = set()
+    tb = error.__traceback__
+    while tb is not None:
+        codes.add(tb.tb_frame.f_code)
+        tb = tb.tb_next
+    for impl in caller.get_hookimpls():
+        if getattr(impl.function, "__code__", None) in codes:
+            return str(impl.plugin_name)
+    return "?"
 
 
 class WebRegistry(Registry[WebRoute | Path | StatusColour]):

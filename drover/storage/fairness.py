@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from drover.storage._sql import bounded_statement, statement
 from drover.storage.schema import entities, fetch_marks
@@ -42,15 +41,24 @@ def oldest_seen_order(query: sa.Select[Any]) -> tuple[sa.Select[Any], sa.ColumnE
 
 def mark_fetched(postgres: bool) -> sa.Executable:
     """``seen_at = :seen_at`` for (``:handler``, ``:entity_id``), inserted or updated."""
-    insert = (postgresql.insert if postgres else sqlite.insert)(m)
-    stmt = insert.values(
+    # The dialect's own insert (ON CONFLICT), imported only for the database in use.
+    if postgres:
+        from sqlalchemy.dialects import postgresql
+
+        stmt: Any = postgresql.insert(m)
+    else:
+        from sqlalchemy.dialects import sqlite
+
+        stmt = sqlite.insert(m)
+    stmt = stmt.values(
         handler=sa.bindparam("handler"),
         entity_id=sa.bindparam("entity_id"),
         seen_at=sa.bindparam("seen_at"),
     )
-    return stmt.on_conflict_do_update(
+    upsert: sa.Executable = stmt.on_conflict_do_update(
         index_elements=[m.c.handler, m.c.entity_id], set_={"seen_at": stmt.excluded.seen_at}
     )
+    return upsert
 
 
 def forget_gone(kind: str, statuses: frozenset[str]) -> sa.Delete:

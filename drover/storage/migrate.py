@@ -22,7 +22,14 @@ from drover.storage.connect import WRITE_OPTION
 if TYPE_CHECKING:
     from alembic.config import Config
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "schema_exists", "upgrade"]
+__all__ = [
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "kinds_present",
+    "schema_exists",
+    "upgrade",
+]
 
 
 #: Alembic's table of the database's revision (in the engine's schema on PostgreSQL).
@@ -30,6 +37,17 @@ VERSION_TABLE = "alembic_version"
 
 #: The database's revision: what Alembic's ``MigrationContext.get_current_revision`` reads.
 ALEMBIC_VERSION = sa.text(f"SELECT version_num FROM {VERSION_TABLE}")
+
+#: Every kind the entities table holds, one index seek per kind (ix_entities_queue leads
+#: with the kind): a scan of the table would cost as much as it has rows.
+KINDS_PRESENT = sa.text(
+    "WITH RECURSIVE present(kind) AS ("
+    " SELECT MIN(kind) FROM entities"
+    " UNION ALL"
+    " SELECT (SELECT MIN(kind) FROM entities WHERE kind > present.kind) FROM present"
+    " WHERE present.kind IS NOT NULL"
+    ") SELECT kind FROM present WHERE kind IS NOT NULL"
+)
 
 #: One row if PostgreSQL has the schema ``:name``.
 SCHEMA_EXISTS = sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :name")
@@ -103,3 +121,9 @@ async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
         return True
     async with engine.connect() as conn:
         return (await conn.execute(SCHEMA_EXISTS, {"name": schema})).first() is not None
+
+
+async def kinds_present(engine: AsyncEngine) -> set[str]:
+    """The kinds of the entities the database holds (which plugins a read needs)."""
+    async with engine.connect() as conn:
+        return {kind for (kind,) in await conn.execute(KINDS_PRESENT)}

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from drover.model.kinds import Kinds
 from drover.model.plan import AppliedChange, Change
@@ -72,8 +71,10 @@ def set_claims(postgres: bool) -> sa.Update:
     claims = sa.bindparam("claims", type_=sa.String)
     value: sa.ColumnElement[Any]
     if postgres:
-        path = sa.literal([POOLS_KEY], postgresql.ARRAY(sa.Text))
-        value = sa.func.jsonb_set(e.c.spec, path, sa.cast(claims, postgresql.JSONB))
+        from sqlalchemy.dialects.postgresql import JSONB
+
+        path = sa.literal([POOLS_KEY], sa.ARRAY(sa.Text))
+        value = sa.func.jsonb_set(e.c.spec, path, sa.cast(claims, JSONB))
     else:
         value = sa.func.json_set(e.c.spec, f"$.{POOLS_KEY}", sa.func.json(claims))
     return sa.update(e).where(e.c.id == sa.bindparam("eid")).values(spec=value)

@@ -26,7 +26,6 @@ from typing import Any
 
 import attrs
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.kinds import EntityKind, Kinds
@@ -123,7 +122,7 @@ def _insert_status_changes() -> sa.Insert:
     asyncpg runs an executemany as one execution per row: a backend's report
     of a thousand kernels would be a thousand statements.
     """
-    text_array = postgresql.ARRAY(sa.Text())
+    text_array = sa.ARRAY(sa.Text())
     rows = (
         sa.func.unnest(*(sa.bindparam(f"{name}s", type_=text_array) for name in _CHANGE_ARRAYS))
         .table_valued(*_CHANGE_ARRAYS)

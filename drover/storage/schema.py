@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 __all__ = [
     "FETCH_ORDER",
@@ -43,9 +42,29 @@ metadata = sa.MetaData(
 
 # An autoincrementing 64-bit key that is a rowid alias on SQLite.
 _BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
 # jsonb on PostgreSQL: its operators patch and read JSON inside statements
 # (per-handler try counts, data patches, filters); NULL stays SQL NULL.
-_Json = sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+class _JsonType(sa.types.TypeDecorator[Any]):
+    """JSON, stored as jsonb on PostgreSQL: the PostgreSQL dialect is imported only
+    when it is the database's (a read on SQLite does not pay for it)."""
+
+    impl = sa.JSON
+    cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__(none_as_null=True)
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB(none_as_null=True))
+        return dialect.type_descriptor(sa.JSON(none_as_null=True))
+
+
+_Json = _JsonType()
 
 entities = sa.Table(
     "entities",
@@ -87,7 +106,8 @@ entities = sa.Table(
     sa.Column("claim_token", sa.String(36), nullable=True),
     sa.Column("claim_expires", sa.Double(), nullable=True),
     sa.Index(None, "parent_id"),
-    postgresql_with={"fillfactor": 85},
+    # The table's fillfactor (85 on PostgreSQL) is the migrations' (0001, 0004): a
+    # postgresql_with here would import the PostgreSQL dialect on every SQLite read.
 )
 # Candidates are read by kind and status in fetch order: this index gives them
 # in that order, so a tick reads its batch without sorting the whole queue.

@@ -150,6 +150,7 @@ def deploy(
 
     The command is run as given (no shell): use sh -c to expand $PORT.
 
+    \b
     Example: drover deploy web --replicas 2 --wait -- sh -c 'exec python3 -m http.server $PORT'
     """
     from drover.kinds.sessions.requests import new_session
@@ -324,6 +325,7 @@ def deployments(
     """List deployments: status, desired and healthy replicas, replicas replaced, and why a
     DEGRADED one is (a crash-loop back-off and when it ends, or its replacement limit).
 
+    \b
     Example: drover deployments --json
     """
     from drover.kinds.deployments.serialization import deployment_json
@@ -375,6 +377,7 @@ def scale(ctx: click.Context, name: str, replicas: int, database_url: str | None
 
     REPLICAS is at most limits.replicas (1000 unless configured).
 
+    \b
     Example: drover scale web 3
     """
 
@@ -405,6 +408,7 @@ def destroy(
 ) -> None:
     """Destroy deployment NAME: its routes and replica sessions end, then it is DESTROYED.
 
+    \b
     Example: drover destroy web --wait
     """
 
@@ -434,6 +438,7 @@ def routes(
 ) -> None:
     """List the routes (replicas) of deployment NAME: status, session, URL.
 
+    \b
     Example: drover routes web --json
     """
     from drover.kinds.deployments.serialization import route_json

@@ -9,7 +9,9 @@ Added to ``drover`` by the sessions package's ``drover_register_commands``
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,41 @@ def _parse_options(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
                     ) from None
         options.setdefault(handler, {})[field] = value
     return options
+
+
+#: Keys of a kernel's spec that are not resource slots (so ``--resource`` cannot name them).
+_NOT_SLOTS = frozenset({"command", "env", "setup", "cwd", "image", "mounts", "agent_id"})
+#: A resource slot's name: ``gpu``, ``cuda.device``, ``cuda.shares``…
+_SLOT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+
+def parse_resources(items: tuple[str, ...]) -> dict[str, float]:
+    """The ``--resource SLOT=AMOUNT`` flags as ``{slot: amount}``; a bad one is refused."""
+    slots: dict[str, float] = {}
+    for item in items:
+        slot, sep, raw = item.partition("=")
+        if not sep or not _SLOT_NAME.fullmatch(slot) or not raw:
+            raise click.BadParameter(
+                f"{item!r} is not SLOT=AMOUNT (e.g. gpu=1 or cuda.device=1)",
+                param_hint="--resource",
+            )
+        if slot in _NOT_SLOTS:
+            raise click.BadParameter(
+                f"{item!r}: {slot!r} is a kernel setting, not a resource slot",
+                param_hint="--resource",
+            )
+        if slot in slots:
+            raise click.BadParameter(f"{item!r}: {slot} is given twice", param_hint="--resource")
+        try:
+            amount = float(raw)
+        except ValueError:
+            amount = math.nan
+        if not math.isfinite(amount) or amount < 0:
+            raise click.BadParameter(
+                f"{item!r}: {raw!r} is not a finite number >= 0", param_hint="--resource"
+            )
+        slots[slot] = amount
+    return slots
 
 
 def _request_from_file(path: str) -> dict[str, Any]:
@@ -165,6 +202,16 @@ def _check_kernels(kernels: Any, where: str) -> None:
     default=None,
     help="The image each kernel runs in (container backend, docs/containers.md).",
 )
+@click.option(
+    "--resource",
+    "-r",
+    "resource_items",
+    multiple=True,
+    metavar="SLOT=AMOUNT",
+    help="Any resource slot per kernel, e.g. -r gpu=1 or -r cuda.device=1 (repeatable); "
+    "the slot must be one some agent has. -r cpu=2 is --cpu 2. With --file, the "
+    "default of the file's kernels that do not name the slot.",
+)
 @click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the kernels (repeatable).")
 @click.option(
     "--option",
@@ -201,6 +248,7 @@ def submit(
     setup: str | None,
     image: str | None,
     cwd: str | None,
+    resource_items: tuple[str, ...],
     env_pairs: tuple[str, ...],
     option_items: tuple[str, ...],
     max_requeues: int | None,
@@ -215,18 +263,16 @@ def submit(
     checked before anything is written: resource amounts are finite and >= 0,
     every resource slot is one some agent has, options name loaded handlers.
 
+    \b
     Examples:
-
       drover submit --name hello --cpu 1 --mem 256 -- echo hello
-
       drover submit --kernels 2 --env MODE=fast --option prepare-sessions.timeout=60 -- sleep 30
-
       drover submit --cwd build --setup 'git clone https://example.org/app .' -- make test
-
       drover submit --file session.toml
-
       drover submit --image docker.io/library/busybox:latest --cpu 0.5 --mem 64 -- echo hi
+      drover submit -r gpu=1 --name train -- python3 train.py
     """
+    resources = parse_resources(resource_items)
     if file_path:
         if command:
             raise click.UsageError("give either --file or a command after --, not both")
@@ -239,6 +285,9 @@ def submit(
         if cwd:
             # The flag is the default of the file's kernels that do not name their own.
             request["kernels"] = [{"cwd": cwd, **k} for k in request["kernels"]]
+        if resources:
+            # Defaults too: a slot the file's kernel names is its own.
+            request["kernels"] = [{**resources, **k} for k in request["kernels"]]
     else:
         if not command:
             raise click.UsageError("nothing to run: add -- COMMAND ARGS… (or --file)")
@@ -250,7 +299,7 @@ def submit(
                 param_hint="--kernels",
             )
         kernel: dict[str, Any] = with_kernel_defaults(
-            {"command": list(command), "cpu": cpu, "mem": mem}
+            {"command": list(command), "cpu": cpu, "mem": mem, **resources}
         )
         if setup:
             kernel["setup"] = setup
@@ -324,8 +373,8 @@ def sessions(
 ) -> None:
     """List sessions, newest first (or --sort oldest, --sort priority).
 
+    \b
     Example: drover sessions --status PENDING --status RUNNING --sort priority --json
-
     Example: drover sessions --name 'web-*'
     """
     from drover.serialization import iso, session_json
@@ -337,7 +386,7 @@ def sessions(
             statuses=wanted, limit=limit, order=sort, name=name_pattern
         )
 
-    found = with_app(ctx, work, database_url=database_url)
+    found = with_app(ctx, work, database_url=database_url, reading=True)
     if as_json:
         emit_json([session_json(s) for s in found])
         return
@@ -380,8 +429,9 @@ def logs(
     follow: bool,
     database_url: str | None,
 ) -> None:
-    """Print a kernel's output (local backend).
+    """Print a kernel's output (its stdout, or its stderr), on any backend that records it.
 
+    \b
     Example: drover logs 01a2f3 --kernel 2 --stderr --follow
     """
     stream = "stderr" if use_stderr else "stdout"
@@ -399,7 +449,7 @@ def logs(
         if not path:
             raise DroverError(
                 f"kernel {kernel_index} of {sid} has no {stream} log yet "
-                f"(status {kernel.status}; logs exist once the local backend prepared it)"
+                f"(status {kernel.status}; a kernel has logs once its backend prepared it)"
             )
         if kernel.status in TERMINAL_KERNEL_STATUSES and not await asyncio.to_thread(
             os.path.exists, path
@@ -427,7 +477,7 @@ def logs(
                 continue
             await asyncio.sleep(0.5)
 
-    with_app(ctx, work, database_url=database_url)
+    with_app(ctx, work, database_url=database_url, reading=True)
 
 
 #: What the sessions package adds to ``drover``.

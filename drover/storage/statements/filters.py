@@ -21,7 +21,6 @@ from itertools import count
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from drover.model.filters import (
     AllOf,
@@ -325,14 +324,16 @@ def _field(f: Field, postgres: bool, slots: Iterator[int]) -> sa.ColumnElement[b
 def _field_postgres(
     f: Field, column: sa.Column[Any], slots: Iterator[int]
 ) -> sa.ColumnElement[bool]:
-    extracted = column.op("#>")(sa.literal(list(f.path), postgresql.ARRAY(sa.Text)))
+    extracted = column.op("#>")(sa.literal(list(f.path), sa.ARRAY(sa.Text)))
     if f.op == "exists":
         return extracted.is_not(None)
     if f.op == "missing":
         return extracted.is_(None)
     if f.op == "not_number":
         return sa.func.jsonb_typeof(extracted) != "number"
-    value = sa.cast(_slot(slots, sa.String), postgresql.JSONB)
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    value = sa.cast(_slot(slots, sa.String), JSONB)
     if f.op == "in":
         members = sa.func.jsonb_array_elements(value)
         return extracted.in_(sa.select(members.column_valued()))

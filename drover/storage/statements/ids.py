@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 __all__ = ["IDS_TYPE", "checked_only", "ids_in", "ids_param"]
 
 #: The PostgreSQL type of an id list.
-IDS_TYPE = postgresql.ARRAY(sa.String())
+IDS_TYPE = sa.ARRAY(sa.String())
 
 
 def ids_param(column: sa.ColumnElement[Any], name: str, postgres: bool) -> sa.ColumnElement[bool]:

@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from drover.model.pools import POOLS_KEY, PoolHolders
 from drover.storage.schema import entities, pool_capacities
@@ -32,7 +31,7 @@ def claimed_units(name: str, postgres: bool, table: Any = entities) -> sa.Column
     """The units of pool ``name`` the row's ``spec["pools"]`` claims; 0 for none (or not a
     number: creation refuses that, so only a hand-written row could hold one)."""
     if postgres:
-        path = sa.literal([POOLS_KEY, name], postgresql.ARRAY(sa.Text))
+        path = sa.literal([POOLS_KEY, name], sa.ARRAY(sa.Text))
         value = table.c.spec.op("#>")(path)
         number = sa.cast(table.c.spec.op("#>>")(path), sa.Numeric)
         return sa.case((sa.func.jsonb_typeof(value) == "number", number), else_=0)
