@@ -289,7 +289,10 @@ class App:
     def load_handlers(self) -> Coordinator:
         """Validate the plugins' handlers, collect observers, build the coordinator (once)."""
         if self._reads_only:
-            raise RuntimeError("this App was opened for reading (read_kinds): it loads no handlers")
+            # A read that turns out to need the handlers (drover history checking a
+            # handler's name no row holds): load every plugin after all.
+            self._reads_only = False
+            self._plugin_manager = self._kinds = self._repository = None
         if self.coordinator is None:
             from drover.coordinator.tick import Coordinator
             from drover.plugins.manager import collect_handlers, collect_observers
@@ -468,22 +471,7 @@ class App:
                 signal.SIGHUP,
                 lambda: reloads.add(loop.create_task(self.reload_pools(), name="drover-reload")),
             )
-        web_task: asyncio.Task[None] | None = None
-        web_server: Any = None
-        if http is not None:
-            from drover.web.security import public_bind_warning
-            from drover.web.server import make_server
-
-            host, port, token = http
-            warning = public_bind_warning(host, token)
-            if warning:
-                log.warning("%s", warning)
-            web_server = make_server(
-                self, host=host, port=port, auth_token=token, allowed_hosts=allowed_hosts,
-                embedded=True,
-            )  # fmt: skip
-            web_task = asyncio.create_task(web_server.serve(), name="drover-http")
-            log.info("dashboard on http://%s:%d/", host, port)
+        web_task, web_server = self._start_web(http, allowed_hosts)
         if on_ready is not None:
             on_ready(daemon)
         try:
@@ -499,6 +487,27 @@ class App:
                 loop.remove_signal_handler(signal.SIGHUP)
             await dispatcher.close(grace=config.shutdown_grace)
         return 0
+
+    def _start_web(
+        self, http: tuple[str, int, str | None] | None, allowed_hosts: tuple[str, ...]
+    ) -> tuple[asyncio.Task[None] | None, Any]:
+        """The dashboard served in this event loop (``drover run --http``), or nothing."""
+        if http is None:
+            return None, None
+        from drover.web.security import public_bind_warning
+        from drover.web.server import make_server
+
+        host, port, token = http
+        warning = public_bind_warning(host, token)
+        if warning:
+            log.warning("%s", warning)
+        server = make_server(
+            self, host=host, port=port, auth_token=token, allowed_hosts=allowed_hosts,
+            embedded=True,
+        )  # fmt: skip
+        task = asyncio.create_task(server.serve(), name="drover-http")
+        log.info("dashboard on http://%s:%d/", host, port)
+        return task, server
 
     def _startup_fields(self) -> dict[str, Any]:
         config = self.config
