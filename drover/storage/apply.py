@@ -50,7 +50,7 @@ from drover.model.status import KernelMatchType, SchedulingResult
 from drover.model.values import NewEntity, TerminationOutcome
 from drover.storage._sql import ids_value, statement
 from drover.storage.descendants import ChildMoves
-from drover.storage.ending import termination_changes
+from drover.storage.ending import end_entities
 from drover.storage.inserts import insert_new_entities, merge_patch
 from drover.storage.journal import history_row, write_history
 from drover.storage.moves import move_changes
@@ -204,8 +204,7 @@ class Apply:
             insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
         if self._ends:
             # Its own apply (own history rows), in this transaction.
-            nested = Apply(self.conn, self.source, self.now, postgres=self.postgres, kinds=kinds)
-            nested.end(self._ends, strict=False)
+            self._again().end(self._ends, strict=False)
         self.inject("before-history")
         self._write_history()
         self.inject("after-history")
@@ -517,17 +516,18 @@ class Apply:
         """Move ``ids`` (any kind) as their kinds' termination rules (of ``mode``) say;
         return what happened.
 
-        See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
+        See :func:`drover.storage.ending.end_entities` (``strict``: the API's
         refusal of unknown ids, of kinds that end only with their parent, and of an
         unknown mode).
         """
-        changes, outcomes = termination_changes(
-            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict,
-            reason=reason, mode=mode,
+        return end_entities(
+            self.conn, ids, self.source, lambda changes: self._again().run(changes).stale,
+            kinds=self.kinds, postgres=self.postgres, strict=strict, reason=reason, mode=mode,
         )  # fmt: skip
-        if changes:
-            self.run(changes)
-        return outcomes
+
+    def _again(self) -> Apply:
+        """A new apply in this transaction, by the same source (its own history rows)."""
+        return Apply(self.conn, self.source, self.now, postgres=self.postgres, kinds=self.kinds)
 
     def finish_promotion(self, applied: list[AppliedChange], by: str | None = None) -> ApplyOutcome:
         """The rest of a promotion's apply once its entities moved: history, news."""
