@@ -48,7 +48,7 @@ from drover.model.pools import POOL_FULL
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
 from drover.model.values import NewEntity, TerminationOutcome
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import driver_execute, ids_value, statement
 from drover.storage.descendants import ChildMoves
 from drover.storage.ending import end_entities
 from drover.storage.inserts import insert_new_entities, merge_patch
@@ -372,7 +372,8 @@ class Apply:
             self.inject("after-kernels")
         if first.changes_status and kind.parent is not None:
             # A child moved by a handler of its own kind: its parent's view records it.
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("own-moves", pg), lambda: record_own_moves(pg)),
                 {
                     "ids": self._ids(live_ids),
@@ -388,7 +389,8 @@ class Apply:
                 b.refills_on(to_status) for b in kind.budgets if b.name == first.budget
             )
             if not refills:
-                self.conn.execute(
+                driver_execute(
+                    self.conn,
                     statement(("spend-budget", pg), lambda: spend_budget(pg)),
                     {"ids": self._ids(live_ids), **self._handler_param(first.budget)},
                 )
@@ -398,7 +400,8 @@ class Apply:
             self._patch_data(patches)
         if first.changes_status and to_status in kind.terminal:
             child = self.kinds.child_of(kind.name)
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
@@ -441,7 +444,7 @@ class Apply:
             if limit <= 0:
                 return []
         params = {"limit": limit, "to_status": str(rule.to_status), "now": self.now}
-        live_ids = [r[0] for r in self.conn.execute(stmt, params)]
+        live_ids = [r[0] for r in driver_execute(self.conn, stmt, params)]
         self.inject("after-entities")
         if not live_ids:
             return []
@@ -450,7 +453,8 @@ class Apply:
             if child is not None and not _leaves_no_live_kernel(rule, child):
                 self.children.move(kind, live_ids, child.end_status_for(rule.to_status))
                 self.inject("after-kernels")
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
@@ -499,8 +503,8 @@ class Apply:
             stmt = statement(
                 ("lock-entities", pg, fenced, solo), lambda: lock_entities(pg, fenced, solo)
             )
-            return [r[0] for r in self.conn.execute(stmt, params)]
-        live = [r[0] for r in self.conn.execute(stmt, params)]
+            return [r[0] for r in driver_execute(self.conn, stmt, params)]
+        live = [r[0] for r in driver_execute(self.conn, stmt, params)]
         if fenced:
             self._released.update(live)
         return live
@@ -544,7 +548,8 @@ class Apply:
     def _write_history(self) -> None:
         pg = self.postgres
         for ids, row in self._moved_history:
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("insert-history", pg), lambda: insert_history(pg)),
                 {
                     "ids": self._ids(ids),
