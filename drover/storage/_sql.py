@@ -89,18 +89,20 @@ def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[list[T]]:
 
 #: Statements whose SQL :func:`driver_rows` keeps rendered (the least recently used goes).
 DRIVER_STATEMENTS = 256
-# id(query) -> (the query, its SQL, its parameters' names in order, their constant values).
-_DRIVER_SQL: OrderedDict[int, tuple[Any, str | None, tuple[str, ...], dict[str, Any]]] = (
-    OrderedDict()
-)
+# id(query) -> (the query, its SQL, its parameters' names in order, their constant
+# values, the converters of the parameters given per execution).
+_DRIVER_SQL: OrderedDict[
+    int, tuple[Any, str | None, tuple[str, ...], dict[str, Any], dict[str, Any]]
+] = OrderedDict()
 _DRIVER_LOCK = threading.Lock()
 
 
 def _rendered(
     conn: sa.Connection, query: Any, params: Mapping[str, Any]
-) -> tuple[str | None, tuple[str, ...], dict[str, Any]]:
-    """``query``'s SQL rendered once for the driver, its parameters' names in order and
-    its constants' values (processed once); no SQL when it must run through SQLAlchemy."""
+) -> tuple[str | None, tuple[str, ...], dict[str, Any], dict[str, Any]]:
+    """``query``'s SQL rendered once for the driver, its parameters' names in order, its
+    constants' values (converted once) and the converters of the others; no SQL when it
+    must run through SQLAlchemy (a list expanded per execution)."""
     with _DRIVER_LOCK:  # SQLite's reads run in several threads
         found = _DRIVER_SQL.get(id(query))
         if found is None or found[0] is not query:
@@ -114,18 +116,20 @@ def _rendered(
                 for n, v in state.parameters.items()
                 if n not in params
             }
-            # A list given per execution expands to different SQL each time, and a
-            # value SQLAlchemy would convert must be converted: those run through it.
+            # A list given per execution expands to different SQL each time: those
+            # run through SQLAlchemy. A value it would convert (a float's to_float) is
+            # converted here, per execution, by the same converter.
             plain = not any(
                 bind.expanding for name, bind in compiled.binds.items() if name in params
-            ) and not any(name in processed for name in names if name in params)
-            entry = (query, state.statement if plain else None, names, constants)
+            )
+            converters = {n: processed[n] for n in names if n in params and n in processed}
+            entry = (query, state.statement if plain else None, names, constants, converters)
             found = _DRIVER_SQL[id(query)] = entry
             while len(_DRIVER_SQL) > DRIVER_STATEMENTS:
                 _DRIVER_SQL.popitem(last=False)
         else:
             _DRIVER_SQL.move_to_end(id(query))
-    return found[1], found[2], found[3]
+    return found[1], found[2], found[3], found[4]
 
 
 def _driver(conn: sa.Connection) -> sqlite3.Connection | None:
@@ -152,14 +156,13 @@ def driver_rows(
     driver = _driver(conn)
     if driver is None:
         return conn.execute(query, dict(params)).all()
-    sql, names, constants = _rendered(conn, query, params)
+    sql, names, constants, converters = _rendered(conn, query, params)
     if sql is None:
         return conn.execute(query, dict(params)).all()
     if not conn.in_transaction():
         # As SQLAlchemy's first execute would: the begin event opens the transaction.
         conn.begin()
-    values = [params[n] if n in params else constants[n] for n in names]
-    return driver.execute(sql, values).fetchall()
+    return driver.execute(sql, _values(names, params, constants, converters)).fetchall()
 
 
 def driver_execute(conn: sa.Connection, stmt: sa.Executable, params: Mapping[str, Any]) -> Any:
@@ -173,10 +176,25 @@ def driver_execute(conn: sa.Connection, stmt: sa.Executable, params: Mapping[str
     driver = _driver(conn)
     if driver is None:
         return conn.execute(stmt, dict(params))
-    sql, names, constants = _rendered(conn, stmt, params)
+    sql, names, constants, converters = _rendered(conn, stmt, params)
     if sql is None:
         return conn.execute(stmt, dict(params))
     if not conn.in_transaction():
         conn.begin()
+    return driver.execute(sql, _values(names, params, constants, converters))
+
+
+def _values(
+    names: tuple[str, ...],
+    params: Mapping[str, Any],
+    constants: dict[str, Any],
+    converters: dict[str, Any],
+) -> list[Any]:
+    """The positional values of one execution, converted as SQLAlchemy would."""
     values = [params[n] if n in params else constants[n] for n in names]
-    return driver.execute(sql, values)
+    if converters:
+        for i, name in enumerate(names):
+            convert = converters.get(name)
+            if convert is not None and values[i] is not None:
+                values[i] = convert(values[i])
+    return values
