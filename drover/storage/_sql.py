@@ -195,6 +195,6 @@ def _values(
     if converters:
         for i, name in enumerate(names):
             convert = converters.get(name)
-            if convert is not None and values[i] is not None:
+            if convert is not None:
                 values[i] = convert(values[i])
     return values
