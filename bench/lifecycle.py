@@ -17,7 +17,14 @@ Three measurements, all on temporary SQLite files with drover's schema:
    promotion selects the sessions its rule matches inside its write; rows
    stay plain tuples. Its rate over the baseline's is the most any coordinator
    that reads its work from SQLite could reach against the write-only baseline.
-   Throughput repetitions interleave drover and the two baselines.
+   The **contract baseline** is raw code with drover's own contract: every step
+   (promotions too) reads its targets and their kernels as tuples in a read
+   transaction, decides in Python which to move (a promotion's kernel rule
+   included), then compare-and-sets the chosen ids with the baseline's
+   statements. Throughput repetitions interleave drover and the three
+   baselines, and each reports wall time and the CPU time of its timed steps
+   (``time.process_time``: every thread, SQLite's workers included), per
+   repetition and as medians; issue 33's targets are on CPU (``CPU_TARGETS``).
 3. **Scaling with the table.** The cost of single ticks moving 1,000 PENDING
    sessions, and of an empty ``detect-start-failure`` tick after them, among
    ``--finished`` TERMINATED sessions and, in a third database, behind a backlog of
@@ -181,6 +188,8 @@ class ThroughputRun:
     ticks: int = 0
     rounds: int = 0
     kernel_changes: int = 0
+    #: CPU seconds of the timed steps (every thread of the process: SQLite's workers too).
+    cpu_seconds: float = 0.0
     #: Timed seconds per handler (drover) or per step (baseline).
     by_handler: dict[str, float] = field(default_factory=dict)
     #: drover only: timed seconds per phase of a tick (see PHASES).
@@ -190,6 +199,11 @@ class ThroughputRun:
     def rate(self) -> float:
         """Session transitions per second of timed work."""
         return self.transitions / self.seconds if self.seconds else float("nan")
+
+    @property
+    def cpu_rate(self) -> float:
+        """Session transitions per CPU second of timed work."""
+        return self.transitions / self.cpu_seconds if self.cpu_seconds else float("nan")
 
 
 #: Repository calls whose time is reported apart, by phase of a tick.
@@ -245,9 +259,10 @@ async def run_drover(workdir: Path, n: int, kernels_per_session: int) -> Through
                 # The session lifecycle's handlers: the baseline has no deployments
                 # (their handlers would only add idle ticks to drover's side).
                 for name in [n for n, x in h.handlers.items() if x.kind == "session"]:
-                    started = time.perf_counter()
+                    started, cpu = time.perf_counter(), time.process_time()
                     report: TickReport = await h.coordinator.tick(name)
                     elapsed = time.perf_counter() - started
+                    run.cpu_seconds += time.process_time() - cpu
                     run.seconds += elapsed
                     run.by_handler[name] = run.by_handler.get(name, 0.0) + elapsed
                     run.ticks += 1
@@ -459,6 +474,54 @@ def read_targets(conn: sqlite3.Connection, step: Step) -> list[str]:
     return ids
 
 
+_CONTRACT_SESSIONS_SQL = (
+    "SELECT {} FROM entities WHERE kind = 'session' AND status IN ({}) "
+    "ORDER BY priority DESC, created_at, id LIMIT {}"
+)
+
+
+def _matches(rule: Any, kernel_statuses: list[str]) -> bool:
+    """A promotion rule's kernel condition, decided in Python."""
+    wanted = rule.kernel_statuses
+    if rule.match is KernelMatchType.ANY:
+        return any(k in wanted for k in kernel_statuses)
+    if rule.match is KernelMatchType.ALL:
+        return bool(kernel_statuses) and all(k in wanted for k in kernel_statuses)
+    return bool(kernel_statuses) and not any(k in wanted for k in kernel_statuses)
+
+
+def read_and_decide(conn: sqlite3.Connection, step: Step) -> list[str]:
+    """drover's contract in raw code: read a step's targets and their kernels as tuples in
+    a read transaction, decide in Python which to move; the caller compare-and-sets them.
+
+    A lifecycle step reads what its handler's fetch reads (sessions with a kernel in
+    its statuses) and keeps the sessions with such a kernel; a promotion reads the
+    sessions in its from statuses and keeps those its rule matches.
+    """
+    if step.handler in LIFECYCLE_READS:
+        query = candidates_sql(step, _SESSION_COLUMNS)
+        wanted = frozenset(LIFECYCLE_READS[step.handler][1])
+        rule = None
+    else:
+        rule = PROMOTION_RULES[step.handler]
+        statuses = ", ".join(f"'{s}'" for s in sorted(str(x) for x in rule.from_statuses))
+        query = _CONTRACT_SESSIONS_SQL.format(_SESSION_COLUMNS, statuses, BATCH)
+        wanted = frozenset()
+    conn.execute("BEGIN")
+    try:
+        rows = conn.execute(query).fetchall()
+        kernels: dict[str, list[str]] = {r[0]: [] for r in rows}
+        ids = list(kernels)
+        for chunk in chunked(ids):
+            for k in conn.execute(_KERNELS_OF_SQL.format(marks(len(chunk))), chunk):
+                kernels[k[1]].append(k[2])
+    finally:
+        conn.execute("COMMIT")
+    if rule is not None:
+        return [sid for sid in ids if _matches(rule, kernels[sid])]
+    return [sid for sid in ids if any(k in wanted for k in kernels[sid])]
+
+
 def backend_reports(
     conn: sqlite3.Connection, ids: Sequence[str], moves: Sequence[tuple[KernelStatus, KernelStatus]]
 ) -> None:
@@ -511,13 +574,20 @@ def insert_pending(
 
 
 async def run_baseline(
-    workdir: Path, n: int, kernels_per_session: int, *, reads: bool = False
+    workdir: Path,
+    n: int,
+    kernels_per_session: int,
+    *,
+    reads: bool = False,
+    contract: bool = False,
 ) -> ThroughputRun:
     """Drive ``n`` sessions through the seven steps with raw sqlite3; time the steps only.
 
     ``reads``: the reading baseline, each step finding its sessions first (timed).
+    ``contract``: the contract baseline (:func:`read_and_decide`, then the
+    compare-and-set of the chosen ids).
     """
-    kind = "reading" if reads else "baseline"
+    kind = "contract" if contract else "reading" if reads else "baseline"
     path = workdir / f"{kind}-throughput.db"
     remove_database(path)
     try:
@@ -529,12 +599,15 @@ async def run_baseline(
             run = ThroughputRun(kind, n, 0, 0.0, time.perf_counter() - started)
             for batch in chunked(ids, BATCH):
                 for step in STEPS:
-                    started = time.perf_counter()
+                    started, cpu = time.perf_counter(), time.process_time()
                     targets = batch
-                    if reads and step.handler in LIFECYCLE_READS:
+                    if contract:
+                        targets = read_and_decide(conn, step)
+                    elif reads and step.handler in LIFECYCLE_READS:
                         targets = read_targets(conn, step)
                     moved = apply_step(conn, step, targets, time.time(), find=reads)
                     elapsed = time.perf_counter() - started
+                    run.cpu_seconds += time.process_time() - cpu
                     run.seconds += elapsed
                     run.by_handler[step.handler] = run.by_handler.get(step.handler, 0.0) + elapsed
                     run.ticks += 1
@@ -826,7 +899,8 @@ def describe(run: ThroughputRun) -> str:
     slowest = sorted(run.by_handler.items(), key=lambda item: -item[1])[:3]
     lines = [
         f"{run.kind:>8}: {run.transitions:,} transitions in {run.seconds:.3f} s "
-        f"= {run.rate:,.0f}/s (delivery {run.deliver_seconds:.3f} s{extra})",
+        f"= {run.rate:,.0f}/s, CPU {run.cpu_seconds:.3f} s = {run.cpu_rate:,.0f}/s "
+        f"(delivery {run.deliver_seconds:.3f} s{extra})",
         "slowest: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in slowest),
     ]
     if run.phases:
@@ -839,11 +913,14 @@ def describe(run: ThroughputRun) -> str:
 
 async def run_throughput(workdir: Path, args: argparse.Namespace) -> dict[str, list[ThroughputRun]]:
     """Repeat drover and baseline passes, interleaved, and print each one."""
-    runs: dict[str, list[ThroughputRun]] = {"drover": [], "baseline": [], "reading": []}
+    runs: dict[str, list[ThroughputRun]] = {
+        "drover": [], "baseline": [], "reading": [], "contract": []
+    }  # fmt: skip
     runners: dict[str, Callable[[Path, int, int], Awaitable[ThroughputRun]]] = {
         "drover": run_drover,
         "baseline": run_baseline,
         "reading": functools.partial(run_baseline, reads=True),
+        "contract": functools.partial(run_baseline, contract=True),
     }
     print(
         f"throughput: {args.sessions:,} sessions x {args.kernels} kernels, "
@@ -853,7 +930,7 @@ async def run_throughput(workdir: Path, args: argparse.Namespace) -> dict[str, l
     for rep in range(args.repeats):
         # Rotate which goes first, so drift on a noisy machine hits all alike.
         kinds = list(runners)
-        order = kinds[rep % 3 :] + kinds[: rep % 3]
+        order = kinds[rep % len(kinds) :] + kinds[: rep % len(kinds)]
         for kind in order:
             run = await runners[kind](workdir, args.sessions, args.kernels)
             runs[kind].append(run)
@@ -933,7 +1010,30 @@ def summarize_throughput(runs: dict[str, list[ThroughputRun]]) -> dict[str, Any]
         # The most a coordinator that reads its work could reach against the baseline.
         "reading_ratio": reading_rate / baseline_rate,
         "drover_to_reading": drover_rate / reading_rate,
+        "contract_per_s": [r.rate for r in runs["contract"]],
+        "contract_median_per_s": median([r.rate for r in runs["contract"]]),
+        "drover_to_contract": drover_rate / median([r.rate for r in runs["contract"]]),
+        "cpu": summarize_cpu(runs),
         "runs": [asdict(r) for kind in runs for r in runs[kind]],
+    }
+
+
+#: Issue 33's targets, on CPU (median of interleaved repetitions): drover over the
+#: write-only baseline, and over raw code with drover's contract.
+CPU_TARGETS = {"baseline": 0.70, "contract": 0.80}
+
+
+def summarize_cpu(runs: dict[str, list[ThroughputRun]]) -> dict[str, Any]:
+    """Transitions per CPU second of the timed steps: per repetition, medians, ratios."""
+    rates = {kind: [r.cpu_rate for r in kind_runs] for kind, kind_runs in runs.items()}
+    medians = {kind: median(values) for kind, values in rates.items()}
+    ratios = {kind: medians["drover"] / medians[kind] for kind in medians if kind != "drover"}
+    return {
+        "per_s": rates,
+        "median_per_s": medians,
+        "drover_to": ratios,
+        "targets": CPU_TARGETS,
+        "ok": {kind: ratios[kind] >= target for kind, target in CPU_TARGETS.items()},
     }
 
 
@@ -1000,6 +1100,22 @@ def print_summary(summary: dict[str, Any]) -> None:
             f"first: the most a reading coordinator reaches); drover/reading "
             f"{t['drover_to_reading']:.2f}"
         )
+        print(
+            f"    contract baseline {t['contract_median_per_s']:>9,.0f} transitions/s  "
+            f"(runs: {', '.join(f'{r:,.0f}' for r in t['contract_per_s'])}); "
+            f"drover/contract {t['drover_to_contract']:.2f}"
+        )
+        cpu = t["cpu"]
+        print("  on CPU of the timed steps (transitions per CPU second, median):")
+        for kind, rates in cpu["per_s"].items():
+            print(
+                f"    {kind:<9} {cpu['median_per_s'][kind]:>9,.0f}/s  "
+                f"(runs: {', '.join(f'{r:,.0f}' for r in rates)})"
+            )
+        for kind, ratio in cpu["drover_to"].items():
+            target = cpu["targets"].get(kind)
+            goal = f"  target >= {target}  {verdict(cpu['ok'][kind])}" if target else ""
+            print(f"    ratio drover/{kind} (CPU) {ratio:.2f}{goal}")
         apply_only = t["drover_apply_only_median_per_s"]
         print(
             f"    (drover's apply alone: {apply_only:,.0f}/s, "

@@ -48,3 +48,13 @@ async def test_the_baselines_take_every_session_to_terminated(bench, tmp_path, r
     assert run.transitions == 7 * 40
     assert run.kernel_changes == 3 * 40 * 2
     assert set(run.by_handler) == {s.handler for s in bench.STEPS}
+
+
+async def test_the_contract_baseline_takes_every_session_to_terminated(bench, tmp_path):
+    """Raw code with drover's contract (read targets and kernels, decide, compare-and-set)
+    moves every session through the seven steps, and its CPU time is measured."""
+    run = await bench.run_baseline(tmp_path, 40, 2, contract=True)
+    assert run.kind == "contract"
+    assert run.transitions == 7 * 40
+    assert run.kernel_changes == 3 * 40 * 2
+    assert run.cpu_seconds > 0

@@ -33,6 +33,7 @@ __all__ = [
     "bounded_statement",
     "cached_statements",
     "chunked",
+    "driver_execute",
     "driver_rows",
     "ids_value",
     "statement",
@@ -88,11 +89,54 @@ def chunked(items: Sequence[T], size: int = CHUNK) -> Iterator[list[T]]:
 
 #: Statements whose SQL :func:`driver_rows` keeps rendered (the least recently used goes).
 DRIVER_STATEMENTS = 256
-# id(query) -> (the query, its SQL, its parameters' names in order, their constant values).
-_DRIVER_SQL: OrderedDict[int, tuple[Any, str | None, tuple[str, ...], dict[str, Any]]] = (
-    OrderedDict()
-)
+# id(query) -> (the query, its SQL, its parameters' names in order, their constant
+# values, the converters of the parameters given per execution).
+_DRIVER_SQL: OrderedDict[
+    int, tuple[Any, str | None, tuple[str, ...], dict[str, Any], dict[str, Any]]
+] = OrderedDict()
 _DRIVER_LOCK = threading.Lock()
+
+
+def _rendered(
+    conn: sa.Connection, query: Any, params: Mapping[str, Any]
+) -> tuple[str | None, tuple[str, ...], dict[str, Any], dict[str, Any]]:
+    """``query``'s SQL rendered once for the driver, its parameters' names in order, its
+    constants' values (converted once) and the converters of the others; no SQL when it
+    must run through SQLAlchemy (a list expanded per execution)."""
+    with _DRIVER_LOCK:  # SQLite's reads run in several threads
+        found = _DRIVER_SQL.get(id(query))
+        if found is None or found[0] is not query:
+            compiled = query.compile(dialect=conn.dialect)
+            state = compiled.construct_expanded_state(dict(params))
+            names = tuple(state.positiontup or ())
+            processed = getattr(compiled, "_bind_processors", {})
+            # A constant (a NULL a statement sets, a literal) is converted once, here.
+            constants = {
+                n: processed[n](v) if n in processed else v
+                for n, v in state.parameters.items()
+                if n not in params
+            }
+            # A list given per execution expands to different SQL each time: those
+            # run through SQLAlchemy. A value it would convert (a float's to_float) is
+            # converted here, per execution, by the same converter.
+            plain = not any(
+                bind.expanding for name, bind in compiled.binds.items() if name in params
+            )
+            converters = {n: processed[n] for n in names if n in params and n in processed}
+            entry = (query, state.statement if plain else None, names, constants, converters)
+            found = _DRIVER_SQL[id(query)] = entry
+            while len(_DRIVER_SQL) > DRIVER_STATEMENTS:
+                _DRIVER_SQL.popitem(last=False)
+        else:
+            _DRIVER_SQL.move_to_end(id(query))
+    return found[1], found[2], found[3], found[4]
+
+
+def _driver(conn: sa.Connection) -> sqlite3.Connection | None:
+    driver = conn.connection.driver_connection
+    if conn.dialect.name != "sqlite" or not isinstance(driver, sqlite3.Connection):
+        return None
+    return driver
 
 
 def driver_rows(
@@ -109,33 +153,48 @@ def driver_rows(
     :mod:`drover.storage.rows`). Elsewhere (PostgreSQL) it runs through
     SQLAlchemy.
     """
-    driver = conn.connection.driver_connection
-    if conn.dialect.name != "sqlite" or not isinstance(driver, sqlite3.Connection):
+    driver = _driver(conn)
+    if driver is None:
         return conn.execute(query, dict(params)).all()
-    with _DRIVER_LOCK:  # SQLite's reads run in several threads
-        found = _DRIVER_SQL.get(id(query))
-        if found is None or found[0] is not query:
-            compiled = query.compile(dialect=conn.dialect)
-            state = compiled.construct_expanded_state(dict(params))
-            names = tuple(state.positiontup or ())
-            constants = {n: v for n, v in state.parameters.items() if n not in params}
-            # A list given per execution expands to different SQL each time, and a
-            # value SQLAlchemy would convert must be converted: those run through it.
-            processed = getattr(compiled, "_bind_processors", {})
-            plain = not any(
-                bind.expanding for name, bind in compiled.binds.items() if name in params
-            ) and not any(name in processed for name in names)
-            entry = (query, state.statement if plain else None, names, constants)
-            found = _DRIVER_SQL[id(query)] = entry
-            while len(_DRIVER_SQL) > DRIVER_STATEMENTS:
-                _DRIVER_SQL.popitem(last=False)
-        else:
-            _DRIVER_SQL.move_to_end(id(query))
-    _, sql, names, constants = found
+    sql, names, constants, converters = _rendered(conn, query, params)
     if sql is None:
         return conn.execute(query, dict(params)).all()
     if not conn.in_transaction():
         # As SQLAlchemy's first execute would: the begin event opens the transaction.
         conn.begin()
+    return driver.execute(sql, _values(names, params, constants, converters)).fetchall()
+
+
+def driver_execute(conn: sa.Connection, stmt: sa.Executable, params: Mapping[str, Any]) -> Any:
+    """Run a hot write (one set of parameters) straight on the driver's cursor on SQLite.
+
+    As :func:`driver_rows` for the apply's statements: rendered once, run
+    without SQLAlchemy's per-execution work. Returns what has ``rowcount`` and
+    yields the ``RETURNING`` rows as tuples (a cursor, or SQLAlchemy's result
+    elsewhere and for statements that need it).
+    """
+    driver = _driver(conn)
+    if driver is None:
+        return conn.execute(stmt, dict(params))
+    sql, names, constants, converters = _rendered(conn, stmt, params)
+    if sql is None:
+        return conn.execute(stmt, dict(params))
+    if not conn.in_transaction():
+        conn.begin()
+    return driver.execute(sql, _values(names, params, constants, converters))
+
+
+def _values(
+    names: tuple[str, ...],
+    params: Mapping[str, Any],
+    constants: dict[str, Any],
+    converters: dict[str, Any],
+) -> list[Any]:
+    """The positional values of one execution, converted as SQLAlchemy would."""
     values = [params[n] if n in params else constants[n] for n in names]
-    return driver.execute(sql, values).fetchall()
+    if converters:
+        for i, name in enumerate(names):
+            convert = converters.get(name)
+            if convert is not None:
+                values[i] = convert(values[i])
+    return values

@@ -48,9 +48,9 @@ from drover.model.pools import POOL_FULL
 from drover.model.promotion import PromotionRule
 from drover.model.status import KernelMatchType, SchedulingResult
 from drover.model.values import NewEntity, TerminationOutcome
-from drover.storage._sql import bounded_statement, ids_value, statement
+from drover.storage._sql import bounded_statement, driver_execute, ids_value, statement
 from drover.storage.descendants import ChildMoves
-from drover.storage.ending import termination_changes
+from drover.storage.ending import end_entities
 from drover.storage.inserts import insert_new_entities, merge_patch
 from drover.storage.journal import history_row, history_time, write_history
 from drover.storage.moves import move_changes
@@ -208,9 +208,7 @@ class Apply:
             insert_new_entities(self.conn, self._creates, self.now, self.source, kinds)
         if self._ends:
             # Its own apply (own history rows), in this transaction.
-            pg, clock = self.postgres, self.clock
-            nested = Apply(self.conn, self.source, self.now, postgres=pg, kinds=kinds, clock=clock)
-            nested.end(self._ends, strict=False)
+            self._again().end(self._ends, strict=False)
         if self.claim is not None and not self.claim.solo:
             # The fenced writes released what they wrote; the rest is released here,
             # before the history lock is taken (no row lock is waited for under it).
@@ -371,7 +369,8 @@ class Apply:
             self.inject("after-kernels")
         if first.changes_status and kind.parent is not None:
             # A child moved by a handler of its own kind: its parent's view records it.
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("own-moves", pg), lambda: record_own_moves(pg)),
                 {
                     "ids": self._ids(live_ids),
@@ -387,7 +386,8 @@ class Apply:
                 b.refills_on(to_status) for b in kind.budgets if b.name == first.budget
             )
             if not refills:
-                self.conn.execute(
+                driver_execute(
+                    self.conn,
                     statement(("spend-budget", pg), lambda: spend_budget(pg)),
                     {"ids": self._ids(live_ids), **self._handler_param(first.budget)},
                 )
@@ -397,7 +397,8 @@ class Apply:
             self._patch_data(patches)
         if first.changes_status and to_status in kind.terminal:
             child = self.kinds.child_of(kind.name)
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
@@ -441,7 +442,7 @@ class Apply:
             if limit <= 0:
                 return []
         params = {"limit": limit, "to_status": str(rule.to_status), "now": self.now}
-        live_ids = [r[0] for r in self.conn.execute(stmt, params)]
+        live_ids = [r[0] for r in driver_execute(self.conn, stmt, params)]
         self.inject("after-entities")
         if not live_ids:
             return []
@@ -450,7 +451,8 @@ class Apply:
             if child is not None and not _leaves_no_live_kernel(rule, child):
                 self.children.move(kind, live_ids, child.end_status_for(rule.to_status))
                 self.inject("after-kernels")
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
                 {"ids": self._ids(live_ids)},
             )
@@ -504,8 +506,8 @@ class Apply:
             stmt = statement(
                 ("lock-entities", pg, fenced, solo), lambda: lock_entities(pg, fenced, solo)
             )
-            return [r[0] for r in self.conn.execute(stmt, params)]
-        live = [r[0] for r in self.conn.execute(stmt, params)]
+            return [r[0] for r in driver_execute(self.conn, stmt, params)]
+        live = [r[0] for r in driver_execute(self.conn, stmt, params)]
         if fenced:
             self._released.update(live)
         return live
@@ -521,17 +523,19 @@ class Apply:
         """Move ``ids`` (any kind) as their kinds' termination rules (of ``mode``) say;
         return what happened.
 
-        See :func:`drover.storage.ending.termination_changes` (``strict``: the API's
+        See :func:`drover.storage.ending.end_entities` (``strict``: the API's
         refusal of unknown ids, of kinds that end only with their parent, and of an
         unknown mode).
         """
-        changes, outcomes = termination_changes(
-            self.conn, ids, self.source, kinds=self.kinds, postgres=self.postgres, strict=strict,
-            reason=reason, mode=mode,
+        return end_entities(
+            self.conn, ids, self.source, lambda changes: self._again().run(changes).stale,
+            kinds=self.kinds, postgres=self.postgres, strict=strict, reason=reason, mode=mode,
         )  # fmt: skip
-        if changes:
-            self.run(changes)
-        return outcomes
+
+    def _again(self) -> Apply:
+        """A new apply in this transaction, by the same source (its own history rows)."""
+        pg, clock = self.postgres, self.clock
+        return Apply(self.conn, self.source, self.now, postgres=pg, kinds=self.kinds, clock=clock)
 
     def finish(self, applied: list[AppliedChange], by: str | None = None) -> ApplyOutcome:
         """The rest of an apply (or a promotion) once its entities moved: history, news."""
@@ -551,7 +555,8 @@ class Apply:
         pg = self.postgres
         at = history_time(self.conn, max(self.now, self.clock()))
         for ids, row in self._moved_history:
-            self.conn.execute(
+            driver_execute(
+                self.conn,
                 statement(("insert-history", pg), lambda: insert_history(pg)),
                 {
                     "ids": self._ids(ids),

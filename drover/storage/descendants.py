@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from drover.model.kinds import EntityKind, Kinds
-from drover.storage._sql import ids_value, statement
+from drover.storage._sql import driver_execute, ids_value, statement
 from drover.storage.statements.apply import (
     move_kernels,
     place_and_move_kernels,
@@ -57,7 +57,8 @@ class ChildMoves:
         if child is not None:
             self.move(kind, ids, child.end_status_for(status), info=info)
         pg = self.postgres
-        self.conn.execute(
+        driver_execute(
+            self.conn,
             statement(("result", pg, kind, child), lambda: set_result(pg, kind, child)),
             {"ids": ids_value(ids, self.postgres)},
         )
@@ -74,7 +75,7 @@ class ChildMoves:
         stmt = statement(("place-kernels", pg), lambda: place_kernels(pg))
         for agent_id, kernel_ids in by_agent.items():
             params = {"ids": ids_value(kernel_ids, self.postgres), "agent_id": agent_id}
-            self.conn.execute(stmt, {**params, "placeable": child.first_status})
+            driver_execute(self.conn, stmt, {**params, "placeable": child.first_status})
 
     def move(
         self,
@@ -106,7 +107,7 @@ class ChildMoves:
         }
         if noted:
             params["children_info"] = info
-        recorded = max(self.conn.execute(record, params).rowcount, 0)
+        recorded = max(driver_execute(self.conn, record, params).rowcount, 0)
         moved = 0
         if placements:
             place = statement(
@@ -117,12 +118,12 @@ class ChildMoves:
                 by_agent[agent_id].append(kernel_id)
             for agent_id, kernel_ids in by_agent.items():
                 values = {"kids": ids_value(kernel_ids, self.postgres), "agent_id": agent_id}
-                result = self.conn.execute(
-                    place, {**values, "to_status": str(target), "now": self.now}
+                result = driver_execute(
+                    self.conn, place, {**values, "to_status": str(target), "now": self.now}
                 )
                 moved += max(result.rowcount, 0)
         if move and recorded > moved:
-            self.conn.execute(move[0], params)
+            driver_execute(self.conn, move[0], params)
         self.kernel_changes += recorded
         if recorded:
             self.children_entered.add((child.name, str(target)))
@@ -149,9 +150,9 @@ class ChildMoves:
             lambda: move_kernels(pg, child, end, path, info=noted),
         )
         values = {**params, "to_status": str(end)}
-        recorded = max(self.conn.execute(statements[0], values).rowcount, 0)
+        recorded = max(driver_execute(self.conn, statements[0], values).rowcount, 0)
         for more in statements[1:]:
-            self.conn.execute(more, values)
+            driver_execute(self.conn, more, values)
         self.kernel_changes += recorded
         if recorded:
             self.children_entered.add((child.name, str(end)))
@@ -169,4 +170,4 @@ class ChildMoves:
             ("moved-results", pg, kind, child, path),
             lambda: set_moved_results(pg, kind, child, path),
         )
-        self.conn.execute(query, {"ids": params["ids"], "to_status": str(status)})
+        driver_execute(self.conn, query, {"ids": params["ids"], "to_status": str(status)})

@@ -7,23 +7,26 @@ handler's ``HandlerResult.terminate``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import sqlalchemy as sa
 
 from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.kinds import STOP_REQUESTED, EntityKind, Kinds
-from drover.model.plan import Change
+from drover.model.plan import AppliedChange, Change
 from drover.model.status import SchedulingResult
 from drover.model.values import StatusInfoRule, TerminationOutcome
 from drover.storage._sql import chunked, statement
 from drover.storage.inserts import API_SOURCE
 from drover.storage.schema import entities
 
-__all__ = ["entity_states", "termination_changes"]
+__all__ = ["end_entities", "entity_states", "termination_changes"]
 
 _USER_REQUESTED = StatusInfoRule(default="USER_REQUESTED")
+#: Times a termination whose compare-and-set lost is read again and retried.
+_ROUNDS = 3
 
 e = entities
 
@@ -42,6 +45,52 @@ _PARENTS_AMONG = (
     .where(e.c.parent_id.in_(sa.bindparam("ids", expanding=True)))
     .distinct()
 )
+
+
+def end_entities(
+    conn: sa.Connection,
+    ids: Sequence[str],
+    source: str,
+    apply: Callable[[list[Change]], Sequence[AppliedChange]],
+    *,
+    kinds: Kinds,
+    postgres: bool,
+    strict: bool = True,
+    reason: str | None = None,
+    mode: str | None = None,
+) -> list[TerminationOutcome]:
+    """End ``ids`` by :func:`termination_changes`, written by ``apply`` (which returns the
+    changes it lost to a concurrent status change); return what each request did.
+
+    A termination is never dropped while its caller is told it happened: one whose
+    compare-and-set lost (the status it read changed before its write) is read
+    again and applied from the entity's current status, up to a few times; one
+    still lost is reported unchanged.
+    """
+    changes, outcomes = termination_changes(
+        conn, ids, source, kinds=kinds, postgres=postgres, strict=strict, reason=reason,
+        mode=mode,
+    )  # fmt: skip
+    lost = {c.entity_id for c in apply(changes)} if changes else set()
+    gone: set[str] = set()
+    for _ in range(_ROUNDS):
+        if not lost:
+            break
+        again, retried = termination_changes(
+            conn, sorted(lost), source, kinds=kinds, postgres=postgres, strict=False,
+            reason=reason, mode=mode,
+        )  # fmt: skip
+        now = {o.session_id: o for o in retried}
+        outcomes = [now.get(o.session_id, o) if o.session_id in lost else o for o in outcomes]
+        gone |= lost - now.keys()
+        lost = {c.entity_id for c in apply(again)} if again else set()
+    unchanged = lost | gone
+    if not unchanged:
+        return outcomes
+    return [
+        attrs.evolve(o, to_status=o.from_status, changed=False) if o.session_id in unchanged else o
+        for o in outcomes
+    ]
 
 
 def termination_changes(
