@@ -74,7 +74,7 @@ from drover.storage.statements.apply import (
     spend_budget,
 )
 from drover.storage.statements.coordinators import SOLO_HELD
-from drover.storage.statements.fetch import release_rows
+from drover.storage.statements.fetch import release_claims
 from drover.storage.statements.promote import promote_entities
 
 __all__ = ["Apply", "release_claims"]
@@ -100,18 +100,6 @@ def _leaves_no_live_kernel(rule: PromotionRule, child: EntityKind | None) -> boo
     return child is None or (
         rule.match is KernelMatchType.NOT_ANY and rule.kernel_statuses >= child.live
     )
-
-
-def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
-    """Release a tick's claim on ``ids`` (PostgreSQL), inside an open transaction.
-
-    A solo tick's (:attr:`Claim.solo`) marked no row: there is nothing to release.
-    """
-    if ids:
-        conn.execute(
-            statement(("release-claims",), release_rows),
-            {"ids": ids_value(ids, True), "b_claim_token": token},
-        )
 
 
 # -- the apply ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from drover.model.promotion import PromotionRule
 from drover.storage._reading import values_of
 from drover.storage._service import Service
 from drover.storage._sql import bounded_statement, chunked, driver_rows, ids_value, statement
-from drover.storage.apply import Apply, release_claims
+from drover.storage.apply import Apply
 from drover.storage.fairness import OLDEST_SEEN, mark
 from drover.storage.schema import entities
 from drover.storage.statements.coordinators import RENEW_SOLO, SOLO_HELD
@@ -34,6 +34,7 @@ from drover.storage.statements.fetch import (
     RENEW_CLAIM,
     claim_rows,
     clear_lapsed_claims,
+    release_claims,
     renew_rows,
     targets_query,
 )

@@ -8,13 +8,14 @@ by :func:`drover.storage._reading.values_of`, as every read of entities is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from drover.model.filters import CandidateFilter
 from drover.model.pools import PoolHolders
+from drover.storage._sql import ids_value, statement
 from drover.storage.fairness import oldest_seen_order
 from drover.storage.rows import ENTITY_COLUMNS
 from drover.storage.schema import FETCH_ORDER, coordinators, entities
@@ -26,6 +27,7 @@ __all__ = [
     "RENEW_CLAIM",
     "claim_rows",
     "clear_lapsed_claims",
+    "release_claims",
     "release_rows",
     "renew_rows",
     "targets_query",
@@ -148,3 +150,15 @@ def renew_rows() -> sa.Update:
         )
         .values(claim_expires=sa.bindparam("b_until"))
     )
+
+
+def release_claims(conn: sa.Connection, token: str, ids: Sequence[str]) -> None:
+    """Release a tick's claim on ``ids`` (PostgreSQL), inside an open transaction.
+
+    A solo tick's (:attr:`Claim.solo`) marked no row: there is nothing to release.
+    """
+    if ids:
+        conn.execute(
+            statement(("release-claims",), release_rows),
+            {"ids": ids_value(ids, True), "b_claim_token": token},
+        )
