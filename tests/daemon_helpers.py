@@ -26,6 +26,15 @@ LIFECYCLE = [
     ("promote-to-terminated", S.TERMINATING, S.TERMINATED),
 ]
 
+#: The lifecycle a real backend may take instead: kernels it prepares while
+#: prepare-sessions' execute runs are PREPARED before that handler's apply, so
+#: promote-to-prepared (from SCHEDULED or PREPARING, as the seed's table says) moves
+#: the session first and prepare-sessions' compare-and-set finds it gone.
+LIFECYCLES = (
+    LIFECYCLE,
+    [LIFECYCLE[0], ("promote-to-prepared", S.SCHEDULED, S.PREPARED), *LIFECYCLE[3:]],
+)
+
 AGENT = [{"id": "test-agent", "cpu": 4, "mem": 4096}]
 
 
