@@ -72,10 +72,13 @@ def daemon_flags(database: Any, data_dir: Path, **extra: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def running_daemon(
-    database: Any, data_dir: Path, **extra: Any
+    database: Any, data_dir: Path, *, config: Path | None = None, **extra: Any
 ) -> AsyncIterator[tuple[App, Daemon]]:
-    """Start ``drover run``'s daemon in this event loop; stop it cleanly on exit."""
-    loaded = load_config(None, environ={}, flags=daemon_flags(database, data_dir, **extra))
+    """Start ``drover run``'s daemon in this event loop; stop it cleanly on exit.
+
+    ``config`` is a configuration file (as ``drover --config``); the flags win over it.
+    """
+    loaded = load_config(config, environ={}, flags=daemon_flags(database, data_dir, **extra))
     app = App(loaded, claims=True)
     ready: asyncio.Future[Daemon] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(app.run_daemon(install_signals=False, on_ready=ready.set_result))

@@ -640,7 +640,10 @@ def test_drover_pools_lists_and_sets_capacities(database, monkeypatch, tmp_path)
     assert (done.exit_code, done.output.strip()) == (0, "pool gpu-slots: capacity 5 (1 held)")
     refused = runner.invoke(main, ["pools", "set", "tpu", "1"])
     assert refused.exit_code != 0
-    assert "no pool named 'tpu'; pools: gpu-slots" in refused.output
+    (line,) = refused.output.strip().splitlines()
+    assert "no pool named 'tpu'; pools: gpu-slots (pools are declared by kinds:" in line
+    assert "declare one with capacity 0" in line
+    assert json.loads(runner.invoke(main, ["pools", "--json"]).output)[0]["capacity"] == 5
     table = runner.invoke(main, ["pools"]).output.splitlines()
     assert table[1].split() == ["gpu-slots", "5", "1", "4"]
 

@@ -192,7 +192,10 @@ class EntityWrites(EntityReads):
         for name, capacity in capacities.items():
             if name not in pools:
                 known = ", ".join(sorted(pools)) or "none"
-                raise InvalidSpecError(f"no pool named {name!r}; pools: {known}")
+                raise InvalidSpecError(
+                    f"no pool named {name!r}; pools: {known} (pools are declared by kinds:"
+                    " declare one with capacity 0 and raise it here when it is needed)"
+                )
             if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
                 raise InvalidSpecError(
                     f"pool {name!r}: capacity must be a whole number >= 0, not {capacity!r}"
