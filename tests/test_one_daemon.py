@@ -39,6 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "all-lifecycles.toml"
 PACKS = ("experimaestro", "dstack", "lpipes", "iris")
 
+#: A daemon on the real clock beside other test runs on a 2-CPU machine: generous, as a
+#: deadline only (a healthy run takes 13-20 s in all).
+_PATIENCE = 90.0
+
 
 def _every_lifecycle(database: Any) -> CoordinatorHarness:
     """One harness (one App, one database) with the built-ins and the four packs."""
@@ -136,13 +140,21 @@ async def test_the_daemon_of_every_lifecycle_runs_each_packs_scenario(
         lp = await lp_submit(repo, LpRequest(prompt, max_tokens=2))
         iris = await submit_job(repo, IrisRequest("hello"), now=time.time())
         # Iris's workers report through heartbeats: its attempt runs and succeeds.
-        task = (await wait_for(lambda: _children(app, iris), what="iris's task"))[0]
-        attempt = (await wait_for(lambda: _children(app, task.id), what="iris's attempt"))[0]
+        task = (
+            await wait_for(lambda: _children(app, iris), timeout=_PATIENCE, what="iris's task")
+        )[0]
+        attempt = (
+            await wait_for(
+                lambda: _children(app, task.id), timeout=_PATIENCE, what="iris's attempt"
+            )
+        )[0]
         for state in (AttemptState.BUILDING, AttemptState.RUNNING, AttemptState.SUCCEEDED):
             code = 0 if state == AttemptState.SUCCEEDED else None
             # Retried until its attempt is where the report expects it (the daemon's pace).
             await wait_for(
-                lambda s=state, c=code: heartbeat(repo, attempt.id, s, exit_code=c), what=state
+                lambda s=state, c=code: heartbeat(repo, attempt.id, s, exit_code=c),
+                timeout=_PATIENCE,
+                what=state,
             )
         ended = {
             session: (SessionStatus.TERMINATED, "SUCCESS"),
@@ -152,14 +164,18 @@ async def test_the_daemon_of_every_lifecycle_runs_each_packs_scenario(
             iris: ("SUCCEEDED", "SUCCESS"),
         }
         for entity, (status, result) in ended.items():
-            found = await wait_for(lambda e=entity, s=status: _status_is(app, e, s), what=status)
+            found = await wait_for(
+                lambda e=entity, s=status: _status_is(app, e, s), timeout=_PATIENCE, what=status
+            )
             assert (str(found.status), found.result) == (status, result)
         assert (await repo.get_entity(lp)).data["tokens"] == reference(prompt, 30, 2)
         # The deployment becomes READY on its replica's health, then is destroyed.
-        await wait_for(lambda: _status_is(app, dep, "READY"), timeout=30, what="READY")
+        await wait_for(lambda: _status_is(app, dep, "READY"), timeout=_PATIENCE, what="READY")
         (outcome,) = await repo.request_termination([dep])
         assert outcome.changed
-        await wait_for(lambda: _status_is(app, dep, "DESTROYED"), timeout=30, what="DESTROYED")
+        await wait_for(
+            lambda: _status_is(app, dep, "DESTROYED"), timeout=_PATIENCE, what="DESTROYED"
+        )
         # Each lifecycle was moved by its own handlers only.
         handlers = {r.handler for e in (xpm, run, lp, iris) for r in await repo.history(e)}
         assert not {n for n in handlers if n.endswith("-sessions")}
