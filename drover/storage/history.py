@@ -49,14 +49,24 @@ def _change_rows(entity_id: str | None, parent_id: str | None) -> sa.Select[Any]
     return query
 
 
+#: Seconds between a status change and the history row of the same move: the most one
+#: apply's transaction takes between writing the two (it holds its claims that long).
+_SAME_MOVE_WINDOW = 60.0
+
+
 def _own_changes(entity_id: str) -> sa.Select[Any]:
     """The status changes of the entity ``entity_id``, oldest first, but those its own
     ``scheduling_history`` already has (a child moved by a handler of its own kind is
     recorded in both tables: in its parent's view of its children, and its own)."""
+    # A history row is dated when it is written, later in the apply's transaction than
+    # the status change it records (dated at the apply's start): the same move is
+    # the one by the same writer, between the same statuses, dated within
+    # _SAME_MOVE_WINDOW after it.
     same = sa.exists().where(
         h.c.entity_id == c.c.entity_id,
         h.c.handler == c.c.source,
-        h.c.created_at == c.c.created_at,
+        h.c.created_at >= c.c.created_at,
+        h.c.created_at <= c.c.created_at + _SAME_MOVE_WINDOW,
         h.c.from_status == c.c.from_status,
         h.c.to_status == c.c.to_status,
     )
