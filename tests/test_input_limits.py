@@ -136,7 +136,8 @@ def test_the_bounds_come_from_the_configuration(cli, harness, tmp_path):
 
 
 async def test_a_deployment_scales_up_a_bounded_number_of_routes_per_tick(make_harness):
-    """creations_per_tick = 2: five replicas come 2, 2, 1 routes per tick, then READY."""
+    """creations_per_tick = 2: five replicas come 2, 2, 1 routes per tick; scaled, but with
+    none healthy yet the deployment is DEGRADED, not READY (issue 35)."""
     limits = LimitsConfig(creations_per_tick=2)
     async with make_harness(limits=limits) as h:
         spec = {"replicas": 5, "kernel": {"command": ["true"]}, "health_path": "/"}
@@ -149,8 +150,9 @@ async def test_a_deployment_scales_up_a_bounded_number_of_routes_per_tick(make_h
         assert seen == [
             (EndpointLifecycle.SCALING, 2),
             (EndpointLifecycle.SCALING, 4),
-            (EndpointLifecycle.READY, 5),
+            (EndpointLifecycle.DEGRADED, 5),
         ]
+        assert found.status_info == "0 of 5 healthy"
         assert {c.status for c in found.children} == {RouteStatus.PROVISIONING}
         # Their replica sessions come the same way: 2, 2, 1 per provisioning tick.
         sessions = []
