@@ -553,6 +553,10 @@ async def _ended_and_deployed(url: str) -> dict[str, str]:
         ids["web"] = await h.create(
             "deployment", spec={"replicas": 1, "kernel": kernel}, name="web"
         )
+        # No replica wanted: READY with nothing to explain.
+        ids["idle"] = await h.create(
+            "deployment", spec={"replicas": 0, "kernel": kernel}, name="idle"
+        )
         await h.run_until_settled()
         h.clock.advance(10)
         await h.run_until_settled()
@@ -589,8 +593,12 @@ def test_badges_carry_results_and_replicas_their_health(tmp_path, page: Page, mo
         expect(page.locator("h1 .badge")).to_have_css("background-color", "rgb(185, 28, 28)")
 
         page.goto(s.base + "/deployments")
-        row = page.locator(f'tr[data-deployment-id="{ids["web"]}"]')
-        expect(row.locator(".badge")).not_to_have_text("DEGRADED")
+        # The simulated replica never answers a check: DEGRADED, and why says so.
+        web = page.locator(f'tr[data-deployment-id="{ids["web"]}"]')
+        expect(web.locator(".badge")).to_have_text("DEGRADED")
+        expect(web.locator("td.why-cell")).to_have_text("0 of 1 healthy")
+        row = page.locator(f'tr[data-deployment-id="{ids["idle"]}"]')
+        expect(row.locator(".badge")).to_have_text("READY")
         why = row.locator("td.why-cell")
         expect(why).to_have_text("")
         expect(why).to_have_css("background-color", "rgba(0, 0, 0, 0)")
