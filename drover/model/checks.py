@@ -25,6 +25,7 @@ __all__ = [
     "check_filter",
     "check_name",
     "check_priority",
+    "check_text",
     "check_whole",
     "is_finite",
     "is_kebab_case",
@@ -144,16 +145,22 @@ def check_filter(raw: Any, what: str) -> str | None:
     :data:`MAX_FILTER_LENGTH`, or text PostgreSQL would refuse."""
     if raw is None or raw == "":
         return None
-    if not isinstance(raw, str):
-        raise InvalidSpecError(f"{what} must be text, got {type(raw).__name__}")
-    if len(raw) > MAX_FILTER_LENGTH:
+    return check_text(raw, what, MAX_FILTER_LENGTH)
+
+
+def check_text(value: Any, what: str, limit: int) -> str:
+    """``value`` if it is text of at most ``limit`` characters that PostgreSQL would
+    store, else InvalidSpecError naming ``what``."""
+    if not isinstance(value, str):
+        raise InvalidSpecError(f"{what} must be text, got {type(value).__name__}")
+    if len(value) > limit:
         raise InvalidSpecError(
-            f"{what} is {len(raw)} characters long; at most {MAX_FILTER_LENGTH} are allowed"
+            f"{what} is {len(value)} characters long; at most {limit} are allowed"
         )
-    problem = text_problem(raw)
+    problem = text_problem(value)
     if problem:
         raise InvalidSpecError(f"{what} {problem}")
-    return raw
+    return str(value)
 
 
 def check_whole(value: Any, where: str, *, limit: int = MAX_COUNT) -> None:

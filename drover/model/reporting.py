@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from drover.model.checks import json_copy, text_problem
+from drover.model.checks import check_text, json_copy
 from drover.model.errors import InvalidSpecError
 from drover.model.plan import REPORT_SOURCE
 from drover.model.values import Report
@@ -61,21 +61,8 @@ _MAX_EXPECTED = 64
 _EXIT_CODES = (-(2**31), 2**31 - 1)
 
 
-def _text(value: Any, field: str, limit: int) -> str:
-    if not isinstance(value, str):
-        raise InvalidSpecError(f"{field} must be text, got {type(value).__name__}")
-    if len(value) > limit:
-        raise InvalidSpecError(
-            f"{field} is {len(value)} characters long; at most {limit} are allowed"
-        )
-    problem = text_problem(value)
-    if problem:
-        raise InvalidSpecError(f"{field} {problem}")
-    return str(value)
-
-
 def _optional_text(value: Any, field: str) -> str | None:
-    return None if value is None else _text(value, field, MAX_REPORT_TEXT)
+    return None if value is None else check_text(value, field, MAX_REPORT_TEXT)
 
 
 def _expected(value: Any) -> frozenset[str] | None:
@@ -86,7 +73,7 @@ def _expected(value: Any) -> frozenset[str] | None:
     statuses = list(value)
     if len(statuses) > _MAX_EXPECTED:
         raise InvalidSpecError(f"expected names {len(statuses)} statuses; at most {_MAX_EXPECTED}")
-    return frozenset(_text(s, "each expected status", _MAX_STATUS) for s in statuses)
+    return frozenset(check_text(s, "each expected status", _MAX_STATUS) for s in statuses)
 
 
 def _data(value: Any) -> dict[str, Any] | None:
@@ -116,8 +103,8 @@ def check_report(
     InvalidSpecError naming the first field refused. Statuses are checked against the
     entity's kind where it is read (storage)."""
     return Report(
-        _text(entity_id, "entity_id", _MAX_ID),
-        _text(status, "status", _MAX_STATUS),
+        check_text(entity_id, "entity_id", _MAX_ID),
+        check_text(status, "status", _MAX_STATUS),
         expected=_expected(expected),
         status_info=_optional_text(status_info, "status_info"),
         data=_data(data),
@@ -155,7 +142,7 @@ def check_source(source: Any) -> str:
     InvalidSpecError: text of at most :data:`MAX_SOURCE_LENGTH` characters."""
     if source == "":
         raise InvalidSpecError("source must not be empty")
-    return _text(source, "source", MAX_SOURCE_LENGTH)
+    return check_text(source, "source", MAX_SOURCE_LENGTH)
 
 
 def outside_source(name: Any) -> str:
