@@ -29,9 +29,16 @@ from drover.model.clock import Clock, SystemClock
 from drover.model.errors import DroverError
 from drover.model.ids import new_id
 from drover.plugins.manager import collect_kinds, load_entry_points
-from drover.storage.connect import Engine, create_engine, display_url
+from drover.storage.connect import (
+    async_database_url,
+    create_engine,
+    display_url,
+    sqlite_file_engine,
+)
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from drover.backends.base import AgentBackend
     from drover.coordinator.daemon import Daemon
     from drover.coordinator.handlers import Handler
@@ -41,6 +48,7 @@ if TYPE_CHECKING:
     from drover.model.kinds import Kinds
     from drover.model.values import HandlerOptions, NewEntity
     from drover.plugins.registry import RegisteredHandler
+    from drover.storage.connect import Engine
 
 # What only the daemon, writes or handlers need is imported where it is used: a read
 # command of the CLI builds an App too, and pays only for what it reads with.
@@ -131,6 +139,10 @@ class App:
     :attr:`coordinator_id`, so several daemons can share a PostgreSQL database.
     Nothing is set on an App after it is built: :meth:`run_daemon` is the
     daemon, and the harness, the CLI and the benchmarks use the same pieces.
+    ``reading`` (the command line's reads): on a SQLite file, the database is
+    opened on a synchronous engine only, which spares the import of
+    SQLAlchemy's asyncio extension and its ORM (:attr:`engine`, the asyncio
+    engine, is still made if something asks for it).
     """
 
     def __init__(
@@ -142,13 +154,17 @@ class App:
         plugin_manager: pluggy.PluginManager | None = None,
         handler_options: Mapping[str, HandlerOptions | Mapping[str, Any]] | None = None,
         claims: bool = False,
+        reading: bool = False,
     ) -> None:
         if isinstance(config, Config):
             config = LoadedConfig(config=config, sources={}, file=None)
         self.loaded = config
         self.config = config.config
-        self.engine: Engine = create_engine(
-            self.config.database_url, schema=self.config.database_schema or None
+        # A database_url drover cannot use is refused here, before any engine is made.
+        async_database_url(self.config.database_url)
+        self._engine: Engine | None = None
+        self._file_engine: sa.Engine | None = (
+            sqlite_file_engine(self.config.database_url) if reading else None
         )
         self.clock: Clock = clock or SystemClock()
         self._repository: SessionRepository | None = None
@@ -169,6 +185,20 @@ class App:
         self.coordinator_id: str | None = new_id() if claims else None
         # The running daemon (run_daemon), woken when the backend reports kernel changes.
         self._daemon: Daemon | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The asyncio engine on the configured database (made on first use)."""
+        if self._engine is None:
+            self._engine = create_engine(
+                self.config.database_url, schema=self.config.database_schema or None
+            )
+        return self._engine
+
+    @property
+    def _database(self) -> Engine | sa.Engine:
+        # What storage opens the database on: a reading app's SQLite file engine, if any.
+        return self._file_engine if self._file_engine is not None else self.engine
 
     @property
     def queries(self) -> SessionQueries:
@@ -220,7 +250,7 @@ class App:
                 configured = self._configured(own)
             except InvalidHandlerError:
                 return self.kinds  # the configuration names a plugin's kind or pool
-            if await kinds_present(self.engine) <= set(own):
+            if await kinds_present(self._database) <= set(own):
                 self._kinds = configured
                 self._plugin_manager = pm
                 self._reads_only = True
@@ -232,7 +262,7 @@ class App:
         if self._repository is None:
             from drover.kinds.sessions.store import SessionRepository
 
-            self._repository = SessionRepository(self.engine, clock=self.clock, kinds=self.kinds)
+            self._repository = SessionRepository(self._database, clock=self.clock, kinds=self.kinds)
         return self._repository
 
     @property
@@ -266,13 +296,13 @@ class App:
             await run_transaction(self.upgrade)
             return
         schema = self.config.database_schema
-        if schema and not await schema_exists(self.engine, schema):
+        if schema and not await schema_exists(self._database, schema):
             raise SchemaNotReadyError(
                 f"the PostgreSQL schema {schema!r} (database_schema, "
                 f"{self.loaded.source('database_schema')}) does not exist: "
                 "`drover db upgrade` creates it"
             )
-        revision = await current_revision(self.engine)
+        revision = await current_revision(self._database)
         if revision != head_revision():
             state = "empty (not upgraded)" if revision is None else f"at {revision}"
             raise SchemaNotReadyError(
@@ -568,4 +598,7 @@ class App:
             await self._backend.stop()
         if self._repository is not None:
             await self._repository.close()
-        await self.engine.dispose()
+        if self._engine is not None:
+            await self._engine.dispose()
+        if self._file_engine is not None:
+            self._file_engine.dispose()

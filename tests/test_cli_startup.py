@@ -92,12 +92,17 @@ def test_importing_drover_and_reading_its_names_imports_no_heavy_library():
     assert heavy == [], done.stdout
 
 
-#: What a read never needs: migrations, the daemon, the handlers, the dashboard.
+#: What a read never needs: migrations, the daemon, the handlers, the dashboard, and on a
+#: SQLite file SQLAlchemy's asyncio extension, which imports its ORM (a synchronous
+#: engine reads the file).
 _NOT_ON_A_READ = (
     "alembic",
     "drover.coordinator.daemon",
     "drover.kinds.sessions.prepare",
     "starlette",
+    "sqlalchemy.ext.asyncio",
+    "sqlalchemy.orm",
+    "aiosqlite",
 )
 
 _READ_PROBE = """
@@ -131,8 +136,8 @@ def _read(tmp_path: Path, *args: str) -> tuple[list[str], list[str], str]:
 
 def test_reads_load_no_installed_plugin_nor_migrations_nor_handlers(tmp_path):
     """``sessions``, ``show``, ``history``, ``logs`` and ``status`` import neither Alembic,
-    nor the daemon and the handlers, nor any installed plugin (no entry-point scan) when
-    the database holds only drover's own kinds."""
+    nor the daemon and the handlers, nor SQLAlchemy's asyncio extension and ORM, nor any
+    installed plugin (no entry-point scan) when the database holds only drover's own kinds."""
     import asyncio
 
     from drover.testing import CoordinatorHarness

@@ -18,12 +18,12 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
-def _open_app(loaded: LoadedConfig) -> App:
-    """The app a command works on (``with_app``)."""
+def _open_app(loaded: LoadedConfig, *, reading: bool = False) -> App:
+    """The app a command works on (``with_app``); ``reading``: the command only reads."""
     # Imported here: the app imports SQLAlchemy, which `drover --help` never needs.
     from drover.app import App
 
-    return App(loaded)
+    return App(loaded, reading=reading)
 
 
 #: drover's own commands, each imported when it is used: a command imports only what it

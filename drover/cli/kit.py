@@ -94,15 +94,16 @@ A = TypeVar("A", bound=CommandApp)
 class CliState:
     """Group-level options, resolved into a configuration on first use.
 
-    ``open_app`` builds the app a command works on from the configuration: the
-    ``drover`` group passes one building :class:`drover.app.App`.
+    ``open_app(loaded, reading=…)`` builds the app a command works on from the
+    configuration (``reading``: the command only reads): the ``drover`` group
+    passes one building :class:`drover.app.App`.
     """
 
     def __init__(
         self,
         config_path: str | None,
         flags: dict[str, Any],
-        open_app: Callable[[LoadedConfig], CommandApp],
+        open_app: Callable[..., CommandApp],
     ) -> None:
         self.config_path = config_path
         self.flags = flags
@@ -207,7 +208,7 @@ def with_app(
     async def runner() -> T:
         # The group's open_app builds drover's App, the one type a command's work names
         # besides the protocol.
-        app = cast(A, state.open_app(loaded))
+        app = cast(A, state.open_app(loaded, reading=reading))
         try:
             if not reading:
                 _ = app.kinds  # a broken plugin is the error, before the schema's

@@ -12,6 +12,10 @@ run as one transaction:
   event loop;
 * on PostgreSQL (and in-memory SQLite), through ``AsyncConnection.run_sync``
   on the async engine (asyncpg, aiosqlite).
+
+A database opened on a synchronous SQLite-file engine
+(:func:`~drover.storage.connect.sqlite_file_engine`, the command line's
+reads) has only the threaded path.
 """
 
 from __future__ import annotations
@@ -23,15 +27,17 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.model.clock import Clock, SystemClock
 from drover.model.kinds import Kinds
 from drover.storage.connect import WRITE_OPTION, threaded_sqlite_engine
 from drover.storage.retry import run_transaction
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["Database", "Work"]
 
@@ -112,20 +118,26 @@ def _shrink_idle(engine: sa.Engine) -> int:
 class Database:
     """An engine with read and write transactions (``BEGIN IMMEDIATE`` on SQLite)."""
 
-    def __init__(self, engine: AsyncEngine, clock: Clock | None, kinds: Kinds) -> None:
+    def __init__(self, engine: AsyncEngine | sa.Engine, clock: Clock | None, kinds: Kinds) -> None:
         self.engine = engine
         self.clock: Clock = clock or SystemClock()
         #: The registered entity kinds (their rules decide children, results, termination).
         self.kinds: Kinds = kinds
         self.postgres = engine.dialect.name == "postgresql"
-        self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
-        # PostgreSQL reads run in autocommit: at READ COMMITTED every statement has
-        # its own snapshot anyway, so a read transaction only cost a BEGIN and a
-        # ROLLBACK round trip each.
-        self._read_engine = (
-            engine.execution_options(isolation_level="AUTOCOMMIT") if self.postgres else engine
-        )
-        self._threaded = threaded_sqlite_engine(engine)
+        self._async: AsyncEngine | None = None
+        if isinstance(engine, sa.Engine):
+            # A SQLite file's synchronous engine (sqlite_file_engine): threads only.
+            self._threaded: sa.Engine | None = engine
+        else:
+            self._async = engine
+            self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+            # PostgreSQL reads run in autocommit: at READ COMMITTED every statement has
+            # its own snapshot anyway, so a read transaction only cost a BEGIN and a
+            # ROLLBACK round trip each.
+            self._read_engine = (
+                engine.execution_options(isolation_level="AUTOCOMMIT") if self.postgres else engine
+            )
+            self._threaded = threaded_sqlite_engine(engine)
         self._threaded_write = (
             self._threaded.execution_options(**{WRITE_OPTION: True})
             if self._threaded is not None

@@ -10,13 +10,16 @@ database; :meth:`Service.sharing` gives another service the same connections
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+import sqlalchemy as sa
 
 from drover.model.clock import Clock
 from drover.model.kinds import Kinds
 from drover.storage._db import Database
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["Service"]
 
@@ -28,7 +31,9 @@ class Service:
 
     _db: Database
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None, kinds: Kinds) -> None:
+    def __init__(
+        self, engine: AsyncEngine | sa.Engine, *, clock: Clock | None = None, kinds: Kinds
+    ) -> None:
         self._db = Database(engine, clock, kinds)
 
     @classmethod
@@ -39,8 +44,9 @@ class Service:
         return service
 
     @property
-    def engine(self) -> AsyncEngine:
-        """The engine this service uses."""
+    def engine(self) -> AsyncEngine | sa.Engine:
+        """The engine this service uses: an asyncio engine, or the synchronous engine of
+        a SQLite file it was opened on (the command line's reads)."""
         return self._db.engine
 
     @property

@@ -1,17 +1,27 @@
-"""Async engine creation: SQLite pragmas, BEGIN IMMEDIATE for writes, PostgreSQL search_path."""
+"""Engine creation: SQLite pragmas, BEGIN IMMEDIATE for writes, PostgreSQL search_path.
+
+drover's engines are asyncio engines (:func:`create_engine`), except where a
+SQLite file is read or written whole in a thread on a synchronous engine
+(:func:`sqlite_file_engine`): the daemon's transactions, and the command
+line's reads, which open only that one. ``sqlalchemy.ext.asyncio`` imports
+SQLAlchemy's ORM (about a tenth of a second), so it is imported only when an
+asyncio engine is made.
+"""
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from drover.model.errors import DroverError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
     "DATABASE_ERRORS",
@@ -24,6 +34,7 @@ __all__ = [
     "describe_database_error",
     "display_url",
     "is_sqlite",
+    "sqlite_file_engine",
     "threaded_sqlite_engine",
 ]
 
@@ -114,8 +125,20 @@ def describe_database_error(error: BaseException) -> str | None:
 
 #: What a database call may raise that is the database's doing, not drover's.
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (exc.DBAPIError, OSError)
-#: The type of drover's engines (so that code outside storage needs no SQLAlchemy).
-Engine = AsyncEngine
+
+
+def __getattr__(name: str) -> Any:
+    # ``Engine``, the type of drover's engines (so that code outside storage needs no
+    # SQLAlchemy), is AsyncEngine: imported when asked for, not by every read.
+    if name == "Engine":
+        from sqlalchemy.ext.asyncio import AsyncEngine
+
+        return AsyncEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    Engine = AsyncEngine
 
 
 def database_error_line(error: BaseException) -> str:
@@ -131,12 +154,12 @@ def database_error_line(error: BaseException) -> str:
     return f"the database refused: {detail}"
 
 
-def display_url(engine: AsyncEngine) -> str:
+def display_url(engine: AsyncEngine | sa.Engine) -> str:
     """The engine's URL as a log line may show it: the password hidden."""
     return engine.url.render_as_string(hide_password=True)
 
 
-def is_sqlite(engine: AsyncEngine) -> bool:
+def is_sqlite(engine: AsyncEngine | sa.Engine) -> bool:
     """Tell whether ``engine`` talks to SQLite."""
     return engine.dialect.name == "sqlite"
 
@@ -149,6 +172,8 @@ def create_engine(url: str, *, schema: str | None = None, echo: bool = False) ->
     instead of failing on lock upgrade). On PostgreSQL, ``schema`` sets the
     connection's ``search_path``.
     """
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     parsed = async_database_url(url)
     kwargs: dict[str, Any] = {"echo": echo}
     if parsed.get_backend_name() == "sqlite":
@@ -206,23 +231,33 @@ def _install_idle_ping(engine: sa.Engine) -> None:
 
 
 def threaded_sqlite_engine(engine: AsyncEngine) -> sa.Engine | None:
-    """A synchronous (pysqlite) engine on the same SQLite file, or ``None``.
+    """A synchronous (pysqlite) engine on ``engine``'s SQLite file, or ``None``.
 
     drover runs each SQLite transaction whole in a worker thread on this
     engine: one thread hop per transaction, where the async adapter makes
     several per statement. ``None`` for PostgreSQL, and for an in-memory
     database (another engine would see another database).
     """
-    url = engine.url
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+    return sqlite_file_engine(engine.url, echo=engine.echo)
+
+
+def sqlite_file_engine(url: str | URL, *, echo: bool = False) -> sa.Engine | None:
+    """A synchronous (pysqlite) engine on the SQLite file of ``url``, or ``None`` when
+    ``url`` is not one (PostgreSQL, in-memory SQLite).
+
+    It has drover's pragmas and ``BEGIN IMMEDIATE`` for writes, and leaves the
+    WAL to the checkpointing thread (:mod:`drover.storage._db`).
+    """
+    parsed = async_database_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
     sync = sa.create_engine(
-        url.set(drivername="sqlite+pysqlite"),
+        parsed.set(drivername="sqlite+pysqlite"),
         # Connections move between the worker threads, one at a time. LIFO: the
         # busiest connections stay few and warm, and the others page caches stay small.
         pool_use_lifo=True,
         connect_args={"timeout": 30, "check_same_thread": False},
-        echo=engine.echo,
+        echo=echo,
     )
     _install_sqlite_hooks(sync)
 

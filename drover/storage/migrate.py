@@ -11,16 +11,19 @@ the one before (tests/test_storage.py checks it against Alembic's own view).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from drover.storage.connect import WRITE_OPTION
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+T = TypeVar("T")
 
 __all__ = [
     "alembic_config",
@@ -103,27 +106,36 @@ async def upgrade(
         await conn.run_sync(_run)
 
 
-async def current_revision(engine: AsyncEngine) -> str | None:
-    """The revision the database is at, or ``None`` for an empty database."""
-
-    def _read(sync_conn: sa.Connection) -> str | None:
-        if not sa.inspect(sync_conn).has_table(VERSION_TABLE):
-            return None
-        return sync_conn.execute(ALEMBIC_VERSION).scalar()
-
+async def _read(engine: AsyncEngine | sa.Engine, work: Callable[[sa.Connection], T]) -> T:
+    # A SQLite file's synchronous engine (the command line's reads) is read in place:
+    # one short statement, where a thread hop would cost more than it saves.
+    if isinstance(engine, sa.Engine):
+        with engine.connect() as sync_conn:
+            return work(sync_conn)
     async with engine.connect() as conn:
-        return await conn.run_sync(_read)
+        return await conn.run_sync(work)
 
 
-async def schema_exists(engine: AsyncEngine, schema: str) -> bool:
+def _revision(sync_conn: sa.Connection) -> str | None:
+    if not sa.inspect(sync_conn).has_table(VERSION_TABLE):
+        return None
+    return sync_conn.execute(ALEMBIC_VERSION).scalar()
+
+
+async def current_revision(engine: AsyncEngine | sa.Engine) -> str | None:
+    """The revision the database is at, or ``None`` for an empty database."""
+    return await _read(engine, _revision)
+
+
+async def schema_exists(engine: AsyncEngine | sa.Engine, schema: str) -> bool:
     """Whether PostgreSQL has the schema ``schema`` (always true on SQLite)."""
     if engine.dialect.name != "postgresql":
         return True
-    async with engine.connect() as conn:
-        return (await conn.execute(SCHEMA_EXISTS, {"name": schema})).first() is not None
+    return await _read(
+        engine, lambda conn: conn.execute(SCHEMA_EXISTS, {"name": schema}).first() is not None
+    )
 
 
-async def kinds_present(engine: AsyncEngine) -> set[str]:
+async def kinds_present(engine: AsyncEngine | sa.Engine) -> set[str]:
     """The kinds of the entities the database holds (which plugins a read needs)."""
-    async with engine.connect() as conn:
-        return {kind for (kind,) in await conn.execute(KINDS_PRESENT)}
+    return await _read(engine, lambda conn: {kind for (kind,) in conn.execute(KINDS_PRESENT)})

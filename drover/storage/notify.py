@@ -72,7 +72,10 @@ async def subscribe(db: Database, on_news: Callable[[dict[str, Any]], None]) -> 
     """Call ``on_news(payload)`` for every notification; ``None`` on SQLite (poll instead)."""
     if not db.postgres:
         return None
-    conn = await db.engine.connect()
+    engine = db.engine
+    # PostgreSQL databases are always opened on an asyncio engine.
+    assert not isinstance(engine, sa.Engine)
+    conn = await engine.connect()
     try:
         schema = (await conn.execute(_CURRENT_SCHEMA)).scalar_one()
         await conn.commit()
