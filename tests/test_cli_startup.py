@@ -120,12 +120,14 @@ print("READ=" + json.dumps([loaded, unwanted]))
 """
 
 
-def _read(tmp_path: Path, *args: str) -> tuple[list[str], list[str], str]:
+def _read(
+    tmp_path: Path, *args: str, unwanted: tuple[str, ...] = _NOT_ON_A_READ
+) -> tuple[list[str], list[str], str]:
     env = {**os.environ, "DROVER_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/drover.db"}
     env.pop("DROVER_CONFIG", None)
     env.pop("DROVER_LOAD_PLUGINS", None)
     done = subprocess.run(
-        [sys.executable, "-c", _READ_PROBE % json.dumps(_NOT_ON_A_READ), *args],
+        [sys.executable, "-c", _READ_PROBE % json.dumps(unwanted), *args],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False,
     )  # fmt: skip
     line = next((x for x in done.stdout.splitlines() if x.startswith("READ=")), None)
@@ -154,6 +156,11 @@ def test_reads_load_no_installed_plugin_nor_migrations_nor_handlers(tmp_path):
     # The installed plugins are there all the same, for a command that needs them.
     loaded, _, output = _read(tmp_path, "plugins", "--json")
     assert loaded, output
+    # `why` loads every handler to explain what acts next, but reads the file as the
+    # others do: no asyncio extension, ORM or aiosqlite.
+    _, unwanted, output = _read(tmp_path, "why", sid, unwanted=_NOT_ON_A_READ[-3:])
+    assert "is PENDING" in output, output
+    assert unwanted == [], output
 
 
 def test_a_read_loads_the_installed_plugins_when_the_database_holds_their_kinds(tmp_path):

@@ -332,7 +332,7 @@ def why(ctx: click.Context, session_id: str, as_json: bool, database_url: str | 
         return diagnose_entity(entity, rows, coordinator.handlers, kind, time.time())
 
     try:
-        diagnosis = with_app(ctx, work, database_url=database_url)
+        diagnosis = with_app(ctx, work, database_url=database_url, reading=True, plugins=True)
     except (TypeError, ValueError) as error:
         raise click.ClickException(str(error)) from None
     if as_json:

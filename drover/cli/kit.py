@@ -192,6 +192,7 @@ def with_app(
     database_url: str | None = None,
     check_schema: bool = True,
     reading: bool = False,
+    plugins: bool = False,
 ) -> T:
     """Build the app from the configuration, run ``work`` with it, and close it.
 
@@ -201,6 +202,8 @@ def with_app(
     and loads no handler; the installed plugins are loaded only if the database
     holds entities of their kinds (:meth:`CommandApp.read_kinds`), so that a read
     costs little more than the interpreter and SQLAlchemy (bench/cli_startup.py).
+    ``plugins``: every installed plugin is loaded all the same (``reading`` work that
+    needs the handlers, as ``drover why`` does).
     """
     state = CliState.of(ctx)
     loaded = state.loaded(database_url=database_url) if database_url else state.loaded()
@@ -210,11 +213,11 @@ def with_app(
         # besides the protocol.
         app = cast(A, state.open_app(loaded, reading=reading))
         try:
-            if not reading:
+            if not reading or plugins:
                 _ = app.kinds  # a broken plugin is the error, before the schema's
             if check_schema:
                 await app.check_schema()
-            if reading:
+            if reading and not plugins:
                 await app.read_kinds()
             return await work(app)
         finally:

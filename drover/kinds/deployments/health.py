@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import attrs
-import httpx2
+
+if TYPE_CHECKING:
+    import httpx2
 
 __all__ = ["MAX_CHECK_BODY", "TICK_WAIT", "Probe", "Probes"]
 
@@ -57,6 +60,9 @@ class Probes:
     @property
     def client(self) -> httpx2.AsyncClient:
         """The one HTTP client, built on first use."""
+        # httpx2 is imported by the first check, not by every command loading the handlers.
+        import httpx2
+
         if self._client is None:
             logging.getLogger(httpx2.__name__).setLevel(logging.WARNING)
             self._client = httpx2.AsyncClient(
@@ -99,6 +105,8 @@ class Probes:
     async def _probe(self, url: str, limit: float) -> Probe:
         """GET ``url`` within ``limit`` seconds in all. Never raises: what failed is in the
         probe."""
+        import httpx2
+
         try:
             async with asyncio.timeout(limit):
                 async with self.client.stream("GET", url, timeout=limit) as response:
