@@ -7,19 +7,13 @@ Handler outcomes are never retried here: they belong to the coordinator.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from sqlalchemy import exc
-from tenacity import (
-    AsyncRetrying,
-    before_sleep_log,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
 
 __all__ = ["is_transient", "run_transaction"]
 
@@ -52,14 +46,38 @@ async def run_transaction(
     *,
     attempts: int = 6,
 ) -> T:
-    """Run ``work`` (which opens and commits its own transaction), retrying transient errors."""
+    """Run ``work`` (which opens and commits its own transaction), retrying transient errors.
+
+    The first attempt runs bare: nearly every transaction succeeds at once, and
+    tenacity's retry loop (and its import, for a command-line read) is only
+    built after a hiccup. Waits between attempts: 0.05 s, then doubling up to
+    2 s, plus up to 0.05 s of jitter.
+    """
+    try:
+        return await work()
+    except Exception as error:
+        if attempts <= 1 or not is_transient(error):
+            raise
+        log.warning("transient database error, retrying: %s", error)
+    from tenacity import (
+        AsyncRetrying,
+        before_sleep_log,
+        retry_if_exception,
+        stop_after_attempt,
+        wait_exponential,
+        wait_random,
+    )
+
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.05),
+        stop=stop_after_attempt(attempts - 1),
+        # The first wait (0.05 s) is the one before the first retry, below; tenacity's
+        # own waits then follow the same doubling from 0.1 s.
+        wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.05),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )
+    await asyncio.sleep(0.05 + random.uniform(0, 0.05))
     async for attempt in retrying:
         with attempt:
             return await work()
