@@ -24,7 +24,7 @@ import pluggy
 
 from drover._version import __version__
 from drover.builtin_plugins import make_plugin_manager
-from drover.config import Config, LoadedConfig, retention_seconds
+from drover.config import Config, LoadedConfig, handler_overrides, retention_seconds
 from drover.model.clock import Clock, SystemClock
 from drover.model.errors import DroverError
 from drover.model.ids import new_id
@@ -37,8 +37,6 @@ from drover.storage.connect import (
 )
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
-
     from drover.backends.base import AgentBackend
     from drover.coordinator.daemon import Daemon
     from drover.coordinator.handlers import Handler
@@ -48,7 +46,7 @@ if TYPE_CHECKING:
     from drover.model.kinds import Kinds
     from drover.model.values import HandlerOptions, NewEntity
     from drover.plugins.registry import RegisteredHandler
-    from drover.storage.connect import Engine
+    from drover.storage.connect import Engine, SyncEngine
 
 # What only the daemon, writes or handlers need is imported where it is used: a read
 # command of the CLI builds an App too, and pays only for what it reads with.
@@ -108,26 +106,6 @@ class UnknownBackendError(DroverError):
     """``backend.name`` names no registered backend."""
 
 
-def handler_overrides(config: Config) -> dict[str, dict[str, Any]]:
-    """``[handlers.<name>]`` option fields that were set, as coordinator overrides.
-
-    ``timeout = 0`` means no timeout and ``max_retries = -1`` means no limit.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for name, hc in config.handlers.items():
-        layer: dict[str, Any] = {}
-        if hc.max_retries is not None:
-            layer["max_retries"] = None if hc.max_retries < 0 else hc.max_retries
-        if hc.timeout is not None:
-            layer["timeout"] = None if hc.timeout <= 0 else hc.timeout
-        if hc.batch_size is not None:
-            layer["batch_size"] = hc.batch_size
-        if hc.order is not None:
-            layer["order"] = hc.order
-        out[name] = layer
-    return out
-
-
 class App:
     """The pieces of a running drover.
 
@@ -163,11 +141,14 @@ class App:
         # A database_url drover cannot use is refused here, before any engine is made.
         async_database_url(self.config.database_url)
         self._engine: Engine | None = None
-        self._file_engine: sa.Engine | None = (
+        self._file_engine: SyncEngine | None = (
             sqlite_file_engine(self.config.database_url) if reading else None
         )
         self.clock: Clock = clock or SystemClock()
+        self._reading = reading
         self._repository: SessionRepository | None = None
+        # A reading app's queries, built without the write side.
+        self._queries: SessionQueries | None = None
         self._backend = backend
         self._plugin_manager = plugin_manager
         self._handler_options: dict[str, Any] = {
@@ -196,13 +177,23 @@ class App:
         return self._engine
 
     @property
-    def _database(self) -> Engine | sa.Engine:
+    def _database(self) -> Engine | SyncEngine:
         # What storage opens the database on: a reading app's SQLite file engine, if any.
         return self._file_engine if self._file_engine is not None else self.engine
 
     @property
     def queries(self) -> SessionQueries:
-        """Read-only queries on the database: what the CLI's reads and the dashboard use."""
+        """Read-only queries on the database: what the CLI's reads and the dashboard use.
+
+        A reading app builds them alone (the write side's modules are never
+        imported) until it has a repository; any other app's are its repository's.
+        """
+        if self._reading and self._repository is None:
+            if self._queries is None:
+                from drover.kinds.sessions.queries import SessionQueries
+
+                self._queries = SessionQueries(self._database, clock=self.clock, kinds=self.kinds)
+            return self._queries
         return self.repository.queries
 
     @property
@@ -598,6 +589,8 @@ class App:
             await self._backend.stop()
         if self._repository is not None:
             await self._repository.close()
+        if self._queries is not None:
+            await self._queries.close()
         if self._engine is not None:
             await self._engine.dispose()
         if self._file_engine is not None:

@@ -50,6 +50,7 @@ __all__ = [
     "PluginsConfig",
     "default_agents",
     "flatten_config",
+    "handler_overrides",
     "load_config",
     "parse_toml",
     "retention_seconds",
@@ -457,3 +458,23 @@ def flatten_config(config: Config) -> dict[str, Any]:
     flat = _flatten(data)
     flat["backend.agents"] = agents
     return flat
+
+
+def handler_overrides(config: Config) -> dict[str, dict[str, Any]]:
+    """``[handlers.<name>]`` option fields that were set, as coordinator overrides.
+
+    ``timeout = 0`` means no timeout and ``max_retries = -1`` means no limit.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, hc in config.handlers.items():
+        layer: dict[str, Any] = {}
+        if hc.max_retries is not None:
+            layer["max_retries"] = None if hc.max_retries < 0 else hc.max_retries
+        if hc.timeout is not None:
+            layer["timeout"] = None if hc.timeout <= 0 else hc.timeout
+        if hc.batch_size is not None:
+            layer["batch_size"] = hc.batch_size
+        if hc.order is not None:
+            layer["order"] = hc.order
+        out[name] = layer
+    return out

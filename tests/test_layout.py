@@ -438,6 +438,7 @@ _KINDS_READING_STORAGE = frozenset(
         "deployments/routes.py",
         # The session kind's storage layer, built on generic storage.
         "sessions/store.py",
+        "sessions/queries.py",
         "sessions/reading.py",
     }
 )

@@ -51,11 +51,12 @@ def show(
     from drover.serialization import history_json, iso, session_json
 
     async def work(app: App) -> tuple[Any, list[Any]]:
-        sid = await app.repository.resolve_entity_id(session_id)
-        entity: Entity | SessionWithKernels = await app.repository.get_entity(sid)
+        queries = app.queries
+        sid = await queries.resolve_entity_id(session_id)
+        entity: Entity | SessionWithKernels = await queries.get_entity(sid)
         if app.kinds[entity.kind].value_type is SessionWithKernels:
-            entity = await app.repository.get_session(sid)
-        rows = await app.repository.history(sid)
+            entity = await queries.get_session(sid)
+        rows = await queries.history(sid)
         return entity, rows[-history_rows:] if history_rows > 0 else []
 
     session, rows = with_app(ctx, work, database_url=database_url, reading=True)

@@ -170,7 +170,7 @@ def history_list(
         wanted = SchedulingResult(result.upper()).value
 
     async def work(app: App) -> list[dict[str, Any]]:
-        repo = app.repository
+        repo = app.queries
         try:
             await check_history_filters(
                 repo, kinds=list(app.kinds), handlers=lambda: app.load_handlers().handlers,
@@ -374,7 +374,7 @@ def stats(
 
     async def work(app: App) -> Any:
         _ = app.kinds[kind_name]
-        return await collect_stats(app.repository, since=since_t, now=time.time(), kind=kind_name)
+        return await collect_stats(app.queries, since=since_t, now=time.time(), kind=kind_name)
 
     result = with_app(ctx, work, database_url=database_url, reading=True)
     data = stats_json(result)
@@ -484,7 +484,7 @@ def entities(
                 f"--status {', '.join(unknown)}: not a status of kind {kind.name!r}; "
                 f"its statuses are {', '.join(kind.status_names)}"
             )
-        return await app.repository.list_entities(kind.name, statuses=wanted or None, limit=limit)
+        return await app.queries.list_entities(kind.name, statuses=wanted or None, limit=limit)
 
     try:
         found = with_app(ctx, work, database_url=database_url, reading=True)

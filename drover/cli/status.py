@@ -54,7 +54,7 @@ def status(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     async def work(
         app: App,
     ) -> tuple[list[Any], dict[str, int], list[Any], dict[Any, int], dict[str, dict[str, int]]]:
-        repo = app.repository
+        repo = app.queries
         alive = await repo.coordinators(alive_within=window)
         claims = await repo.claims_by_owner()
         errors = await recent_handler_errors(repo, time.time())

@@ -28,6 +28,7 @@ __all__ = [
     "WRITE_OPTION",
     "DatabaseUrlError",
     "Engine",
+    "SyncEngine",
     "async_database_url",
     "create_engine",
     "database_error_line",
@@ -139,6 +140,9 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     Engine = AsyncEngine
+
+#: The type of a SQLite file's synchronous engine (:func:`sqlite_file_engine`).
+SyncEngine = sa.Engine
 
 
 def database_error_line(error: BaseException) -> str:
