@@ -42,7 +42,7 @@ from drover.model.pools import POOLS_KEY, PoolHolders, in_family, is_family
 from drover.storage._sql import bounded_statement, ids_value, statement
 from drover.storage.schema import entities
 from drover.storage.statements.ids import ids_param
-from drover.storage.statements.pools import claimed_units, usage
+from drover.storage.statements.pools import claimed_units, claims_json, usage
 
 __all__ = ["PoolGate"]
 
@@ -70,11 +70,7 @@ def claims_of(names: tuple[str, ...], postgres: bool) -> sa.Select[Any]:
 
 def pool_claims(postgres: bool) -> sa.Select[Any]:
     """Id and ``spec["pools"]`` (JSON text, or NULL) of the entities ``:ids``."""
-    if postgres:
-        claims: sa.ColumnElement[Any] = sa.cast(e.c.spec.op("->")(POOLS_KEY), sa.Text)
-    else:
-        claims = sa.func.json_extract(e.c.spec, f"$.{POOLS_KEY}")
-    return sa.select(e.c.id, claims).where(ids_param(e.c.id, "ids", postgres))
+    return sa.select(e.c.id, claims_json(postgres)).where(ids_param(e.c.id, "ids", postgres))
 
 
 def _units(value: object) -> int:

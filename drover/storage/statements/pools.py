@@ -19,6 +19,7 @@ from drover.storage.schema import entities, pool_capacities
 __all__ = [
     "capacity_of",
     "claimed_units",
+    "claims_json",
     "count_holders",
     "family_names",
     "holder_rows",
@@ -103,15 +104,21 @@ def capacity_of(pool: PoolHolders, declared: Any = None) -> sa.ColumnElement[Any
     return sa.func.coalesce(changed, family, fallback)
 
 
+def claims_json(postgres: bool, table: Any = entities) -> sa.ColumnElement[Any]:
+    """The row's ``spec["pools"]`` as JSON text (NULL without one): a pool family's members
+    are its keys."""
+    if postgres:
+        key = sa.literal(POOLS_KEY, sa.Text)
+        return sa.cast(table.c.spec.op("->")(key), sa.Text)
+    return sa.func.json_extract(table.c.spec, f"$.{POOLS_KEY}")
+
+
 def family_names(family: PoolHolders, postgres: bool) -> sa.CompoundSelect[Any]:
     """``spec["pools"]`` (JSON text) of every holder of the pool ``family``, and the names of
     the pools given a capacity at run time (``name`` NULL): where its members' names are."""
-    e, pc = entities, pool_capacities
-    if postgres:
-        claims: sa.ColumnElement[Any] = sa.cast(e.c.spec.op("->")(POOLS_KEY), sa.Text)
-    else:
-        claims = sa.func.json_extract(e.c.spec, f"$.{POOLS_KEY}")
-    held = sa.select(claims.label("claims"), sa.null().label("name")).where(holds(family))
+    pc = pool_capacities
+    held = sa.select(claims_json(postgres).label("claims"), sa.null().label("name"))
+    held = held.where(holds(family))
     changed = sa.select(sa.null(), pc.c.name)
     return held.union_all(changed)
 
