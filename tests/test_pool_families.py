@@ -171,7 +171,8 @@ def test_a_pool_family_is_declared_soundly():
     kinds = Kinds(KINDS)
     # Configuration ([pools]) may name a member; a name outside every family is refused.
     member = kinds.configured(pools={"gpu-node-n7": 4}).pool("gpu-node-n7")
-    assert member is not None and (member.capacity, member.family) == (4, "gpu-node-*")
+    assert member is not None
+    assert (member.capacity, member.family) == (4, "gpu-node-*")
     assert kinds.pool("gpu-node-n8").capacity == 2  # type: ignore[union-attr]
     assert kinds.pool("tpu-node-1") is None
     with pytest.raises(InvalidHandlerError, match="unknown pool\\(s\\) \\['tpu-node-1'\\]"):
@@ -184,7 +185,7 @@ async def test_a_room_filter_naming_a_family_is_refused_at_registration(make_har
         class Start(StartJobs):
             filters = (PoolHasRoom({name}),)
 
-        with pytest.raises(InvalidHandlerError, match="names '.*' of the pool family 'gpu-node"):
+        with pytest.raises(InvalidHandlerError, match=r"names '.*' of the pool family 'gpu-node"):
             async with harness(make_harness, Start(succeed), kinds=KINDS):
                 pass
 
