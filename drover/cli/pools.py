@@ -35,7 +35,9 @@ def pools(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
     """List the pools the kinds declare: capacity now, units held and free.
 
     A capacity changed with `drover pools set` is the one shown (and the one
-    every coordinator enforces).
+    every coordinator enforces). A pool family (gpu-node-*) is listed with its
+    members' default capacity, then each member known now: claimed by an
+    entity holding it, or given a capacity with `drover pools set`.
 
     Example: drover pools --json
     """
@@ -43,7 +45,14 @@ def pools(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
         return
 
     async def work(app: App) -> list[Any]:
-        return [await app.queries.pool_usage(name) for name in sorted(app.kinds.pools)]
+        found = []
+        for name in sorted(app.kinds.pools):
+            found.append(await app.queries.pool_usage(name))
+            if name.endswith("*"):
+                # A family: its default capacity, then each member known now.
+                for member in await app.queries.pool_members(name):
+                    found.append(await app.queries.pool_usage(member))
+        return found
 
     found = with_app(ctx, work, database_url=database_url)
     if as_json:
@@ -54,7 +63,12 @@ def pools(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
         return
     print_table(
         ["pool", "capacity", "held", "free"],
-        [(u.name, str(u.capacity), str(u.held), str(u.free)) for u in found],
+        [
+            (u.name, str(u.capacity), "-", "-")
+            if u.name.endswith("*")
+            else (u.name, str(u.capacity), str(u.held), str(u.free))
+            for u in found
+        ],
     )
 
 
@@ -66,7 +80,9 @@ def pools(ctx: click.Context, as_json: bool, database_url: str | None) -> None:
 def set_capacity(ctx: click.Context, name: str, capacity: int, database_url: str | None) -> None:
     """Change pool NAME's capacity to CAPACITY while drover runs (every coordinator
     enforces it from its next apply; entities holding it keep it). The configuration's
-    [pools] sets it again when a daemon starts.
+    [pools] sets it again when a daemon starts. NAME may be a member of a pool
+    family (gpu-node-n7 of gpu-node-*), declared or not, or the family itself
+    (the default of its members given no capacity of their own).
 
     Example: drover pools set xpm-token 4
     """

@@ -29,6 +29,7 @@ from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import merge_options, overrides_from, session_options, validate_options
 from drover.model.outcomes import Reported, TargetOutcomes
 from drover.model.plan import AppliedChange, ApplyOutcome, Claim, Move
+from drover.model.pools import takes_claim
 from drover.model.promotion import PromotionRule
 from drover.model.rules import DEFAULT_MAX_REQUEUES
 from drover.model.status import SchedulingResult
@@ -462,7 +463,7 @@ def _kind_problem(
     """A named outcome the handler does not declare, or a budget or pool its kind lacks."""
     declared = transitions.outcomes if transitions is not None else {}
     budgets = {b.name for b in kind.budgets} if kind is not None else set()
-    claimed = {p.name for p in kind.pools if p.claimed} if kind is not None else set()
+    pools = kind.pools if kind is not None else ()
     for entity_id in outcomes.carrying:
         outcome = outcomes.by_id[entity_id]
         if outcome.reported is Reported.NAMED and outcome.name not in declared:
@@ -473,10 +474,11 @@ def _kind_problem(
                 f"{sorted(budgets)}"
             )
         for pool in outcome.claims or {}:
-            if pool not in claimed:
+            if not takes_claim(pools, pool):
+                claimed = sorted(p.name for p in pools if p.claimed)
                 return (
                     f"claim on pool {pool!r} (for {entity_id}) is not one of its kind's "
-                    f"claimed pools: {sorted(claimed)}"
+                    f"claimed pools: {claimed}"
                 )
     return None
 

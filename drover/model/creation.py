@@ -32,7 +32,7 @@ from drover.model.checks import (
 from drover.model.checks import json_copy as _json_copy
 from drover.model.errors import InvalidHandlerError, InvalidSpecError
 from drover.model.kinds import EntityKind, Kinds
-from drover.model.pools import POOLS_KEY
+from drover.model.pools import POOLS_KEY, is_family, takes_claim
 from drover.model.values import NewEntity
 
 __all__ = [
@@ -120,15 +120,20 @@ def _check_pool_claims(kind: EntityKind, spec: Mapping[str, Any]) -> None:
     if claims is None:
         return
     claimable = sorted(p.name for p in kind.pools if p.claimed)
+    families = (
+        " (a family's: its prefix and a kebab-case suffix)"
+        if any(is_family(n) for n in claimable)
+        else ""
+    )
     if not isinstance(claims, Mapping):
         raise InvalidSpecError(
             f"spec[{POOLS_KEY!r}] must map pool names to units, got {type(claims).__name__}"
         )
     for name, units in claims.items():
-        if name not in claimable:
+        if not isinstance(name, str) or not takes_claim(kind.pools, name):
             raise InvalidSpecError(
                 f"spec[{POOLS_KEY!r}] names pool {name!r}, which kind {kind.name!r} does not "
-                f"declare claimed; its claimed pools are {claimable}"
+                f"declare claimed; its claimed pools are {claimable}{families}"
             )
         if isinstance(units, bool) or not isinstance(units, int) or not 0 < units <= MAX_COUNT:
             raise InvalidSpecError(

@@ -46,7 +46,7 @@ from drover.model.deprecation import moved_names
 from drover.model.errors import InvalidHandlerError
 from drover.model.filters import slot_field
 from drover.model.kind_parts import Budget, Limit, TerminationRule
-from drover.model.pools import Pool, PoolHolders
+from drover.model.pools import Pool, PoolHolders, collect_pools, in_family, is_family
 from drover.model.values import Entity
 
 __all__ = [
@@ -462,36 +462,12 @@ class Kinds(Mapping[str, EntityKind]):
                     f"declared: {sorted(declared)}"
                 )
         self._pool_capacities = dict(pools or {})
-        self._pools = self._collect_pools()
+        pairs = ((kind.name, pool) for kind in self._kinds.values() for pool in kind.pools)
+        self._pools = collect_pools(pairs, self._pool_capacities)
         # A move of (kind, from, to) -> the pools it enters; memoised (few distinct moves).
         self._entered: dict[tuple[str, str, str], tuple[PoolHolders, ...]] = {}
-
-    def _collect_pools(self) -> dict[str, PoolHolders]:
-        declared: dict[str, list[tuple[EntityKind, Pool]]] = {}
-        for kind in self._kinds.values():
-            for pool in kind.pools:
-                declared.setdefault(pool.name, []).append((kind, pool))
-        found: dict[str, PoolHolders] = {}
-        for name, pairs in declared.items():
-            capacities = {pool.capacity for _, pool in pairs}
-            if len(capacities) > 1:
-                raise InvalidHandlerError(
-                    f"pool {name!r} is declared with different capacities "
-                    f"{sorted(capacities)} by kinds {sorted(k.name for k, _ in pairs)}"
-                )
-            capacity = self._pool_capacities.get(name, capacities.pop())
-            holders = tuple(sorted((k.name, p.held_in) for k, p in pairs))
-            claimed = frozenset(k.name for k, p in pairs if p.claimed)
-            found[name] = PoolHolders(name, capacity, holders, claimed)
-        unknown = sorted(set(self._pool_capacities) - set(found))
-        if unknown:
-            raise InvalidHandlerError(
-                f"pools: unknown pool(s) {unknown}; declared by the kinds: {sorted(found)}"
-            )
-        for name, capacity in self._pool_capacities.items():
-            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-                raise InvalidHandlerError(f"pools.{name} must be an integer >= 0, got {capacity!r}")
-        return found
+        # Members of pool families met so far, by name (memoised: one per worker, say).
+        self._family_members: dict[str, PoolHolders] = {}
 
     def configured(
         self,
@@ -510,8 +486,28 @@ class Kinds(Mapping[str, EntityKind]):
 
     @property
     def pools(self) -> Mapping[str, PoolHolders]:
-        """Every pool some kind declares, by name, with its (configured) capacity."""
+        """Every pool some kind declares, by name, with its (configured) capacity; a pool
+        family (``gpu-node-*``) is one entry, its members are not (:meth:`pool`)."""
         return self._pools
+
+    def pool(self, name: str) -> PoolHolders | None:
+        """Pool ``name``: one the kinds declare, or a member of a family they declare
+        (``gpu-node-n7`` of ``gpu-node-*``, with the family's holders and its capacity
+        unless one is configured for the member); ``None`` for neither."""
+        found = self._pools.get(name) or self._family_members.get(name)
+        if found is not None or not self._pools:
+            return found
+        family = next(
+            (p for n, p in self._pools.items() if is_family(n) and in_family(n, name)), None
+        )
+        if family is None:
+            return None
+        if len(self._family_members) >= 4096:
+            self._family_members.clear()  # bounded: names come from entities' claims
+        capacity = self._pool_capacities.get(name, family.capacity)
+        found = attrs.evolve(family, name=name, capacity=capacity, family=family.name)
+        self._family_members[name] = found
+        return found
 
     def pools_entered(self, kind: str, from_status: str, to_status: str) -> tuple[PoolHolders, ...]:
         """The pools an entity of ``kind`` starts to hold by moving between the statuses."""

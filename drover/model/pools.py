@@ -12,11 +12,19 @@ A pool declared ``claimed=True`` is held per entity instead: an entity holds
 the number of units its ``spec["pools"]`` names for the pool (experimaestro's
 ``count`` tokens of several counters, ``spec["pools"] = {"xpm-token": 2}``),
 and an entity that claims none holds none.
+
+A **pool family** is a claimed pool whose name ends in ``-*``
+(``Pool("gpu-node-*", 2, held_in={RUNNING}, claimed=True)``): it declares
+every pool named by its prefix and a kebab-case suffix (``gpu-node-n7``, at
+most 64 characters), so a pool can appear while drover runs (a worker that
+joins) without being declared. Each member is counted and locked on its own,
+like a declared claimed pool; its capacity is the family's unless one was set
+for it (``[pools] gpu-node-n7 = 4``, ``drover pools set``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -30,13 +38,42 @@ __all__ = [
     "PoolHolders",
     "PoolHolding",
     "PoolUsage",
+    "collect_pools",
+    "in_family",
+    "is_family",
     "pool_claim",
+    "takes_claim",
 ]
 
 #: Error code of a move the apply refused because a pool was full.
 POOL_FULL = "pool-full"
 #: The spec key of an entity's claims on ``claimed`` pools: ``{pool name: units}``.
 POOLS_KEY = "pools"
+#: The longest pool name (a family's members included).
+MAX_POOL_NAME = 64
+
+
+def is_family(name: str) -> bool:
+    """Whether pool ``name`` names a family (``gpu-node-*``) rather than one pool."""
+    return name.endswith("*")
+
+
+def in_family(family: str, name: str) -> bool:
+    """Whether pool ``name`` is a member of the pool family ``family`` (``gpu-node-n7`` of
+    ``gpu-node-*``): the family's prefix, then a kebab-case suffix, 64 chars at most."""
+    prefix = family[:-1]
+    return (
+        len(prefix) < len(name) <= MAX_POOL_NAME and name.startswith(prefix) and is_kebab_case(name)
+    )
+
+
+def takes_claim(pools: Iterable[Pool], name: str) -> bool:
+    """Whether a kind declaring ``pools`` takes a claim on pool ``name``: it declares
+    ``name`` claimed, or a family ``name`` is a member of."""
+    return any(
+        p.claimed and (p.name == name or (is_family(p.name) and in_family(p.name, name)))
+        for p in pools
+    )
 
 
 def pool_claim(spec: object, name: str) -> int:
@@ -69,6 +106,13 @@ class Pool:
     job takes ``count`` of them, ``spec["pools"] = {"xpm-token": 2}``)::
 
         Pool("xpm-token", 4, held_in={JobState.SCHEDULED, JobState.RUNNING}, claimed=True)
+
+    A name ending in ``-*`` declares a family of claimed pools (``claimed=True``
+    required): every pool named by the prefix and a kebab-case suffix, each of
+    ``capacity`` unless one was set for it. Example (one pool per worker, for
+    the workers that join while drover runs)::
+
+        Pool("gpu-node-*", 2, held_in={JobStatus.RUNNING}, claimed=True)
     """
 
     name: str
@@ -77,8 +121,18 @@ class Pool:
     claimed: bool = False
 
     def __attrs_post_init__(self) -> None:
-        if not is_kebab_case(self.name) or len(self.name) > 64:
-            raise InvalidHandlerError(f"pool name {self.name!r} must be kebab-case, 1-64 chars")
+        family = isinstance(self.name, str) and is_family(self.name)
+        base = self.name[:-2] if family and self.name.endswith("-*") else self.name
+        if not isinstance(base, str) or not is_kebab_case(base) or len(self.name) > 64:
+            raise InvalidHandlerError(
+                f"pool name {self.name!r} must be kebab-case, 1-64 chars (a family: "
+                "kebab-case ending in '-*', like 'gpu-node-*')"
+            )
+        if family and not self.claimed:
+            raise InvalidHandlerError(
+                f"pool family {self.name!r} must be claimed=True: an entity holds the members "
+                "its claims name (spec['pools'] or the handler's claims)"
+            )
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, int):
             raise InvalidHandlerError(f"pool {self.name!r}: capacity must be an integer")
         if self.capacity < 0:
@@ -93,13 +147,15 @@ class PoolHolders:
 
     ``holders`` are ``(kind, statuses)`` pairs, one per kind declaring the pool;
     ``claimed_by`` the kinds whose entities hold the units their spec claims
-    (declared ``claimed=True``) rather than one each.
+    (declared ``claimed=True``) rather than one each; ``family`` the family a
+    member of one belongs to (``gpu-node-*`` of ``gpu-node-n7``).
     """
 
     name: str
     capacity: int
     holders: tuple[tuple[str, frozenset[str]], ...]
     claimed_by: frozenset[str] = frozenset()
+    family: str | None = None
 
     def held_by(self, kind: str, status: str) -> bool:
         """Whether an entity of ``kind`` in ``status`` holds a token of this pool."""
@@ -138,3 +194,45 @@ class PoolUsage:
     def free(self) -> int:
         """Units left before the pool is full (never below 0)."""
         return max(self.capacity - self.held, 0)
+
+
+def collect_pools(
+    declared: Iterable[tuple[str, Pool]], capacities: Mapping[str, int]
+) -> dict[str, PoolHolders]:
+    """The pools (and families) the kinds declare, by name, from ``(kind, pool)`` pairs,
+    with the configured ``capacities`` (by pool, family or family member) on top."""
+    by_name: dict[str, list[tuple[str, Pool]]] = {}
+    for kind, pool in declared:
+        by_name.setdefault(pool.name, []).append((kind, pool))
+    found: dict[str, PoolHolders] = {}
+    for name, pairs in by_name.items():
+        sizes = {pool.capacity for _, pool in pairs}
+        if len(sizes) > 1:
+            raise InvalidHandlerError(
+                f"pool {name!r} is declared with different capacities "
+                f"{sorted(sizes)} by kinds {sorted(k for k, _ in pairs)}"
+            )
+        capacity = capacities.get(name, sizes.pop())
+        holders = tuple(sorted((k, p.held_in) for k, p in pairs))
+        claimed = frozenset(k for k, p in pairs if p.claimed)
+        found[name] = PoolHolders(name, capacity, holders, claimed)
+    families = sorted(n for n in found if is_family(n))
+    for name in found:
+        # A name two families (or a family and a declared pool) share would be counted twice.
+        probe = name[:-1] + "x" if is_family(name) else name
+        other = next((f for f in families if f != name and in_family(f, probe)), None)
+        if other is not None:
+            raise InvalidHandlerError(f"pool {name!r} overlaps the pool family {other!r}")
+    unknown = sorted(n for n in capacities if n not in found and not _family_of(families, n))
+    if unknown:
+        raise InvalidHandlerError(
+            f"pools: unknown pool(s) {unknown}; declared by the kinds: {sorted(found)}"
+        )
+    for name, capacity in capacities.items():
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise InvalidHandlerError(f"pools.{name} must be an integer >= 0, got {capacity!r}")
+    return found
+
+
+def _family_of(families: Iterable[str], name: str) -> str | None:
+    return next((f for f in families if in_family(f, name)), None)

@@ -19,6 +19,7 @@ from drover.model.filters import (
     LatestChild,
     Not,
     Parent,
+    PoolHasRoom,
 )
 from drover.model.kinds import EntityKind, Kinds
 from drover.model.options import validate_options
@@ -92,6 +93,20 @@ def _check_transition(
             )
 
 
+def _check_pool_filter(f: PoolHasRoom, kinds: Kinds, where: str) -> None:
+    """A :class:`PoolHasRoom` naming no pool family nor a family's member: the filter
+    cannot tell which member a candidate would take (the apply still refuses it)."""
+    for name in sorted(f.pools or ()):
+        pool = kinds.pool(name)
+        family = name if name.endswith("*") else pool.family if pool is not None else None
+        if family is not None:
+            raise InvalidHandlerError(
+                f"{where}: candidate filter PoolHasRoom names {name!r} of the pool family "
+                f"{family!r}; it checks declared pools only (the apply still admits a "
+                "family's members up to their capacity)"
+            )
+
+
 def _check_filter(f: object, kind: EntityKind, kinds: Kinds, where: str) -> None:
     """A candidate filter, and the statuses it names against the kinds it reads."""
     if not isinstance(f, CandidateFilter):
@@ -118,6 +133,8 @@ def _check_filter(f: object, kind: EntityKind, kinds: Kinds, where: str) -> None
                 f"{where}: candidate filter {f!r}, but kind {kind.name!r} has no child kind"
             )
         named = f.statuses
+    elif isinstance(f, PoolHasRoom):
+        _check_pool_filter(f, kinds, where)
     elif isinstance(f, Dependents) and f.statuses is not None:
         # Dependents may be of any kind: a status no kind has is a typo.
         every = {s for name in kinds for s in kinds[name].status_names}

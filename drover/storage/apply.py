@@ -425,6 +425,8 @@ class Apply:
         if self._pools is not None:
             # A promotion into a pool's status moves at most as many as there are tokens.
             for pool in self._pools.entered(kind.name, from_status, str(rule.to_status)):
+                if pool.name.endswith("*"):
+                    continue  # a family is claimed: validation refuses such a promotion
                 held, capacity = self._pools.usage(pool)
                 limit = min(limit, max(capacity - held, 0))
             if limit <= 0:

@@ -10,17 +10,19 @@ codes); the rules themselves, their names and messages, are
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
 import attrs
 import sqlalchemy as sa
 
-from drover.model.kinds import EntityKind
+from drover.model.kinds import EntityKind, Kinds
+from drover.model.pools import PoolHolders, in_family
 from drover.storage._service import Service
 from drover.storage.inserts import CREATED
 from drover.storage.schema import entities, scheduling_history, status_changes
-from drover.storage.statements.pools import claimed_units, usage
+from drover.storage.statements.pools import claimed_units, family_names, usage
 
 __all__ = [
     "ClaimRow",
@@ -291,15 +293,17 @@ class DoctorReads(Service):
         return await self._db.read(work)
 
     async def pool_use(self) -> list[PoolUse]:
-        """Each pool the kinds declare: its capacity now (as changed at run time, if it
-        was) and the units held now."""
-        pools, pg = list(self._db.kinds.pools.values()), self._db.postgres
+        """Each pool the kinds declare (of a pool family, each known member): its capacity
+        now (as changed at run time, if it was) and the units held now."""
+        kinds, pg = self._db.kinds, self._db.postgres
 
         def work(conn: sa.Connection) -> list[PoolUse]:
             found = []
-            for p in pools:
-                held, capacity = conn.execute(usage(p, pg)).one()
-                found.append(PoolUse(p.name, int(capacity), int(held or 0)))
+            for p in kinds.pools.values():
+                # A pool family: each member it has now (claimed or given a capacity).
+                for pool in _members(conn, kinds, p, pg) if p.name.endswith("*") else [p]:
+                    held, capacity = conn.execute(usage(pool, pg)).one()
+                    found.append(PoolUse(pool.name, int(capacity), int(held or 0)))
             return found
 
         return await self._db.read(work)
@@ -310,6 +314,8 @@ class DoctorReads(Service):
         kinds, pg = self._db.kinds, self._db.postgres
         queries = []
         for pool in kinds.pools.values():
+            if pool.name.endswith("*"):
+                continue  # a family: its members are checked by the apply, one by one
             units = claimed_units(pool.name, pg)
             for name in sorted(pool.claimed_by):
                 live = sorted(kinds[name].live)
@@ -339,3 +345,14 @@ class DoctorReads(Service):
                 for eid, kind, owner, token, until in conn.execute(query, {"latest": latest})
             ]
         )
+
+
+def _members(conn: sa.Connection, kinds: Kinds, family: PoolHolders, pg: bool) -> list[PoolHolders]:
+    """The members of the pool ``family`` that its holders claim or that were given a
+    capacity at run time, in name order."""
+    names: set[str] = set()
+    for claims, name in conn.execute(family_names(family, pg)):
+        held = json.loads(claims) if isinstance(claims, str) else claims
+        names.update([name] if name is not None else held if isinstance(held, dict) else ())
+    members = (kinds.pool(n) for n in sorted(names) if in_family(family.name, n))
+    return [m for m in members if m is not None]

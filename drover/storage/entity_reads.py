@@ -10,6 +10,7 @@ plugin reads of any kind). The statements are here, beside their use.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -20,11 +21,11 @@ import sqlalchemy as sa
 from drover.model.checks import MAX_NAME_LENGTH, check_filter, text_problem
 from drover.model.errors import InvalidSpecError, UnknownEntityError
 from drover.model.ids import ID_LENGTH
-from drover.model.pools import PoolHolding, PoolUsage
+from drover.model.pools import PoolHolding, PoolUsage, in_family, is_family
 from drover.model.values import Entity
 from drover.storage._reading import links_of, values_of
 from drover.storage._service import Service
-from drover.storage._sql import chunked, ids_value, statement
+from drover.storage._sql import bounded_statement, chunked, ids_value, statement
 from drover.storage.rows import ENTITY_COLUMNS, entities_with_children
 from drover.storage.schema import (
     LIST_ORDERS,
@@ -35,7 +36,7 @@ from drover.storage.schema import (
 )
 from drover.storage.statements.apply import latest_history_ids
 from drover.storage.statements.ids import checked_only
-from drover.storage.statements.pools import capacity_of, holder_rows
+from drover.storage.statements.pools import capacity_of, family_names, holder_rows
 
 __all__ = ["PREFIX_MATCHES", "EntityFilter", "EntityReads"]
 
@@ -373,22 +374,60 @@ class EntityReads(Service):
     async def pool_usage(self, name: str) -> PoolUsage:
         """Pool ``name``'s capacity now (as changed at run time, if it was) and its holders:
         what a handler choosing where an entity goes reads (InvalidSpecError naming the
-        pools for an unknown one)."""
-        pools = self._db.kinds.pools
-        pool = pools.get(name)
+        pools for an unknown one).
+
+        ``name`` may be a member of a pool family (``gpu-node-n7`` of ``gpu-node-*``),
+        declared or not; the family itself reads as its members' default capacity,
+        nothing held (each member is counted on its own: :meth:`pool_members`).
+        """
+        kinds = self._db.kinds
+        pool = kinds.pool(name)
         if pool is None:
-            raise InvalidSpecError(f"no pool named {name!r}; pools: {', '.join(sorted(pools))}")
+            raise InvalidSpecError(
+                f"no pool named {name!r}; pools: {', '.join(sorted(kinds.pools))}"
+            )
         pg = self._db.postgres
-        query = statement(("pool-holders-rows", pool, pg), lambda: holder_rows(pool, pg))
-        now = statement(("pool-capacity", pool), lambda: sa.select(capacity_of(pool)))
+        family = is_family(name)
+        cache = statement if pool.family is None else bounded_statement
+        query = cache(("pool-holders-rows", pool, pg), lambda: holder_rows(pool, pg))
+        now = cache(("pool-capacity", pool), lambda: sa.select(capacity_of(pool)))
 
         def work(conn: sa.Connection) -> PoolUsage:
-            holders = tuple(
-                PoolHolding(eid, kind, status, int(units))
-                for eid, kind, status, units in conn.execute(query)
+            holders = (
+                ()
+                if family
+                else tuple(
+                    PoolHolding(eid, kind, status, int(units))
+                    for eid, kind, status, units in conn.execute(query)
+                )
             )
             held = sum(h.units for h in holders)
             return PoolUsage(name, int(conn.execute(now).scalar_one()), held, holders)
+
+        return await self._db.read(work)
+
+    async def pool_members(self, family: str) -> list[str]:
+        """The known members of the pool family ``family`` (``gpu-node-*``), in name order:
+        those an entity holding the family claims, and those given a capacity at run time
+        (InvalidSpecError if ``family`` is no family the kinds declare)."""
+        pools = self._db.kinds.pools
+        found = pools.get(family)
+        if found is None or not is_family(family):
+            families = ", ".join(sorted(n for n in pools if is_family(n))) or "none"
+            raise InvalidSpecError(f"no pool family named {family!r}; families: {families}")
+        pg = self._db.postgres
+        query = statement(("pool-family-names", found, pg), lambda: family_names(found, pg))
+
+        def work(conn: sa.Connection) -> list[str]:
+            names: set[str] = set()
+            for claims, name in conn.execute(query):
+                if name is not None:
+                    names.add(name)
+                    continue
+                held = json.loads(claims) if isinstance(claims, str) else claims
+                if isinstance(held, dict):
+                    names.update(n for n, units in held.items() if units)
+            return sorted(n for n in names if in_family(family, n))
 
         return await self._db.read(work)
 

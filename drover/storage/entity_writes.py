@@ -183,18 +183,21 @@ class EntityWrites(EntityReads):
         """Change pools' capacities while drover runs (``drover pools set``): every apply,
         fetch and read of those pools, on every coordinator, uses them from now on.
 
-        Each name must be a pool the kinds declare and each capacity a whole number
+        Each name must be a pool the kinds declare, a member of a pool family they
+        declare (``gpu-node-n7`` of ``gpu-node-*``; the family's own name sets the
+        default of its members given none), and each capacity a whole number
         >= 0; otherwise InvalidSpecError names the first problem and nothing is
         written. A lower capacity refuses new holders only: entities holding the
         pool keep it.
         """
-        pools = self._db.kinds.pools
+        kinds = self._db.kinds
         for name, capacity in capacities.items():
-            if name not in pools:
-                known = ", ".join(sorted(pools)) or "none"
+            if not isinstance(name, str) or kinds.pool(name) is None:
+                known = ", ".join(sorted(kinds.pools)) or "none"
                 raise InvalidSpecError(
                     f"no pool named {name!r}; pools: {known} (pools are declared by kinds:"
-                    " declare one with capacity 0 and raise it here when it is needed)"
+                    " declare one with capacity 0 and raise it here when it is needed, or a"
+                    " family 'prefix-*' whose members appear at run time)"
                 )
             if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
                 raise InvalidSpecError(

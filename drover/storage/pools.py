@@ -18,6 +18,12 @@ the handler decided for the move (``HandlerResult.claims``, carried as
 written, replaces ``spec["pools"]`` in the same transaction, under the same
 locks: the next apply's count includes it.
 
+A pool family (``gpu-node-*``) is entered member by member: each entity
+enters the members its claims name (``Change.claims``, else ``spec["pools"]``,
+read once by id for the whole apply, before any lock), and each member is
+locked (in name order, with the declared pools) and counted like a declared
+claimed pool.
+
 Only the applies of kinds that declare pools pay: one dictionary lookup per
 group otherwise.
 """
@@ -25,18 +31,18 @@ group otherwise.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from drover.model.kinds import Kinds
 from drover.model.plan import AppliedChange, Change
-from drover.model.pools import POOLS_KEY, PoolHolders
-from drover.storage._sql import ids_value, statement
+from drover.model.pools import POOLS_KEY, PoolHolders, in_family, is_family
+from drover.storage._sql import bounded_statement, ids_value, statement
 from drover.storage.schema import entities
 from drover.storage.statements.ids import ids_param
-from drover.storage.statements.pools import claimed_units, usage
+from drover.storage.statements.pools import claimed_units, claims_json, usage
 
 __all__ = ["PoolGate"]
 
@@ -60,6 +66,16 @@ def claims_of(names: tuple[str, ...], postgres: bool) -> sa.Select[Any]:
     """Id and the units of each pool of ``names`` claimed by the entities ``:ids``."""
     columns = [claimed_units(name, postgres).label(f"c{i}") for i, name in enumerate(names)]
     return sa.select(e.c.id, *columns).where(ids_param(e.c.id, "ids", postgres))
+
+
+def pool_claims(postgres: bool) -> sa.Select[Any]:
+    """Id and ``spec["pools"]`` (JSON text, or NULL) of the entities ``:ids``."""
+    return sa.select(e.c.id, claims_json(postgres)).where(ids_param(e.c.id, "ids", postgres))
+
+
+def _units(value: object) -> int:
+    """A claim's units (anything but a positive integer reads as none)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def set_claims(postgres: bool) -> sa.Update:
@@ -88,6 +104,8 @@ class PoolGate:
         self._kinds = kinds
         self._postgres = postgres
         self._locked: set[str] = set()
+        # spec["pools"] of the entities entering a pool family, read once per apply.
+        self._specs: dict[str, dict[str, Any]] = {}
 
     def entered(self, kind: str, from_status: str, to_status: str) -> tuple[PoolHolders, ...]:
         """The pools a move enters (none for kinds without pools)."""
@@ -103,21 +121,55 @@ class PoolGate:
             self._locked.add(name)
 
     def lock_for(self, changes: Sequence[Change]) -> None:
-        """Lock every pool any of ``changes`` would enter, before the apply writes anything."""
-        names = {
-            pool.name
-            for c in changes
-            if c.changes_status
-            for pool in self.entered(c.kind, c.from_status, str(c.to_status))
-        }
+        """Lock every pool any of ``changes`` would enter (a family's: the members their
+        claims name), before the apply writes anything."""
+        names: set[str] = set()
+        families: list[tuple[Change, PoolHolders]] = []
+        for c in changes:
+            if not c.changes_status:
+                continue
+            for pool in self.entered(c.kind, c.from_status, str(c.to_status)):
+                if is_family(pool.name):
+                    families.append((c, pool))
+                else:
+                    names.add(pool.name)
+        if families:
+            self._read_specs([c.entity_id for c, _ in families if c.claims is None])
+            for c, family in families:
+                names.update(self._members(c, (family,)))
         self.lock(names)
+
+    def _read_specs(self, ids: Sequence[str]) -> None:
+        """Read (once) the ``spec["pools"]`` of the entities ``ids``."""
+        wanted = [i for i in dict.fromkeys(ids) if i not in self._specs]
+        if not wanted:
+            return
+        pg = self._postgres
+        query = statement(("pool-specs", pg), lambda: pool_claims(pg))
+        for eid, text in self._conn.execute(query, {"ids": ids_value(wanted, pg)}):
+            claims = json.loads(text) if isinstance(text, str) else text
+            self._specs[eid] = claims if isinstance(claims, dict) else {}
+
+    def _members(self, change: Change, families: Sequence[PoolHolders]) -> dict[str, int]:
+        """The members of ``families`` ``change``'s entity claims, and the units of each."""
+        if change.claims is not None:
+            source: Mapping[str, Any] = change.claims
+        else:
+            source = self._specs.get(change.entity_id, {})
+        return {
+            name: _units(units)
+            for name, units in source.items()
+            if _units(units) and any(in_family(f.name, name) for f in families)
+        }
 
     def usage(self, pool: PoolHolders) -> tuple[int, int]:
         """``(units held, capacity)`` of ``pool`` now (its lock taken first; the capacity as
         changed at run time, if it was)."""
         self.lock([pool.name])
         pg = self._postgres
-        query = statement(("pool-usage", pool, pg), lambda: usage(pool, pg))
+        # A family's members are as many as the workers, say: keep only the recent ones.
+        cache = statement if pool.family is None else bounded_statement
+        query = cache(("pool-usage", pool, pg), lambda: usage(pool, pg))
         held, capacity = self._conn.execute(query).one()
         return int(held or 0), int(capacity)
 
@@ -140,9 +192,11 @@ class PoolGate:
         first = group[0]
         if not first.changes_status:
             return list(group), []
-        pools = self.entered(first.kind, first.from_status, str(first.to_status))
-        if not pools:
+        entered = self.entered(first.kind, first.from_status, str(first.to_status))
+        if not entered:
             return list(group), []
+        pools = [p for p in entered if not is_family(p.name)]
+        families = [p for p in entered if is_family(p.name)]
         claimed = tuple(p.name for p in pools if first.kind in p.claimed_by)
         # Claims the handler decided for the move stand in for the spec's.
         from_spec = [c.entity_id for c in group if c.claims is None]
@@ -150,36 +204,41 @@ class PoolGate:
         for c in group:
             if c.claims is not None:
                 claims[c.entity_id] = tuple(int(c.claims.get(name, 0)) for name in claimed)
-        # Per pool: units held now, counted with the moves this group is admitted to make.
-        now = [self.usage(pool) for pool in pools]
-        held = [units for units, _ in now]
-        capacities = [capacity for _, capacity in now]
+        if families:
+            self._read_specs(from_spec)
+        members = {c.entity_id: self._members(c, families) for c in group} if families else {}
+        # Per pool: [units held now, capacity], counted with the moves this group is admitted
+        # to make; a family's members after the declared pools, in name order.
+        room = {pool.name: list(self.usage(pool)) for pool in pools}
+        for name in sorted({n for found in members.values() for n in found}):
+            member = self._kinds.pool(name)
+            if member is not None:
+                room[name] = list(self.usage(member))
         admitted: list[Change] = []
         refused: list[tuple[Change, str]] = []
         for change in group:
             claim = iter(claims.get(change.entity_id, (0,) * len(claimed)))
-            needs = [next(claim) if pool.name in claimed else 1 for pool in pools]
+            needs = {pool.name: next(claim) if pool.name in claimed else 1 for pool in pools}
+            needs.update(
+                (n, units) for n, units in members.get(change.entity_id, {}).items() if n in room
+            )
             short = next(
                 # An entity that claims none of a pool is never refused by it, even over capacity.
-                (
-                    i
-                    for i, pool in enumerate(pools)
-                    if needs[i] and held[i] + needs[i] > capacities[i]
-                ),
+                (n for n, units in needs.items() if units and room[n][0] + units > room[n][1]),
                 None,
             )
             if short is None:
                 admitted.append(change)
-                held = [h + n for h, n in zip(held, needs, strict=True)]
+                for name, units in needs.items():
+                    room[name][0] += units
                 continue
-            pool = pools[short]
-            count = f"{held[short]}/{capacities[short]} held"
-            if pool.name in claimed:
+            count = f"{room[short][0]}/{room[short][1]} held"
+            if short in claimed or short not in {p.name for p in pools}:
                 count += f", {needs[short]} claimed"
             refused.append(
                 (
                     change,
-                    f"pool {pool.name!r} is full ({count}); stays {first.from_status}, "
+                    f"pool {short!r} is full ({count}); stays {first.from_status}, "
                     f"not moved to {first.to_status}",
                 )
             )

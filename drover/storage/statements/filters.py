@@ -86,8 +86,13 @@ def filter_shape(
 
 
 def _room_pools(f: PoolHasRoom, pools: Mapping[str, PoolHolders]) -> list[PoolHolders]:
-    """The pools a :class:`PoolHasRoom` checks, in name order (unknown names: none)."""
-    return [pools[n] for n in sorted(pools) if f.pools is None or n in f.pools]
+    """The pools a :class:`PoolHasRoom` checks, in name order (unknown names: none).
+
+    Never a pool family's (``gpu-node-*``): which member a row would take is in its
+    claims, which the filter does not read (registration refuses naming one)."""
+    return [
+        pools[n] for n in sorted(pools) if not n.endswith("*") and (f.pools is None or n in f.pools)
+    ]
 
 
 def _shape(f: CandidateFilter, values: list[Any], pools: Mapping[str, PoolHolders]) -> Hashable:

@@ -19,7 +19,9 @@ from drover.storage.schema import entities, pool_capacities
 __all__ = [
     "capacity_of",
     "claimed_units",
+    "claims_json",
     "count_holders",
+    "family_names",
     "holder_rows",
     "holds",
     "units",
@@ -90,11 +92,35 @@ def holder_rows(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:
 
 def capacity_of(pool: PoolHolders, declared: Any = None) -> sa.ColumnElement[Any]:
     """``pool``'s capacity now: the one changed at run time (``pool_capacities``), else
-    ``declared`` (default: the capacity the kinds and the configuration give it)."""
+    (for a family's member) its family's changed at run time, else ``declared``
+    (default: the capacity the kinds and the configuration give it)."""
     pc = pool_capacities
     changed = sa.select(pc.c.capacity).where(pc.c.name == pool.name).scalar_subquery()
     fallback = sa.literal(pool.capacity) if declared is None else declared
-    return sa.func.coalesce(changed, fallback)
+    if pool.family is None:
+        return sa.func.coalesce(changed, fallback)
+    # A family member: its own capacity, else the one its family was given at run time.
+    family = sa.select(pc.c.capacity).where(pc.c.name == pool.family).scalar_subquery()
+    return sa.func.coalesce(changed, family, fallback)
+
+
+def claims_json(postgres: bool, table: Any = entities) -> sa.ColumnElement[Any]:
+    """The row's ``spec["pools"]`` as JSON text (NULL without one): a pool family's members
+    are its keys."""
+    if postgres:
+        key = sa.literal(POOLS_KEY, sa.Text)
+        return sa.cast(table.c.spec.op("->")(key), sa.Text)
+    return sa.func.json_extract(table.c.spec, f"$.{POOLS_KEY}")
+
+
+def family_names(family: PoolHolders, postgres: bool) -> sa.CompoundSelect[Any]:
+    """``spec["pools"]`` (JSON text) of every holder of the pool ``family``, and the names of
+    the pools given a capacity at run time (``name`` NULL): where its members' names are."""
+    pc = pool_capacities
+    held = sa.select(claims_json(postgres).label("claims"), sa.null().label("name"))
+    held = held.where(holds(family))
+    changed = sa.select(sa.null(), pc.c.name)
+    return held.union_all(changed)
 
 
 def usage(pool: PoolHolders, postgres: bool) -> sa.Select[Any]:

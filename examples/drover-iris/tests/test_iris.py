@@ -838,6 +838,27 @@ async def test_two_coordinators_never_fill_one_workers_last_slot_twice(iris: Har
         assert (await _latest(h, waiting.id)).spec["worker"] == "w2"
 
 
+async def test_a_worker_that_joins_while_drover_runs_needs_no_declaration(
+    iris: Harness,
+) -> None:
+    """One worker of one slot: the second task waits. Worker w3 joins while the harness
+    runs (no kind declares its pool: it is a member of the family ``iris-worker-*``); the
+    next tick places the task there, counted in w3's own pool of 2 slots."""
+    async with iris({"w1": 1}) as h:
+        jobs = [await _submit(h, JobRequest(f"j{i}")) for i in range(2)]
+        await h.tick("iris-schedule")
+        tasks = [t for j in jobs for t in await _tasks(h, j)]
+        assert sorted(t.status for t in tasks) == [T.ASSIGNED, T.PENDING]
+        (waiting,) = [t for t in tasks if t.status == T.PENDING]
+        await h.cluster.worker_joined(h.repository, "w3", 2)
+        await h.tick("iris-schedule")
+        found = await h.get(waiting.id)
+        assert (found.status, found.spec["pools"]) == (T.ASSIGNED, {"iris-worker-w3": 1})
+        usage = await h.app.queries.pool_usage("iris-worker-w3")
+        assert (usage.capacity, usage.held) == (2, 1)
+        assert (await h.app.queries.pool_usage("iris-workers")).capacity == 3
+
+
 # -- the installed pack ------------------------------------------------------------------------
 
 

@@ -54,7 +54,9 @@ class IrisPlugin:
 
     The pool ``iris-workers`` is declared with the cluster's slots
     (configuration's ``[pools] iris-workers = N`` overrides it in a daemon),
-    and one claimed pool per worker (``iris-worker-w1``) with its slots.
+    and the family of claimed pools ``iris-worker-*``, one per worker
+    (``iris-worker-w1``): a worker that joins while drover runs
+    (``SimulatedCluster.worker_joined``) needs no declaration.
     """
 
     def __init__(self, cluster: SimulatedCluster | None = None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .kinds import ATTEMPT_KIND, LIVE_ATTEMPT, AttemptState
+from .kinds import ATTEMPT_KIND, LIVE_ATTEMPT, WORKERS_POOL, AttemptState, worker_pool_name
 
 if TYPE_CHECKING:
     from drover import Queries, Repository
@@ -46,6 +46,16 @@ class SimulatedCluster:
     def alive(self) -> dict[str, int]:
         """The workers still answering, with their slots."""
         return {w: n for w, n in self.workers.items() if w not in self.dead}
+
+    async def worker_joined(self, repository: Repository, worker: str, slots: int) -> None:
+        """A worker joins while drover runs (Iris's worker registration): its pool, a member
+        of the family ``iris-worker-*`` that nobody declared, gets its slots, and the
+        cluster's pool ``iris-workers`` the new total, for every coordinator at once."""
+        self.workers[worker] = slots
+        self.dead.discard(worker)
+        await repository.set_pool_capacities(
+            {worker_pool_name(worker): slots, WORKERS_POOL: self.capacity}
+        )
 
     async def worker_died(self, repository: Repository, queries: Queries, worker: str) -> list[str]:
         """The worker stopped answering (Iris's ``_on_worker_failed``): it takes no more

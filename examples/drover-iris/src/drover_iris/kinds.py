@@ -5,9 +5,11 @@ COSCHED_FAILED for a gang member ended because a sibling failed); an attempt
 has the same states minus PENDING and UNSCHEDULABLE (an attempt exists only
 once a worker was chosen). ``JobState`` is what Iris derives from its tasks'
 counts. A task holds a token of the pool ``iris-workers`` while ASSIGNED,
-BUILDING or RUNNING, and a token of its worker's pool (``iris-worker-w1``,
-claimed by the scheduler's result): the apply never assigns more tasks than
-the cluster or one worker has slots, also with several coordinators.
+BUILDING or RUNNING, and a token of its worker's pool (``iris-worker-w1``, a
+member of the pool family ``iris-worker-*``, claimed by the scheduler's
+result): the apply never assigns more tasks than the cluster or one worker has
+slots, also with several coordinators, and a worker that joins while drover
+runs needs no declaration.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ PREEMPTION = "preemption"
 DEFAULT_MAX_RETRIES_FAILURE = 0
 DEFAULT_MAX_RETRIES_PREEMPTION = 100
 
+#: A worker's slots when the cluster names none.
+DEFAULT_SLOTS = 2
 #: The pool of worker slots; ``[pools] iris-workers = N`` overrides its capacity.
 WORKERS_POOL = "iris-workers"
 
@@ -154,16 +158,21 @@ def worker_pool_name(worker: str) -> str:
     return f"iris-worker-{worker}"
 
 
-def worker_pool(worker: str, slots: int) -> Pool:
-    """One worker's slots, claimed per task: the scheduler's result names the worker it
-    chose (``HandlerResult.claims``), and the apply counts that claim under the pool's lock
-    and writes it to the task's ``spec["pools"]``."""
-    return Pool(worker_pool_name(worker), slots, held_in=ACTIVE_TASK, claimed=True)
+#: Every worker's pool: a member of this family (``iris-worker-w1``), never declared one by one.
+WORKER_POOLS = "iris-worker-*"
+
+
+def worker_pools(slots: int) -> Pool:
+    """The family of the workers' pools: each worker's holds ``slots`` tokens unless its
+    own capacity was set (``drover pools set iris-worker-w3 4``,
+    :meth:`~drover_iris.cluster.SimulatedCluster.worker_joined`)."""
+    return Pool(WORKER_POOLS, slots, held_in=ACTIVE_TASK, claimed=True)
 
 
 def make_kinds(workers: Mapping[str, int]) -> tuple[EntityKind, EntityKind, EntityKind]:
     """The three kinds, the task kind holding the cluster's slots (the pool of all of
-    them, and one claimed pool per worker of ``workers``, name → slots)."""
+    them, and the family of claimed pools, one per worker, each of the fewest slots
+    a worker of ``workers`` (name → slots) has: the others' are set when they join)."""
     capacity = sum(workers.values())
     job = EntityKind(
         JOB_KIND,
@@ -201,7 +210,7 @@ def make_kinds(workers: Mapping[str, int]) -> tuple[EntityKind, EntityKind, Enti
         termination=(TerminationRule(TaskState.KILLED, status_info="USER_KILLED"),),
         pools=(
             workers_pool(capacity),
-            *(worker_pool(worker, slots) for worker, slots in sorted(workers.items())),
+            worker_pools(min(workers.values(), default=DEFAULT_SLOTS)),
         ),
         check_spec=_check_task_spec,
     )
