@@ -99,6 +99,7 @@ def test_importing_drover_and_reading_its_names_imports_no_heavy_library():
 _NOT_ON_A_READ = (
     "alembic",
     "drover.coordinator.daemon",
+    "drover.coordinator.tick",
     "drover.kinds.sessions.prepare",
     "drover.storage.repository",
     "drover.storage.tick_store",

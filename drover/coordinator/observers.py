@@ -13,14 +13,17 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
-from drover.coordinator.tick import TickReport
 from drover.model.clock import from_timestamp
 from drover.model.deprecation import warn_kindless
 from drover.model.status import SchedulingResult
+
+if TYPE_CHECKING:
+    # Only named: a read of the plugins (the command line's) never imports the tick.
+    from drover.coordinator.tick import TickReport
 
 __all__ = ["HistoryEvent", "Observer", "ObserverDispatcher", "events_of"]
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from drover.coordinator.handlers import Handler, LifecycleHandler, target_statuses
-from drover.coordinator.tick import Coordinator
 from drover.inspection._format import duration
 from drover.kinds.sessions.values import (
     SESSION_KIND,
@@ -30,6 +29,10 @@ from drover.model.rules import MATCH_CONDITIONS, promotion_matches
 from drover.model.status import SchedulingResult
 from drover.model.values import Entity, HandlerOptions, HistoryRecord
 from drover.storage.queries import Queries
+
+if TYPE_CHECKING:
+    # Only named: `drover show` formats exits with this module and never runs a tick.
+    from drover.coordinator.tick import Coordinator
 
 __all__ = [
     "Diagnosis",
