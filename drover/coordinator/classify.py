@@ -29,6 +29,7 @@ with ``status_info`` :data:`~drover.model.rules.REQUEUE_LIMIT`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -60,6 +61,10 @@ _WAS_SKIPPED = Reported.SKIPPED
 
 #: The outcomes whose transition may send a session back (and spend a requeue).
 _SENDS_BACK = frozenset({SchedulingResult.EXPIRED, SchedulingResult.GIVE_UP})
+
+
+#: What a child without a placement maps to (a placement's agent is never this object).
+_UNPLACED: Any = object()
 
 
 def _no_limit(_target: Target) -> int | None:
@@ -126,11 +131,20 @@ def classify(targets: Sequence[Target], outcomes: TargetOutcomes, rules: Rules) 
     """
     found = outcomes.by_id.get
     placements = outcomes.placements
+    agent_of = placements.get
     changes: list[Change] = []
     for target in targets:
         placed: tuple[tuple[str, str], ...] = ()
         if placements:
-            placed = tuple((k.id, placements[k.id]) for k in target.children if k.id in placements)
+            # A list built in place, one lookup per child: a generator costs a frame
+            # resume per item, for every target of a scheduler's tick.
+            placed = tuple(
+                [
+                    (k.id, a)
+                    for k in target.children
+                    if (a := agent_of(k.id, _UNPLACED)) is not _UNPLACED
+                ]
+            )
         change = decide(target, found(target.id, UNMENTIONED), rules, placed)
         if change is not None:
             changes.append(change)

@@ -53,6 +53,15 @@ async def run_transaction(
     attempts: int = 6,
 ) -> T:
     """Run ``work`` (which opens and commits its own transaction), retrying transient errors."""
+    # Nearly every transaction succeeds at once: it pays for no retry machinery (a
+    # tick runs a few). A transient failure enters the same loop as its first
+    # attempt (logged, waited for, counted), and the next attempts run there.
+    try:
+        return await work()
+    except Exception as error:
+        if not is_transient(error):
+            raise
+        failed: Exception | None = error
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
         stop=stop_after_attempt(attempts),
@@ -62,5 +71,8 @@ async def run_transaction(
     )
     async for attempt in retrying:
         with attempt:
+            if failed is not None:
+                first, failed = failed, None
+                raise first
             return await work()
     raise AssertionError("unreachable: tenacity reraises the last error")
