@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 import pytest
+from attrs import evolve as attrs_evolve
 
 from drover import (
     Budget,
@@ -14,6 +15,7 @@ from drover import (
     EntityKind,
     HandlerOptions,
     HandlerResult,
+    KernelInfo,
     KernelStatus,
     SchedulingResult,
     SessionStatus,
@@ -346,3 +348,47 @@ def test_decide_a_requeue_past_the_limit_goes_to_the_limit_status():
     below = decide(session(held=61.0, requeues=2), UNMENTIONED, rules)
     assert below is not None
     assert (below.to_status, below.requeue) == (S.PENDING, True)
+
+
+def _kernel_of(sid: str, n: int) -> KernelInfo:
+    at = datetime.fromtimestamp(NOW, UTC)
+    return KernelInfo(f"{sid}-k{n}", sid, K.PENDING, at, None, {})
+
+
+@pytest.mark.parametrize(
+    "success",
+    [
+        TransitionStatus(S.PREPARING, K.PREPARING),
+        Transition("PREPARING", "PREPARING", status_info="READY"),
+        Transition("SCHEDULED"),
+        None,
+    ],
+    ids=["plain", "with-status-info", "into-its-own-status", "no-transition"],
+)
+def test_plain_successes_are_the_changes_decide_makes(success):
+    """classify builds a plain success's change itself; it is exactly decide()'s, with the
+    placements, whatever the success transition sets."""
+    targets = [
+        attrs_evolve(session(f"s{i}"), kernels=(_kernel_of(f"s{i}", 0), _kernel_of(f"s{i}", 1)))
+        for i in range(3)
+    ]
+    result = HandlerResult(
+        successes=["s0", "s1"],
+        failures=["s2"],
+        messages={"s1": "noted"},
+        placements={"s0-k1": "agent-a", "s1-k0": "agent-b"},
+    )
+    rules = Rules(
+        kind=SESSION,
+        transitions=StatusTransitions(success=success, need_retry=None),
+        now=NOW,
+        options_for=lambda s: HandlerOptions(max_retries=2, timeout=60.0),
+    )
+    outcomes = result.per_target()
+    expected = [
+        decide(t, outcomes.get(t.id), rules, p)
+        for t, p in zip(
+            targets, [(("s0-k1", "agent-a"),), (("s1-k0", "agent-b"),), ()], strict=True
+        )
+    ]
+    assert classify(targets, outcomes, rules) == [c for c in expected if c is not None]

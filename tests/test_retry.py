@@ -106,3 +106,51 @@ async def test_concurrent_sqlite_writers_queue_instead_of_failing(tmp_path):
         )
         counts = await a.repository.count_by_status()
         assert sum(counts.values()) == 40
+
+
+async def test_first_failure_is_retried_and_logged_like_the_next(caplog):
+    """The first attempt runs outside the retry loop, yet its transient failure is logged,
+    waited for and counted as attempt 1 like every later one."""
+    calls = 0
+
+    async def work() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise _dbapi(sqlite3.OperationalError("database is locked"))
+        return "done"
+
+    with caplog.at_level("WARNING", logger="drover.storage"):
+        assert await run_transaction(work) == "done"
+    retried = [r for r in caplog.records if r.name == "drover.storage"]
+    assert calls == 3
+    assert len(retried) == 2
+    assert all("database is locked" in r.getMessage() for r in retried)
+
+
+async def test_one_attempt_is_not_retried():
+    """With a single attempt a transient error surfaces after one call."""
+    calls = 0
+
+    async def work() -> None:
+        nonlocal calls
+        calls += 1
+        raise _dbapi(sqlite3.OperationalError("database is locked"))
+
+    with pytest.raises(exc.OperationalError, match="database is locked"):
+        await run_transaction(work, attempts=1)
+    assert calls == 1
+
+
+async def test_other_errors_surface_at_once():
+    """A non-transient error is raised from the first call, never retried."""
+    calls = 0
+
+    async def work() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug"):
+        await run_transaction(work)
+    assert calls == 1

@@ -29,11 +29,12 @@ with ``status_info`` :data:`~drover.model.rules.REQUEUE_LIMIT`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from drover.model.kinds import EntityKind
-from drover.model.outcomes import UNMENTIONED, Reported, TargetOutcome, TargetOutcomes
+from drover.model.outcomes import SUCCEEDED, UNMENTIONED, Reported, TargetOutcome, TargetOutcomes
 from drover.model.plan import Change, TryCount
 from drover.model.rules import REQUEUE_LIMIT
 from drover.model.status import SchedulingResult
@@ -60,6 +61,10 @@ _WAS_SKIPPED = Reported.SKIPPED
 
 #: The outcomes whose transition may send a session back (and spend a requeue).
 _SENDS_BACK = frozenset({SchedulingResult.EXPIRED, SchedulingResult.GIVE_UP})
+
+
+#: What a child without a placement maps to (a placement's agent is never this object).
+_UNPLACED: Any = object()
 
 
 def _no_limit(_target: Target) -> int | None:
@@ -126,12 +131,47 @@ def classify(targets: Sequence[Target], outcomes: TargetOutcomes, rules: Rules) 
     """
     found = outcomes.by_id.get
     placements = outcomes.placements
+    agent_of = placements.get
+    # A plain success is the change decide() makes of it, built without its checks:
+    # the success transition, tries reset, nothing else (unless the transition sets
+    # status_info, which then depends on the target: decide() does it).
+    success = rules.by_result.get(_SUCCESS)
+    plain = success is None or success.status_info is None
+    to_status = to_children = children_info = None
+    if success is not None:
+        to_status, to_children = success.to, success.children
+        children_info = success.children_info
+    kind = rules.kind.name
     changes: list[Change] = []
     for target in targets:
         placed: tuple[tuple[str, str], ...] = ()
         if placements:
-            placed = tuple((k.id, placements[k.id]) for k in target.children if k.id in placements)
-        change = decide(target, found(target.id, UNMENTIONED), rules, placed)
+            # A list built in place, one lookup per child: a generator costs a frame
+            # resume per item, for every target of a scheduler's tick.
+            placed = tuple(
+                [
+                    (k.id, a)
+                    for k in target.children
+                    if (a := agent_of(k.id, _UNPLACED)) is not _UNPLACED
+                ]
+            )
+        outcome = found(target.id, UNMENTIONED)
+        if outcome is SUCCEEDED and plain:
+            changes.append(
+                Change(
+                    entity_id=target.id,
+                    kind=kind,
+                    from_status=target.status,
+                    result=_SUCCESS,
+                    to_status=to_status,
+                    to_children=to_children,
+                    children_info=children_info,
+                    try_count=_RESET,
+                    placements=placed,
+                )
+            )
+            continue
+        change = decide(target, outcome, rules, placed)
         if change is not None:
             changes.append(change)
     return changes

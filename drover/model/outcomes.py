@@ -91,7 +91,7 @@ class Result(Protocol):
     def claims(self) -> dict[str, dict[str, int]]: ...
 
 
-__all__ = ["UNMENTIONED", "Reported", "TargetOutcome", "TargetOutcomes"]
+__all__ = ["SUCCEEDED", "UNMENTIONED", "Reported", "TargetOutcome", "TargetOutcomes"]
 
 
 class Reported(Enum):
@@ -185,7 +185,9 @@ class TargetOutcome:
 #: The outcome of a target the result does not mention at all.
 UNMENTIONED = TargetOutcome(reported=Reported.NOTHING)
 # One shared value per plain class: a thousand plain successes allocate nothing.
-_SUCCEEDED = TargetOutcome(reported=Reported.SUCCESS)
+#: The outcome of every target the result lists as a plain success (nothing else
+#: said about it): one shared value, so that a plain success is told by identity.
+SUCCEEDED = TargetOutcome(reported=Reported.SUCCESS)
 _FAILED = TargetOutcome(reported=Reported.FAILURE)
 _SKIPPED = TargetOutcome(reported=Reported.SKIPPED)
 _CHARGEABLE = frozenset({Reported.FAILURE, Reported.NAMED})
@@ -225,7 +227,7 @@ class TargetOutcomes:
     @classmethod
     def read(cls, result: Result) -> TargetOutcomes:
         """Read ``result`` as it stands (see :meth:`HandlerResult.per_target`)."""
-        by_id = dict.fromkeys(result.successes, _SUCCEEDED)
+        by_id = dict.fromkeys(result.successes, SUCCEEDED)
         for ids, plain in ((result.failures, _FAILED), (result.skipped, _SKIPPED)):
             if ids:
                 by_id.update(dict.fromkeys(ids, plain))

@@ -51,9 +51,25 @@ _STATEMENTS: dict[Hashable, Any] = {}
 _BOUNDED: OrderedDict[Hashable, Any] = OrderedDict()
 
 
+#: Bytes an id may hold to be written into a JSON string as it is: printable ASCII
+#: but the quote and the backslash (JSON escapes those and control characters).
+_PLAIN_JSON = bytes(range(0x20, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
+
+
 def ids_value(ids: Sequence[str], postgres: bool) -> Any:
     """The value to bind to an :func:`~drover.storage.statements.ids.ids_param` parameter."""
-    return list(ids) if postgres else json.dumps(list(ids))
+    if postgres:
+        return list(ids)
+    listed = list(ids)
+    try:
+        text = "".join(listed)
+    except TypeError:  # not all strings: the encoder says what it makes of them
+        return json.dumps(listed)
+    # Ids (UUIDs) need no escaping: joined, they are the JSON array json.dumps would
+    # write, in a tenth of its time (a tick binds a thousand ids a few times over).
+    if text.isascii() and not text.encode().translate(None, _PLAIN_JSON):
+        return '["' + '","'.join(listed) + '"]' if listed else "[]"
+    return json.dumps(listed)
 
 
 def statement(key: Hashable, build: Callable[[], T]) -> T:

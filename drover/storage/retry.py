@@ -7,9 +7,7 @@ Handler outcomes are never retried here: they belong to the coordinator.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -46,19 +44,17 @@ async def run_transaction(
     *,
     attempts: int = 6,
 ) -> T:
-    """Run ``work`` (which opens and commits its own transaction), retrying transient errors.
-
-    The first attempt runs bare: nearly every transaction succeeds at once, and
-    tenacity's retry loop (and its import, for a command-line read) is only
-    built after a hiccup. Waits between attempts: 0.05 s, then doubling up to
-    2 s, plus up to 0.05 s of jitter.
-    """
+    """Run ``work`` (which opens and commits its own transaction), retrying transient errors."""
+    # Nearly every transaction succeeds at once: it pays for no retry machinery (a
+    # tick runs a few). A transient failure enters the same loop as its first
+    # attempt (logged, waited for, counted), and the next attempts run there.
     try:
         return await work()
     except Exception as error:
-        if attempts <= 1 or not is_transient(error):
+        if not is_transient(error):
             raise
-        log.warning("transient database error, retrying: %s", error)
+        failed: Exception | None = error
+    # Imported only now: a command-line read never meets a transient error.
     from tenacity import (
         AsyncRetrying,
         before_sleep_log,
@@ -70,15 +66,15 @@ async def run_transaction(
 
     retrying = AsyncRetrying(
         retry=retry_if_exception(is_transient),
-        stop=stop_after_attempt(attempts - 1),
-        # The first wait (0.05 s) is the one before the first retry, below; tenacity's
-        # own waits then follow the same doubling from 0.1 s.
-        wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.05),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.05),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )
-    await asyncio.sleep(0.05 + random.uniform(0, 0.05))
     async for attempt in retrying:
         with attempt:
+            if failed is not None:
+                first, failed = failed, None
+                raise first
             return await work()
     raise AssertionError("unreachable: tenacity reraises the last error")
