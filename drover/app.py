@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pluggy
 
+from drover._gc import GC_THRESHOLD
 from drover._version import __version__
 from drover.builtin_plugins import make_plugin_manager
 from drover.config import Config, LoadedConfig, handler_overrides, retention_seconds
@@ -62,9 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("drover.daemon")
-
-#: Young objects allocated before the collector runs (Python's default is 700).
-GC_THRESHOLD = (100_000, 50, 100)
 
 
 def tune_gc() -> None:

@@ -205,3 +205,32 @@ def test_a_read_loads_the_installed_plugins_when_the_database_holds_their_kinds(
     conn.close()
     _, installed = asyncio.run(read())
     assert installed
+
+
+def test_a_drover_process_takes_the_daemons_collector_thresholds_and_a_test_runner_does_not():
+    """A command line process raises the collector's young threshold (a read otherwise runs
+    about a hundred collections for nothing); click's test runner passes ``args`` and leaves
+    the calling process as it was."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from drover._gc import GC_THRESHOLD
+    from drover.cli import main
+
+    probe = (
+        "import gc, sys\n"
+        "sys.argv = ['drover', '--version']\n"
+        "from drover.cli.group import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    print('GC=' + repr(gc.get_threshold()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert f"GC={GC_THRESHOLD!r}" in done.stdout, done.stdout + done.stderr
+    before = gc.get_threshold()
+    assert CliRunner().invoke(main, ["--version"]).exit_code == 0
+    assert gc.get_threshold() == before
