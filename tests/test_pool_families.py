@@ -259,9 +259,9 @@ def test_drover_pools_lists_and_sets_a_family_member(database, monkeypatch, tmp_
         monkeypatch.setenv("DROVER_DATABASE_SCHEMA", database.schema)
     runner = CliRunner()
     listed = json.loads(runner.invoke(main, ["pools", "--json"]).output)
-    assert [(p["name"], p["capacity"], p["held"]) for p in listed] == [
-        ("gpu-node-*", 2, 0),
-        ("gpu-node-n7", 2, 1),
+    assert [(p["name"], p["family"], p["capacity"], p["held"]) for p in listed] == [
+        ("gpu-node-*", True, 2, None),
+        ("gpu-node-n7", False, 2, 1),
     ]
     done = runner.invoke(main, ["pools", "set", "gpu-node-n9", "5"])
     assert (done.exit_code, done.output.strip()) == (0, "pool gpu-node-n9: capacity 5 (0 held)")

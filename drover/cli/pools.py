@@ -15,11 +15,14 @@ __all__ = ["pools"]
 
 
 def _usage_json(usage: Any) -> dict[str, Any]:
+    # A family row gives its members' default capacity: nothing is held of the family itself.
+    family = usage.name.endswith("*")
     return {
         "name": usage.name,
+        "family": family,
         "capacity": usage.capacity,
-        "held": usage.held,
-        "free": usage.free,
+        "held": None if family else usage.held,
+        "free": None if family else usage.free,
         "holders": [
             {"id": h.entity_id, "kind": h.kind, "status": h.status, "units": h.units}
             for h in usage.holders
