@@ -15,7 +15,7 @@ run as one transaction:
 
 A database opened on a synchronous SQLite-file engine
 (:func:`~drover.storage.connect.sqlite_file_engine`, the command line's
-reads) has only the threaded path.
+reads) runs each transaction whole where it is called, with no worker thread.
 """
 
 from __future__ import annotations
@@ -125,8 +125,11 @@ class Database:
         self.kinds: Kinds = kinds
         self.postgres = engine.dialect.name == "postgresql"
         self._async: AsyncEngine | None = None
+        # A SQLite file's synchronous engine (sqlite_file_engine, the command line's reads):
+        # each transaction runs whole where it is called. A short read-only process gains
+        # nothing from worker threads and a checkpointer, and would pay for starting them.
+        self._inline = isinstance(engine, sa.Engine)
         if isinstance(engine, sa.Engine):
-            # A SQLite file's synchronous engine (sqlite_file_engine): threads only.
             self._threaded: sa.Engine | None = engine
         else:
             self._async = engine
@@ -159,6 +162,8 @@ class Database:
         if self._threaded is not None:
             engine = self._threaded_write if write else self._threaded
             assert engine is not None
+            if self._inline:
+                return self._in_thread(engine, work, write)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(_THREADS, thread_name_prefix="drover-sqlite")
                 self._checkpointer = _Checkpointer(self._threaded)
