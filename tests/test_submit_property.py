@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import PG_URL, SKIP_PG, Database, pg_schema
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from drover.backends.base import AgentInfo
@@ -477,6 +477,10 @@ def test_deploy_and_scale_flags_are_one_line_or_a_deployment_that_scales(
     event(outcomes[0][0])
 
 
+#: The longest URL the test client sends (httpx2 refuses longer ones, "URL too long").
+_CLIENT_URL_LIMIT = 65_536 - 1_024
+
+
 def _scale_param() -> Any:
     from drover.kinds.deployments.cli import scale
 
@@ -525,6 +529,9 @@ def test_no_dashboard_path_is_a_server_error(databases, tmp_path, monkeypatch, d
                 f"{quote(v.encode('utf-8', 'surrogatepass'), safe='')}"
                 for k, v in query.items()
             )
+        # Past 64 KiB the test client itself refuses the URL (and a real server answers
+        # before the dashboard sees it): such a draw tells nothing about the dashboard.
+        assume(len(path) < _CLIENT_URL_LIMIT)
         with TestClient(web, base_url="http://127.0.0.1:8080") as client:
             answer = client.get(path)
         assert answer.status_code < 500, (path[:200], answer.status_code, answer.text[:300])
