@@ -151,7 +151,8 @@ class Database:
         #: The descriptor holding SQLite's one-coordinator lock (storage/coordinators.py).
         self.coordinator_lock: int | None = None
 
-    def _in_thread(self, engine: sa.Engine, work: Work[T], write: bool) -> T:
+    def _transaction(self, engine: sa.Engine, work: Work[T], write: bool) -> T:
+        # One whole transaction on a synchronous engine: in a worker thread, or inline.
         with engine.begin() if write else engine.connect() as conn:
             result = work(conn)
         if write and self._checkpointer is not None:
@@ -163,11 +164,11 @@ class Database:
             engine = self._threaded_write if write else self._threaded
             assert engine is not None
             if self._inline:
-                return self._in_thread(engine, work, write)
+                return self._transaction(engine, work, write)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(_THREADS, thread_name_prefix="drover-sqlite")
                 self._checkpointer = _Checkpointer(self._threaded)
-            call = functools.partial(self._in_thread, engine, work, write)
+            call = functools.partial(self._transaction, engine, work, write)
             return await asyncio.get_running_loop().run_in_executor(self._executor, call)
         if write:
             async with self._write_engine.begin() as aconn:
