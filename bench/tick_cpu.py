@@ -5,7 +5,7 @@ Runs drover's side of ``bench/lifecycle.py``'s throughput measurement once
 instant simulated kernels) and splits the CPU time of the timed ticks:
 
 * **worker**: the transactions, each run whole in a SQLite worker thread
-  (``time.thread_time`` around ``Database._in_thread``), split into the
+  (``time.thread_time`` around ``Database._transaction``), split into the
   statements' own CPU (around the driver's execute and fetch, and
   SQLAlchemy's cursor execute), the commit (what the transaction takes beyond
   its work function) and the Python in between (building values, the apply's
@@ -110,7 +110,7 @@ def instrument() -> None:
     def _after(conn: Any, cursor: Any, text: str, *args: Any) -> None:
         _note(time.thread_time() - conn.info["tick_cpu_started"], "SA " + text)
 
-    in_thread = Database._in_thread
+    in_thread = Database._transaction
 
     def timed_in_thread(self: Database, engine: Any, work: Any, write: bool) -> Any:
         handler, started, inner = _CURRENT[0], time.thread_time(), [0.0]
@@ -129,7 +129,7 @@ def instrument() -> None:
                 TXN[handler] += time.thread_time() - started
                 WORK[handler] += inner[0]
 
-    Database._in_thread = timed_in_thread  # type: ignore[method-assign]
+    Database._transaction = timed_in_thread  # type: ignore[method-assign]
     tick = Coordinator.tick
 
     async def timed_tick(self: Coordinator, name: str) -> Any:
