@@ -313,15 +313,20 @@ class App:
             self._reads_only = False
             self._plugin_manager = self._kinds = self._repository = None
         if self.coordinator is None:
+            from drover.backends.deferred import built_on_first_use
             from drover.coordinator.tick import Coordinator
             from drover.plugins.manager import collect_handlers, collect_observers
             from drover.plugins.registry import RuntimeContext
 
             kinds = self.kinds
             per_tick = self.config.limits.creations_per_tick
+            # A reading app's handlers are read, never run (drover why).
+            backend = self._backend or (
+                built_on_first_use(lambda: self.backend) if self._reading else self.backend
+            )
             context = RuntimeContext(
                 self.repository.queries,
-                self.backend,
+                backend,
                 self.clock,
                 reporter=self.repository,
                 settings={n: h.settings for n, h in self.config.handlers.items() if h.settings},

@@ -12,14 +12,12 @@ import math
 import os
 import re
 import socket
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn
 
 from drover.config_sections import (
     DEFAULT_DATABASE_URL,
@@ -73,6 +71,8 @@ def parse_toml(text: str, where: str, error: type[Exception]) -> dict[str, Any]:
     Deep nesting is refused: ``tomllib`` parses it by recursion (a few thousand
     ``[`` are a RecursionError) and so would everything that reads the result.
     """
+    import tomllib  # only where a file is read: most commands have none
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as problem:
@@ -171,11 +171,9 @@ def _converter() -> cattrs.Converter:
         )
 
     conv.register_structure_hook(AgentConfig, _agent)
-    classes = (HandlerConfig, PluginsConfig, BackendConfig, HistoryConfig, LimitsConfig, Config)
-    for cls in classes:
-        conv.register_structure_hook(
-            cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)
-        )
+    # The sections' hooks are generated when first used (forbid_extra_keys applies to
+    # them): a configuration without a [backend] table, say, never compiles its hook,
+    # and most commands' configuration is a database URL and nothing else.
     return conv
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from pytimeparse.timeparse import timeparse as _timeparse
-
 __all__ = ["duration", "ordered_results", "parse_duration", "parse_time", "results_text"]
 
 #: The results every kind's entities end with, in the order they are shown.
@@ -46,7 +44,10 @@ def parse_duration(text: str) -> float:
     ``1h30m``, ``1.5h``, ``2 days``); a bare number, which could mean any
     unit, and a negative duration are refused.
     """
-    seconds = _timeparse(text.strip()) if text.strip() else None
+    # Imported here: most commands that import this module never parse a duration.
+    from pytimeparse.timeparse import timeparse
+
+    seconds = timeparse(text.strip()) if text.strip() else None
     if seconds is None or seconds < 0:
         raise ValueError(f"{text!r} is not a duration like 45s, 15m, 1h30m, 30d or 2w")
     return float(seconds)

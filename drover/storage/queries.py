@@ -11,19 +11,42 @@ commands) is read-only by type. The write store,
 
 from __future__ import annotations
 
-from drover.storage.doctor import (
-    ClaimRow,
-    DoctorReads,
-    EndRecord,
-    LiveChild,
-    OversizedClaim,
-    PoolUse,
-    RecordedMoves,
-)
+from typing import TYPE_CHECKING, Any
+
+from drover.storage.doctor import DoctorReads
 from drover.storage.entity_reads import EntityFilter, EntityReads
 from drover.storage.history import HistoryReads
 from drover.storage.schema import LIST_ORDERS
 from drover.storage.stats import BUCKETS, HandlerErrors, MetricsSnapshot, StatsReads
+
+if TYPE_CHECKING:
+    from drover.storage.doctor_facts import (
+        ClaimRow,
+        EndRecord,
+        LiveChild,
+        OversizedClaim,
+        PoolUse,
+        RecordedMoves,
+    )
+
+_DOCTOR_RECORDS = {
+    "ClaimRow",
+    "EndRecord",
+    "LiveChild",
+    "OversizedClaim",
+    "PoolUse",
+    "RecordedMoves",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The doctor's records are imported when first named: only drover doctor reads them.
+    if name in _DOCTOR_RECORDS:
+        import drover.storage.doctor_facts as facts
+
+        return getattr(facts, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BUCKETS",
