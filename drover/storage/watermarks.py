@@ -24,7 +24,14 @@ from __future__ import annotations
 import time
 from collections import deque
 
-__all__ = ["PG_LAG", "RECENT_BIAS", "SWEEP_INTERVAL", "Watermarks", "Window"]
+__all__ = [
+    "INITIAL_ROW_SECONDS",
+    "PG_LAG",
+    "RECENT_BIAS",
+    "SWEEP_INTERVAL",
+    "Watermarks",
+    "Window",
+]
 
 #: Largest ``status_changes`` id, largest ``scheduling_history`` id.
 Watermarks = tuple[int, int]
@@ -36,6 +43,12 @@ PG_LAG = 2.0
 #: Weight of a recent probe's expected cost against the last full probe's (0: always
 #: the recent probe where it is allowed).
 RECENT_BIAS = 1.0
+#: A recent probe's seconds per row read until one was timed: SQLite's, measured
+#: (``bench/tick_cpu.py``, 10,000 sessions: 7 ms for 35,000 rows). Only a recent
+#: probe that runs corrects it, so an estimate too high keeps choosing the full
+#: probe while it is the cheaper guess (1 µs did: 35 ms guessed against a full
+#: probe's 8 ms, while the recent probe took 5-7 ms).
+INITIAL_ROW_SECONDS = 2e-7
 
 
 class Window:
@@ -49,7 +62,7 @@ class Window:
         self._after: Watermarks | None = None
         # What the last full probe took, and an average of a recent probe's seconds per row.
         self._full_seconds = 0.0
-        self._row_seconds = 1e-6
+        self._row_seconds = INITIAL_ROW_SECONDS
 
     def start(self, now: Watermarks) -> Watermarks | None:
         """Where a probe made with the tables at ``now`` may start; ``None``: it must check

