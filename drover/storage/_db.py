@@ -24,7 +24,6 @@ import asyncio
 import functools
 import logging
 import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
@@ -49,49 +48,6 @@ log = logging.getLogger("drover.storage")
 
 # Reads run beside the writer (WAL); writers queue on SQLite's lock in their threads.
 _THREADS = 4
-#: Seconds between the checkpointer's passes (with writes in between).
-CHECKPOINT_INTERVAL = 0.5
-
-
-class _Checkpointer:
-    """Copies the WAL into the database file in its own thread, off the commit path.
-
-    SQLite would otherwise checkpoint inside the commit that crosses its
-    threshold, a third of a write's cost in the hot path. A PASSIVE
-    checkpoint never waits for readers or the writer; a pass runs only after
-    writes.
-    """
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self._engine = engine
-        self._dirty = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="drover-checkpoint", daemon=True)
-        self._thread.start()
-
-    def wrote(self) -> None:
-        self._dirty.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._dirty.wait()
-            if self._stop.wait(CHECKPOINT_INTERVAL):
-                break
-            self._dirty.clear()
-            self.checkpoint("PASSIVE")
-
-    def checkpoint(self, mode: str) -> None:
-        try:
-            with self._engine.connect() as conn:
-                conn.exec_driver_sql(f"PRAGMA wal_checkpoint({mode})")
-        except Exception as error:  # a busy database: the next pass catches up
-            log.debug("WAL checkpoint skipped: %s", error)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._dirty.set()
-        self._thread.join()
-        self.checkpoint("PASSIVE")
 
 
 def _shrink_idle(engine: sa.Engine) -> int:
@@ -127,7 +83,7 @@ class Database:
         self._async: AsyncEngine | None = None
         # A SQLite file's synchronous engine (sqlite_file_engine, the command line's reads):
         # each transaction runs whole where it is called. A short read-only process gains
-        # nothing from worker threads and a checkpointer, and would pay for starting them.
+        # nothing from worker threads, and would pay for starting them.
         self._inline = isinstance(engine, sa.Engine)
         if isinstance(engine, sa.Engine):
             self._threaded: sa.Engine | None = engine
@@ -147,17 +103,13 @@ class Database:
             else None
         )
         self._executor: ThreadPoolExecutor | None = None
-        self._checkpointer: _Checkpointer | None = None
         #: The descriptor holding SQLite's one-coordinator lock (storage/coordinators.py).
         self.coordinator_lock: int | None = None
 
     def _transaction(self, engine: sa.Engine, work: Work[T], write: bool) -> T:
         # One whole transaction on a synchronous engine: in a worker thread, or inline.
         with engine.begin() if write else engine.connect() as conn:
-            result = work(conn)
-        if write and self._checkpointer is not None:
-            self._checkpointer.wrote()
-        return result
+            return work(conn)
 
     async def _run(self, work: Work[T], write: bool) -> T:
         if self._threaded is not None:
@@ -167,7 +119,6 @@ class Database:
                 return self._transaction(engine, work, write)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(_THREADS, thread_name_prefix="drover-sqlite")
-                self._checkpointer = _Checkpointer(self._threaded)
             call = functools.partial(self._transaction, engine, work, write)
             return await asyncio.get_running_loop().run_in_executor(self._executor, call)
         if write:
@@ -208,8 +159,5 @@ class Database:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-            self._checkpointer = None
         if self._threaded is not None:
             self._threaded.dispose()

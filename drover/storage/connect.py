@@ -249,8 +249,13 @@ def sqlite_file_engine(url: str | URL, *, echo: bool = False) -> sa.Engine | Non
     """A synchronous (pysqlite) engine on the SQLite file of ``url``, or ``None`` when
     ``url`` is not one (PostgreSQL, in-memory SQLite).
 
-    It has drover's pragmas and ``BEGIN IMMEDIATE`` for writes, and leaves the
-    WAL to the checkpointing thread (:mod:`drover.storage._db`).
+    It has drover's pragmas and ``BEGIN IMMEDIATE`` for writes. The WAL is
+    checkpointed by SQLite in the commit that crosses its 1,000 pages: right
+    after a commit, with nothing else writing, a checkpoint copies every frame,
+    and the next write starts the WAL over. (A checkpointing thread of drover's
+    own, which this replaced, never caught up with a busy writer: the WAL grew
+    to 260 MB in ``bench/lifecycle.py`` and every page read searched all of it,
+    10-15% of the hot path's CPU; docs/performance.md.)
     """
     parsed = async_database_url(url)
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
@@ -264,13 +269,6 @@ def sqlite_file_engine(url: str | URL, *, echo: bool = False) -> sa.Engine | Non
         echo=echo,
     )
     _install_sqlite_hooks(sync)
-
-    @event.listens_for(sync, "connect")
-    def _no_checkpoint_in_commit(dbapi_connection: Any, _record: Any) -> None:
-        # The WAL is checkpointed by a thread of its own (storage/_db.py), not
-        # inside whichever commit happens to cross SQLite's threshold.
-        dbapi_connection.execute("PRAGMA wal_autocheckpoint=0")
-
     return sync
 
 
