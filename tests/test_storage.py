@@ -156,6 +156,25 @@ async def test_sqlite_uses_wal(tmp_path):
     assert (mode, sync) == ("wal", 1)
 
 
+async def test_sqlite_wal_stays_bounded_under_a_writer_that_never_pauses(tmp_path):
+    """SQLite starts its WAL over only when a write begins with every frame copied back:
+    its checkpoints in the commit (drover's default) let that happen between writes, so a
+    daemon that writes without pause keeps a WAL of about its 1,000-page threshold. (A
+    checkpointing thread of drover's own never caught up: 262 MB in bench/lifecycle.py.)"""
+    from drover.testing import CoordinatorHarness
+
+    db = tmp_path / "busy.db"
+    async with CoordinatorHarness(database_url=f"sqlite+aiosqlite:///{db}") as h:
+        for batch in range(120):
+            await h.repository.create_sessions(
+                [{"name": f"s{batch}-{n}", "kernels": [{"cpu": 1}] * 4} for n in range(50)]
+            )
+        wal = db.with_name(db.name + "-wal").stat().st_size
+        assert (await h.repository.count_by_status()) == {S.PENDING: 6000}
+    # 6,000 sessions of 4 kernels and their history rows: over 30 MB written to the WAL.
+    assert wal < 12 * 2**20, f"the WAL grew to {wal / 2**20:.1f} MiB"
+
+
 async def test_create_session_defaults(make_harness):
     """Kernels start in the session's status unless they say otherwise."""
     async with make_harness() as h:
