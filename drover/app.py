@@ -321,9 +321,8 @@ class App:
             kinds = self.kinds
             per_tick = self.config.limits.creations_per_tick
             # A reading app's handlers are read, never run (drover why).
-            backend = self._backend or (
-                built_on_first_use(lambda: self.backend) if self._reading else self.backend
-            )
+            lazy = self._reading and self._backend is None
+            backend = built_on_first_use(lambda: self.backend) if lazy else self.backend
             context = RuntimeContext(
                 self.repository.queries,
                 backend,

@@ -290,3 +290,37 @@ def test_a_drover_process_ends_without_the_interpreters_teardown(tmp_path, args,
         assert "ATEXIT" in done.stdout, (mode, output)
         assert ("TEARDOWN" in done.stdout) == (mode == "thread"), (mode, output)
         assert ("THREAD DONE" in done.stdout) == (mode == "thread"), (mode, output)
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-"])
+def test_a_drover_process_with_a_closed_standard_stream_still_exits_0(tmp_path, closed):
+    """A stream closed when the process starts (a service manager's ``>&-``) is skipped at
+    the exit, as Python's own exit skips it: ``drover --version`` still exits 0."""
+    done = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m drover --version {closed}'],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_backend_a_read_gives_the_handlers_is_built_only_when_used():
+    """``drover why``'s handlers get a stand-in that builds the backend on first use; copying
+    it (as a handler might) neither builds the backend nor recurses."""
+    import copy
+
+    from drover.backends.deferred import built_on_first_use
+    from drover.backends.simulated import SimulatedBackend
+
+    built: list[SimulatedBackend] = []
+
+    def build() -> SimulatedBackend:
+        if not built:
+            built.append(SimulatedBackend([]))
+        return built[0]
+
+    backend = built_on_first_use(build)
+    copy.copy(backend)
+    assert built == []
+    assert list(backend.agents()) == []
+    assert len(built) == 1

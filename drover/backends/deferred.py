@@ -25,7 +25,12 @@ class _Deferred:
         self._build = build
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._build(), name)
+        # Dunder lookups (copy, pickle) find nothing here rather than build the backend,
+        # and never recurse through a half-made stand-in (one copy.copy made).
+        if name.startswith("__"):
+            raise AttributeError(name)
+        build = object.__getattribute__(self, "_build")
+        return getattr(build(), name)
 
 
 def built_on_first_use(build: Callable[[], AgentBackend]) -> AgentBackend:

@@ -126,7 +126,8 @@ def _exit_without_teardown(code: object) -> None:
     output is flushed and the ``atexit`` callbacks run (logging's flush among
     them), as at a normal exit. Only when no other thread runs: a normal exit
     waits for them, and so must this one. A failing flush (a closed pipe) leaves
-    the exit to Python, which reports it as it always does.
+    the exit to Python, which reports it as it always does; a standard stream
+    that is closed or missing is skipped, as Python skips it.
     """
     if threading.active_count() != 1:
         return
@@ -137,15 +138,21 @@ def _exit_without_teardown(code: object) -> None:
     else:
         return  # sys.exit("message"): Python prints it
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:
+        _flush_standard_streams()
+    except (OSError, ValueError):
         return
     atexit._run_exitfuncs()
-    with contextlib.suppress(OSError):  # what the callbacks printed; Python would try too
-        sys.stdout.flush()
-        sys.stderr.flush()
+    with contextlib.suppress(OSError, ValueError):  # what the callbacks printed
+        _flush_standard_streams()
     os._exit(status)
+
+
+def _flush_standard_streams() -> None:
+    # A stream closed when the process started (`>&-`) is None; one closed since raises
+    # ValueError on flush: Python's own exit skips both, and so does this one.
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and not stream.closed:
+            stream.flush()
 
 
 def _set_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
