@@ -110,9 +110,9 @@ def instrument() -> None:
     def _after(conn: Any, cursor: Any, text: str, *args: Any) -> None:
         _note(time.thread_time() - conn.info["tick_cpu_started"], "SA " + text)
 
-    in_thread = Database._transaction
+    transaction = Database._transaction
 
-    def timed_in_thread(self: Database, engine: Any, work: Any, write: bool) -> Any:
+    def timed_transaction(self: Database, engine: Any, work: Any, write: bool) -> Any:
         handler, started, inner = _CURRENT[0], time.thread_time(), [0.0]
 
         def timed_work(conn: sa.Connection) -> Any:
@@ -123,13 +123,13 @@ def instrument() -> None:
                 inner[0] = time.thread_time() - begun
 
         try:
-            return in_thread(self, engine, timed_work, write)
+            return transaction(self, engine, timed_work, write)
         finally:
             if handler:
                 TXN[handler] += time.thread_time() - started
                 WORK[handler] += inner[0]
 
-    Database._transaction = timed_in_thread  # type: ignore[method-assign]
+    Database._transaction = timed_transaction  # type: ignore[method-assign]
     tick = Coordinator.tick
 
     async def timed_tick(self: Coordinator, name: str) -> Any:

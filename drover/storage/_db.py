@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +43,6 @@ T = TypeVar("T")
 #: A storage operation: a synchronous function of one open transaction.
 Work = Callable[[sa.Connection], T]
 
-log = logging.getLogger("drover.storage")
 
 # Reads run beside the writer (WAL); writers queue on SQLite's lock in their threads.
 _THREADS = 4
