@@ -58,3 +58,30 @@ async def test_the_contract_baseline_takes_every_session_to_terminated(bench, tm
     assert run.transitions == 7 * 40
     assert run.kernel_changes == 3 * 40 * 2
     assert run.cpu_seconds > 0
+
+
+def test_the_cpu_summary_says_how_much_room_the_write_only_target_leaves(bench):
+    """At 0.70 of a write-only baseline of 1.05 s drover may spend 1.50 s; raw code doing
+    its reads and writes spends 1.39 s: 0.11 s are left for everything else."""
+
+    def run(kind, cpu):
+        return bench.ThroughputRun(kind, 10, 70_000, cpu, 0.0, cpu_seconds=cpu)
+
+    runs = {
+        "drover": [run("drover", 2.13), run("drover", 2.20), run("drover", 2.00)],
+        "baseline": [run("baseline", 1.05)],
+        "reading": [run("reading", 1.39)],
+        "contract": [run("contract", 1.68)],
+    }
+    cpu = bench.summarize_cpu(runs)
+    assert cpu["median_seconds"] == {
+        "drover": 2.13,
+        "baseline": 1.05,
+        "reading": 1.39,
+        "contract": 1.68,
+    }
+    assert cpu["room"]["allowed_seconds"] == pytest.approx(1.50)
+    assert cpu["room"]["left_beyond_reading"] == pytest.approx(0.11)
+    assert cpu["room"]["drover_beyond_reading"] == pytest.approx(0.74)
+    assert cpu["ok"] == {"baseline": False, "contract": False}
+    assert cpu["drover_to"]["contract"] == pytest.approx(1.68 / 2.13)
