@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from drover.kinds.sessions.values import KernelInfo, KernelStatus, SessionStatus, SessionWithKernels
@@ -28,8 +29,8 @@ _SESSION_STATUS: dict[str, SessionStatus] = {s.value: s for s in SessionStatus}
 _KERNEL_STATUS: dict[str, KernelStatus] = {s.value: s for s in KernelStatus}
 
 
-def _kernel_id(kernel: KernelInfo) -> str:
-    return kernel.id
+#: A kernel's id, as a sort key (C-level: called for every kernel of every tick).
+_kernel_id = attrgetter("id")
 
 
 def _kernels_by_session(
@@ -94,7 +95,8 @@ def read_sessions(
     for row in rows:
         (sid, _kind, name, status, changed, priority, created, spec, data, info, result,
          tries_text, requeues, budgets, _parent, _code, _agent, _runtime) = row  # fmt: skip
-        tries: dict[str, int] = decode_json(tries_text) if tries_text is not None else {}
+        # One dict per session: JSON null reads as no tries, like SQL NULL.
+        tries: dict[str, int] = (decode_json(tries_text) or {}) if tries_text is not None else {}
         if handler is not None:
             try_count = tries.get(handler, 0) if tries else 0
         else:
@@ -118,7 +120,7 @@ def read_sessions(
                 info,
                 result,
                 tuple(by_session.get(sid, no_kernels)),
-                tries or {},
+                tries,
                 requeues,
                 None if data is None else decode_json(data),
                 None if budgets is None else decode_json(budgets),
