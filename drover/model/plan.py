@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -24,7 +23,6 @@ __all__ = [
     "Claim",
     "Move",
     "TryCount",
-    "group_key",
 ]
 
 #: Error code of a change lost to a concurrent status change (reported, never written).
@@ -88,35 +86,6 @@ class Change:
     def changes_status(self) -> bool:
         """Whether this change moves the entity to another status."""
         return self.to_status is not None and self.to_status != self.from_status
-
-
-# Read in C: the apply groups every change of every tick. The try count by its value,
-# whose hash is a string's (an Enum member's is a Python call).
-_SHARED = attrgetter(
-    "kind",
-    "from_status",
-    "result",
-    "to_status",
-    "to_children",
-    "try_count._value_",
-    "status_info",
-    "requeue",
-    "budget",
-    "children_info",
-)
-
-
-def group_key(change: Change) -> tuple[Any, ...]:
-    """What ``change`` shares with the other changes one apply writes with the same
-    statements (a group): all but its entity and what only it carries (message,
-    placements, data, creations). What the children become follows from the kind,
-    ``to_status`` and ``to_children``.
-    """
-    key: tuple[Any, ...] = _SHARED(change)
-    if key[3] is None or key[3] == key[1]:
-        # No move: neither the status asked for nor a requeue splits the group.
-        key = (*key[:3], None, *key[4:7], False, *key[8:])
-    return key
 
 
 #: ``result`` (and history) of a targeted move (:class:`Move`).

@@ -43,7 +43,6 @@ from drover.model.plan import (
     Claim,
     Move,
     TryCount,
-    group_key,
 )
 from drover.model.pools import POOL_FULL
 from drover.model.promotion import PromotionRule
@@ -172,7 +171,21 @@ class Apply:
             # Not the tick's targets: no claim of ours to check (compare-and-set only).
             self._unclaimed.update(c.entity_id for c in moved)
         for change in changes:
-            groups[group_key(change)].append(change)
+            key = (
+                change.kind,
+                change.from_status,
+                change.result,
+                change.to_status if change.changes_status else None,
+                # What the children become follows from the key's other parts
+                # (kind, to_status, to_children): worked out once per group.
+                change.to_children,
+                change.try_count,
+                change.status_info,
+                change.requeue and change.changes_status,
+                change.budget,
+                change.children_info,
+            )
+            groups[key].append(change)
         if self._pools is not None:
             self._pools.lock_for(changes)
         applied: list[AppliedChange] = []
@@ -263,25 +276,9 @@ class Apply:
         if live_ids:
             self._side_effects(first, kind, group, live, live_ids, to_status)
         fenced = self._fenced(ids, live)
-        name = kind.name
-        if not fenced and len(live_ids) == len(ids):
-            # Every change of the group held (the common case): one row each, as written.
-            written = [
-                AppliedChange(
-                    c.entity_id,
-                    c.result,
-                    from_status,
-                    to_status,
-                    c.error_code,
-                    c.message,
-                    kind=name,
-                )
-                for c in group
-            ]
-            self._note_written(first, written)
-            return written
         out: list[AppliedChange] = []
-        written = []
+        written: list[AppliedChange] = []
+        name = kind.name
         for change in group:
             lost = fenced.get(change.entity_id)
             if lost is not None:
@@ -324,20 +321,20 @@ class Apply:
                     kind=name,
                 )
             out.append(row)
-        if written:
-            self._note_written(first, written)
-        return out
-
-    def _note_written(self, first: Change, written: list[AppliedChange]) -> None:
-        """Queue the history of a group's written changes: moves alike in one statement."""
+        if not written:
+            return out
         if first.changes_status:
-            message, code = written[0].message, written[0].error_code
-            if all(w.message == message and w.error_code == code for w in written):
+            uniform = all(
+                w.message == written[0].message and w.error_code == written[0].error_code
+                for w in written
+            )
+            if uniform:
                 self._moved_history.append(([w.entity_id for w in written], written[0]))
             else:
                 self._moved_rows.extend(written)
         else:
             self._kept_rows.extend(written)
+        return out
 
     def _side_effects(
         self,
